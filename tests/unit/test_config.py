@@ -1,0 +1,113 @@
+"""Config defaults, overrides, matrix expansion counts and run ids."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fp8rl.cli import main
+from fp8rl.config import RunSpec, expand_matrix, find_run, reference_run
+from fp8rl.config_loader import ConfigError, load_config, validate_config
+
+ROOT = Path(__file__).resolve().parents[2]
+MINIMAL = {
+    "tier": "smoke",
+    "models": [{"name": "tiny", "source": "scratch"}],
+    "matrix": {"algorithms": ["grpo"], "models": ["tiny"], "variants": ["bf16"], "seeds": [0]},
+}
+
+
+def test_defaults_follow_the_algorithms():
+    cfg = validate_config(MINIMAL)
+    grpo, dapo = cfg.algorithm("grpo"), cfg.algorithm("dapo")
+    assert (grpo.clip_low, grpo.clip_high, grpo.clip_c) == (0.2, 0.2, None)
+    assert grpo.loss_agg_mode == "seq-mean-token-mean"
+    assert (dapo.clip_low, dapo.clip_high, dapo.clip_c) == (0.2, 0.28, 3.0)
+    assert dapo.loss_agg_mode == "token-mean" and dapo.dynamic_sampling
+    assert cfg.model("tiny").arch is not None  # scratch models get a default architecture
+    assert cfg.calib.reference == "shadow" and cfg.tis.cap == 2.0
+    assert cfg.fp8.gemms and cfg.fp8.optimizer_state and cfg.fp8.rollout
+
+
+def test_overrides_apply_on_top_of_the_file():
+    cfg = load_config(ROOT / "config/smoke.yaml", ["schedule.steps=3", "algorithms.grpo.clip_high=0.3"])
+    assert cfg.schedule.steps == 3
+    assert cfg.algorithm("grpo").clip_high == 0.3
+    with pytest.raises(ConfigError, match="schedule.steps"):
+        load_config(ROOT / "config/smoke.yaml", ["schedule.steps=-3"])
+    with pytest.raises(ConfigError, match="not of the form"):
+        load_config(ROOT / "config/smoke.yaml", ["schedule.steps"])
+
+
+def test_smoke_matrix_counts_and_ids():
+    cfg = load_config(ROOT / "config/smoke.yaml")
+    runs = expand_matrix(cfg)
+    # 2 algos x (bf16 + 3 fp8 variants x tensorwise) x 2 seeds
+    assert len(runs) == 16
+    ids = [r.run_id for r in runs]
+    assert len(set(ids)) == len(ids)
+    assert "grpo/tiny/bf16/none/seed0" in ids
+    assert "dapo/tiny/fp8_calib/tensorwise/seed1" in ids
+    assert not any("bf16/tensorwise" in i for i in ids)
+
+
+def test_paper_matrix_lists_every_cell():
+    cfg = load_config(ROOT / "config/paper.yaml")
+    runs = expand_matrix(cfg)
+    # 2 algos x 3 models x (bf16 + 4 fp8 variants x 2 granularities) x 3 seeds
+    assert len(runs) == 2 * 3 * (1 + 4 * 2) * 3 == 162
+    assert {r.model for r in runs} == {"qwen3-8b", "qwen3-14b", "qwen2.5-32b"}
+    assert len(expand_matrix(cfg, variant=["fp8_calib"], granularity=["blockwise"])) == 2 * 3 * 3
+
+
+def test_variant_granularity_override():
+    data = json.loads(json.dumps(MINIMAL))
+    data["matrix"].update(
+        variants=["bf16", "fp8", "fp8_calib"],
+        granularities=["tensorwise"],
+        variant_granularities={"fp8_calib": ["tensorwise", "mxfp8"]},
+    )
+    runs = expand_matrix(validate_config(data))
+    assert [r.granularity for r in runs if r.variant == "fp8_calib"] == ["tensorwise", "mxfp8"]
+    assert len(runs) == 4
+
+
+def test_run_id_round_trip_and_errors():
+    spec = RunSpec("dapo", "tiny", "fp8_tis", "blockwise", 7)
+    assert RunSpec.parse(spec.run_id) == spec
+    assert spec.spec.fp8 and spec.spec.tis and not spec.spec.calib
+    assert reference_run(spec).run_id == "dapo/tiny/bf16/none/seed7"
+    for bad, word in [
+        ("grpo/tiny/bf16", "form"),
+        ("ppo/tiny/bf16/none/seed0", "algorithm"),
+        ("grpo/tiny/fp9/none/seed0", "variant"),
+        ("grpo/tiny/bf16/tensorwise/seed0", "granularity"),
+        ("grpo/tiny/fp8/tensorwise/seedX", "seed"),
+    ]:
+        with pytest.raises(ValueError, match=word):
+            RunSpec.parse(bad)
+    cfg = load_config(ROOT / "config/smoke.yaml")
+    assert find_run(cfg, "grpo/tiny/fp8/tensorwise/seed0").variant == "fp8"
+    with pytest.raises(ValueError, match="not in the matrix"):
+        find_run(cfg, "grpo/tiny/fp8/blockwise/seed0")
+
+
+def test_digest_changes_with_content():
+    a = validate_config(MINIMAL)
+    b = validate_config(MINIMAL, overrides=["schedule.lr=0.01"])
+    assert a.digest() == validate_config(MINIMAL).digest() != b.digest()
+
+
+def test_cli_matrix_json_and_filters(capsys):
+    assert main(["matrix", str(ROOT / "config/smoke.yaml"), "--json", "--algo", "dapo", "--seed", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["count"] == 4 and all(r["algo"] == "dapo" and r["seed"] == 1 for r in out["runs"])
+
+
+def test_cli_schema_is_the_models_schema(capsys):
+    assert main(["config", "schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert {"tier", "models", "matrix", "calib"} <= set(schema["properties"])
+    assert schema["additionalProperties"] is False
