@@ -1,0 +1,58 @@
+"""Atomic file writes: nothing half-written is ever left behind.
+
+Every writer puts its bytes in a temp file in the destination's folder, fsyncs it and renames it over
+the destination, so a reader (or a run restarted after SIGKILL) sees the old file or the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Call `write(tmp_path)` to fill a temp file next to `path`, then rename it to `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        write(tmp_path)
+        with open(tmp_path, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    return atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def atomic_write_json(path: str | Path, obj: Any, *, indent: int | None = 2) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=False, allow_nan=False) + "\n")
+
+
+def atomic_write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
+    return atomic_write_text(path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Read a JSONL file; a malformed line raises ValueError naming the file and line."""
+    rows = []
+    with open(path) as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: malformed JSON line ({exc.msg})") from None
+    return rows
