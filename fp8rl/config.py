@@ -262,6 +262,17 @@ class Resources(Strict):
     gpus: int = Field(0, ge=0)
 
 
+class ContainersConfig(Strict):
+    """How rules get their software: on the host (`none`, the smoke/CI default), images built by the
+    DAG from `containers/` (`build`), or prebuilt images pulled from `registry` (`prebuilt`)."""
+
+    mode: Literal["none", "build", "prebuilt"] = "none"
+    engine: Literal["docker", "podman"] = "docker"
+    registry: str = "ghcr.io/fp8rl"
+    tag: str = "latest"
+    apptainer: bool = Field(True, description="convert images to Apptainer .sif files for clusters")
+
+
 class MatrixConfig(Strict):
     """The axes whose product is the run matrix."""
 
@@ -323,6 +334,7 @@ class ExperimentConfig(Strict):
     stability: StabilityConfig = StabilityConfig()
     eval: EvalConfig = EvalConfig()
     resources: dict[str, Resources] = {"default": Resources()}
+    containers: ContainersConfig = ContainersConfig()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> ExperimentConfig:
