@@ -1,0 +1,126 @@
+# Shared by the workflow files: the validated config, the tier's paths, per-rule resources, and the
+# helpers that map wildcards to run ids. The Snakefile includes it first (after its configfile).
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from fp8rl.config import ALGORITHMS, GRANULARITIES, VARIANTS, RunSpec, expand_matrix, reference_run
+from fp8rl.config_loader import ConfigError, validate_config
+from fp8rl.io import atomic_write_text
+
+# ------------------------------------------------------------------------------------------ config
+
+try:
+    CFG = validate_config(config, source=" + ".join(str(f) for f in workflow.configfiles) or "config")
+except ConfigError as exc:
+    print(f"error: {exc}", file=sys.stderr)
+    sys.exit(2)
+
+# Rules call the `fp8rl` that belongs to the Python running Snakemake (e.g. .venv/bin/fp8rl) even when
+# that environment is not activated.
+os.environ.update(PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+
+R = f"{CFG.results_dir}/{CFG.tier}"
+RUNS = expand_matrix(CFG)
+RUN = "{algo}/{model}/{variant}/{granularity}/seed{seed}"
+
+
+def resolved_config_file():
+    """The validated config with every default filled in, as one YAML file that each `fp8rl` command
+    reads. Content-addressed (`{R}/config/{digest}.yaml`): written once, never changed under a job."""
+    import yaml
+
+    path = Path(R) / "config" / f"{CFG.digest()}.yaml"
+    if not path.is_file():
+        atomic_write_text(path, yaml.safe_dump(CFG.model_dump(mode="json"), sort_keys=False))
+    return str(path)
+
+
+CONFIG_FILE = resolved_config_file()
+
+
+wildcard_constraints:
+    algo="|".join(ALGORITHMS),
+    model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    variant="|".join(VARIANTS),
+    granularity="|".join(("none", *GRANULARITIES)),
+    seed=r"\d+",
+
+
+# --------------------------------------------------------------------------------------- resources
+
+# Config `resources` keys per rule; a missing key falls back to `default` (ExperimentConfig.resources_for).
+RESOURCE_KEYS = {"eval_lm": "eval", "eval_agent": "eval"}
+
+
+def threads_for(rule):
+    return CFG.resources_for(RESOURCE_KEYS.get(rule, rule)).threads
+
+
+def resources_for(rule):
+    """Snakemake resources of a rule: memory (MB), runtime (minutes) and GPUs (`gpu`, the name the
+    Slurm executor maps to --gpus)."""
+    r = CFG.resources_for(RESOURCE_KEYS.get(rule, rule))
+    out = {"mem_mb": r.mem_mb, "runtime": r.runtime}
+    if r.gpus:
+        out["gpu"] = r.gpus
+    return out
+
+
+# ----------------------------------------------------------------------------------- rerun triggers
+
+
+def section_digest(*sections, model=None):
+    """A short hash of the config sections a rule's output depends on. Passed as a param, so changing
+    one of them reruns that rule (Snakemake's params trigger) and changing anything else does not."""
+    full = CFG.model_dump(mode="json")
+    picked = {s: full[s] for s in sections}
+    if model is not None:
+        picked["model"] = CFG.model(model).model_dump(mode="json")
+    return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# What a training run depends on (not the matrix, eval, resources, containers or results_dir).
+TRAIN_SECTIONS = ("tier", "backend", "algorithms", "fp8", "tis", "calib", "schedule", "task", "sft", "stability")
+
+
+# ------------------------------------------------------------------------------------------ runs
+
+
+def run_spec(wildcards):
+    return RunSpec(
+        wildcards.algo, wildcards.model, wildcards.variant, wildcards.granularity, int(wildcards.seed)
+    )
+
+
+def run_dir(spec):
+    return f"{R}/runs/{spec.run_id}"
+
+
+def needs_reference(spec):
+    """`fp8_calib*` runs with `calib.reference: run` read their targets from the matching bf16 run."""
+    return spec.spec.calib and CFG.calib.reference == "run"
+
+
+def train_inputs(wildcards):
+    spec = run_spec(wildcards)
+    inputs = {
+        "train": f"{R}/data/train.jsonl",
+        "base": f"{R}/base/{spec.model}/sft.json",
+    }
+    if needs_reference(spec):
+        inputs["reference"] = f"{run_dir(reference_run(spec))}/summary.json"
+    return inputs
+
+
+def eval_targets(spec):
+    """The eval result files of one run that the config asks for."""
+    out = []
+    if CFG.eval.lm_eval_tasks:
+        out.append(f"{run_dir(spec)}/eval/lm_eval.json")
+    if CFG.eval.agent:
+        out.append(f"{run_dir(spec)}/eval/agent.json")
+    return out

@@ -1,0 +1,49 @@
+# lm-eval and the agent benchmark on every run's final checkpoint (docs/interfaces.md result schema).
+
+
+rule eval_lm:
+    input:
+        summary=f"{R}/runs/{RUN}/summary.json",
+        test=rules.data.output.test,
+    output:
+        f"{R}/runs/{RUN}/eval/lm_eval.json",
+    params:
+        config=CONFIG_FILE,
+        checkpoint=lambda wildcards, input: Path(input.summary).parent / "checkpoint",
+        data=lambda wildcards, input: Path(input.test).parent,
+        digest=section_digest("eval", "backend"),
+    log:
+        f"{R}/logs/eval_lm/{RUN}.log",
+    benchmark:
+        f"{R}/benchmarks/eval_lm/{RUN}.tsv"
+    threads: threads_for("eval_lm")
+    resources:
+        **resources_for("eval_lm"),
+    container: container_for("eval")
+    shell:
+        "fp8rl eval lm-eval --config {params.config} --checkpoint {params.checkpoint}"
+        " --data {params.data} --out {output} > {log} 2>&1"
+
+
+rule eval_agent:
+    input:
+        summary=f"{R}/runs/{RUN}/summary.json",
+        tool=rules.data.output.tool,
+    output:
+        f"{R}/runs/{RUN}/eval/agent.json",
+    params:
+        config=CONFIG_FILE,
+        checkpoint=lambda wildcards, input: Path(input.summary).parent / "checkpoint",
+        data=lambda wildcards, input: Path(input.tool).parent,
+        digest=section_digest("eval", "backend"),
+    log:
+        f"{R}/logs/eval_agent/{RUN}.log",
+    benchmark:
+        f"{R}/benchmarks/eval_agent/{RUN}.tsv"
+    threads: threads_for("eval_agent")
+    resources:
+        **resources_for("eval_agent"),
+    container: container_for("eval")
+    shell:
+        "fp8rl eval agent --config {params.config} --checkpoint {params.checkpoint}"
+        " --data {params.data} --out {output} > {log} 2>&1"

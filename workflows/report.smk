@@ -1,0 +1,24 @@
+# The tier's tables, plots and report.html from every run (fp8rl.report.paths names the files).
+
+from fp8rl.report.paths import report_outputs
+
+
+rule report:
+    input:
+        summaries=[f"{run_dir(spec)}/summary.json" for spec in RUNS],
+        evals=[path for spec in RUNS for path in eval_targets(spec)],
+    output:
+        report_outputs(CFG.results_dir, CFG.tier),
+    params:
+        config=CONFIG_FILE,
+        digest=section_digest("matrix", "eval", "stability"),
+    log:
+        f"{R}/logs/report/report.log",
+    benchmark:
+        f"{R}/benchmarks/report/report.tsv"
+    threads: threads_for("report")
+    resources:
+        **resources_for("report"),
+    container: container_for("report")
+    shell:
+        "fp8rl report --config {params.config} > {log} 2>&1"

@@ -1,0 +1,32 @@
+# One training run per cell of the matrix. A `fp8_calib*` run with `calib.reference: run` takes the
+# matching bf16 run as an input (train_inputs). Only summary.json is declared: the trainer writes it
+# last, so a run killed mid-way is incomplete to Snakemake, and its checkpoint/ (not an output, so
+# never deleted by Snakemake) lets `fp8rl train` resume it.
+
+
+rule train:
+    input:
+        unpack(train_inputs),
+    output:
+        summary=f"{R}/runs/{RUN}/summary.json",
+    params:
+        config=CONFIG_FILE,
+        run=lambda wildcards: run_spec(wildcards).run_id,
+        data=lambda wildcards, input: Path(input.train).parent,
+        base=lambda wildcards, input: Path(input.base).parent,
+        out=lambda wildcards, output: Path(output.summary).parent,
+        reference=lambda wildcards, input: (
+            f"--reference {Path(input.reference).parent}" if "reference" in input.keys() else ""
+        ),
+        digest=lambda wildcards: section_digest(*TRAIN_SECTIONS, model=wildcards.model),
+    log:
+        f"{R}/logs/train/{RUN}.log",
+    benchmark:
+        f"{R}/benchmarks/train/{RUN}.tsv"
+    threads: threads_for("train")
+    resources:
+        **resources_for("train"),
+    container: container_for("train")
+    shell:
+        "fp8rl train --config {params.config} --run {params.run} --base {params.base}"
+        " --data {params.data} --out {params.out} {params.reference} > {log} 2>&1"
