@@ -1,0 +1,25 @@
+"""RL objectives (DESIGN.md §4–§6): advantages, policy losses, TIS, calibrated clipping, diagnostics.
+
+Pure torch functions with no trainer state (plus a small stateful calibrator and spike detector), so the
+reference trainer and the verl adapter compute exactly the same objective. Never imports `fp8rl.fp8`.
+"""
+
+from fp8rl.rl.advantages import dynamic_sampling_mask, grpo_advantages, overlong_penalty
+from fp8rl.rl.diagnostics import clip_stats, mismatch_kl, phantom_low_neg, ratio_quantiles
+from fp8rl.rl.losses import agg_loss, kl_penalty, policy_loss
+from fp8rl.rl.tis import tis_stats, tis_weights
+
+__all__ = [
+    "agg_loss",
+    "clip_stats",
+    "dynamic_sampling_mask",
+    "grpo_advantages",
+    "kl_penalty",
+    "mismatch_kl",
+    "overlong_penalty",
+    "phantom_low_neg",
+    "policy_loss",
+    "ratio_quantiles",
+    "tis_stats",
+    "tis_weights",
+]

@@ -1,0 +1,142 @@
+"""Trust-region diagnostics of DESIGN.md §6: clip fractions, ratio quantiles, rollout/trainer mismatch
+KL, phantom clipping.
+
+Each function returns a dict of python floats keyed by the metric names of DESIGN.md §6. A metric whose
+population is empty (no valid token, no negative-advantage token, no dual clip configured) is absent
+from the dict, never 0.
+
+Denominators, so that a BF16 run's metrics are directly the targets of calibrated clipping (§5):
+`clip/low_neg` and `clip/dual` count among valid A<0 tokens, `clip/high_pos` among valid A>0 tokens,
+`clip/low_all` and `clip/high_all` among all valid tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fp8rl.rl._checks import check_finite, check_mask, check_same_shape, masked_mean, per_token
+
+LOG_RATIO_CLAMP = 20.0
+
+
+def _frac(hit: torch.Tensor, population: torch.Tensor) -> float | None:
+    n = int(population.sum())
+    return None if n == 0 else int((hit & population).sum()) / n
+
+
+def _put(out: dict[str, float], name: str, value: float | None) -> None:
+    if value is not None:
+        out[name] = float(value)
+
+
+def clip_stats(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    low: float | torch.Tensor,
+    high: float | torch.Tensor,
+    *,
+    clip_c: float | None = None,
+) -> dict[str, float]:
+    """Fractions of tokens clipped by the bounds (strict inequalities: r < L, r > U, r > clip_c).
+
+    `clip/low_neg`: A<0 tokens with r < L, i.e. the negative-advantage tokens whose gradient PPO-clip
+    zeroes, among valid A<0 tokens. `clip/high_pos`: A>0 tokens with r > U among valid A>0 tokens.
+    `clip/dual`: A<0 tokens with r > clip_c among valid A<0 tokens (only when `clip_c` is given).
+    `clip/low_all` / `clip/high_all`: tokens with r < L / r > U among all valid tokens (`clip/high_all`
+    is an addition to §6: the upper target of `calib.upper: quantile` with a `run` reference).
+    """
+    fn = "clip_stats"
+    m = check_mask(response_mask, fn)
+    check_same_shape(fn, "response_mask", m, ratio=ratio)
+    adv = per_token(fn, "advantages", advantages, m)
+    with torch.no_grad():
+        r = ratio.detach()
+        check_finite(fn, "ratio", r, m)
+        low_f, high_f = float(low), float(high)
+        neg = m & (adv < 0)
+        pos = m & (adv > 0)
+        out: dict[str, float] = {}
+        _put(out, "clip/low_neg", _frac(r < low_f, neg))
+        _put(out, "clip/high_pos", _frac(r > high_f, pos))
+        if clip_c is not None:
+            _put(out, "clip/dual", _frac(r > float(clip_c), neg))
+        _put(out, "clip/low_all", _frac(r < low_f, m))
+        _put(out, "clip/high_all", _frac(r > high_f, m))
+    return out
+
+
+def ratio_quantiles(ratio: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """`ratio/p01`, `ratio/p50`, `ratio/p99`: quantiles (linear interpolation) of r over valid tokens."""
+    m = check_mask(mask, "ratio_quantiles", "mask")
+    check_same_shape("ratio_quantiles", "mask", m, ratio=ratio)
+    vals = ratio.detach()[m].to(torch.float64)
+    if vals.numel() == 0:
+        return {}
+    check_finite("ratio_quantiles", "ratio", vals)
+    s, _ = torch.sort(vals)
+    return {
+        name: float(sorted_quantile(s, q)) for name, q in (("ratio/p01", 0.01), ("ratio/p50", 0.5), ("ratio/p99", 0.99))
+    }
+
+
+def sorted_quantile(sorted_vals: torch.Tensor, q: float) -> torch.Tensor:
+    """Quantile `q` of an ascending 1-D tensor with linear interpolation (`torch.quantile`'s default),
+    without `torch.quantile`'s input-size limit."""
+    n = sorted_vals.numel()
+    if n == 0:
+        raise ValueError("sorted_quantile: empty input")
+    pos = q * (n - 1)
+    lo = int(pos)
+    hi = min(lo + 1, n - 1)
+    frac = pos - lo
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * frac
+
+
+def mismatch_kl(
+    trainer_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
+    """KL(pi_rollout || pi_trainer) estimated on the rollout's own samples, mean over valid tokens.
+
+    With `d = trainer - rollout` (clamped to +-20): `mismatch/kl_k1 = mean(-d)` and
+    `mismatch/kl_k3 = mean(exp(d) - d - 1)` (Schulman's k1 and k3 estimators; k3 is >= 0 per token).
+    """
+    fn = "mismatch_kl"
+    m = check_mask(mask, fn, "mask")
+    check_same_shape(fn, "mask", m, trainer_log_prob=trainer_log_prob, rollout_log_prob=rollout_log_prob)
+    if int(m.sum()) == 0:
+        return {}
+    check_finite(fn, "trainer_log_prob", trainer_log_prob, m)
+    check_finite(fn, "rollout_log_prob", rollout_log_prob, m)
+    with torch.no_grad():
+        d = (trainer_log_prob.detach() - rollout_log_prob.detach()).to(torch.float64)
+        d = torch.where(m, d, torch.zeros_like(d)).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        return {
+            "mismatch/kl_k1": float(masked_mean(-d, m)),
+            "mismatch/kl_k3": float(masked_mean(torch.expm1(d) - d, m)),
+        }
+
+
+def phantom_low_neg(
+    ratio: torch.Tensor,
+    ref_ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    low: float | torch.Tensor,
+    ref_low: float | torch.Tensor,
+) -> dict[str, float]:
+    """`phantom/low_neg`: A<0 tokens clipped below under the FP8 ratio (r < low) but not under the BF16
+    reference ratio (r_ref >= ref_low), among valid A<0 tokens: the gradients lost to quantization noise
+    alone. Pass the shadow subsample's tokens as `mask`. Absent when there is no valid A<0 token.
+    """
+    fn = "phantom_low_neg"
+    m = check_mask(mask, fn, "mask")
+    check_same_shape(fn, "mask", m, ratio=ratio, ref_ratio=ref_ratio)
+    adv = per_token(fn, "advantages", advantages, m)
+    check_finite(fn, "ratio", ratio, m)
+    check_finite(fn, "ref_ratio", ref_ratio, m)
+    with torch.no_grad():
+        hit = (ratio.detach() < float(low)) & (ref_ratio.detach() >= float(ref_low))
+        out: dict[str, float] = {}
+        _put(out, "phantom/low_neg", _frac(hit, m & (adv < 0)))
+    return out
