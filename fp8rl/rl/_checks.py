@@ -54,8 +54,7 @@ def per_token(fn: str, name: str, x: torch.Tensor, mask: torch.Tensor) -> torch.
     if x.shape == mask.shape:
         return x
     raise ValueError(
-        f"{fn}: {name} must be [B] or [B, T] matching response_mask {tuple(mask.shape)}, "
-        f"got {tuple(x.shape)}"
+        f"{fn}: {name} must be [B] or [B, T] matching response_mask {tuple(mask.shape)}, got {tuple(x.shape)}"
     )
 
 

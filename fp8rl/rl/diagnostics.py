@@ -76,7 +76,8 @@ def ratio_quantiles(ratio: torch.Tensor, mask: torch.Tensor) -> dict[str, float]
     check_finite("ratio_quantiles", "ratio", vals)
     s, _ = torch.sort(vals)
     return {
-        name: float(sorted_quantile(s, q)) for name, q in (("ratio/p01", 0.01), ("ratio/p50", 0.5), ("ratio/p99", 0.99))
+        name: float(sorted_quantile(s, q))
+        for name, q in (("ratio/p01", 0.01), ("ratio/p50", 0.5), ("ratio/p99", 0.99))
     }
 
 

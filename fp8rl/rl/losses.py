@@ -47,10 +47,7 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean
     row_n = m.sum(dim=-1)
     rows = row_n > 0
     row_sum = x.sum(dim=-1)
-    if mode == "seq-mean-token-mean":
-        row_val = row_sum / row_n.clamp(min=1)
-    else:
-        row_val = row_sum
+    row_val = row_sum / row_n.clamp(min=1) if mode == "seq-mean-token-mean" else row_sum
     return row_val[rows].mean()
 
 
@@ -128,7 +125,9 @@ def policy_loss(
         raise TypeError(f"{fn}: advantages must be a torch.Tensor")
     adv = per_token(fn, "advantages", advantages, m).detach()
     if loss_agg_mode not in LOSS_AGG_MODES:
-        raise ValueError(f"{fn}: unknown loss_agg_mode {loss_agg_mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}")
+        raise ValueError(
+            f"{fn}: unknown loss_agg_mode {loss_agg_mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}"
+        )
     if clip_c is not None and clip_c <= 1.0:
         raise ValueError(f"{fn}: clip_c (dual clip) must be > 1, got {clip_c}")
     if kl_coef < 0 or entropy_coef < 0:

@@ -15,7 +15,12 @@ def test_grpo_by_hand():
     # group 1: mean 1/3, std sqrt(1/3); group 2: mean 2, std 2
     s = math.sqrt(1 / 3)
     assert adv.tolist() == pytest.approx([(2 / 3) / s, (-1 / 3) / s, (-1 / 3) / s, -1.0, 0.0, 1.0], abs=1e-5)
-    assert grpo_advantages(torch.tensor([1.0, 0.0, 2.0, 4.0]), 2, norm_std=False).tolist() == [0.5, -0.5, -1, 1]
+    assert grpo_advantages(torch.tensor([1.0, 0.0, 2.0, 4.0]), 2, norm_std=False).tolist() == [
+        0.5,
+        -0.5,
+        -1,
+        1,
+    ]
 
 
 def test_grpo_all_equal_group_is_zero_not_nan():

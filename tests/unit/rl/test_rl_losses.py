@@ -76,7 +76,14 @@ def test_kl_and_entropy_terms():
     mask = torch.ones(2, 3)
     base, _ = policy_loss(lp, old, torch.tensor([1.0, -1.0]), mask)
     loss, metrics = policy_loss(
-        lp, old, torch.tensor([1.0, -1.0]), mask, ref_log_prob=ref, kl_coef=0.1, entropy=ent, entropy_coef=0.01
+        lp,
+        old,
+        torch.tensor([1.0, -1.0]),
+        mask,
+        ref_log_prob=ref,
+        kl_coef=0.1,
+        entropy=ent,
+        entropy_coef=0.01,
     )
     k3 = math.exp(-0.2) + 0.2 - 1.0
     assert metrics["loss/kl"] == pytest.approx(k3)
@@ -150,7 +157,10 @@ def test_all_zero_mask_gives_zero_loss_that_backpropagates():
         ({"advantages": torch.zeros(3)}, "advantages must be"),
         ({"response_mask": torch.full((2, 3), 0.5)}, "only 0 and 1"),
         ({"response_mask": torch.ones(6)}, r"must be \[B, T\]"),
-        ({"log_prob": torch.tensor([[0.0, float("nan"), 0.0], [0.0, 0.0, 0.0]])}, "log_prob has 1 non-finite"),
+        (
+            {"log_prob": torch.tensor([[0.0, float("nan"), 0.0], [0.0, 0.0, 0.0]])},
+            "log_prob has 1 non-finite",
+        ),
         ({"advantages": torch.tensor([float("nan"), 1.0])}, "advantages has 3 non-finite"),
         ({"loss_agg_mode": "token-sum"}, "unknown loss_agg_mode"),
         ({"clip_c": 0.9}, "clip_c"),
@@ -170,12 +180,18 @@ def test_bad_input_is_a_clear_error(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         policy_loss(
-            args.pop("log_prob"), args.pop("old_log_prob"), args.pop("advantages"), args.pop("response_mask"), **args
+            args.pop("log_prob"),
+            args.pop("old_log_prob"),
+            args.pop("advantages"),
+            args.pop("response_mask"),
+            **args,
         )
 
 
 def test_nan_in_padding_is_fine():
     lp = torch.tensor([[-0.5, float("nan")]], requires_grad=True)
-    loss, _ = policy_loss(lp, torch.tensor([[-0.5, float("nan")]]), torch.tensor([1.0]), torch.tensor([[1, 0]]))
+    loss, _ = policy_loss(
+        lp, torch.tensor([[-0.5, float("nan")]]), torch.tensor([1.0]), torch.tensor([[1, 0]])
+    )
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(lp.grad).all()

@@ -72,7 +72,9 @@ def _batch(seed: int, b: int = 6, t: int = 7):
 @pytest.mark.parametrize("norm_std", [True, False])
 def test_grpo_advantages_match_verl(norm_std):
     g = torch.Generator().manual_seed(0)
-    rewards = torch.randint(0, 3, (32,), generator=g).double() + torch.rand(32, generator=g, dtype=torch.float64)
+    rewards = torch.randint(0, 3, (32,), generator=g).double() + torch.rand(
+        32, generator=g, dtype=torch.float64
+    )
     rewards[8:16] = 1.0  # an all-equal group: advantage 0, std 0
     index = [i // 8 for i in range(32)]
     want = verl_grpo(rewards.tolist(), index, 1e-6, norm_std)
@@ -84,10 +86,14 @@ def test_grpo_advantages_match_verl(norm_std):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_vanilla_loss_with_dual_clip_matches_verl(mode, seed):
     lp, old, _, mask = _batch(seed)
-    adv = torch.randn(lp.shape[0], generator=torch.Generator().manual_seed(100 + seed), dtype=torch.float64) * 2
+    adv = (
+        torch.randn(lp.shape[0], generator=torch.Generator().manual_seed(100 + seed), dtype=torch.float64) * 2
+    )
     adv_bt = adv[:, None].expand_as(lp)
     want = verl_agg(
-        verl_vanilla_token_losses(lp.tolist(), old.tolist(), adv_bt.tolist(), 0.2, 0.28, 3.0), mask.tolist(), mode
+        verl_vanilla_token_losses(lp.tolist(), old.tolist(), adv_bt.tolist(), 0.2, 0.28, 3.0),
+        mask.tolist(),
+        mode,
     )
     got, _ = policy_loss(lp, old, adv, mask, clip_low=0.2, clip_high=0.28, clip_c=3.0, loss_agg_mode=mode)
     assert got.item() == pytest.approx(want, abs=1e-6)
