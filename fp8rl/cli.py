@@ -17,6 +17,7 @@ from fp8rl.config_loader import ConfigError
 # One module per area; each defines `register(subparsers)`.
 COMMAND_MODULES = [
     "fp8rl.commands.config",
+    "fp8rl.commands.report",
 ]
 
 

@@ -1,0 +1,71 @@
+"""`fp8rl report --config FILE` and `fp8rl publish TIER [--config FILE]`: the DAG's last rules.
+
+Output file names are listed in `fp8rl/report/__init__.py` and docs/interfaces.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fp8rl.commands.common import UsageError, add_config_args
+from fp8rl.config_loader import load_config
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    cfg = load_config(args.file, args.set)
+    runs_dir = Path(cfg.results_dir) / cfg.tier / "runs"
+    if args.runs_dir is not None:
+        runs_dir = Path(args.runs_dir)
+        if not runs_dir.is_dir():
+            raise UsageError(f"--runs-dir {runs_dir}: not a directory")
+
+    from fp8rl.report.build import build_report
+    from fp8rl.report.paths import ReportPaths
+
+    manifest = build_report(cfg, runs_dir)
+    paths = ReportPaths.for_tier(cfg.results_dir, cfg.tier)
+    counts = ", ".join(f"{s} {n}" for s, n in manifest["status_counts"].items())
+    print(f"report for tier {cfg.tier}: {counts}")
+    if manifest["problems"]:
+        print(f"{len(manifest['problems'])} data problem(s), listed in {paths.html}:", file=sys.stderr)
+        for line in manifest["problems"][:10]:
+            print(f"  {line}", file=sys.stderr)
+    print(f"tables: {paths.tables_dir}/  plots: {paths.plots_dir}/  report: {paths.html}")
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from fp8rl.config import TIERS
+
+    if args.tier not in TIERS:
+        raise UsageError(f"TIER {args.tier!r} is not a tier; allowed: {', '.join(TIERS)}")
+    if args.set and not args.file:
+        raise UsageError("--set needs --config FILE")
+    cfg = load_config(args.file, args.set) if args.file else None
+    results_dir = args.results_dir or (cfg.results_dir if cfg else "results")
+
+    from fp8rl.report.publish import PublishError, publish_tier
+
+    try:
+        dest = publish_tier(args.tier, results_dir, cfg)
+    except PublishError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"published {args.tier} to {dest}/")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="tables, plots and an HTML report of every run of a tier")
+    add_config_args(p, positional=False)
+    p.add_argument("--runs-dir", help="read runs from here instead of {results_dir}/{tier}/runs")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("publish", help="copy a tier's report with provenance into results/published/TIER")
+    p.add_argument("tier", metavar="TIER", help="smoke, cpu or paper")
+    p.add_argument("--config", dest="file", help="the tier's config; checks the report was built from it")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    p.add_argument("--results-dir", help="default: the config's results_dir, else 'results'")
+    p.set_defaults(func=cmd_publish)

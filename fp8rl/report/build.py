@@ -1,0 +1,125 @@
+"""`build_report(cfg)`: load a tier's runs and write its tables, plots, HTML report and manifest.
+
+The files are those of `paths.ReportPaths.outputs()`; each is written atomically. Missing, diverged
+and failed runs are counted in every table and never stop the report; unusable data (malformed
+metrics lines, unreadable JSON) is listed in the report and in `report.json`.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+
+from fp8rl.config import ExperimentConfig
+from fp8rl.io import atomic_write_json, atomic_write_text
+from fp8rl.provenance import git_commit
+from fp8rl.report.comparison import comparison_table
+from fp8rl.report.html import render_html
+from fp8rl.report.load import STATUSES, RunSet, load_tier
+from fp8rl.report.markdown import (
+    COMPARISON_NOTES,
+    THROUGHPUT_NOTES,
+    comparison_markdown,
+    comparison_view,
+    numbers_view,
+    to_markdown,
+)
+from fp8rl.report.paths import ReportPaths
+from fp8rl.report.plots import write_plots
+from fp8rl.report.summaries import eval_keys
+from fp8rl.report.throughput import throughput_table
+
+RUN_COLUMNS = ["run_id", "status", "reason", "step", "steps_planned", "malformed_lines", "execution"]
+PLOT_CAPTIONS = {
+    "entropy": "Entropy vs step",
+    "clip_low_neg": "clip/low_neg vs step (A<0 tokens below the lower clip bound: zero gradient)",
+    "ratio_tails": "PPO-ratio tails per step (ratio/p01, ratio/p99)",
+    "eval_scores": "Eval scores with 95% t-intervals",
+    "throughput": "Throughput per phase",
+}
+
+
+def runs_table(runset: RunSet) -> pd.DataFrame:
+    runs = runset.runs.copy()
+    runs["execution"] = runs["emulated"].map(
+        lambda e: "" if e is None or e != e else ("emulated" if e else "hardware")
+    )
+    for col in ("step", "steps_planned"):
+        runs[col] = runs[col].map(lambda v: "" if v is None or v != v else str(int(v)))
+    runs["reason"] = runs["reason"].map(lambda v: "" if v is None or v != v else str(v))
+    return runs[RUN_COLUMNS]
+
+
+def _csv(frame: pd.DataFrame, path: Path) -> None:
+    atomic_write_text(path, frame.to_csv(index=False, float_format="%.6g"))
+
+
+def _json_safe(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> dict:
+    """Write every report output for `cfg`'s tier; returns the manifest written to report.json."""
+    paths = ReportPaths.for_tier(cfg.results_dir, cfg.tier)
+    runset = load_tier(cfg, runs_dir if runs_dir is not None else paths.runs_dir)
+    keys = eval_keys(runset)
+    comparison = comparison_table(runset)
+    throughput = throughput_table(runset)
+    runs = runs_table(runset)
+    counts = {s: int((runset.runs["status"] == s).sum()) for s in STATUSES}
+    title = f"fp8rl {cfg.tier} report"
+
+    _csv(runs, paths.table("runs", "csv"))
+    status_note = [", ".join(f"{s}: {n}" for s, n in counts.items())]
+    atomic_write_text(paths.table("runs", "md"), to_markdown(f"{title}: runs", runs, status_note))
+    _csv(comparison, paths.table("comparison", "csv"))
+    view = comparison_view(comparison, keys)
+    atomic_write_text(paths.table("comparison", "md"), comparison_markdown(f"{title}: comparison", view))
+    _csv(throughput, paths.table("throughput", "csv"))
+    tp_view = numbers_view(throughput)
+    atomic_write_text(
+        paths.table("throughput", "md"), to_markdown(f"{title}: throughput", tp_view, THROUGHPUT_NOTES)
+    )
+
+    plots = write_plots(runset, comparison, keys, throughput, paths.plots_dir)
+
+    header = {
+        "tier": cfg.tier,
+        "config digest": cfg.digest(),
+        "git commit": git_commit() or "unknown",
+        "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "runs in matrix": str(len(runset.runs)),
+    }
+    page = render_html(
+        title=title,
+        header=header,
+        status_counts=counts,
+        problems=runset.problems,
+        sections=[("Comparison", COMPARISON_NOTES, view), ("Throughput", THROUGHPUT_NOTES, tp_view)],
+        plots=[(files[0], PLOT_CAPTIONS[name]) for name, files in plots.items()],
+        runs=runs,
+    )
+    atomic_write_text(paths.html, page)
+
+    manifest = {
+        "tier": cfg.tier,
+        "config_digest": cfg.digest(),
+        "git_commit": git_commit(),
+        "generated": header["generated"],
+        "status_counts": counts,
+        "malformed_lines": int(runset.runs["malformed_lines"].sum()),
+        "problems": runset.problems,
+        "eval_scores": keys,
+        "outputs": [str(p) for p in paths.outputs()],
+    }
+    atomic_write_json(paths.manifest, _json_safe(manifest))
+    return manifest

@@ -1,0 +1,81 @@
+"""One self-contained HTML report: tables inline, PNG plots embedded as base64 data URIs.
+
+It opens anywhere (no sibling files, no network): header with tier, config digest and git commit, run
+status counts, data problems (malformed lines, unreadable files), the comparison and throughput tables
+with their notes, the plots, and the per-run status table.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+import pandas as pd
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; font-size: 12px; margin-bottom: 1.5em; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: right; }
+th { background: #f0f0f0; } td:first-child, th:first-child { text-align: left; }
+.status-diverged { color: #b35900; font-weight: bold; } .status-failed { color: #b00; font-weight: bold; }
+.status-missing { color: #777; font-style: italic; }
+img { max-width: 100%; border: 1px solid #eee; margin-bottom: 1.5em; }
+.notes { font-size: 12px; color: #555; }
+"""
+
+
+def _table(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "<p><em>no rows</em></p>"
+    return frame.to_html(index=False, border=0, na_rep="", escape=True)
+
+
+def _notes(notes: list[str]) -> str:
+    items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    return f'<ul class="notes">{items}</ul>'
+
+
+def _image(png: Path, caption: str) -> str:
+    data = base64.b64encode(png.read_bytes()).decode("ascii")
+    return f'<h3>{html.escape(caption)}</h3><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
+
+
+def render_html(
+    *,
+    title: str,
+    header: dict[str, str],
+    status_counts: dict[str, int],
+    problems: list[str],
+    sections: list[tuple[str, list[str], pd.DataFrame]],
+    plots: list[tuple[Path, str]],
+    runs: pd.DataFrame,
+    max_problems: int = 200,
+) -> str:
+    """The report page; `sections` are (heading, notes, formatted table), `plots` (png path, caption)."""
+    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"]
+    out.append(f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>")
+    out.append(
+        "<table>"
+        + "".join(
+            f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in header.items()
+        )
+        + "</table>"
+    )
+    counts = ", ".join(f'<span class="status-{s}">{s}: {n}</span>' for s, n in status_counts.items())
+    out.append(f"<p><b>Runs</b>: {counts}</p>")
+    if problems:
+        shown = problems[:max_problems]
+        more = (
+            f"<li>… and {len(problems) - len(shown)} more (see report.json)</li>"
+            if len(problems) > len(shown)
+            else ""
+        )
+        items = "".join(f"<li><code>{html.escape(p)}</code></li>" for p in shown)
+        out.append(f"<h2>Data problems ({len(problems)})</h2><ul>{items}{more}</ul>")
+    for heading, notes, frame in sections:
+        out.append(f"<h2>{html.escape(heading)}</h2>{_notes(notes)}{_table(frame)}")
+    out.append("<h2>Plots</h2>")
+    out += [_image(png, caption) for png, caption in plots]
+    out.append(f"<h2>Runs</h2>{_table(runs)}</body></html>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,225 @@
+"""Load every run of a tier into tidy pandas frames, with each run's status.
+
+For every cell of the config's matrix, `load_tier` reads `{R}/runs/{run_id}/` (DESIGN.md §7,
+docs/interfaces.md): `summary.json`, `metrics.jsonl`, `throughput.json`, `eval/lm_eval.json`,
+`eval/agent.json`. The result is a `RunSet`:
+
+- `runs`: one row per matrix cell: the run id columns, `status` (`ok` | `diverged` | `failed` |
+  `missing`), `reason`, `step`, `steps_planned`, `malformed_lines`, and the throughput labels
+  (`emulated`, `device`, `fp8_backend`). A cell with no readable `summary.json` is `missing`, with the
+  reason; a run is never dropped.
+- `values`: the tidy frame: run id columns + `status`, `source`, `step`, `metric`, `value`, `stderr`.
+  `source` is `train` (one row per metric per step of `metrics.jsonl`; `step` set), `lm_eval` / `agent`
+  (`metric` = `{task}/{metric}`, `stderr` where given) or `throughput` (`step_time_s`, `peak_mem_mb`,
+  `{phase}/seconds`, `{phase}/tokens`, `{phase}/tokens_per_s`).
+- `problems`: one line per piece of data that could not be used, naming the file (and line).
+
+Malformed `metrics.jsonl` lines are **skipped and counted**, not fatal: a line that is not JSON, not an
+object, lacks an integer `step`, or holds a value that is not a number is left out, counted in the run's
+`malformed_lines`, and listed in `problems` as `path:line: why`; the report shows both. A report is the
+DAG's last rule and must still describe the runs that are fine. Metric values may be NaN or ±inf
+(`NaN`/`Infinity` tokens, as a diverging run logs them); `null` means absent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fp8rl.config import ExperimentConfig, RunSpec
+
+ID_COLUMNS = ["run_id", "algo", "model", "variant", "granularity", "seed"]
+STATUSES = ("ok", "diverged", "failed", "missing")
+EVAL_FILES = {"lm_eval": "eval/lm_eval.json", "agent": "eval/agent.json"}
+VALUE_COLUMNS = [*ID_COLUMNS, "status", "source", "step", "metric", "value", "stderr"]
+
+
+@dataclass
+class RunSet:
+    """All runs of one tier: status per run, the tidy values, and what could not be read."""
+
+    runs: pd.DataFrame
+    values: pd.DataFrame
+    problems: list[str] = field(default_factory=list)
+
+    def metric(self, source: str, metric: str | None = None) -> pd.DataFrame:
+        """Rows of `values` from one source (and one metric)."""
+        v = self.values[self.values["source"] == source]
+        return v if metric is None else v[v["metric"] == metric]
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def read_metrics(path: Path) -> tuple[list[dict], list[str]]:
+    """Parse metrics.jsonl, skipping malformed lines; returns (rows, problems with file:line)."""
+    rows: list[dict] = []
+    problems: list[str] = []
+    with open(path) as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                problems.append(f"{where}: malformed JSON ({exc.msg}); line skipped")
+                continue
+            if not isinstance(obj, dict):
+                problems.append(f"{where}: not a JSON object; line skipped")
+                continue
+            step = obj.get("step")
+            if not isinstance(step, int) or isinstance(step, bool):
+                problems.append(f"{where}: no integer 'step'; line skipped")
+                continue
+            bad = [k for k, v in obj.items() if v is not None and not _is_number(v)]
+            if bad:
+                problems.append(f"{where}: non-numeric value for {', '.join(map(repr, bad))}; line skipped")
+                continue
+            rows.append(
+                {k: float(v) for k, v in obj.items() if v is not None and k != "step"} | {"step": step}
+            )
+    return rows, problems
+
+
+def _read_json(path: Path, problems: list[str]) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        problems.append(f"{path}: unreadable JSON ({exc}); file ignored")
+        return None
+    if not isinstance(obj, dict):
+        problems.append(f"{path}: not a JSON object; file ignored")
+        return None
+    return obj
+
+
+def _summary_status(run_dir: Path, problems: list[str]) -> dict:
+    """status, reason, step, steps_planned from summary.json (`missing` when there is none to trust)."""
+    if not run_dir.is_dir():
+        return {"status": "missing", "reason": "no run directory"}
+    summary = _read_json(run_dir / "summary.json", problems)
+    if summary is None:
+        return {"status": "missing", "reason": "no readable summary.json"}
+    status = summary.get("status")
+    if status not in ("ok", "diverged", "failed"):
+        problems.append(f"{run_dir / 'summary.json'}: unknown status {status!r}; run counted as missing")
+        return {"status": "missing", "reason": f"unknown status {status!r} in summary.json"}
+    return {
+        "status": status,
+        "reason": summary.get("reason"),
+        "step": summary.get("step"),
+        "steps_planned": summary.get("steps_planned"),
+    }
+
+
+def _eval_values(path: Path, suite: str, problems: list[str]) -> list[dict]:
+    obj = _read_json(path, problems)
+    if obj is None:
+        return []
+    out = []
+    for i, res in enumerate(obj.get("results") or []):
+        ok = isinstance(res, dict) and res.get("task") and res.get("metric") and _is_number(res.get("value"))
+        if not ok:
+            problems.append(f"{path}: results[{i}] lacks task/metric/numeric value; entry ignored")
+            continue
+        stderr = res.get("stderr")
+        out.append(
+            {
+                "source": suite,
+                "metric": f"{res['task']}/{res['metric']}",
+                "value": float(res["value"]),
+                "stderr": float(stderr) if _is_number(stderr) else math.nan,
+            }
+        )
+    return out
+
+
+def _throughput(path: Path, problems: list[str]) -> tuple[dict, list[dict]]:
+    """(labels for the runs frame, tidy throughput values)."""
+    obj = _read_json(path, problems)
+    if obj is None:
+        return {}, []
+    labels = {k: obj.get(k) for k in ("emulated", "device", "fp8_backend")}
+    vals = [
+        {"source": "throughput", "metric": k, "value": float(obj[k])}
+        for k in ("step_time_s", "peak_mem_mb")
+        if _is_number(obj.get(k))
+    ]
+    for phase, d in (obj.get("phases") or {}).items():
+        if not isinstance(d, dict):
+            continue
+        for k in ("seconds", "tokens", "tokens_per_s"):
+            if _is_number(d.get(k)):
+                vals.append({"source": "throughput", "metric": f"{phase}/{k}", "value": float(d[k])})
+    return labels, vals
+
+
+def load_run(spec: RunSpec, runs_dir: Path) -> tuple[dict, pd.DataFrame, list[str]]:
+    """One run directory → (its row of `runs`, its tidy values, its problems)."""
+    run_dir = runs_dir / spec.run_id
+    problems: list[str] = []
+    ids = {
+        "run_id": spec.run_id,
+        "algo": spec.algo,
+        "model": spec.model,
+        "variant": spec.variant,
+        "granularity": spec.granularity,
+        "seed": spec.seed,
+    }
+    row = ids | _summary_status(run_dir, problems) | {"malformed_lines": 0}
+    frames: list[pd.DataFrame] = []
+
+    metrics_path = run_dir / "metrics.jsonl"
+    if metrics_path.is_file():
+        rows, bad = read_metrics(metrics_path)
+        row["malformed_lines"] = len(bad)
+        problems += bad
+        if rows:
+            # long form straight from the lines: a logged NaN stays, an absent metric has no row
+            items = [(r["step"], k, v) for r in rows for k, v in r.items() if k != "step"]
+            long = pd.DataFrame(items, columns=["step", "metric", "value"])
+            frames.append(long.assign(source="train", stderr=math.nan))
+
+    other: list[dict] = []
+    for suite, rel in EVAL_FILES.items():
+        other += _eval_values(run_dir / rel, suite, problems)
+    labels, tp = _throughput(run_dir / "throughput.json", problems)
+    row |= labels
+    other += tp
+    if other:
+        frames.append(pd.DataFrame(other).assign(step=math.nan))
+
+    values = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=VALUE_COLUMNS)
+    values = values.assign(**ids, status=row["status"])
+    if "stderr" not in values:
+        values["stderr"] = math.nan
+    return row, values[VALUE_COLUMNS], problems
+
+
+def load_tier(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> RunSet:
+    """Every run of `cfg`'s matrix, read from `runs_dir` (default `{results_dir}/{tier}/runs`)."""
+    runs_dir = Path(runs_dir) if runs_dir is not None else Path(cfg.results_dir) / cfg.tier / "runs"
+    rows, frames, problems = [], [], []
+    for spec in cfg.runs():
+        row, values, probs = load_run(spec, runs_dir)
+        rows.append(row)
+        if not values.empty:
+            frames.append(values)
+        problems += probs
+    runs = pd.DataFrame(rows)
+    for col in ("reason", "step", "steps_planned", "emulated", "device", "fp8_backend"):
+        if col not in runs:
+            runs[col] = None
+    values = (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=VALUE_COLUMNS)).astype(
+        {"value": float, "stderr": float, "step": float}
+    )
+    return RunSet(runs=runs, values=values, problems=problems)

@@ -1,0 +1,187 @@
+"""The report's figures (matplotlib, Agg backend), each written as PNG and SVG.
+
+One panel per (algo, model); one series per (variant, granularity), labelled `variant/granularity`
+(`bf16` alone). Curves use the seeds whose run is `ok` or `diverged`:
+
+- `entropy`: entropy vs step, mean over seeds with a min–max band; an `x` marks where a diverged run
+  stopped.
+- `clip_low_neg`: `clip/low_neg` vs step, same layout.
+- `ratio_tails`: histograms over all steps and seeds of the per-step PPO-ratio tails `ratio/p01`
+  (top row) and `ratio/p99` (bottom row), FP8 variants against bf16. The trainer logs ratio quantiles
+  per step, not per-token ratios, so this is the distribution of the tails, not of single tokens; the
+  per-token FP8-vs-BF16-shadow disagreement is `phantom/low_neg` in the comparison table.
+- `eval_scores`: per eval score, bars of the seed mean with the 95 % t-interval (no bar for n = 1).
+- `throughput`: tokens/s per phase per variant, grouped bars, labelled emulated or hardware.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from fp8rl.io import atomic_write  # noqa: E402
+from fp8rl.report.comparison import USED_STATUSES  # noqa: E402
+from fp8rl.report.load import RunSet  # noqa: E402
+from fp8rl.report.paths import PLOT_FORMATS  # noqa: E402
+
+PANEL = (4.6, 3.2)
+
+
+def series_label(variant: str, granularity: str) -> str:
+    return variant if granularity == "none" else f"{variant}/{granularity}"
+
+
+def _panels(runset: RunSet) -> list[tuple[str, str]]:
+    return list(dict.fromkeys(zip(runset.runs["algo"], runset.runs["model"], strict=False)))
+
+
+def _figure(n_cols: int, n_rows: int = 1) -> tuple[plt.Figure, np.ndarray]:
+    fig, axes = plt.subplots(
+        n_rows,
+        max(n_cols, 1),
+        figsize=(PANEL[0] * max(n_cols, 1), PANEL[1] * n_rows),
+        squeeze=False,
+        layout="constrained",
+    )
+    return fig, axes
+
+
+def _no_data(ax: plt.Axes) -> None:
+    ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="grey")
+
+
+def save_figure(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
+    """Write `name.png` and `name.svg` atomically; returns their paths."""
+    paths = []
+    for ext in PLOT_FORMATS:
+        path = out_dir / f"{name}.{ext}"
+        atomic_write(path, lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=100, bbox_inches="tight"))
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def step_curves(runset: RunSet, metric: str, title: str) -> plt.Figure:
+    panels = _panels(runset)
+    fig, axes = _figure(len(panels))
+    data = runset.metric("train", metric)
+    data = data[data["status"].isin(USED_STATUSES)]
+    for ax, (algo, model) in zip(axes[0], panels, strict=False):
+        sub = data[(data["algo"] == algo) & (data["model"] == model)]
+        ax.set_title(f"{algo} / {model}")
+        ax.set_xlabel("step")
+        ax.set_ylabel(metric)
+        if sub.empty:
+            _no_data(ax)
+            continue
+        for (variant, gran), s in sub.groupby(["variant", "granularity"], sort=False):
+            by_step = s[np.isfinite(s["value"])].groupby("step")["value"]
+            mean = by_step.mean()
+            (line,) = ax.plot(mean.index, mean.values, label=series_label(variant, gran))
+            ax.fill_between(mean.index, by_step.min(), by_step.max(), color=line.get_color(), alpha=0.2)
+            for _, run in s[s["status"] == "diverged"].groupby("run_id"):
+                last = run[np.isfinite(run["value"])].sort_values("step").tail(1)
+                ax.plot(last["step"], last["value"], "x", color=line.get_color(), markersize=9, mew=2)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{title} (mean over seeds, band = min–max; x = diverged run stopped)")
+    return fig
+
+
+def ratio_tails(runset: RunSet) -> plt.Figure:
+    panels = _panels(runset)
+    fig, axes = _figure(len(panels), 2)
+    for row, metric in enumerate(("ratio/p01", "ratio/p99")):
+        data = runset.metric("train", metric)
+        data = data[data["status"].isin(USED_STATUSES) & np.isfinite(data["value"])]
+        for ax, (algo, model) in zip(axes[row], panels, strict=False):
+            sub = data[(data["algo"] == algo) & (data["model"] == model)]
+            ax.set_title(f"{algo} / {model}: per-step {metric}")
+            ax.set_xlabel("PPO ratio π_θ/π_old")
+            ax.set_ylabel("steps")
+            if sub.empty:
+                _no_data(ax)
+                continue
+            bins = np.histogram_bin_edges(sub["value"], bins=30)
+            for (variant, gran), s in sub.groupby(["variant", "granularity"], sort=False):
+                ax.hist(s["value"], bins=bins, histtype="step", lw=1.5, label=series_label(variant, gran))
+            ax.legend(fontsize=7)
+    fig.suptitle("PPO-ratio tails per step: FP8 variants vs bf16")
+    return fig
+
+
+def eval_bars(comparison: pd.DataFrame, keys: list[str]) -> plt.Figure:
+    fig, axes = _figure(len(keys))
+    if not keys:
+        _no_data(axes[0][0])
+        return fig
+    rows = comparison[comparison["variant"] != "bf16"]
+    # bf16 once per algo/model (it repeats in every granularity group)
+    ref = comparison[comparison["variant"] == "bf16"].drop_duplicates(["algo", "model"])
+    rows = pd.concat([ref, rows]).sort_index(kind="stable")
+    labels = [
+        f"{a}/{m}\n{series_label(v, 'none' if v == 'bf16' else g)}"
+        for a, m, g, v in zip(rows["algo"], rows["model"], rows["granularity"], rows["variant"], strict=False)
+    ]
+    x = np.arange(len(rows))
+    for ax, key in zip(axes[0], keys, strict=False):
+        mean = rows[f"{key} mean"].to_numpy(float)
+        low, high = rows[f"{key} ci_low"].to_numpy(float), rows[f"{key} ci_high"].to_numpy(float)
+        err = np.vstack([mean - low, high - mean])  # NaN (n = 1): matplotlib draws no bar
+        ax.bar(
+            x,
+            np.nan_to_num(mean),
+            yerr=err,
+            capsize=3,
+            color=["grey" if "bf16" in s else "C0" for s in labels],
+        )
+        ax.set_xticks(x, labels, rotation=70, fontsize=6)
+        ax.set_title(key)
+        ax.set_ylabel("score (mean over seeds)")
+    fig.suptitle("Eval scores with 95% t-intervals over seeds (no error bar when n = 1)")
+    return fig
+
+
+def throughput_bars(table: pd.DataFrame) -> plt.Figure:
+    phases = [c for c in table.columns if c.endswith(" tok/s")]
+    panels = list(dict.fromkeys(zip(table["algo"], table["model"], strict=False)))
+    fig, axes = _figure(len(panels))
+    for ax, (algo, model) in zip(axes[0], panels, strict=False):
+        sub = table[(table["algo"] == algo) & (table["model"] == model)]
+        ax.set_title(f"{algo} / {model}")
+        ax.set_ylabel("tokens/s")
+        if sub[phases].isna().all().all():
+            _no_data(ax)
+            continue
+        x = np.arange(len(sub))
+        width = 0.8 / max(len(phases), 1)
+        for i, phase in enumerate(phases):
+            ax.bar(x + i * width, sub[phase].fillna(0), width, label=phase.removesuffix(" tok/s"))
+        ticks = [
+            f"{series_label(v, g)}\n({e or 'n/a'})"
+            for v, g, e in zip(sub["variant"], sub["granularity"], sub["execution"], strict=False)
+        ]
+        ax.set_xticks(x + 0.4 - width / 2, ticks, rotation=45, fontsize=6)
+        ax.legend(fontsize=7)
+    fig.suptitle("Throughput per phase (tokens/s, mean over seeds; emulated = no FP8 hardware)")
+    return fig
+
+
+def write_plots(
+    runset: RunSet, comparison: pd.DataFrame, keys: list[str], throughput: pd.DataFrame, out_dir: Path
+) -> dict[str, list[Path]]:
+    """Draw and save every figure; returns name → [png, svg]."""
+    figures: dict[str, Callable[[], plt.Figure]] = {
+        "entropy": lambda: step_curves(runset, "entropy", "Entropy vs step"),
+        "clip_low_neg": lambda: step_curves(runset, "clip/low_neg", "clip/low_neg vs step"),
+        "ratio_tails": lambda: ratio_tails(runset),
+        "eval_scores": lambda: eval_bars(comparison, keys),
+        "throughput": lambda: throughput_bars(throughput),
+    }
+    return {name: save_figure(make(), out_dir, name) for name, make in figures.items()}

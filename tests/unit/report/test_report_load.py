@@ -1,0 +1,92 @@
+"""Loading run directories: statuses, the tidy frame, malformed lines skipped and counted."""
+
+from __future__ import annotations
+
+import pytest
+from report_fixtures import DIVERGED, FAILED, MALFORMED, MALFORMED_LINE, MISSING, NO_KL, STEPS, write_tier
+
+from fp8rl.io import atomic_write_json
+from fp8rl.report.load import ID_COLUMNS, load_tier, read_metrics
+
+
+@pytest.fixture(scope="module")
+def tier(tmp_path_factory):
+    cfg = write_tier(tmp_path_factory.mktemp("tier"))
+    return cfg, load_tier(cfg)
+
+
+def test_every_matrix_cell_is_a_row_with_its_status(tier):
+    cfg, rs = tier
+    assert list(rs.runs["run_id"]) == [s.run_id for s in cfg.runs()]
+    status = dict(zip(rs.runs["run_id"], rs.runs["status"], strict=True))
+    assert status[DIVERGED] == "diverged"
+    assert status[FAILED] == "failed"
+    assert status[MISSING] == "missing"
+    assert rs.runs.set_index("run_id").loc[MISSING, "reason"] == "no run directory"
+    assert sum(s == "ok" for s in status.values()) == len(status) - 3
+
+
+def test_values_frame_is_tidy_and_keeps_failed_and_diverged_runs(tier):
+    _, rs = tier
+    v = rs.values
+    assert {*ID_COLUMNS, "status", "source", "step", "metric", "value"} <= set(v.columns)
+    train = rs.metric("train")
+    # one row per (run, step, metric): no duplicates
+    assert not train.duplicated(["run_id", "step", "metric"]).any()
+    assert train[train["run_id"] == FAILED]["step"].max() == 3
+    diverged = train[(train["run_id"] == DIVERGED) & (train["metric"] == "entropy")]
+    assert diverged["value"].isna().sum() == 1  # the NaN it logged is kept as NaN
+    evals = rs.metric("lm_eval")
+    assert set(evals["metric"]) == {"arith_gen/exact_match", "arith_mc/exact_match"}
+    assert set(rs.metric("agent")["metric"]) == {"tool_call/accuracy"}
+    assert evals["stderr"].eq(0.03).all()
+
+
+def test_absent_metric_stays_absent_not_zero(tier):
+    _, rs = tier
+    kl = rs.metric("train", "mismatch/kl_k3")
+    assert NO_KL not in set(kl["run_id"])
+    assert not rs.metric("train", "phantom/low_neg")["variant"].isin(["bf16", "fp8", "fp8_tis"]).any()
+
+
+def test_malformed_line_is_skipped_counted_and_named(tier):
+    _, rs = tier
+    runs = rs.runs.set_index("run_id")
+    assert runs.loc[MALFORMED, "malformed_lines"] == 1
+    assert runs["malformed_lines"].sum() == 1
+    steps = rs.metric("train", "reward/mean").query("run_id == @MALFORMED")["step"]
+    assert sorted(steps) == [s for s in range(1, STEPS + 1) if s != MALFORMED_LINE]
+    [problem] = rs.problems
+    assert f"{MALFORMED}/metrics.jsonl:{MALFORMED_LINE}: malformed JSON" in problem
+
+
+def test_read_metrics_skips_each_kind_of_bad_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(
+        '{"step": 1, "entropy": 1.0}\n'
+        "[1, 2]\n"
+        '{"entropy": 1.0}\n'
+        '{"step": 4, "entropy": "high"}\n'
+        '{"step": true, "entropy": 1.0}\n'
+        "\n"
+        '{"step": 7, "entropy": Infinity, "reward/mean": null}\n'
+        '{"step": 8, "entropy": 1.\n'
+    )
+    rows, problems = read_metrics(path)
+    assert [r["step"] for r in rows] == [1, 7]
+    assert rows[1] == {"step": 7, "entropy": float("inf")}  # null = absent
+    assert [p.split(": ")[0] for p in problems] == [f"{path}:{n}" for n in (2, 3, 4, 5, 8)]
+    assert "non-numeric value for 'entropy'" in problems[2]
+
+
+def test_unreadable_summary_or_unknown_status_is_missing_with_reason(tmp_path):
+    cfg = write_tier(tmp_path)
+    runs_dir = tmp_path / "results" / "smoke" / "runs"
+    a, b = cfg.runs()[0].run_id, cfg.runs()[1].run_id
+    (runs_dir / a / "summary.json").write_text('{"status": "ok"')
+    atomic_write_json(runs_dir / b / "summary.json", {"status": "finished"})
+    rs = load_tier(cfg)
+    runs = rs.runs.set_index("run_id")
+    assert runs.loc[a, "status"] == "missing" and "summary.json" in runs.loc[a, "reason"]
+    assert runs.loc[b, "status"] == "missing" and "'finished'" in runs.loc[b, "reason"]
+    assert any(f"{a}/summary.json: unreadable JSON" in p for p in rs.problems)
