@@ -5,11 +5,21 @@ reference trainer and the verl adapter compute exactly the same objective. Never
 """
 
 from fp8rl.rl.advantages import dynamic_sampling_mask, grpo_advantages, overlong_penalty
+from fp8rl.rl.calibration import (
+    Calibrator,
+    bounds_from_quantiles,
+    calibrated_bounds,
+    target_quantiles,
+)
 from fp8rl.rl.diagnostics import clip_stats, mismatch_kl, phantom_low_neg, ratio_quantiles
 from fp8rl.rl.losses import agg_loss, kl_penalty, policy_loss
 from fp8rl.rl.tis import tis_stats, tis_weights
 
 __all__ = [
+    "Calibrator",
+    "bounds_from_quantiles",
+    "calibrated_bounds",
+    "target_quantiles",
     "agg_loss",
     "clip_stats",
     "dynamic_sampling_mask",

@@ -78,8 +78,8 @@ def _resolve_bounds(
         low, high = (float(b) for b in bounds)
     except (TypeError, ValueError):
         raise ValueError(f"policy_loss: bounds must be a pair (low, high), got {bounds!r}") from None
-    if not 0.0 <= low < high:
-        raise ValueError(f"policy_loss: bounds must satisfy 0 <= low < high, got ({low}, {high})")
+    if not 0.0 <= low <= high:
+        raise ValueError(f"policy_loss: bounds must satisfy 0 <= low <= high, got ({low}, {high})")
     return low, high
 
 

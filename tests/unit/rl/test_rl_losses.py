@@ -164,7 +164,7 @@ def test_all_zero_mask_gives_zero_loss_that_backpropagates():
         ({"advantages": torch.tensor([float("nan"), 1.0])}, "advantages has 3 non-finite"),
         ({"loss_agg_mode": "token-sum"}, "unknown loss_agg_mode"),
         ({"clip_c": 0.9}, "clip_c"),
-        ({"bounds": (1.2, 0.8)}, "0 <= low < high"),
+        ({"bounds": (1.2, 0.8)}, "0 <= low <= high"),
         ({"kl_coef": 0.1}, "needs ref_log_prob"),
         ({"entropy_coef": 0.1}, "needs entropy"),
         ({"kl_type": "k2", "ref_log_prob": torch.zeros(2, 3), "kl_coef": 0.1}, "unknown kl_type"),
