@@ -1,0 +1,85 @@
+"""FP8 formats and the saturating, round-to-nearest-even cast.
+
+Two OCP FP8 formats (DESIGN.md §3): `e4m3` (torch `float8_e4m3fn`: no infinities, max 448, one NaN code)
+and `e5m2` (torch `float8_e5m2`: IEEE-like, max 57344). `hybrid` is not a format but a recipe choice
+(e4m3 forward, e5m2 gradients); `resolve_format` maps it to the format of one operand role.
+
+The cast is torch's own conversion (round-to-nearest-even, bit-identical to `ml_dtypes`) preceded by a
+clamp to ±max, so overflow and ±inf saturate to ±max in both formats (torchao's `to_fp8_saturated`
+convention) and NaN stays NaN (`clamp` propagates NaN).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+FORMATS = ("e4m3", "e5m2")
+RECIPE_FORMATS = ("e4m3", "e5m2", "hybrid")
+
+
+@dataclass(frozen=True)
+class FP8Format:
+    """One FP8 format: its name, torch dtype and largest finite value."""
+
+    name: str
+    dtype: torch.dtype
+    max: float
+    min_normal: float
+    min_subnormal: float
+    mantissa_bits: int
+
+
+E4M3 = FP8Format("e4m3", torch.float8_e4m3fn, 448.0, 2.0**-6, 2.0**-9, 3)
+E5M2 = FP8Format("e5m2", torch.float8_e5m2, 57344.0, 2.0**-14, 2.0**-16, 2)
+_BY_NAME = {"e4m3": E4M3, "e5m2": E5M2}
+
+
+def get_format(fmt: str | FP8Format) -> FP8Format:
+    """The `FP8Format` named `fmt` ("e4m3" or "e5m2"); ValueError naming `fmt` otherwise."""
+    if isinstance(fmt, FP8Format):
+        return fmt
+    try:
+        return _BY_NAME[fmt]
+    except (KeyError, TypeError):
+        raise ValueError(f"fmt: unknown FP8 format {fmt!r}; allowed: {', '.join(FORMATS)}") from None
+
+
+def resolve_format(fmt: str, role: str) -> FP8Format:
+    """Format of one operand role ("forward" or "grad") under a recipe-level format.
+
+    `hybrid` gives e4m3 for forward operands (activations, weights) and e5m2 for gradients, as
+    Transformer Engine's `Format.HYBRID` and torchao's tensorwise recipe.
+    """
+    if fmt == "hybrid":
+        return E5M2 if role == "grad" else E4M3
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt: unknown FP8 format {fmt!r}; allowed: {', '.join(RECIPE_FORMATS)}")
+    return get_format(fmt)
+
+
+def check_float(x: torch.Tensor, name: str = "x") -> None:
+    """ValueError naming `name` unless `x` is a floating-point tensor (fp8 inputs are refused too)."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point() or x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        raise ValueError(f"{name}: expected a float16/bfloat16/float32/float64 tensor, got {x.dtype}")
+
+
+def saturating_cast(x: torch.Tensor, fmt: str | FP8Format = "e4m3") -> torch.Tensor:
+    """Cast `x` to the FP8 dtype of `fmt`: clamp to ±max, then round to nearest even. NaN stays NaN."""
+    f = get_format(fmt)
+    return x.clamp(-f.max, f.max).to(f.dtype)
+
+
+def round_to_format(x: torch.Tensor, fmt: str | FP8Format = "e4m3") -> torch.Tensor:
+    """`x` rounded to the FP8 grid (saturating, RNE) but returned in x's dtype: the emulation primitive."""
+    return saturating_cast(x, fmt).to(x.dtype)
+
+
+def round_to_bf16(x: torch.Tensor) -> torch.Tensor:
+    """`x` rounded to bfloat16 (RNE) and returned in x's dtype: the bf16-emulation primitive (DESIGN §8)."""
+    if x.dtype == torch.bfloat16:
+        return x
+    return x.to(torch.bfloat16).to(x.dtype)

@@ -1,0 +1,235 @@
+"""Scaled FP8 quantization at five granularities: amax → scale → saturated cast (torchao's split).
+
+`quantize(x, fmt, granularity)` returns `(q, scale)` with `q` in the FP8 dtype and `scale` in fp32 such
+that `x ≈ q / scale` (torchao's convention; `torch._scaled_mm` takes the reciprocal). Granularities:
+
+- `tensorwise`: one scale, shape `()`.
+- `rowwise`: one scale per row, amax over the last dim; scale shape `x.shape[:-1] + (1,)`.
+- `block1d`: 1×`block` tiles along the last dim (DeepSeek-V3 activations); scale `x.shape[:-1] + (nb,)`.
+- `block2d`: `block`×`block` tiles of a 2-D tensor (DeepSeek-V3 weights); scale `(mb, nb)`.
+- `mx`: 1×32 tiles along the last dim with E8M0 power-of-two scales per the OCP MX v1.0 spec
+  (`X = 2^(floor(log2 amax) - emax_elem)`, elements saturated); `block` is ignored, the spec fixes 32.
+  The scale is returned as the fp32 power of two `1/X`, exponent clamped to E8M0's [-127, 127].
+
+Shapes the block does not divide are zero-padded for the amax and the scale and cropped afterwards, so
+`q` always has `x`'s shape. Scales: `fmt_max / max(amax, 1e-12)` computed in float64 then cast to fp32,
+exactly as `torchao.float8.float8_utils.amax_to_scale`; `pow2_scales` rounds them down to a power of two
+(`exp2(floor(log2(scale)))`, torchao's `round_scales_to_power_of_2`). A caller may pass `scale=` (delayed
+scaling) instead of having it computed from `x`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from fp8rl.fp8.formats import FP8Format, check_float, get_format
+
+GRANULARITIES = ("tensorwise", "rowwise", "block1d", "block2d", "mx")
+EPS = 1e-12  # torchao.float8.float8_utils.EPS
+MX_BLOCK = 32
+_EMAX = {"e4m3": 8, "e5m2": 15}  # OCP MX v1.0 Table 1: exponent of the element format's largest normal
+
+
+def _check_args(x: torch.Tensor, granularity: str, block: int) -> None:
+    check_float(x, "x")
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity: unknown {granularity!r}; allowed: {', '.join(GRANULARITIES)}")
+    if not isinstance(block, int) or block <= 0:
+        raise ValueError(f"block: must be a positive int, got {block!r}")
+    if granularity == "block2d" and x.dim() != 2:
+        raise ValueError(f"x: granularity 'block2d' needs a 2-D tensor, got shape {tuple(x.shape)}")
+    if granularity in ("rowwise", "block1d", "mx") and x.dim() < 1:
+        raise ValueError(f"x: granularity {granularity!r} needs at least 1 dim, got a scalar")
+
+
+def amax_to_scale(amax: torch.Tensor, fmt: str | FP8Format, *, pow2_scales: bool = False) -> torch.Tensor:
+    """fp32 scale `fmt_max / max(amax, eps)` (float64 arithmetic, as torchao), optionally rounded down to
+    a power of two. NaN amax gives a NaN scale."""
+    f = get_format(fmt)
+    scale = (f.max / torch.clamp(amax.to(torch.float64), min=EPS)).to(torch.float32)
+    if pow2_scales:
+        scale = torch.exp2(torch.floor(torch.log2(scale)))
+    return scale
+
+
+def mx_scale(amax: torch.Tensor, fmt: str | FP8Format) -> torch.Tensor:
+    """OCP MX v1.0 shared scale as an fp32 multiplier: `2^(emax_elem - floor(log2 amax))`, the exponent
+    clamped to E8M0's [-127, 127]; an all-zero block gets the largest scale (its elements stay 0), a block
+    holding NaN gets a NaN scale (the spec's NaN scale)."""
+    f = get_format(fmt)
+    amax = amax.to(torch.float32)
+    _, exp = torch.frexp(amax)  # amax = m * 2^exp, m in [0.5, 1)  =>  floor(log2 amax) = exp - 1
+    shared = torch.where(amax > 0, exp - 1 - _EMAX[f.name], torch.full_like(exp, -127))
+    shared = torch.where(torch.isinf(amax), torch.full_like(exp, 127), shared).clamp(-127, 127)
+    scale = torch.exp2(-shared.to(torch.float32))
+    return torch.where(torch.isnan(amax), torch.full_like(scale, float("nan")), scale)
+
+
+def _abs_max(x: torch.Tensor, dim: int | tuple[int, ...] | None = None) -> torch.Tensor:
+    """max |x| (over `dim`, keepdim) without materialising |x|: max(-min, max). NaN propagates."""
+    if dim is None:
+        lo, hi = torch.aminmax(x)
+    elif isinstance(dim, int):
+        lo, hi = torch.aminmax(x, dim=dim, keepdim=True)
+    else:
+        return x.abs().amax(dim=dim, keepdim=True)
+    return torch.maximum(-lo, hi)
+
+
+def _pad_last(x: torch.Tensor, block: int) -> torch.Tensor:
+    k = x.shape[-1]
+    pad = (-k) % block
+    return torch.nn.functional.pad(x, (0, pad)) if pad else x
+
+
+def _tiles(x: torch.Tensor, granularity: str, block: int) -> torch.Tensor:
+    """A padded view of `x` whose amax over the tile dims gives one value per scale:
+    block1d/mx → `[..., nb, block]`; block2d → `[mb, block, nb, block]`."""
+    if granularity == "block2d":
+        m, n = x.shape
+        pm, pn = (-m) % block, (-n) % block
+        if pm or pn:
+            x = torch.nn.functional.pad(x, (0, pn, 0, pm))
+        return x.reshape(x.shape[0] // block, block, x.shape[1] // block, block)
+    x = _pad_last(x, block)
+    return x.reshape(*x.shape[:-1], x.shape[-1] // block, block)
+
+
+def _untile(t: torch.Tensor, shape: torch.Size, granularity: str) -> torch.Tensor:
+    """Inverse of `_tiles`: back to the padded 2-D/N-D layout, cropped to `shape`."""
+    if granularity == "block2d":
+        t = t.reshape(t.shape[0] * t.shape[1], t.shape[2] * t.shape[3])
+        return t[: shape[0], : shape[1]]
+    t = t.reshape(*t.shape[:-2], t.shape[-2] * t.shape[-1])
+    return t[..., : shape[-1]]
+
+
+def _tile_scale(scale: torch.Tensor, granularity: str) -> torch.Tensor:
+    """Scale shaped to broadcast against `_tiles`' view."""
+    if granularity == "block2d":
+        return scale[:, None, :, None]
+    return scale.unsqueeze(-1)
+
+
+def _block_of(granularity: str, block: int) -> int:
+    return MX_BLOCK if granularity == "mx" else block
+
+
+def compute_scale(
+    x: torch.Tensor,
+    fmt: str | FP8Format = "e4m3",
+    granularity: str = "tensorwise",
+    *,
+    block: int = 128,
+    pow2_scales: bool = False,
+) -> torch.Tensor:
+    """The scale `quantize` would use for `x` (shapes as in the module docstring)."""
+    _check_args(x, granularity, block)
+    if granularity == "tensorwise":
+        amax = _abs_max(x)
+    elif granularity == "rowwise":
+        amax = _abs_max(x, -1)
+    else:
+        tiles = _tiles(x, granularity, _block_of(granularity, block))
+        amax = _abs_max(tiles, (1, 3)) if granularity == "block2d" else _abs_max(tiles, -1)
+        amax = amax[:, 0, :, 0] if granularity == "block2d" else amax.squeeze(-1)
+    if granularity == "mx":
+        return mx_scale(amax, fmt)
+    return amax_to_scale(amax, fmt, pow2_scales=pow2_scales)
+
+
+def _apply(x: torch.Tensor, scale: torch.Tensor, granularity: str, block: int, f: FP8Format, back: bool):
+    """Scale, saturate and cast `x` to FP8; with `back`, divide by the scale again (fake quantization)."""
+    if granularity in ("tensorwise", "rowwise"):
+        y = x.to(torch.float32) * scale
+        q = y.clamp_(-f.max, f.max).to(f.dtype)
+        return q.to(torch.float32).div_(scale) if back else q
+    tiles = _tiles(x.to(torch.float32), granularity, block)
+    s = _tile_scale(scale, granularity)
+    q = (tiles * s).clamp_(-f.max, f.max).to(f.dtype)
+    if back:
+        return _untile(q.to(torch.float32).div_(s), x.shape, granularity)
+    return _untile(q, x.shape, granularity)
+
+
+def quantize(
+    x: torch.Tensor,
+    fmt: str = "e4m3",
+    granularity: str = "tensorwise",
+    *,
+    block: int = 128,
+    pow2_scales: bool = False,
+    scale: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize `x` to FP8: returns `(q, scale)`, `q` in the FP8 dtype with x's shape, `scale` fp32."""
+    f = get_format(fmt)
+    _check_args(x, granularity, block)
+    if scale is None:
+        scale = compute_scale(x, f, granularity, block=block, pow2_scales=pow2_scales)
+    q = _apply(x, scale, granularity, _block_of(granularity, block), f, back=False)
+    return q.contiguous(), scale
+
+
+def dequantize(
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    granularity: str = "tensorwise",
+    *,
+    block: int = 128,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """`q / scale` in `dtype`, the scale broadcast over its tiles."""
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity: unknown {granularity!r}; allowed: {', '.join(GRANULARITIES)}")
+    if granularity in ("tensorwise", "rowwise"):
+        return (q.to(torch.float32) / scale).to(dtype)
+    tiles = _tiles(q.to(torch.float32), granularity, _block_of(granularity, block))
+    return _untile(tiles / _tile_scale(scale, granularity), q.shape, granularity).to(dtype)
+
+
+def _fake_quantize_impl(
+    x: torch.Tensor, fmt: str, granularity: str, block: int, pow2_scales: bool, scale: torch.Tensor | None
+) -> torch.Tensor:
+    f = get_format(fmt)
+    if scale is None:
+        scale = compute_scale(x, f, granularity, block=block, pow2_scales=pow2_scales)
+    return _apply(x, scale, granularity, _block_of(granularity, block), f, back=True).to(x.dtype)
+
+
+_compiled_impl = None
+_use_compile = os.environ.get("FP8RL_FP8_COMPILE", "0") == "1"
+
+
+def set_compile(enabled: bool) -> None:
+    """Run `fake_quantize` through `torch.compile` (one fused kernel per granularity: ~1.3-2x a tensor
+    copy on CPU instead of ~5-9x eagerly, see benchmarks/fp8_quant.py) at the price of a compile of a
+    few seconds per process and shape family. Off by default; `FP8RL_FP8_COMPILE=1` turns it on."""
+    global _use_compile
+    _use_compile = bool(enabled)
+
+
+def compile_enabled() -> bool:
+    return _use_compile
+
+
+def fake_quantize(
+    x: torch.Tensor,
+    fmt: str = "e4m3",
+    granularity: str = "tensorwise",
+    *,
+    block: int = 128,
+    pow2_scales: bool = False,
+    scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`dequantize(quantize(x))` in x's dtype and shape, fused (one scaled cast and back)."""
+    global _compiled_impl
+    f = get_format(fmt)
+    _check_args(x, granularity, block)
+    impl = _fake_quantize_impl
+    if _use_compile:
+        if _compiled_impl is None:
+            _compiled_impl = torch.compile(_fake_quantize_impl, dynamic=True)
+        impl = _compiled_impl
+    return impl(x, f.name, granularity, block, pow2_scales, scale)
