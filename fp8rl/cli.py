@@ -18,6 +18,8 @@ from fp8rl.config_loader import ConfigError
 COMMAND_MODULES = [
     "fp8rl.commands.config",
     "fp8rl.commands.report",
+    "fp8rl.commands.evaluate",
+    "fp8rl.commands.train",
 ]
 
 

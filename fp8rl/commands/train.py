@@ -1,0 +1,136 @@
+"""`fp8rl data`, `fp8rl sft`, `fp8rl train`: the reference trainer's commands (docs/interfaces.md).
+
+Arguments are checked before any work starts (a missing directory, a run id outside the config's
+matrix, an unknown task level: exit 2 with the problem named). `fp8rl train` exits 0 for a finished or
+a diverged run (summary.json says which) and non-zero when it crashes (status `failed`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fp8rl.commands.common import UsageError, add_config_args
+from fp8rl.config_loader import load_config
+
+
+def _require_dir(path: str, what: str, flag: str) -> Path:
+    p = Path(path)
+    if not p.is_dir():
+        raise UsageError(f"{flag} {path}: {what} not found")
+    return p
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from fp8rl.engine import tasks
+    from fp8rl.engine.data import write_data
+
+    cfg = load_config(args.file, args.set)
+    try:
+        tasks.check_levels(cfg.task.levels)
+        if cfg.task.name != "arithmetic":
+            raise ValueError(
+                f"task.name: the reference trainer generates 'arithmetic' only, got {cfg.task.name!r}"
+            )
+    except ValueError as exc:
+        raise UsageError(f"{args.file}: {exc}") from None
+    info = write_data(cfg, args.out)
+    counts = ", ".join(f"{k} {v}" for k, v in info["counts"].items())
+    print(f"wrote {args.out}: {counts}")
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from fp8rl.engine.sft import run_sft
+
+    cfg = load_config(args.file, args.set)
+    try:
+        mcfg = cfg.model(args.model)
+    except KeyError:
+        names = ", ".join(m.name for m in cfg.models)
+        raise UsageError(f"--model {args.model}: not defined in {args.file} (models: {names})") from None
+    if mcfg.source != "scratch":
+        raise UsageError(
+            f"--model {args.model}: source {mcfg.source!r}; fp8rl sft builds scratch models only"
+        )
+    data = _require_dir(args.data, "data directory", "--data")
+    if not (data / "train.jsonl").is_file():
+        raise UsageError(f"--data {args.data}: no train.jsonl (run `fp8rl data` first)")
+    info = run_sft(cfg, args.model, data, args.out, progress=not args.no_progress)
+    print(
+        f"sft {args.model}: {info['parameters']} parameters, loss {info['loss/final']:.3f}, "
+        f"test accuracy greedy {info['acc/test_greedy']:.3f} sampled {info['acc/test_sampled']:.3f}, "
+        f"{info['seconds']:.1f}s -> {args.out}"
+    )
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from fp8rl.config import find_run
+
+    cfg = load_config(args.file, args.set)
+    try:
+        run = find_run(cfg, args.run)
+    except ValueError as exc:
+        raise UsageError(f"--run: {exc}") from None
+    base = _require_dir(args.base, "base model directory", "--base")
+    if not (base / "config.json").is_file():
+        raise UsageError(f"--base {args.base}: not a model directory (no config.json; run `fp8rl sft` first)")
+    data = _require_dir(args.data, "data directory", "--data")
+    if not (data / "train.jsonl").is_file():
+        raise UsageError(f"--data {args.data}: no train.jsonl (run `fp8rl data` first)")
+    needs_ref = run.spec.calib and cfg.calib.reference == "run"
+    if needs_ref and not args.reference:
+        raise UsageError(
+            f"--reference: run {run.run_id} calibrates against a bf16 run (calib.reference: run); pass its run directory"
+        )
+    reference = None
+    if needs_ref:
+        from fp8rl.engine.rundir import reference_targets
+
+        try:
+            reference = reference_targets(args.reference, cfg.calib.population)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    from fp8rl.engine.trainer import Trainer
+
+    trainer = Trainer(
+        cfg,
+        run,
+        base_dir=base,
+        data_dir=data,
+        out_dir=Path(args.out),
+        reference=reference,
+        progress=not args.no_progress,
+    )
+    summary = trainer.run()
+    print(
+        f"{run.run_id}: {summary['status']} at step {summary['step']}/{summary['steps_planned']}"
+        + (f" ({summary['reason']})" if summary["reason"] else "")
+    )
+    return 0 if summary["status"] in ("ok", "diverged") else 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("data", help="write the task splits (train/test/tool) of a tier")
+    add_config_args(p, positional=False)
+    p.add_argument("--out", required=True, help="output directory, e.g. results/smoke/data")
+    p.set_defaults(func=cmd_data)
+
+    p = sub.add_parser("sft", help="train a scratch model's base checkpoint (BF16 warm start)")
+    add_config_args(p, positional=False)
+    p.add_argument("--model", required=True, help="a model name of the config")
+    p.add_argument("--data", required=True, help="the directory `fp8rl data` wrote")
+    p.add_argument("--out", required=True, help="output model directory, e.g. results/smoke/base/tiny")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_sft)
+
+    p = sub.add_parser("train", help="one GRPO/DAPO run of the matrix with the reference trainer")
+    add_config_args(p, positional=False)
+    p.add_argument("--run", required=True, help="run id algo/model/variant/granularity/seedN")
+    p.add_argument("--base", required=True, help="base model directory (fp8rl sft)")
+    p.add_argument("--data", required=True, help="data directory (fp8rl data)")
+    p.add_argument("--out", required=True, help="the run directory to write (resumed if it has a checkpoint)")
+    p.add_argument("--reference", help="finished bf16 run directory (calib.reference: run)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)

@@ -1,0 +1,7 @@
+"""The reference GRPO/DAPO trainer of the smoke and cpu tiers: char tokenizer, tiny Llama model,
+arithmetic tasks, SFT warm start, KV-cached rollout sampler, the training loop, kill-safe checkpoints.
+
+Modules: `tokenizer`, `model`, `tasks`, `data` (`fp8rl data`), `sft` (`fp8rl sft`), `sampler`,
+`scoring`, `rollout`, `precision` (variant → fp8rl.fp8), `checkpoint`, `rundir`, `trainer`
+(`fp8rl train`). Heavy imports happen per module, so `import fp8rl.engine` is cheap.
+"""

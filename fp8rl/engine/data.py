@@ -1,0 +1,74 @@
+"""`fp8rl data`: write a tier's task splits (docs/interfaces.md) deterministically from `task.seed`.
+
+Files in the output directory: `train.jsonl` and `test.jsonl` (arithmetic rows `id`, `level`, `prompt`,
+`answer`; no test prompt occurs in train), `tool_test.jsonl` (function-calling rows `id`, `prompt`,
+`call`) and `tool_train.jsonl` (the same format, for the SFT warm start; disjoint from the test prompts),
+plus `data.json` with the counts and the config digest of the task section.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from fp8rl.config import ExperimentConfig
+from fp8rl.engine import tasks
+from fp8rl.io import atomic_write_json, atomic_write_jsonl, read_jsonl
+
+SPLITS = ("train.jsonl", "test.jsonl", "tool_train.jsonl", "tool_test.jsonl")
+
+
+def build_splits(cfg: ExperimentConfig) -> dict[str, list[dict]]:
+    """The four splits of the config's task as lists of rows."""
+    t = cfg.task
+    if t.name != "arithmetic":
+        raise ValueError(f"task.name: the reference trainer generates 'arithmetic' only, got {t.name!r}")
+    test = tasks.generate_split(t.levels, t.n_test, t.seed, split="test")
+    train = tasks.generate_split(
+        t.levels, t.n_train, t.seed, split="train", exclude={r["prompt"] for r in test}
+    )
+    tool_test = tasks.generate_tool_split(t.n_test, t.seed, split="test")
+    test_prompts = {r["prompt"] for r in tool_test}
+    tool_train = [
+        r
+        for r in tasks.generate_tool_split(max(t.n_train // 4, 1), t.seed, split="train")
+        if r["prompt"] not in test_prompts
+    ]
+    return {
+        "train.jsonl": train,
+        "test.jsonl": test,
+        "tool_train.jsonl": tool_train,
+        "tool_test.jsonl": tool_test,
+    }
+
+
+def task_digest(cfg: ExperimentConfig) -> str:
+    blob = json.dumps(cfg.task.model_dump(mode="json"), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def write_data(cfg: ExperimentConfig, out_dir: str | Path) -> dict:
+    """Write the splits and `data.json` into `out_dir`; returns the `data.json` content."""
+    out_dir = Path(out_dir)
+    splits = build_splits(cfg)
+    for name, rows in splits.items():
+        atomic_write_jsonl(out_dir / name, rows)
+    info = {
+        "task": cfg.task.model_dump(mode="json"),
+        "task_digest": task_digest(cfg),
+        "counts": {k: len(v) for k, v in splits.items()},
+    }
+    atomic_write_json(out_dir / "data.json", info)
+    return info
+
+
+def load_split(data_dir: str | Path, name: str) -> list[dict]:
+    """Read one split; ValueError naming the file when it is missing or empty."""
+    path = Path(data_dir) / name
+    if not path.is_file():
+        raise ValueError(f"{path}: missing (run `fp8rl data` first)")
+    rows = read_jsonl(path)
+    if not rows:
+        raise ValueError(f"{path}: no rows")
+    return rows

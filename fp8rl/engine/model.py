@@ -1,0 +1,133 @@
+"""The policy model: a `transformers` Llama built from the config's `arch`, saved in Hugging Face format.
+
+`build_model` makes a randomly initialised `LlamaForCausalLM` sized by `ArchConfig` for a tokenizer;
+`save_hf` writes model + tokenizer (config.json, model.safetensors, tokenizer files, generation config)
+into a directory atomically (a temp sibling renamed into place), so that lm-eval's `hf` model and
+`AutoModelForCausalLM.from_pretrained` load it as it is. A model whose linears were swapped for FP8 or
+bf16-emulation modules is saved through its plain Llama weights only (`plain_state_dict`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+
+from fp8rl.config import ArchConfig
+
+
+def llama_config(arch: ArchConfig, tokenizer: PreTrainedTokenizerBase) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=arch.hidden_size,
+        intermediate_size=arch.intermediate_size,
+        num_hidden_layers=arch.num_layers,
+        num_attention_heads=arch.num_heads,
+        num_key_value_heads=arch.num_kv_heads or arch.num_heads,
+        max_position_embeddings=arch.max_position_embeddings,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-5,
+        initializer_range=0.02,
+        attn_implementation="sdpa",
+    )
+
+
+def build_model(arch: ArchConfig, tokenizer: PreTrainedTokenizerBase, seed: int) -> LlamaForCausalLM:
+    """A fresh fp32 Llama for `tokenizer`, initialised from `seed` (same seed, same weights)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(llama_config(arch, tokenizer))
+    _set_generation_ids(model, tokenizer)
+    return model
+
+
+def _set_generation_ids(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase) -> None:
+    gc = model.generation_config
+    gc.eos_token_id = tokenizer.eos_token_id
+    gc.pad_token_id = tokenizer.pad_token_id
+    gc.bos_token_id = tokenizer.bos_token_id
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def plain_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's weights under the plain `LlamaForCausalLM` key names (extra buffers of converted
+    linears, e.g. amax histories, are dropped)."""
+    reference = LlamaForCausalLM(model.config).state_dict() if hasattr(model, "config") else {}
+    sd = model.state_dict()
+    missing = [k for k in reference if k not in sd]
+    if missing:
+        raise ValueError(f"model lacks Llama weights {missing[:3]}... (was a linear renamed?)")
+    return {k: sd[k].detach().to(torch.float32).contiguous() for k in reference}
+
+
+def save_hf(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    out_dir: str | Path,
+    *,
+    extra: dict[str, bytes] | None = None,
+) -> Path:
+    """Write model + tokenizer to `out_dir` in Hugging Face format, atomically (replaces `out_dir`).
+
+    `extra` maps file names to bytes written into the same directory before it is renamed into place.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    try:
+        write_hf_files(model, tokenizer, tmp)
+        for name, blob in (extra or {}).items():
+            (tmp / name).write_bytes(blob)
+        _fsync_dir_files(tmp)
+        replace_dir(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def write_hf_files(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, out_dir: Path) -> None:
+    """Write the HF files (not atomically) into an existing directory."""
+    plain = LlamaForCausalLM(model.config)
+    plain.load_state_dict(plain_state_dict(model))
+    plain.generation_config = model.generation_config
+    plain.save_pretrained(str(out_dir), safe_serialization=True)
+    tokenizer.save_pretrained(str(out_dir))
+
+
+def replace_dir(src: Path, dst: Path) -> None:
+    """Move directory `src` to `dst`, replacing `dst`; at every instant `dst` or `dst.old` is complete."""
+    old = dst.with_name(dst.name + ".old")
+    if old.exists():
+        shutil.rmtree(old)
+    if dst.exists():
+        os.replace(dst, old)
+    os.replace(src, dst)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _fsync_dir_files(path: Path) -> None:
+    for f in path.iterdir():
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+
+
+def load_hf(path: str | Path) -> LlamaForCausalLM:
+    """Load a saved policy in fp32 (train mode off); a clear ValueError if the folder is not one."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{path}: not a model checkpoint (no config.json)")
+    model = LlamaForCausalLM.from_pretrained(str(path), dtype=torch.float32, attn_implementation="sdpa")
+    model.eval()
+    return model

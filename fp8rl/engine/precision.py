@@ -1,0 +1,94 @@
+"""Where the run's variant meets `fp8rl.fp8`: the policy, the rollout copy and the optimizer in the
+variant's precision.
+
+- `bf16`: the policy's transformer linears emulate bf16 (operands rounded to bf16, fp32 compute); the
+  rollout copy is bf16-emulated too; AdamW with fp32 moments. Master weights stay fp32.
+- `fp8*`: the linears run the run's FP8 recipe (granularity, `fp8.format`) in the forward and both
+  backward GEMMs (`fp8.gemms`), the rollout copy quantizes weights and activations per recipe
+  (`fp8.rollout`, optional FP8 KV cache `fp8.kv_cache`), and AdamW keeps its moments in FP8
+  (`fp8.optimizer_state`, implementation `fp8.optimizer`).
+Embeddings and `lm_head` stay high precision (as torchao and Transformer Engine recipes do).
+`shadow()` is the BF16 reference of calibrated clipping: inside it the policy's linears compute the
+exact unquantized path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+import torch
+
+from fp8rl.config import ExperimentConfig, RunSpec
+
+SKIP = ("embed_tokens", "lm_head")
+
+
+def bf16_emulation(model: torch.nn.Module) -> str:
+    """Swap the transformer linears of `model` for bf16-emulating ones, in place; returns the precision
+    name recorded in provenance ("bf16-emulated", or "fp32" while fp8rl.fp8 lacks the converter)."""
+    from fp8rl import fp8
+
+    convert = getattr(fp8, "convert_to_bf16_emulation", None)
+    if convert is None:  # transitional: the FP8 numerics package has not landed its converter yet
+        return "fp32"
+    convert(model, skip=SKIP)
+    return "bf16-emulated"
+
+
+@dataclass
+class Precision:
+    """The variant's policy (converted in place), rollout copy, optimizer and switches."""
+
+    policy: torch.nn.Module
+    rollout: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    recipe: object | None
+    fp8: bool
+    backend: str
+    emulated: bool
+    shadow: Callable[[], AbstractContextManager]
+
+    def refresh_rollout(self) -> None:
+        """Copy the trainer's current weights into the rollout copy (once per rollout batch)."""
+        self.rollout.refresh_from(self.policy)
+
+
+def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec) -> Precision:
+    """Convert `model` for `run`'s variant and build its rollout copy and optimizer."""
+    from fp8rl import fp8
+
+    spec = run.spec
+    f = cfg.fp8
+    recipe = None
+    if spec.fp8:
+        recipe = fp8.get_recipe(
+            run.granularity,
+            f.format,
+            amax_history_len=f.amax_history_len,
+            amax_compute_algo=f.amax_compute_algo,
+        )
+    if spec.fp8 and f.gemms:
+        fp8.convert_to_fp8(model, recipe, skip=SKIP)
+    else:
+        fp8.convert_to_bf16_emulation(model, skip=SKIP)
+    rollout_recipe = recipe if (spec.fp8 and f.rollout) else None
+    rollout = fp8.make_rollout_policy(model, rollout_recipe, kv_cache_fp8=bool(spec.fp8 and f.kv_cache))
+    s = cfg.schedule
+    optimizer = fp8.build_adamw(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=s.lr,
+        weight_decay=s.weight_decay,
+        betas=(0.9, 0.999),
+        eps=1e-8,
+        fp8_state=bool(spec.fp8 and f.optimizer_state),
+        impl=f.optimizer,
+    )
+    backend = fp8.fp8_backend() if spec.fp8 else "none"
+    emulated = not fp8.is_fp8_hardware()
+
+    def shadow() -> AbstractContextManager:
+        return fp8.quantization_disabled(model)
+
+    return Precision(model, rollout, optimizer, recipe, spec.fp8, backend, emulated, shadow)

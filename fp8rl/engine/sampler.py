@@ -1,0 +1,158 @@
+"""The rollout sampler: batched, KV-cached autoregressive sampling with per-token log-probs.
+
+`generate` left-pads a batch of prompts, runs one prefill forward (logits of the last position only),
+then one single-token forward per new token against the model's KV cache, sampling with temperature and
+top-p (nucleus) from an explicit `torch.Generator`, so a seed gives the same rollouts. The model is
+whatever the rollout runs: the bf16-emulated or FP8 rollout copy of the policy, so the returned
+log-probs are the rollout engine's own, and their difference from the trainer's recomputed log-probs is
+the real rollout/trainer mismatch. A log-prob is that of the sampled token under the temperature-scaled
+distribution before top-p truncation (what the trainer recomputes). A sequence ends at `<eos>` (which is
+part of its response and its mask) or at `max_new_tokens`; later positions hold `<pad>` with mask 0.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import LlamaForCausalLM
+
+# transformers >= 5.2x names the KV-cache argument `cache`; earlier releases `past_key_values`.
+CACHE_KWARG = (
+    "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else "past_key_values"
+)
+
+
+@dataclass
+class RolloutBatch:
+    """Prompts and sampled responses of one batch, laid out for the trainer's forward pass."""
+
+    input_ids: torch.Tensor  # [B, P+T] left-padded prompt, then the response (pad after it ends)
+    attention_mask: torch.Tensor  # [B, P+T] 1 on real tokens (prompt and response incl. eos)
+    prompt_len: int  # P: the padded prompt width
+    response_mask: torch.Tensor  # [B, T] float 0/1
+    log_probs: torch.Tensor  # [B, T] rollout log-probs (0 where masked)
+    truncated: torch.Tensor  # [B] bool: hit max_new_tokens without <eos>
+
+    @property
+    def responses(self) -> torch.Tensor:
+        return self.input_ids[:, self.prompt_len :]
+
+    @property
+    def response_lengths(self) -> torch.Tensor:
+        return self.response_mask.sum(-1).long()
+
+    def select(self, idx: torch.Tensor) -> RolloutBatch:
+        """The sub-batch of rows `idx`."""
+        return RolloutBatch(
+            self.input_ids[idx],
+            self.attention_mask[idx],
+            self.prompt_len,
+            self.response_mask[idx],
+            self.log_probs[idx],
+            self.truncated[idx],
+        )
+
+
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists into `(ids [B, P], mask [B, P])`."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s) :] = torch.as_tensor(list(s), dtype=torch.long)
+            mask[i, width - len(s) :] = 1
+    return ids, mask
+
+
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions counted over real tokens only (left padding does not shift them)."""
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def sample_tokens(
+    logits: torch.Tensor, *, temperature: float, top_p: float, generator: torch.Generator | None, greedy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row from `logits [B, V]`; returns (tokens [B], log-probs [B]) where the
+    log-prob is under softmax(logits / temperature) (greedy: argmax, same log-prob definition)."""
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    if greedy:
+        tok = logp.argmax(-1)
+    else:
+        probs = logp.exp()
+        if top_p < 1.0:
+            sorted_p, order = probs.sort(dim=-1, descending=True)
+            keep = sorted_p.cumsum(-1) - sorted_p < top_p  # always keeps the most likely token
+            sorted_p = sorted_p * keep
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+
+
+@torch.no_grad()
+def generate(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    greedy: bool = False,
+) -> RolloutBatch:
+    """Sample one response per prompt (repeat a prompt n times for n samples); see the module doc."""
+    if not prompts:
+        raise ValueError("generate: no prompts")
+    if max_new_tokens <= 0:
+        raise ValueError(f"generate: max_new_tokens must be > 0, got {max_new_tokens}")
+    ids, mask = left_pad(prompts, pad_id)
+    bsz, plen = ids.shape
+    out = model(
+        input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True, logits_to_keep=1
+    )
+    cache = _cache_of(out)
+    logits = out.logits[:, -1]
+    next_pos = mask.sum(-1, keepdim=True)  # [B, 1] position of the first response token
+    tokens = torch.full((bsz, max_new_tokens), pad_id, dtype=torch.long)
+    logps = torch.zeros((bsz, max_new_tokens))
+    resp_mask = torch.zeros((bsz, max_new_tokens))
+    done = torch.zeros(bsz, dtype=torch.bool)
+    full_mask = mask
+    for t in range(max_new_tokens):
+        tok, lp = sample_tokens(
+            logits, temperature=temperature, top_p=top_p, generator=generator, greedy=greedy
+        )
+        live = ~done
+        tokens[:, t] = torch.where(live, tok, torch.full_like(tok, pad_id))
+        logps[:, t] = torch.where(live, lp, torch.zeros_like(lp))
+        resp_mask[:, t] = live.float()
+        done = done | (tok == eos_id)
+        if bool(done.all()) or t == max_new_tokens - 1:
+            break
+        full_mask = torch.cat([full_mask, torch.ones((bsz, 1), dtype=full_mask.dtype)], dim=1)
+        out = model(
+            input_ids=tokens[:, t : t + 1],
+            attention_mask=full_mask,
+            position_ids=next_pos + t,
+            use_cache=True,
+            **{CACHE_KWARG: cache},
+        )
+        cache = _cache_of(out)
+        logits = out.logits[:, -1]
+    input_ids = torch.cat([ids, tokens], dim=1)
+    attention_mask = torch.cat([mask, resp_mask.long()], dim=1)
+    return RolloutBatch(input_ids, attention_mask, plen, resp_mask, logps, truncated=~done)
+
+
+def _cache_of(out) -> object:
+    return out.cache if hasattr(out, "cache") else out.past_key_values
+
+
+def decode_responses(tokenizer, batch: RolloutBatch) -> list[str]:
+    """Response texts without special tokens (the `<eos>` and padding are dropped)."""
+    return tokenizer.batch_decode(batch.responses.tolist(), skip_special_tokens=True)

@@ -1,0 +1,142 @@
+"""`fp8rl sft`: the BF16 warm start that turns a randomly initialised scratch model into the base model of
+every RL run of a tier.
+
+Supervised next-token training on `prompt -> target<eos>` pairs (arithmetic answers and, for the agent
+benchmark, `calc(op,a,b)` calls), loss on the target tokens only, AdamW with linear warm-up and cosine
+decay, linears emulating bf16 (operands rounded to bf16, fp32 compute: DESIGN.md §8). The step count
+and learning rate in `sft` are tuned per tier so that the base model is useful but imperfect on the RL
+task (greedy test accuracy roughly 20-60 %), leaving reward for RL to gain. Writes the model in Hugging
+Face format plus `sft.json` (loss curve summary, test accuracies, seconds, provenance).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from fp8rl.config import ExperimentConfig
+from fp8rl.engine import tasks
+from fp8rl.engine.data import load_split
+from fp8rl.engine.evaluate_policy import accuracy
+from fp8rl.engine.model import build_model, count_parameters, save_hf
+from fp8rl.engine.precision import bf16_emulation
+from fp8rl.engine.tokenizer import build_char_tokenizer
+from fp8rl.provenance import provenance
+
+TOOL_FRACTION = 0.2  # share of SFT batches drawn from the function-calling examples
+
+
+def _examples(tokenizer, rows: list[dict]) -> list[tuple[list[int], list[int]]]:
+    out = []
+    for r in rows:
+        p = tokenizer(r["prompt"], add_special_tokens=False)["input_ids"]
+        t = tokenizer(tasks.sft_target(r), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        out.append((p, t))
+    return out
+
+
+def collate(
+    examples: list[tuple[list[int], list[int]]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded `(input_ids, attention_mask, labels)`; labels are -100 outside the targets."""
+    width = max(len(p) + len(t) for p, t in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for i, (p, t) in enumerate(examples):
+        seq = p + t
+        ids[i, : len(seq)] = torch.tensor(seq)
+        mask[i, : len(seq)] = 1
+        labels[i, len(p) : len(seq)] = torch.tensor(t)
+    return ids, mask, labels
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
+    """Linear warm-up to `peak`, then cosine decay to 10 % of it."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    frac = (step - warmup) / max(total - warmup, 1)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def run_sft(
+    cfg: ExperimentConfig,
+    model_name: str,
+    data_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    progress: bool = True,
+) -> dict:
+    """Train the base model of `model_name` and save it to `out_dir`; returns the `sft.json` content."""
+    mcfg = cfg.model(model_name)
+    if mcfg.source != "scratch":
+        raise ValueError(
+            f"model {model_name!r}: fp8rl sft builds scratch models only (source is {mcfg.source!r})"
+        )
+    torch.set_num_threads(cfg.resources_for("sft").threads)
+    t0 = time.perf_counter()
+    tokenizer = build_char_tokenizer()
+    model = build_model(mcfg.arch, tokenizer, seed=cfg.task.seed)
+    precision = bf16_emulation(model)
+    train = _examples(tokenizer, load_split(data_dir, "train.jsonl"))
+    tool_path = Path(data_dir) / "tool_train.jsonl"
+    tool = _examples(tokenizer, load_split(data_dir, "tool_train.jsonl")) if tool_path.is_file() else []
+    s = cfg.sft
+    opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.0, betas=(0.9, 0.98))
+    gen = torch.Generator().manual_seed(cfg.task.seed)
+    warmup = max(s.steps // 20, 1)
+    losses: list[float] = []
+    model.train()
+    for step in tqdm(range(s.steps), desc=f"sft {model_name}", disable=not progress, mininterval=2.0):
+        # One pool per batch (tool calls are longer: mixing them would pad every arithmetic batch).
+        pool = tool if tool and float(torch.rand((), generator=gen)) < TOOL_FRACTION else train
+        idx = torch.randint(len(pool), (s.batch_size,), generator=gen).tolist()
+        ids, mask, labels = collate([pool[i] for i in idx], tokenizer.pad_token_id)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, s.steps, s.lr, warmup)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    train_s = time.perf_counter() - t0
+    model.eval()
+    test = load_split(data_dir, "test.jsonl")
+    eval_gen = torch.Generator().manual_seed(cfg.task.seed + 1)
+    acc_greedy = accuracy(model, tokenizer, test, max_new_tokens=cfg.schedule.max_new_tokens, greedy=True)
+    acc_sampled = accuracy(
+        model,
+        tokenizer,
+        test,
+        max_new_tokens=cfg.schedule.max_new_tokens,
+        temperature=cfg.schedule.temperature,
+        generator=eval_gen,
+    )
+    tail = losses[-max(len(losses) // 10, 1) :]
+    info = {
+        "model": model_name,
+        "parameters": count_parameters(model),
+        "steps": s.steps,
+        "batch_size": s.batch_size,
+        "lr": s.lr,
+        "precision": precision,
+        "examples": len(train) + len(tool),
+        "loss/first": losses[0] if losses else None,
+        "loss/final": sum(tail) / len(tail) if tail else None,
+        "acc/test_greedy": acc_greedy,
+        "acc/test_sampled": acc_sampled,
+        "n_test": len(test),
+        "seconds": round(time.perf_counter() - t0, 3),
+        "train_seconds": round(train_s, 3),
+        "threads": torch.get_num_threads(),
+        "provenance": provenance(cfg.digest()),
+    }
+    import json
+
+    save_hf(model, tokenizer, out_dir, extra={"sft.json": (json.dumps(info, indent=2) + "\n").encode()})
+    return info

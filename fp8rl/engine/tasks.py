@@ -1,0 +1,152 @@
+"""Synthetic arithmetic tasks: deterministic generation, the verifier reward, the format check, and the
+function-calling format that the agent benchmark evaluates.
+
+Levels (`task.levels` in the config):
+
+| level    | prompt          | answer |
+|----------|-----------------|--------|
+| `add1`   | `3+5=`          | `8`    |
+| `add2`   | `12+45=`        | `57`   |
+| `add3`   | `123+456=`      | `579`  |
+| `sub2`   | `45-12=`        | `33` (may be negative) |
+| `sub3`   | `123-456=`      | `-333` |
+| `mixed2` | `12+45-30=`     | `27` (two steps) |
+
+The tool format asks for a call instead of the result: prompt `tool:12+45=`, target `calc(add,12,45)`.
+A response is the generated text up to `<eos>`; `reward` is 1.0 for an exact integer match with the
+answer, else 0.0; `format_ok` says whether it is an integer at all (the gibberish rate counts the rest).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+_INT = re.compile(r"-?\d+")
+_CALL = re.compile(r"calc\((add|sub|mul),(-?\d+),(-?\d+)\)")
+TOOL_OPS = {"add": "+", "sub": "-"}
+
+
+@dataclass(frozen=True)
+class Level:
+    """How one difficulty level draws a problem: (prompt body without '=', integer answer)."""
+
+    name: str
+    draw: Callable[[random.Random], tuple[str, int]]
+
+
+def _binary(lo: int, hi: int, op: str) -> Callable[[random.Random], tuple[str, int]]:
+    def draw(rng: random.Random) -> tuple[str, int]:
+        a, b = rng.randint(lo, hi), rng.randint(lo, hi)
+        return f"{a}{op}{b}", a + b if op == "+" else a - b
+
+    return draw
+
+
+def _two_step(rng: random.Random) -> tuple[str, int]:
+    a, b, c = rng.randint(10, 99), rng.randint(10, 99), rng.randint(10, 99)
+    return f"{a}+{b}-{c}", a + b - c
+
+
+LEVELS: dict[str, Level] = {
+    "add1": Level("add1", _binary(0, 9, "+")),
+    "add2": Level("add2", _binary(10, 99, "+")),
+    "add3": Level("add3", _binary(100, 999, "+")),
+    "sub2": Level("sub2", _binary(10, 99, "-")),
+    "sub3": Level("sub3", _binary(100, 999, "-")),
+    "mixed2": Level("mixed2", _two_step),
+}
+
+
+def check_levels(levels: list[str]) -> None:
+    """ValueError naming the unknown level(s) and the allowed ones."""
+    bad = [lv for lv in levels if lv not in LEVELS]
+    if bad:
+        raise ValueError(f"task.levels: unknown level {', '.join(bad)}; allowed: {', '.join(LEVELS)}")
+
+
+def generate_split(
+    levels: list[str], n: int, seed: int, *, split: str, exclude: set[str] = frozenset()
+) -> list[dict]:
+    """`n` distinct problems cycling through `levels`, from a seed; rows as docs/interfaces.md
+    (`id`, `level`, `prompt`, `answer`). Prompts in `exclude` (another split's) are skipped, so test
+    problems never appear in training."""
+    check_levels(levels)
+    rng = random.Random(f"{seed}:{split}")
+    rows: list[dict] = []
+    seen = set(exclude)
+    attempts = 0
+    while len(rows) < n:
+        attempts += 1
+        if attempts > 50 * n + 1000:
+            raise ValueError(f"cannot draw {n} distinct {split} problems from levels {levels}")
+        level = LEVELS[levels[len(rows) % len(levels)]]
+        body, answer = level.draw(rng)
+        prompt = body + "="
+        if prompt in seen:
+            continue
+        seen.add(prompt)
+        rows.append(
+            {
+                "id": f"{level.name}-{len(rows):06d}",
+                "level": level.name,
+                "prompt": prompt,
+                "answer": str(answer),
+            }
+        )
+    return rows
+
+
+def generate_tool_split(n: int, seed: int, *, split: str, digits: tuple[int, int] = (10, 99)) -> list[dict]:
+    """Function-calling problems: prompt `tool:a+b=` asks for the call `calc(add,a,b)` (or `sub`)."""
+    rng = random.Random(f"{seed}:tool:{split}")
+    rows = []
+    for i in range(n):
+        op = "add" if i % 2 == 0 else "sub"
+        a, b = rng.randint(*digits), rng.randint(*digits)
+        rows.append(
+            {
+                "id": f"tool-{i:06d}",
+                "prompt": f"tool:{a}{TOOL_OPS[op]}{b}=",
+                "call": {"name": "calc", "arguments": {"op": op, "a": a, "b": b}},
+            }
+        )
+    return rows
+
+
+def format_call(call: dict) -> str:
+    """The target text of a tool row: `calc(op,a,b)`."""
+    args = call["arguments"]
+    return f"{call['name']}({args['op']},{args['a']},{args['b']})"
+
+
+def parse_call(text: str) -> dict | None:
+    """Parse a generated `calc(op,a,b)` call (the whole stripped response); None if it is not one."""
+    m = _CALL.fullmatch(text.strip())
+    if not m:
+        return None
+    return {"name": "calc", "arguments": {"op": m.group(1), "a": int(m.group(2)), "b": int(m.group(3))}}
+
+
+def extract_answer(response: str) -> str | None:
+    """The integer a response states: its stripped text if that is an integer, else None."""
+    text = response.strip()
+    return text if _INT.fullmatch(text) else None
+
+
+def format_ok(response: str) -> bool:
+    """Whether a response has the answer format (one integer, nothing else)."""
+    return extract_answer(response) is not None
+
+
+def reward(response: str, answer: str) -> float:
+    """The verifier reward: 1.0 if the response is exactly the answer's integer, else 0.0."""
+    got = extract_answer(response)
+    return 1.0 if got is not None and int(got) == int(answer) else 0.0
+
+
+def sft_target(row: dict) -> str:
+    """The SFT completion of a data row (the answer, or the call for a tool row), without `<eos>`."""
+    return format_call(row["call"]) if "call" in row else row["answer"]

@@ -1,0 +1,56 @@
+"""The character-level tokenizer of scratch models, saved as a Hugging Face `PreTrainedTokenizerFast`.
+
+Every character of the task alphabet (digits, arithmetic signs, the letters and punctuation of the
+function-calling format) is one token; `<pad>`, `<bos>`, `<eos>` and `<unk>` are special tokens. The
+tokenizer adds no special tokens when encoding (lm-eval's `hf` model encodes prompts without them too);
+the trainer appends `<eos>` to SFT targets and the sampler stops on it. Built with the `tokenizers`
+library (a `WordLevel` model over single-character pre-tokens, a `Fuse` decoder), so
+`AutoTokenizer.from_pretrained(dir)` loads it with no custom code.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+from transformers import PreTrainedTokenizerFast
+
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
+# Digits and signs of the arithmetic prompts, the lower-case letters and punctuation of `calc(op,a,b)`
+# calls and `tool:` prompts, and a space and newline for free text.
+ALPHABET = string.digits + "+-*=?:(),. \n" + string.ascii_lowercase
+
+
+def build_char_tokenizer(alphabet: str = ALPHABET) -> PreTrainedTokenizerFast:
+    """A fresh char tokenizer over `alphabet` (ids: the special tokens first, then the characters)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    chars = list(dict.fromkeys(alphabet))
+    vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS, *chars])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<bos>",
+        eos_token="<eos>",
+        unk_token="<unk>",
+        padding_side="left",
+        model_max_length=4096,
+        clean_up_tokenization_spaces=False,
+    )
+    return fast
+
+
+def save_tokenizer(tokenizer: PreTrainedTokenizerFast, out_dir: str | Path) -> None:
+    tokenizer.save_pretrained(str(out_dir))
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
+    """Load a saved tokenizer (any `AutoTokenizer`-loadable directory); left padding for generation."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(path))
+    tok.padding_side = "left"
+    return tok
