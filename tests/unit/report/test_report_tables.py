@@ -1,0 +1,139 @@
+"""Comparison and throughput tables on synthetic runs: shapes, counts and values (CIs vs scipy)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from report_fixtures import (
+    DIVERGED,
+    FAILED,
+    MISSING,
+    STEP_TIME,
+    entropy,
+    eval_score,
+    seeds_used,
+    steps_of,
+    write_tier,
+)
+from scipy import stats
+
+from fp8rl.report.comparison import comparison_table
+from fp8rl.report.load import load_tier
+from fp8rl.report.markdown import comparison_markdown, comparison_view
+from fp8rl.report.summaries import eval_keys
+from fp8rl.report.throughput import throughput_table
+
+KEY = "arith_gen/exact_match"
+
+
+@pytest.fixture(scope="module")
+def tier(tmp_path_factory):
+    cfg = write_tier(tmp_path_factory.mktemp("tier"))
+    rs = load_tier(cfg)
+    return cfg, rs, comparison_table(rs).set_index(["algo", "variant"])
+
+
+def test_one_row_per_algo_and_variant_with_every_column(tier):
+    _, rs, table = tier
+    assert len(table) == 2 * 4
+    assert set(table["granularity"]) == {"tensorwise"}
+    keys = eval_keys(rs)
+    assert keys == ["arith_gen/exact_match", "arith_mc/exact_match", "tool_call/accuracy"]
+    for key in keys:
+        for suffix in ("mean", "ci_low", "ci_high", "n", "delta", "delta_ci_low", "delta_ci_high"):
+            assert f"{key} {suffix}" in table.columns
+    for col in (
+        "final_reward",
+        "best_reward",
+        "peak_entropy",
+        "clip_low_neg",
+        "phantom_low_neg",
+        "mismatch_kl_k3",
+    ):
+        assert col in table.columns
+
+
+def test_status_counts_never_drop_a_run(tier):
+    _, _, t = tier
+    assert (t["runs"] == 2).all()
+    assert (t["ok"] + t["diverged"] + t["failed"] + t["missing"] == t["runs"]).all()
+    assert t.loc[("dapo", "fp8"), ["ok", "diverged"]].tolist() == [1, 1]
+    assert t.loc[("dapo", "fp8_tis"), ["ok", "failed"]].tolist() == [1, 1]
+    assert t.loc[("grpo", "fp8_calib"), ["ok", "missing"]].tolist() == [1, 1]
+
+
+@pytest.mark.parametrize("algo,variant", [("grpo", "fp8"), ("dapo", "fp8"), ("dapo", "fp8_calib")])
+def test_eval_mean_ci_and_delta_match_scipy(tier, algo, variant):
+    cfg, _, t = tier
+    x = [eval_score(s, "arith_gen") for s in seeds_used(cfg, algo, variant)]
+    ref = [eval_score(s, "arith_gen") for s in seeds_used(cfg, algo, "bf16")]
+    row = t.loc[(algo, variant)]
+    ci = stats.ttest_1samp(x, 0.0).confidence_interval(0.95)
+    assert row[f"{KEY} mean"] == pytest.approx(np.mean(x))
+    assert (row[f"{KEY} ci_low"], row[f"{KEY} ci_high"]) == pytest.approx((ci.low, ci.high))
+    d = stats.ttest_ind(x, ref, equal_var=False).confidence_interval(0.95)
+    assert row[f"{KEY} delta"] == pytest.approx(np.mean(x) - np.mean(ref))
+    assert (row[f"{KEY} delta_ci_low"], row[f"{KEY} delta_ci_high"]) == pytest.approx((d.low, d.high))
+    assert math.isnan(t.loc[(algo, "bf16"), f"{KEY} delta"])
+
+
+def test_single_seed_has_no_interval_and_says_so(tier):
+    _, rs, t = tier
+    for algo, variant in [("grpo", "fp8_calib"), ("dapo", "fp8_tis")]:  # one missing, one failed seed
+        row = t.loc[(algo, variant)]
+        assert row[f"{KEY} n"] == 1
+        assert not math.isnan(row[f"{KEY} mean"])
+        assert math.isnan(row[f"{KEY} ci_low"]) and math.isnan(row[f"{KEY} delta_ci_low"])
+    md = comparison_markdown("t", comparison_view(comparison_table(rs), eval_keys(rs)))
+    assert "n=1, no CI" in md and "Student t-interval" in md and "Welch" in md
+
+
+def test_diverged_run_enters_the_diagnostics(tier):
+    cfg, _, t = tier
+    runs = {s.run_id: s for s in cfg.runs()}
+    div, ok = runs[DIVERGED], runs[DIVERGED.replace("seed1", "seed0")]
+    peaks = [
+        max(entropy(ok, s) for s in range(1, steps_of(ok) + 1)),
+        max(entropy(div, s) for s in range(1, steps_of(div) + 1)),
+    ]
+    assert t.loc[("dapo", "fp8"), "peak_entropy"] == pytest.approx(np.mean(peaks))
+    assert t.loc[("dapo", "fp8"), "peak_entropy n"] == 2
+
+
+def test_missing_metric_lowers_n_and_phantom_only_for_calib(tier):
+    _, _, t = tier
+    assert t.loc[("grpo", "bf16"), "mismatch_kl_k3 n"] == 1  # NO_KL never logged it
+    assert t.loc[("dapo", "bf16"), "mismatch_kl_k3 n"] == 2
+    assert math.isnan(t.loc[("grpo", "fp8"), "phantom_low_neg"])
+    assert t.loc[("dapo", "fp8_calib"), "phantom_low_neg"] == pytest.approx(0.004)
+
+
+def test_throughput_table_values(tier):
+    _, rs, _ = tier
+    tp = throughput_table(rs).set_index(["algo", "variant"])
+    assert len(tp) == 8
+    assert set(tp["execution"]) == {"emulated"}
+    assert tp.loc[("grpo", "fp8"), "speedup_vs_bf16"] == pytest.approx(STEP_TIME["bf16"] / STEP_TIME["fp8"])
+    assert tp.loc[("grpo", "bf16"), "speedup_vs_bf16"] == pytest.approx(1.0)
+    assert tp.loc[("dapo", "fp8_calib"), "calib_overhead_pct"] == pytest.approx(100 * 0.1 / (1.0 + 0.2 + 0.5))
+    assert math.isnan(tp.loc[("dapo", "fp8"), "calib_overhead_pct"])
+    assert tp.loc[("dapo", "fp8_tis"), "runs_measured"] == 1  # the failed seed wrote no throughput.json
+    assert tp.loc[("grpo", "fp8_calib"), "runs_measured"] == 1  # the missing one neither
+    assert tp.loc[("grpo", "bf16"), "rollout tok/s"] == pytest.approx(768.0)
+
+
+def test_unrun_granularity_group_is_all_missing_with_bf16_reference(tmp_path):
+    cfg = write_tier(tmp_path)
+    cfg.matrix.granularities = ["tensorwise", "blockwise"]  # blockwise runs were never written
+    rs = load_tier(cfg)
+    t = comparison_table(rs)
+    block = t[(t["algo"] == "grpo") & (t["granularity"] == "blockwise")].set_index("variant")
+    assert list(block.index) == ["bf16", "fp8", "fp8_tis", "fp8_calib"]
+    assert block.loc["bf16", "ok"] == 2  # the reference rows repeat in each group
+    assert (block.loc[["fp8", "fp8_tis", "fp8_calib"], "missing"] == 2).all()
+    assert block.loc["fp8", f"{KEY} n"] == 0 and math.isnan(block.loc["fp8", f"{KEY} mean"])
+    tp = throughput_table(rs)
+    assert (tp[tp["granularity"] == "blockwise"]["runs_measured"] == 0).all()
+    assert FAILED in set(rs.runs["run_id"]) and MISSING in set(rs.runs["run_id"])
