@@ -12,10 +12,18 @@ from fp8rl.rl.calibration import (
     target_quantiles,
 )
 from fp8rl.rl.diagnostics import clip_stats, mismatch_kl, phantom_low_neg, ratio_quantiles
+from fp8rl.rl.entropy import entropy_from_logits
+from fp8rl.rl.gibberish import GibberishRules, gibberish_rate, gibberish_reason
 from fp8rl.rl.losses import agg_loss, kl_penalty, policy_loss
+from fp8rl.rl.stability import EntropySpikeDetector
 from fp8rl.rl.tis import tis_stats, tis_weights
 
 __all__ = [
+    "EntropySpikeDetector",
+    "GibberishRules",
+    "entropy_from_logits",
+    "gibberish_rate",
+    "gibberish_reason",
     "Calibrator",
     "bounds_from_quantiles",
     "calibrated_bounds",
