@@ -69,7 +69,7 @@ def read_metrics(path: Path) -> tuple[list[dict], list[str]]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                problems.append(f"{where}: malformed JSON ({exc.msg}); line skipped")
+                problems.append(f"{where}: malformed JSON ({exc.msg}, column {exc.colno}); line skipped")
                 continue
             if not isinstance(obj, dict):
                 problems.append(f"{where}: not a JSON object; line skipped")

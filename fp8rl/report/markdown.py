@@ -38,7 +38,9 @@ def fmt(x: float, digits: int = 3) -> str:
         return ""
     if isinstance(x, float) and math.isinf(x):
         return "inf" if x > 0 else "-inf"
-    return f"{x:.{digits}g}" if abs(x) >= 1000 or (x != 0 and abs(x) < 1e-3) else f"{x:.{digits}f}"
+    if abs(x) >= 100:
+        return f"{x:.0f}"
+    return f"{x:.{digits}g}" if x != 0 and abs(x) < 1e-3 else f"{x:.{digits}f}"
 
 
 def fmt_ci(est: float, low: float, high: float, missing_ci: str, *, signed: bool = False) -> str:
@@ -83,7 +85,7 @@ def to_markdown(title: str, view: pd.DataFrame, notes: list[str] = ()) -> str:
     parts = [f"# {title}", ""]
     if notes:
         parts += [f"- {n}" for n in notes] + [""]
-    parts.append(view.to_markdown(index=False) if not view.empty else "_no rows_")
+    parts.append(view.to_markdown(index=False, disable_numparse=True) if not view.empty else "_no rows_")
     return "\n".join(parts) + "\n"
 
 
@@ -92,7 +94,12 @@ def comparison_markdown(title: str, view: pd.DataFrame) -> str:
     parts = [f"# {title}", "", *(f"- {n}" for n in COMPARISON_NOTES), ""]
     for (algo, model, gran), sub in view.groupby(["algo", "model", "granularity"], sort=False):
         parts += [f"## {algo} / {model} / {gran}", ""]
-        parts += [sub.drop(columns=["algo", "model", "granularity"]).to_markdown(index=False), ""]
+        parts += [
+            sub.drop(columns=["algo", "model", "granularity"]).to_markdown(
+                index=False, disable_numparse=True
+            ),
+            "",
+        ]
     if view.empty:
         parts.append("_no rows_")
     return "\n".join(parts) + "\n"
