@@ -2,8 +2,8 @@
 
 `H = logsumexp(z) - sum(softmax(z) * z)` (as verl's `entropy_from_logits`), computed in fp32 over
 `chunk_size` token rows at a time. Only valid tokens (mask = 1) are computed; padding gets 0. When the
-logits require grad, each chunk runs under activation checkpointing, so the backward pass also holds only
-one chunk's [chunk, V] intermediates at a time instead of the whole [B, T, V].
+logits require grad and span more than one chunk, each chunk runs under activation checkpointing, so
+the backward pass also holds only one chunk's [chunk, V] intermediates at a time, not [B, T, V].
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def entropy_from_logits(
             raise ValueError(f"entropy_from_logits: mask has shape {tuple(m.shape)}, logits {(b, t, v)}")
     flat = logits.reshape(b * t, v)
     rows = m.reshape(-1).nonzero().squeeze(-1)
-    use_ckpt = logits.requires_grad and torch.is_grad_enabled()
+    # checkpointing costs a recompute (and ~seconds on its first call): only worth it beyond one chunk
+    use_ckpt = logits.requires_grad and torch.is_grad_enabled() and rows.numel() > chunk_size
     parts = []
     for start in range(0, rows.numel(), chunk_size):
         idx = rows[start : start + chunk_size]

@@ -83,8 +83,8 @@ def test_entropy_matches_torch_distributions_and_masks():
 
 def test_entropy_gradient_and_bounded_saved_memory():
     g = torch.Generator().manual_seed(2)
-    logits = torch.randn(16, 64, 512, generator=g, requires_grad=True)
-    mask = torch.ones(16, 64)
+    logits = torch.randn(8, 32, 256, generator=g, requires_grad=True)
+    mask = torch.ones(8, 32)
     saved: list[torch.Tensor] = []
 
     def pack(t):
@@ -92,7 +92,7 @@ def test_entropy_gradient_and_bounded_saved_memory():
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        h = entropy_from_logits(logits, mask, chunk_size=64)
+        h = entropy_from_logits(logits, mask, chunk_size=16)
     extra = sum(
         t.numel() * t.element_size()
         for t in saved
