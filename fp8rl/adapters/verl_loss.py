@@ -1,0 +1,213 @@
+"""fp8rl's policy losses inside verl: `fp8rl_clip` and `calibrated_clip`, registered on import.
+
+verl's actor calls a registered policy loss as `fn(old_log_prob, log_prob, advantages, response_mask,
+loss_agg_mode, config, rollout_is_weights)` and expects `(loss, metrics)`. Both losses here are
+`fp8rl.rl.policy_loss` (the same function the reference trainer uses) with verl's rollout-correction
+weights as `is_weights`:
+
+- `fp8rl_clip`: fixed bounds `(1 - clip_ratio_low, 1 + clip_ratio_high)` from verl's actor config: the
+  PPO-clip objective of verl's `vanilla`, plus the DESIGN.md §6 `clip/*` diagnostics on every run (the
+  bf16 runs' clip fractions are what `calib.reference: run` reads).
+- `calibrated_clip`: bounds from `fp8rl.rl.Calibrator` (DESIGN.md §5), one per worker process.
+
+The dual clip `clip_c` and the calibration options come from the JSON file named by the
+`FP8RL_VERL_LOSS` environment variable (`verl_overrides.loss_spec`); without it, `clip_c` falls back to
+verl's `clip_ratio_c` and calibration cannot run. The loss is rescaled from fp8rl's local aggregation to
+verl's global one (`config.global_batch_info`: dp_size, batch_num_tokens, global_batch_size), so
+gradient accumulation over micro-batches and data-parallel ranks matches verl's `agg_loss`.
+
+verl loads this module in every Ray worker through `VERL_USE_EXTERNAL_MODULES=fp8rl.adapters.verl_loss`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import torch
+from verl.trainer.ppo.core_algos import register_policy_loss
+
+from fp8rl.rl import policy_loss
+from fp8rl.rl.calibration import Calibrator
+
+SPEC_ENV = "FP8RL_VERL_LOSS"
+
+_spec_cache: dict[str, Any] | None = None
+_calibrator: Calibrator | None = None
+
+
+def load_spec(reload: bool = False) -> dict[str, Any]:
+    """The loss spec from `$FP8RL_VERL_LOSS` (a JSON file path); `{}` when the variable is unset."""
+    global _spec_cache
+    if _spec_cache is None or reload:
+        path = os.environ.get(SPEC_ENV)
+        if not path:
+            _spec_cache = {}
+        else:
+            try:
+                with open(path) as fh:
+                    _spec_cache = json.load(fh)
+            except (OSError, json.JSONDecodeError) as exc:
+                raise RuntimeError(f"{SPEC_ENV}={path}: cannot read the fp8rl loss spec ({exc})") from None
+    return _spec_cache
+
+
+def reset() -> None:
+    """Forget the cached spec and calibrator (tests; a worker re-reading a changed spec)."""
+    global _spec_cache, _calibrator
+    _spec_cache, _calibrator = None, None
+
+
+def _cfg(config: Any, key: str, default: Any = None) -> Any:
+    getter = getattr(config, "get", None)
+    value = getter(key, default) if getter is not None else getattr(config, key, default)
+    return default if value is None else value
+
+
+def _clip_c(config: Any, spec: dict[str, Any]) -> float | None:
+    if "clip_c" in spec:
+        return None if spec["clip_c"] is None else float(spec["clip_c"])
+    return float(_cfg(config, "clip_ratio_c", 3.0))
+
+
+def _clip_range(config: Any) -> tuple[float, float]:
+    clip = float(_cfg(config, "clip_ratio", 0.2))
+    return float(_cfg(config, "clip_ratio_low", clip)), float(_cfg(config, "clip_ratio_high", clip))
+
+
+def _global_scale(mask: torch.Tensor, loss_agg_mode: str, info: dict[str, Any]) -> float:
+    """Factor turning fp8rl's local aggregation into verl's global one (1.0 without global info)."""
+    dp_size = int(info.get("dp_size") or 1)
+    if loss_agg_mode == "token-mean":
+        total = info.get("batch_num_tokens")
+        local = float(mask.sum())
+    else:
+        total = info.get("global_batch_size")
+        local = float((mask.sum(dim=-1) > 0).sum())
+    if total is None:
+        if dp_size > 1:
+            raise ValueError(
+                f"verl global_batch_info lacks the global count for {loss_agg_mode} (dp_size > 1)"
+            )
+        return 1.0
+    total = float(total)
+    return 0.0 if total == 0 else local / total * dp_size
+
+
+def _metrics(m: dict[str, float]) -> dict[str, float]:
+    """fp8rl metrics plus verl's own names for the same quantities, so verl's dashboards keep working."""
+    out = dict(m)
+    if "loss/ppo_kl" in m:
+        out["actor/ppo_kl"] = m["loss/ppo_kl"]
+    return out
+
+
+def _run(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str,
+    config: Any,
+    rollout_is_weights: torch.Tensor | None,
+    bounds: tuple[float, float] | None,
+    extra: dict[str, float],
+) -> tuple[torch.Tensor, dict[str, float]]:
+    mask = response_mask.bool()
+    clip_low, clip_high = _clip_range(config)
+    loss, m = policy_loss(
+        log_prob,
+        old_log_prob,
+        advantages,
+        mask,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        clip_c=_clip_c(config, load_spec()),
+        loss_agg_mode=loss_agg_mode,
+        is_weights=rollout_is_weights,
+        bounds=bounds,
+    )
+    info = dict(_cfg(config, "global_batch_info", {}) or {})
+    loss = loss * _global_scale(mask, loss_agg_mode, info)
+    return loss, _metrics({**m, **extra})
+
+
+@register_policy_loss("fp8rl_clip")
+def fp8rl_clip_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO-clip with fixed bounds through `fp8rl.rl.policy_loss` (verl's `vanilla` + §6 diagnostics)."""
+    if config is None:
+        raise ValueError("fp8rl_clip: verl passes the actor config; got None")
+    return _run(
+        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights, None, {}
+    )
+
+
+def calibrator(config: Any) -> Calibrator:
+    """This process's calibrator, built once from verl's clip ratios and the spec's calib section."""
+    global _calibrator
+    if _calibrator is None:
+        calib = load_spec().get("calib")
+        if not calib:
+            raise RuntimeError(
+                f"calibrated_clip: no calibration options; set {SPEC_ENV} to the run's verl_loss.json "
+                "(fp8rl verl train writes it)"
+            )
+        clip_low, clip_high = _clip_range(config)
+        _calibrator = Calibrator(
+            clip_low,
+            clip_high,
+            reference=calib["reference"],
+            population=calib.get("population", "all"),
+            upper=calib.get("upper", "proportional"),
+            low_range=tuple(calib.get("low_range", (0.5, 1.0))),
+            momentum=float(calib.get("momentum", 0.0)),
+        )
+    return _calibrator
+
+
+@register_policy_loss("calibrated_clip")
+def calibrated_clip_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO-clip whose bounds come from calibrated clipping (DESIGN.md §5) on this micro-batch's ratios."""
+    if config is None:
+        raise ValueError("calibrated_clip: verl passes the actor config; got None")
+    cal = calibrator(config)
+    calib = load_spec()["calib"]
+    mask = response_mask.bool()
+    with torch.no_grad():
+        log_ratio = torch.clamp(log_prob.detach() - old_log_prob.detach(), -20.0, 20.0)
+        ratio = torch.exp(log_ratio)
+    low, high, extra = cal.bounds(
+        ratio,
+        advantages,
+        mask,
+        target_q=calib.get("target_q"),
+        target_q_high=calib.get("target_q_high"),
+    )
+    return _run(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode,
+        config,
+        rollout_is_weights,
+        (low, high),
+        extra,
+    )

@@ -1,0 +1,297 @@
+"""One matrix cell of the typed config -> verl's Hydra overrides for `ppo_megatron_trainer`.
+
+`verl_overrides(cfg, spec, paths)` returns the `key=value` strings that `python -m verl.trainer.main_ppo
+--config-name ppo_megatron_trainer` takes: model and parallelism, GRPO vs DAPO (clip bounds, dual clip,
+dynamic sampling, overlong buffer, loss aggregation), FP8 rollout (vLLM `quantization=fp8`), FP8
+training through Megatron / Transformer Engine with the granularity's recipe, TIS through verl's rollout
+correction, and the fp8rl policy losses (`fp8rl_clip`, `calibrated_clip`; see `verl_loss`).
+
+What verl cannot run is refused here with an `AdapterError` naming the config key, before any job starts:
+`rowwise` (Megatron has no per-row recipe), `fp8.format: e5m2` (Megatron takes e4m3 or hybrid), and
+`calib.reference: shadow` (verl's actor exposes no unquantized re-scoring pass to the loss; use `run`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+
+from fp8rl.config import DAPOConfig, ExperimentConfig, ModelConfig, RunSpec
+
+LOSS_MODULE = "fp8rl.adapters.verl_loss"
+LOSS_SPEC_ENV = "FP8RL_VERL_LOSS"
+CONFIG_NAME = "ppo_megatron_trainer"
+MAX_PROMPT_LENGTH = 2048
+
+# fp8rl granularity -> Megatron `fp8_recipe` (TransformerConfig); rowwise has none.
+MEGATRON_RECIPES = {
+    "tensorwise": "tensorwise",
+    "delayed": "delayed",
+    "blockwise": "blockwise",
+    "mxfp8": "mxfp8",
+}
+# Megatron `fp8` format per fp8rl `fp8.format` (tensor-scaled recipes only; block recipes are e4m3).
+MEGATRON_FORMATS = {"hybrid": "hybrid", "e4m3": "e4m3"}
+# fp8rl kl_type -> verl kl_loss_type.
+KL_TYPES = {"k1": "kl", "k3": "low_var_kl"}
+# fp8rl task name -> verl `data_source`, which selects verl's rule-based scorer.
+DATA_SOURCES = {"dapo-math-17k": "math_dapo", "gsm8k": "openai/gsm8k", "math": "lighteval/MATH"}
+
+
+class AdapterError(ValueError):
+    """A config or run the verl backend cannot execute; the message names the key to change."""
+
+
+@dataclass(frozen=True)
+class VerlPaths:
+    """Where one run reads and writes: the base model, verl's parquet splits, the run directory."""
+
+    model: str
+    train_files: str
+    val_files: str
+    out: str
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """Megatron tensor/pipeline parallel sizes of the trainer and vLLM's tensor parallel size."""
+
+    tp: int
+    pp: int
+    rollout_tp: int
+
+
+def _pow2_at_least(x: float) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(x, 1.0))))
+
+
+def params_billions(model: ModelConfig) -> float:
+    """`params: "8B"` -> 8.0; AdapterError when the size is missing or not of the form <number>B/M."""
+    m = re.fullmatch(r"\s*~?([0-9.]+)\s*([BbMm])\s*", model.params or "")
+    if not m:
+        raise AdapterError(f"models.{model.name}.params: need a size like '8B' for the verl backend")
+    value = float(m.group(1))
+    return value if m.group(2) in "Bb" else value / 1000.0
+
+
+def parallelism(model: ModelConfig) -> Parallelism:
+    """Megatron TP: the smallest power of two >= params/4B (8B -> 2, 14B -> 4, 32B -> 8), at most a node;
+    PP: the rest of what one node cannot hold; vLLM TP: the smallest power of two >= params/8B."""
+    if model.gpus_per_node < 1:
+        raise AdapterError(f"models.{model.name}.gpus_per_node: the verl backend needs GPUs (got 0)")
+    size = params_billions(model)
+    want_tp = _pow2_at_least(size / 4.0)
+    tp = min(want_tp, model.gpus_per_node)
+    pp = max(1, want_tp // tp)
+    rollout_tp = min(_pow2_at_least(size / 8.0), model.gpus_per_node)
+    if (model.nodes * model.gpus_per_node) % (tp * pp):
+        raise AdapterError(
+            f"models.{model.name}: {model.nodes}x{model.gpus_per_node} GPUs are not divisible by "
+            f"TP {tp} x PP {pp}"
+        )
+    return Parallelism(tp=tp, pp=pp, rollout_tp=rollout_tp)
+
+
+def fp8_transformer_overrides(cfg: ExperimentConfig, granularity: str) -> dict[str, str | int]:
+    """Megatron TransformerConfig fields for FP8 GEMMs with the granularity's recipe."""
+    if granularity not in MEGATRON_RECIPES:
+        raise AdapterError(
+            f"matrix.granularities: {granularity!r} has no Megatron/Transformer Engine recipe; "
+            f"the verl backend runs {', '.join(MEGATRON_RECIPES)}"
+        )
+    recipe = MEGATRON_RECIPES[granularity]
+    if recipe in ("blockwise", "mxfp8"):
+        fmt = "e4m3"  # block-scaled recipes are e4m3 in both directions (DESIGN.md §3)
+    elif cfg.fp8.format in MEGATRON_FORMATS:
+        fmt = MEGATRON_FORMATS[cfg.fp8.format]
+    else:
+        raise AdapterError(
+            f"fp8.format: {cfg.fp8.format!r} is not a Megatron FP8 format; use 'hybrid' or 'e4m3'"
+        )
+    out: dict[str, str | int] = {"fp8": fmt, "fp8_recipe": recipe}
+    if recipe == "delayed":
+        out["fp8_amax_history_len"] = cfg.fp8.amax_history_len
+        out["fp8_amax_compute_algo"] = cfg.fp8.amax_compute_algo
+    return out
+
+
+def check_verl_support(cfg: ExperimentConfig, spec: RunSpec) -> None:
+    """Raise AdapterError for what the verl backend cannot run (see the module docstring)."""
+    if spec.spec.fp8 and cfg.fp8.gemms:
+        fp8_transformer_overrides(cfg, spec.granularity)
+    if spec.spec.calib and cfg.calib.reference == "shadow":
+        raise AdapterError(
+            "calib.reference: 'shadow' needs an unquantized re-scoring pass inside the update, which "
+            "verl's actor does not expose to a policy loss; with backend 'verl' use 'run' (targets from "
+            "the matching bf16 run) or 'static:<q>'"
+        )
+    parallelism(cfg.model(spec.model))
+
+
+def loss_spec(
+    cfg: ExperimentConfig,
+    spec: RunSpec,
+    *,
+    target_q: float | None = None,
+    target_q_high: float | None = None,
+) -> dict:
+    """What the verl workers' fp8rl loss needs beyond verl's own actor config (written as JSON and named
+    by the `FP8RL_VERL_LOSS` environment variable): dual clip, and the calibration options."""
+    algo = cfg.algorithm(spec.algo)
+    out: dict = {"run_id": spec.run_id, "clip_c": algo.clip_c, "calib": None}
+    if spec.spec.calib:
+        c = cfg.calib
+        out["calib"] = {
+            "reference": c.reference,
+            "population": c.population,
+            "upper": c.upper,
+            "low_range": list(c.low_range),
+            "momentum": c.momentum,
+            "target_q": target_q,
+            "target_q_high": target_q_high,
+        }
+    return out
+
+
+def _q(value: object) -> str:
+    """A Hydra override value: plain when safe, else single-quoted."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_q(v) for v in value) + "]"
+    if isinstance(value, int | float):
+        return repr(value)
+    s = str(value)
+    if re.fullmatch(r"[A-Za-z0-9_./:@+-]+", s):
+        return s
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> list[str]:
+    """Hydra overrides of verl's `ppo_megatron_trainer` config for one matrix cell."""
+    check_verl_support(cfg, spec)
+    model = cfg.model(spec.model)
+    algo = cfg.algorithm(spec.algo)
+    sched = cfg.schedule
+    par = parallelism(model)
+    variant = spec.spec
+    A = "actor_rollout_ref.actor"
+    R = "actor_rollout_ref.rollout"
+    max_len = MAX_PROMPT_LENGTH + sched.max_new_tokens
+    ov: dict[str, object] = {
+        # model, data, schedule
+        "actor_rollout_ref.model.path": paths.model,
+        "data.train_files": paths.train_files,
+        "data.val_files": paths.val_files,
+        "data.max_prompt_length": MAX_PROMPT_LENGTH,
+        "data.max_response_length": sched.max_new_tokens,
+        "data.train_batch_size": sched.prompts_per_step,
+        "data.seed": spec.seed,
+        "data.filter_overlong_prompts": True,
+        "trainer.total_training_steps": sched.steps,
+        "trainer.total_epochs": 1000,
+        "trainer.nnodes": model.nodes,
+        "trainer.n_gpus_per_node": model.gpus_per_node,
+        "trainer.project_name": "fp8rl",
+        "trainer.experiment_name": spec.run_id.replace("/", "-"),
+        "trainer.logger": ["console", "file"],
+        "trainer.default_local_dir": f"{paths.out}/verl_checkpoints",
+        "trainer.save_freq": sched.checkpoint_every,
+        "trainer.resume_mode": "auto",
+        "trainer.val_before_train": False,
+        "trainer.test_freq": -1,
+        # optimizer
+        f"{A}.optim.lr": sched.lr,
+        f"{A}.optim.weight_decay": sched.weight_decay,
+        f"{A}.optim.clip_grad": sched.grad_clip,
+        f"{A}.optim.lr_warmup_steps": sched.warmup_steps,
+        # Megatron parallelism and batching
+        f"{A}.megatron.tensor_model_parallel_size": par.tp,
+        f"{A}.megatron.pipeline_model_parallel_size": par.pp,
+        f"{A}.megatron.seed": spec.seed,
+        f"{A}.ppo_mini_batch_size": max(1, sched.prompts_per_step // sched.mini_batches),
+        f"{A}.ppo_epochs": sched.ppo_epochs,
+        f"{A}.use_dynamic_bsz": True,
+        f"{A}.ppo_max_token_len_per_gpu": 2 * max_len,
+        # the objective
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.norm_adv_by_std_in_grpo": algo.norm_adv_by_std,
+        "algorithm.use_kl_in_reward": False,
+        f"{A}.clip_ratio_low": algo.clip_low,
+        f"{A}.clip_ratio_high": algo.clip_high,
+        f"{A}.loss_agg_mode": algo.loss_agg_mode,
+        f"{A}.entropy_coeff": algo.entropy_coef,
+        f"{A}.use_kl_loss": algo.kl_coef > 0,
+        f"{A}.kl_loss_coef": algo.kl_coef,
+        f"{A}.kl_loss_type": KL_TYPES[algo.kl_type],
+        f"{A}.policy_loss.loss_mode": "calibrated_clip" if variant.calib else "fp8rl_clip",
+        # rollout (vLLM)
+        f"{R}.name": "vllm",
+        f"{R}.n": algo.group_size,
+        f"{R}.temperature": sched.temperature,
+        f"{R}.top_p": sched.top_p,
+        f"{R}.tensor_model_parallel_size": par.rollout_tp,
+        f"{R}.calculate_log_probs": True,
+        f"{R}.quantization": "fp8" if (variant.fp8 and cfg.fp8.rollout) else None,
+        # rollout correction: TIS as token (or sequence) IS weights truncated at the cap
+        "algorithm.rollout_correction.rollout_is": cfg.tis.level if variant.tis else None,
+        "algorithm.rollout_correction.rollout_is_threshold": (
+            f"{cfg.tis.icepop[0]}_{cfg.tis.icepop[1]}" if cfg.tis.icepop else cfg.tis.cap
+        ),
+    }
+    if algo.clip_c is not None:
+        ov[f"{A}.clip_ratio_c"] = algo.clip_c
+    if isinstance(algo, DAPOConfig):
+        ov["reward.reward_manager.name"] = "dapo"
+        ov["algorithm.filter_groups.enable"] = algo.dynamic_sampling
+        ov["algorithm.filter_groups.metric"] = "acc"
+        ov["algorithm.filter_groups.max_num_gen_batches"] = algo.max_resample_rounds + 1
+        ov["+reward.reward_kwargs.max_resp_len"] = sched.max_new_tokens
+        ov["+reward.reward_kwargs.overlong_buffer_cfg.enable"] = algo.overlong_buffer_len > 0
+        ov["+reward.reward_kwargs.overlong_buffer_cfg.len"] = algo.overlong_buffer_len
+        ov["+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor"] = algo.overlong_penalty_factor
+    if variant.fp8 and cfg.fp8.gemms:
+        for key, value in fp8_transformer_overrides(cfg, spec.granularity).items():
+            ov[f"+{A}.megatron.override_transformer_config.{key}"] = value
+    if variant.fp8 and cfg.fp8.optimizer_state:
+        # The lowest-precision Adam moments verl's Megatron optimizer config accepts are bf16.
+        ov[f"{A}.optim.use_precision_aware_optimizer"] = True
+        ov[f"{A}.optim.exp_avg_dtype"] = "bf16"
+        ov[f"{A}.optim.exp_avg_sq_dtype"] = "bf16"
+    if variant.fp8 and cfg.fp8.rollout and cfg.fp8.kv_cache:
+        ov[f"+{R}.engine_kwargs.vllm.kv_cache_dtype"] = "fp8"
+    env = "+ray_kwargs.ray_init.runtime_env.env_vars"
+    ov[f"{env}.VERL_USE_EXTERNAL_MODULES"] = LOSS_MODULE
+    ov[f"{env}.{LOSS_SPEC_ENV}"] = f"{paths.out}/verl_loss.json"
+    return [f"{k}={_q(v)}" for k, v in ov.items()]
+
+
+def deviations(cfg: ExperimentConfig, spec: RunSpec) -> list[str]:
+    """Where a verl run differs from the reference trainer's reading of the same config (recorded in
+    the run's summary so tables can say so)."""
+    out = []
+    if spec.spec.fp8 and cfg.fp8.optimizer_state:
+        out.append("optimizer moments in bf16: verl's Megatron optimizer config exposes no FP8 Adam state")
+    if spec.spec.calib and cfg.calib.reference == "run":
+        out.append("calibration target: the bf16 run's mean clip fraction over its steps, not per step")
+    if spec.spec.calib and cfg.calib.momentum > 0:
+        out.append("calibration EMA advances once per loss call (micro-batch), not per optimizer update")
+    return out
+
+
+def overrides_json(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> str:
+    """The overrides, loss spec and deviations as one JSON document (what `fp8rl verl overrides` prints)."""
+    return json.dumps(
+        {
+            "run_id": spec.run_id,
+            "config_name": CONFIG_NAME,
+            "overrides": verl_overrides(cfg, spec, paths),
+            "loss_spec": loss_spec(cfg, spec),
+            "deviations": deviations(cfg, spec),
+        },
+        indent=2,
+    )

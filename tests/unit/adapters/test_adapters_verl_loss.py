@@ -1,0 +1,154 @@
+"""The fp8rl losses called through verl's own policy-loss registry, on CPU tensors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fp8rl.rl import calibrated_bounds, policy_loss
+
+
+def _batch(seed: int = 0, b: int = 8, t: int = 12, noise: float = 0.15):
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(b, t, generator=g) * 3.0
+    new = old + noise * torch.randn(b, t, generator=g)
+    adv = torch.randn(b, generator=g).unsqueeze(1).expand(b, t).contiguous()
+    mask = torch.ones(b, t)
+    for i in range(b):
+        mask[i, 4 + (i % 7) :] = 0.0
+    rollout_w = torch.clamp(torch.exp(0.05 * torch.randn(b, t, generator=g)), max=2.0)
+    return old, new.requires_grad_(True), adv, mask, rollout_w
+
+
+def _actor_config(clip_low=0.2, clip_high=0.28, clip_c=3.0, agg="token-mean"):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create(
+        {
+            "clip_ratio": 0.2,
+            "clip_ratio_low": clip_low,
+            "clip_ratio_high": clip_high,
+            "clip_ratio_c": clip_c,
+            "loss_agg_mode": agg,
+            "global_batch_info": {},
+            "policy_loss": {"loss_mode": "fp8rl_clip"},
+        }
+    )
+
+
+@pytest.fixture
+def registry(verl_site, monkeypatch, tmp_path):
+    """verl's registry with fp8rl's losses registered; the loss spec read from a temp file."""
+    from verl.trainer.ppo import core_algos
+
+    import fp8rl.adapters.verl_loss as vl
+
+    spec = tmp_path / "verl_loss.json"
+
+    def set_spec(obj: dict) -> None:
+        spec.write_text(json.dumps(obj))
+        monkeypatch.setenv(vl.SPEC_ENV, str(spec))
+        vl.reset()
+
+    yield core_algos, set_spec
+    vl.reset()
+
+
+def test_losses_are_registered_under_their_names(registry):
+    core_algos, _ = registry
+    assert core_algos.get_policy_loss_fn("fp8rl_clip").__name__ == "fp8rl_clip_loss"
+    assert core_algos.get_policy_loss_fn("calibrated_clip").__name__ == "calibrated_clip_loss"
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_fp8rl_clip_equals_verl_vanilla(registry, agg):
+    """Same objective as verl's own PPO-clip with dual clip and rollout-correction weights: loss and grads."""
+    core_algos, set_spec = registry
+    set_spec({"clip_c": 3.0, "calib": None})
+    old, new, adv, mask, w = _batch(noise=1.0)  # r > clip_c happens: dual clip exercised
+    cfg = _actor_config(agg=agg)
+    ours, metrics = core_algos.get_policy_loss_fn("fp8rl_clip")(
+        old_log_prob=old, log_prob=new, advantages=adv, response_mask=mask.bool(), loss_agg_mode=agg,
+        config=cfg, rollout_is_weights=w,
+    )  # fmt: skip
+    (g_ours,) = torch.autograd.grad(ours, new)
+    ref, ref_metrics = core_algos.get_policy_loss_fn("vanilla")(
+        old_log_prob=old, log_prob=new, advantages=adv, response_mask=mask, loss_agg_mode=agg, config=cfg,
+        rollout_is_weights=w,
+    )  # fmt: skip
+    (g_ref,) = torch.autograd.grad(ref, new)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(g_ours, g_ref, rtol=1e-5, atol=1e-7)
+    assert metrics["actor/ppo_kl"] == pytest.approx(ref_metrics["actor/ppo_kl"], rel=1e-5, abs=1e-7)
+    assert {"clip/low_neg", "clip/high_pos", "clip/low_all", "clip/dual"} <= set(metrics)
+
+
+def test_global_batch_info_matches_verl_aggregation(registry):
+    """With verl's global counts (dp ranks, micro-batches) the loss is rescaled exactly as verl's agg_loss."""
+    core_algos, set_spec = registry
+    set_spec({"clip_c": 3.0, "calib": None})
+    old, new, adv, mask, w = _batch(seed=3)
+    for agg, info in [
+        ("token-mean", {"dp_size": 4, "batch_num_tokens": 310, "global_batch_size": 32}),
+        ("seq-mean-token-mean", {"dp_size": 2, "batch_num_tokens": 200, "global_batch_size": 20}),
+    ]:
+        cfg = _actor_config(agg=agg)
+        cfg.global_batch_info = info
+        ours, _ = core_algos.get_policy_loss_fn("fp8rl_clip")(old, new, adv, mask, agg, cfg, w)
+        ref, _ = core_algos.get_policy_loss_fn("vanilla")(old, new, adv, mask, agg, cfg, w)
+        torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_calibrated_clip_through_registry_equals_fp8rl(registry):
+    """calibrated_clip via verl's registry == fp8rl.rl.policy_loss with calibrated_bounds' bounds."""
+    core_algos, set_spec = registry
+    old, new, adv, mask, w = _batch(seed=1, b=16, t=16, noise=0.3)
+    q = 0.04
+    set_spec({
+        "clip_c": 10.0,
+        "calib": {"reference": f"static:{q}", "population": "all", "upper": "proportional",
+                  "low_range": [0.5, 1.0], "momentum": 0.0, "target_q": None, "target_q_high": None},
+    })  # fmt: skip
+    cfg = _actor_config(clip_low=0.2, clip_high=0.28, clip_c=10.0)
+    fn = core_algos.get_policy_loss_fn("calibrated_clip")
+    loss, metrics = fn(old, new, adv, mask.bool(), "token-mean", cfg, w)
+
+    ratio = torch.exp(new.detach() - old)
+    # With a static target quantile q, the bounds are calibrated_bounds' with a reference whose clip
+    # fraction is q: build R_ref with exactly that fraction below 1 - clip_low.
+    n = int(mask.sum())
+    ref = torch.ones_like(ratio)
+    idx = mask.bool().flatten().nonzero().flatten()[: round(q * n)]
+    ref.view(-1)[idx] = 0.5
+    low, high = calibrated_bounds(ratio, ref, adv, mask.bool(), clip_low=0.2, clip_high=0.28)
+    expect, _ = policy_loss(
+        new,
+        old,
+        adv,
+        mask.bool(),
+        clip_low=0.2,
+        clip_high=0.28,
+        clip_c=10.0,
+        is_weights=w,
+        bounds=(low, high),
+    )
+    torch.testing.assert_close(loss, expect)
+    assert metrics["calib/low"] == pytest.approx(float(low))
+    assert metrics["calib/high"] == pytest.approx(float(high))
+    assert metrics["calib/target_q"] == pytest.approx(q)
+    assert float(low) < 0.8  # a real calibration happened: FP8-noisy ratios need a lower L than 1 - 0.2
+
+
+def test_calibrated_clip_without_spec_is_a_clear_error(registry, monkeypatch):
+    core_algos, _ = registry
+    import fp8rl.adapters.verl_loss as vl
+
+    monkeypatch.delenv(vl.SPEC_ENV, raising=False)
+    vl.reset()
+    old, new, adv, mask, w = _batch()
+    with pytest.raises(RuntimeError, match="FP8RL_VERL_LOSS"):
+        core_algos.get_policy_loss_fn("calibrated_clip")(
+            old, new, adv, mask, "token-mean", _actor_config(), w
+        )
