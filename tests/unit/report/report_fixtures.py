@@ -147,7 +147,7 @@ def write_run(runs_dir: Path, spec: RunSpec, cfg: ExperimentConfig) -> None:
                 "task": t,
                 "metric": "exact_match" if suite == "lm_eval" else "accuracy",
                 "value": eval_score(spec, t),
-                "stderr": 0.03,
+                "stderr": 0.03 if suite == "lm_eval" else None,  # null where a harness gives none
                 "n": 100,
             }
             for t in tasks

@@ -40,6 +40,7 @@ def test_values_frame_is_tidy_and_keeps_failed_and_diverged_runs(tier):
     assert set(evals["metric"]) == {"arith_gen/exact_match", "arith_mc/exact_match"}
     assert set(rs.metric("agent")["metric"]) == {"tool_call/accuracy"}
     assert evals["stderr"].eq(0.03).all()
+    assert rs.metric("agent")["stderr"].isna().all()
 
 
 def test_absent_metric_stays_absent_not_zero(tier):
