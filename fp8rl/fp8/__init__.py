@@ -1,18 +1,47 @@
 """FP8 numerics (DESIGN.md §4): formats, scaled quantization, recipes, FP8 linear, FP8 optimizer state,
 rollout quantization. Never imports `fp8rl.rl`."""
 
+from fp8rl.fp8.backend import fp8_backend, gemm_backend, is_fp8_hardware
+from fp8rl.fp8.convert import (
+    convert_to_bf16_emulation,
+    convert_to_fp8,
+    fp8_state_dict,
+    load_fp8_state_dict,
+    quantization_disabled,
+    quantized_linears,
+)
 from fp8rl.fp8.formats import E4M3, E5M2, FP8Format, get_format, round_to_bf16, saturating_cast
+from fp8rl.fp8.linear import BF16Linear, FP8Linear
 from fp8rl.fp8.quantize import GRANULARITIES, dequantize, fake_quantize, quantize
+from fp8rl.fp8.recipe import RECIPES, GemmSpec, OperandSpec, Recipe, get_recipe
+from fp8rl.fp8.scaling import AmaxHistory
 
 __all__ = [
     "E4M3",
     "E5M2",
-    "FP8Format",
     "GRANULARITIES",
+    "RECIPES",
+    "AmaxHistory",
+    "BF16Linear",
+    "FP8Format",
+    "FP8Linear",
+    "GemmSpec",
+    "OperandSpec",
+    "Recipe",
+    "convert_to_bf16_emulation",
+    "convert_to_fp8",
     "dequantize",
     "fake_quantize",
+    "fp8_backend",
+    "fp8_state_dict",
+    "gemm_backend",
     "get_format",
+    "get_recipe",
+    "is_fp8_hardware",
+    "load_fp8_state_dict",
+    "quantization_disabled",
     "quantize",
+    "quantized_linears",
     "round_to_bf16",
     "saturating_cast",
 ]
