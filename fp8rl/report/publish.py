@@ -71,6 +71,8 @@ def publish_tier(tier: str, results_dir: str | Path = "results", cfg: Experiment
     paths, manifest = check_publishable(tier, results_dir, cfg)
     dest = results_dir / "published" / tier
     dest.parent.mkdir(parents=True, exist_ok=True)
+    for stale in [*dest.parent.glob(f".{tier}.tmp-*"), *dest.parent.glob(f".{tier}.old-*")]:
+        shutil.rmtree(stale, ignore_errors=True)  # left by a publish that was killed
     tmp = Path(tempfile.mkdtemp(prefix=f".{tier}.tmp-", dir=dest.parent))
     old: Path | None = None
     try:

@@ -73,6 +73,7 @@ def test_publish_copies_report_and_provenance(built):
     atomic_write_json(results / "containers" / "cpu.json", {"image": "fp8rl/cpu", "digest": "sha256:abc"})
     args = ["publish", "smoke", *report_args(results), *pins]
     assert main(args) == 0
+    (results / "published" / ".smoke.tmp-killed").mkdir()  # what a killed publish leaves
     assert main(args) == 0  # publishing again replaces the old copy
     dest = results / "published" / "smoke"
     prov = json.loads((dest / "provenance.json").read_text())
