@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "fp8rl.commands.report",
     "fp8rl.commands.evaluate",
     "fp8rl.commands.train",
+    "fp8rl.commands.study",
 ]
 
 
