@@ -183,6 +183,7 @@ class Calibrator:
     BF16 run's clip fractions of the same step as `target_q`, and `target_q_high` for
     `upper="quantile"`: its `clip/low_all` / `clip/high_all` for population `all`, `clip/low_neg` /
     `clip/high_pos` for `neg`), or `static:<q>` (a fixed target; proportional upper only).
+    A `run` step without `target_q_high` in quantile mode keeps the fixed upper bound for that update.
     `momentum` m: the bounds returned are `m * previous + (1 - m) * new` after the first update. An
     update without a target (empty population, or `target_q=None` in `run` mode) returns the previous
     bounds (the fixed ones before any update) and leaves the state unchanged.
@@ -293,8 +294,6 @@ class Calibrator:
                 population=self.population,
             )  # fmt: skip
         if self.reference == "run":
-            if target_q is not None and self.upper == "quantile" and target_q_high is None:
-                raise ValueError("Calibrator(reference='run', upper='quantile').bounds needs target_q_high")
             return target_q, target_q_high
         return self.static_q, None
 

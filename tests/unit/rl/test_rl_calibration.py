@@ -132,8 +132,13 @@ def test_calibrator_reference_modes():
     assert (lo, hi) == (0.8, 1.28) and "calib/target_q" not in m
     with pytest.raises(ValueError, match="needs ref_ratio"):
         shadow.bounds(r, adv, mask)
-    with pytest.raises(ValueError, match="target_q_high"):
-        Calibrator(0.2, 0.28, reference="run", upper="quantile").bounds(r, adv, mask, target_q=0.1)
+    quant = Calibrator(0.2, 0.28, reference="run", upper="quantile")
+    lo, hi, m = quant.bounds(r, adv, mask, target_q=0.1)  # the bf16 run lacked an upper target this step
+    assert hi == 1.28 and lo < 0.8 and "calib/target_q_high" not in m
+    lo, hi, m = quant.bounds(r, adv, mask, target_q=0.1, target_q_high=0.05)
+    assert (
+        abs(int(((r > hi) & mask).sum()) - 0.05 * int(mask.sum())) <= 1 and m["calib/target_q_high"] == 0.05
+    )
     with pytest.raises(ValueError, match="static"):
         Calibrator(0.2, 0.28, reference="static:0.1", upper="quantile")
     with pytest.raises(ValueError, match="reference"):
