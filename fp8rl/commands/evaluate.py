@@ -1,0 +1,81 @@
+"""`fp8rl eval lm-eval` and `fp8rl eval agent`: score one checkpoint, write one result file.
+
+    fp8rl eval lm-eval --config FILE --checkpoint DIR --data DIR --out FILE [--set k=v ...]
+    fp8rl eval agent   --config FILE --checkpoint DIR --data DIR --out FILE [--set k=v ...]
+
+Tasks come from the config (`eval.lm_eval_tasks`, `eval.agent`, `eval.limit`, `eval.batch_size`);
+the output follows docs/interfaces.md (fp8rl.evaluate.schema). A missing checkpoint, data file or
+task, or a broken task YAML is reported before any model is loaded, naming the file, and exits 2.
+Local tasks run fully offline (HF_DATASETS_OFFLINE=1, HF_HUB_OFFLINE=1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from fp8rl.commands.common import UsageError, add_config_args
+from fp8rl.config_loader import load_config
+
+SUITE_TASKS = {"lm_eval": "lm_eval_tasks", "agent": "agent"}
+
+
+def _evaluate(args: argparse.Namespace, suite: str) -> int:
+    cfg = load_config(args.file, args.set)
+    from fp8rl.evaluate.tasks import EvalInputError, local_task_path
+
+    names = getattr(cfg.eval, SUITE_TASKS[suite])
+    checkpoint, data, out = Path(args.checkpoint), Path(args.data), Path(args.out)
+    if all(local_task_path(suite, n).is_file() for n in names):
+        os.environ["HF_DATASETS_OFFLINE"] = "1"
+        os.environ["HF_HUB_OFFLINE"] = "1"
+
+    import torch
+
+    from fp8rl.evaluate.bfcl import run_bfcl
+    from fp8rl.evaluate.lm_eval_runner import check_checkpoint, model_spec, run_lm_eval
+    from fp8rl.evaluate.schema import write_eval
+    from fp8rl.evaluate.tasks import plan_tasks
+    from fp8rl.provenance import provenance
+
+    torch.set_num_threads(cfg.resources_for("eval").threads)
+    with tempfile.TemporaryDirectory(prefix="fp8rl-eval-") as tmp:
+        try:
+            check_checkpoint(checkpoint)
+            if not data.is_dir():
+                raise EvalInputError(f"data directory {data} not found")
+            plan = plan_tasks(suite, names, data, cache_dir=Path(tmp) / "datasets")
+            model = model_spec(cfg, checkpoint)[0] if plan.lm_eval_specs else "bfcl"
+            results = run_lm_eval(cfg, checkpoint, plan) if plan.lm_eval_specs else []
+            if plan.bfcl:
+                results += run_bfcl(cfg, checkpoint, plan.bfcl, Path(tmp) / "bfcl")
+        except EvalInputError as exc:
+            raise UsageError(str(exc)) from None
+    prov = provenance(config_digest=cfg.digest())
+    prov["eval"] = {"model": model, "limit": cfg.eval.limit, "tasks": names}
+    write_eval(out, checkpoint, suite, results, prov)
+    for r in results:
+        err = f" ± {r.stderr:.3f}" if r.stderr is not None else ""
+        print(f"{r.task:<16} {r.metric:<28} {r.value:.3f}{err}  (n={r.n})")
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p_eval = sub.add_parser("eval", help="evaluate a checkpoint: lm-eval tasks or the agent benchmark")
+    eval_sub = p_eval.add_subparsers(dest="eval_command", required=True, metavar="SUITE")
+    for name, suite, help_text in (
+        ("lm-eval", "lm_eval", "lm-eval tasks of eval.lm_eval_tasks -> eval/lm_eval.json"),
+        ("agent", "agent", "function-calling benchmark of eval.agent -> eval/agent.json"),
+    ):
+        p = eval_sub.add_parser(name, help=help_text)
+        add_config_args(p, positional=False)
+        p.add_argument("--checkpoint", required=True, help="Hugging Face model directory")
+        p.add_argument(
+            "--data", required=True, help="the tier's data directory (test.jsonl, tool_test.jsonl)"
+        )
+        p.add_argument("--out", required=True, help="result JSON to write")
+        p.set_defaults(func=lambda a, s=suite: _evaluate(a, s))

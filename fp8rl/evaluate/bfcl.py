@@ -1,0 +1,102 @@
+"""BFCL (Berkeley Function Calling Leaderboard) through `bfcl-eval`, for the paper tier's agent suite.
+
+`bfcl-eval` ships its data and AST checker but pins numpy 1.26, so it lives in its own environment: the
+`bfcl` executable is `$FP8RL_BFCL` if set, else `.venv-bfcl/bin/bfcl` in the repository (made by
+`python -m venv .venv-bfcl && .venv-bfcl/bin/pip install bfcl-eval[oss_eval_vllm]`), else `bfcl` on
+PATH; the eval container has it on PATH. It is run as two subprocesses (`bfcl generate` with the vLLM
+backend on the local checkpoint, then `bfcl evaluate`) with `BFCL_PROJECT_ROOT` pointing at a scratch
+folder, and the first line of each `score/**/BFCL_*_{category}_score.json` (`accuracy`,
+`correct_count`, `total_count`) becomes one result. BFCL's model handler is chosen by name: the run's
+model `hf_id` (prompt mode), or `$FP8RL_BFCL_MODEL`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from fp8rl.config import ExperimentConfig, RunSpec
+from fp8rl.evaluate.schema import TaskResult
+from fp8rl.evaluate.tasks import BFCL_PREFIX, EVALS_DIR, EvalInputError
+
+# fp8rl's category names -> bfcl-eval (v4) test categories.
+CATEGORIES = {"simple": "simple_python", "multiple": "multiple", "parallel": "parallel"}
+
+
+def find_bfcl() -> str:
+    """Path of the `bfcl` executable; EvalInputError with the install command when there is none."""
+    candidates = [os.environ.get("FP8RL_BFCL"), str(EVALS_DIR.parent / ".venv-bfcl" / "bin" / "bfcl")]
+    for c in candidates:
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return c
+    on_path = shutil.which("bfcl")
+    if on_path:
+        return on_path
+    raise EvalInputError(
+        "the BFCL agent benchmark needs bfcl-eval in its own environment (it pins numpy 1.26): "
+        "python -m venv .venv-bfcl && .venv-bfcl/bin/pip install 'bfcl-eval[oss_eval_vllm]', "
+        "or set FP8RL_BFCL to its bfcl executable, or run the eval rule in the eval container"
+    )
+
+
+def bfcl_model_name(cfg: ExperimentConfig, checkpoint: Path) -> str:
+    """The BFCL handler to format prompts with: $FP8RL_BFCL_MODEL, else the run's model hf_id."""
+    if os.environ.get("FP8RL_BFCL_MODEL"):
+        return os.environ["FP8RL_BFCL_MODEL"]
+    model = None
+    summary = checkpoint.parent / "summary.json"
+    if summary.is_file():
+        model = RunSpec.parse(json.loads(summary.read_text())["run_id"]).model
+    elif len(cfg.models) == 1:
+        model = cfg.models[0].name
+    if model is None or not cfg.model(model).hf_id:
+        raise EvalInputError(
+            f"BFCL needs a model handler name: set FP8RL_BFCL_MODEL (no hf_id known for {checkpoint})"
+        )
+    return cfg.model(model).hf_id
+
+
+def bfcl_categories(names: list[str]) -> list[str]:
+    unknown = [n for n in names if n not in CATEGORIES]
+    if unknown:
+        raise EvalInputError(
+            f"eval.agent: unknown BFCL category {', '.join(BFCL_PREFIX + n for n in unknown)}; "
+            f"allowed: {', '.join(BFCL_PREFIX + n for n in CATEGORIES)}"
+        )
+    return [CATEGORIES[n] for n in names]
+
+
+def read_scores(score_root: Path, names: list[str]) -> list[TaskResult]:
+    """One TaskResult per category from bfcl's score files (header line of each)."""
+    out = []
+    for name in names:
+        cat = CATEGORIES[name]
+        files = sorted(score_root.glob(f"**/BFCL_*_{cat}_score.json"))
+        files = [f for f in files if f.name.split("_", 2)[2] == f"{cat}_score.json"]
+        if len(files) != 1:
+            raise RuntimeError(f"{score_root}: expected one score file for {cat!r}, found {len(files)}")
+        head = json.loads(files[0].read_text().splitlines()[0])
+        n = int(head["total_count"])
+        p = float(head["accuracy"])
+        stderr = math.sqrt(p * (1 - p) / (n - 1)) if n > 1 else None  # as lm-eval's mean stderr
+        out.append(TaskResult(BFCL_PREFIX + name, "ast_accuracy", p, stderr, n))
+    return out
+
+
+def run_bfcl(cfg: ExperimentConfig, checkpoint: Path, names: list[str], workdir: Path) -> list[TaskResult]:
+    """Generate with vLLM and score with BFCL's AST checker; returns one result per category."""
+    exe = find_bfcl()
+    cats = ",".join(bfcl_categories(names))
+    model = bfcl_model_name(cfg, checkpoint)
+    env = {**os.environ, "BFCL_PROJECT_ROOT": str(workdir)}
+    gpus = max(1, cfg.resources_for("eval").gpus)
+    workdir.mkdir(parents=True, exist_ok=True)
+    generate = [exe, "generate", "--model", model, "--test-category", cats, "--backend", "vllm"]
+    generate += ["--num-gpus", str(gpus), "--local-model-path", str(checkpoint), "--allow-overwrite"]
+    subprocess.run(generate, check=True, env=env)
+    subprocess.run([exe, "evaluate", "--model", model, "--test-category", cats], check=True, env=env)
+    return read_scores(workdir / "score", names)

@@ -1,0 +1,86 @@
+"""The one result schema of both evaluation suites (docs/interfaces.md), and the lm-eval normaliser.
+
+`eval/lm_eval.json` and `eval/agent.json`:
+
+    {"checkpoint": "...", "suite": "lm_eval" | "agent",
+     "results": [{"task": "arith_gen", "metric": "exact_match", "value": 0.42, "stderr": 0.035, "n": 200}],
+     "provenance": {...}}
+
+`stderr` is null where the harness gives none. A metric computed after an lm-eval filter is named
+`metric` when the task has one filter for it and `metric,filter` (lm-eval's own notation) when it has
+several (gsm8k's strict-match / flexible-extract).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from fp8rl.io import atomic_write_json
+
+SUITES = ("lm_eval", "agent")
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    task: str
+    metric: str
+    value: float
+    stderr: float | None
+    n: int
+
+
+def _number(x: Any) -> float | None:
+    """A finite float, or None for lm-eval's 'N/A' and non-finite values."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def normalise_lm_eval(raw: dict, names: dict[str, str] | None = None) -> list[TaskResult]:
+    """Flatten `lm_eval.simple_evaluate`'s output into TaskResults, one per task x metric x filter.
+
+    `names` maps lm-eval's task names to the names to report (e.g. `minerva_math500` -> `math500`).
+    """
+    names = names or {}
+    out: list[TaskResult] = []
+    n_samples = raw.get("n-samples", {})
+    for task, metrics in raw.get("results", {}).items():
+        if task not in n_samples:  # a group row, not a task
+            continue
+        n = int(n_samples[task].get("effective", n_samples[task].get("original", 0)))
+        keys = [k for k in metrics if "," in k and "_stderr," not in k]
+        per_metric: dict[str, int] = {}
+        for key in keys:
+            per_metric[key.split(",", 1)[0]] = per_metric.get(key.split(",", 1)[0], 0) + 1
+        for key in keys:
+            metric, filt = key.split(",", 1)
+            value = _number(metrics[key])
+            if value is None:
+                continue
+            name = metric if per_metric[metric] == 1 else f"{metric},{filt}"
+            stderr = _number(metrics.get(f"{metric}_stderr,{filt}"))
+            out.append(TaskResult(names.get(task, task), name, value, stderr, n))
+    return out
+
+
+def eval_document(checkpoint: str | Path, suite: str, results: list[TaskResult], provenance: dict) -> dict:
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; allowed: {', '.join(SUITES)}")
+    return {
+        "checkpoint": str(checkpoint),
+        "suite": suite,
+        "results": [asdict(r) for r in results],
+        "provenance": provenance,
+    }
+
+
+def write_eval(
+    path: str | Path, checkpoint: str | Path, suite: str, results: list[TaskResult], provenance: dict
+) -> Path:
+    """Write one suite's results atomically."""
+    return atomic_write_json(path, eval_document(checkpoint, suite, results, provenance))

@@ -1,0 +1,151 @@
+"""The shipped task YAMLs through real lm-eval with scripted models: an oracle must score 1, a model
+that is always off by one must score 0, and the number-extracting filter must find the answer inside
+chatty text. Then the whole `fp8rl eval` command on a tiny random Hugging Face checkpoint."""
+
+import json
+
+import pytest
+from lm_eval.api.model import LM
+
+from fp8rl.cli import main
+from fp8rl.config_loader import validate_config
+from fp8rl.evaluate.lm_eval_runner import run_lm_eval
+from fp8rl.evaluate.schema import SUITES
+from fp8rl.evaluate.tasks import plan_tasks
+
+CFG = validate_config(
+    {
+        "tier": "smoke",
+        "models": [{"name": "tiny", "source": "scratch"}],
+        "matrix": {"algorithms": ["grpo"], "models": ["tiny"], "variants": ["bf16"], "seeds": [0]},
+        "eval": {"lm_eval_tasks": ["arith_gen", "arith_mc"], "agent": ["tool_call"], "limit": 12},
+    }
+)
+
+
+def solve(prompt: str, offset: int = 0) -> tuple[int, str]:
+    """The result and the call of an `a+b=` / `tool:a-b=` prompt, `offset` added to the last number."""
+    body = prompt.removeprefix("tool:").removesuffix("=")
+    op = "+" if "+" in body else "-"
+    a, b = (int(x) for x in body.split(op))
+    value = (a + b if op == "+" else a - b) + offset
+    return value, f"calc({'add' if op == '+' else 'sub'},{a},{b + offset})"
+
+
+class ScriptedLM(LM):
+    """Answers from the prompt itself: `offset` shifts every answer, `chatty` wraps it in words."""
+
+    def __init__(self, offset: int = 0, chatty: bool = False):
+        super().__init__()
+        self.offset, self.chatty = offset, chatty
+
+    def generate_until(self, requests, disable_tqdm=False):
+        out = []
+        for req in requests:
+            context = req.args[0]
+            value, call = solve(context, self.offset)
+            if context.startswith("tool:"):
+                out.append(call)
+            else:
+                out.append(f"I think it is {value}, surely 7" if self.chatty else str(value))
+        return out
+
+    def loglikelihood(self, requests, disable_tqdm=False):
+        out = []
+        for req in requests:
+            context, continuation = req.args
+            value, _ = solve(context, self.offset)
+            out.append((0.0 if continuation == str(value) else -5.0, False))
+        return out
+
+    def loglikelihood_rolling(self, requests, disable_tqdm=False):
+        raise NotImplementedError
+
+
+def scores(data_dir, tmp_path, lm, suite="lm_eval"):
+    names = CFG.eval.lm_eval_tasks if suite == "lm_eval" else CFG.eval.agent
+    plan = plan_tasks(suite, names, data_dir, cache_dir=tmp_path / "cache")
+    return {(r.task, r.metric): r for r in run_lm_eval(CFG, tmp_path / "ckpt", plan, lm=lm)}
+
+
+def test_oracle_scores_one_and_off_by_one_scores_zero(data_dir, tmp_path):
+    good = scores(data_dir, tmp_path, ScriptedLM())
+    assert set(good) == {("arith_gen", "exact_match"), ("arith_mc", "acc")}
+    assert all(r.value == 1.0 and r.n == 12 for r in good.values())
+    bad = scores(data_dir, tmp_path, ScriptedLM(offset=1))
+    assert bad["arith_gen", "exact_match"].value == 0.0
+    # the off-by-one model prefers answer+1, which is one of arith_mc's near misses
+    assert bad["arith_mc", "acc"].value == 0.0
+
+
+def test_number_filter_extracts_the_first_integer(data_dir, tmp_path):
+    chatty = scores(data_dir, tmp_path, ScriptedLM(chatty=True))
+    assert chatty["arith_gen", "exact_match"].value == 1.0
+
+
+def test_agent_task_scores_calls_by_ast(data_dir, tmp_path):
+    good = scores(data_dir, tmp_path, ScriptedLM(), suite="agent")
+    assert {m: r.value for (_, m), r in good.items()} == {
+        "ast_accuracy": 1.0,
+        "name_accuracy": 1.0,
+        "parse_rate": 1.0,
+    }
+    bad = scores(data_dir, tmp_path, ScriptedLM(offset=1), suite="agent")
+    assert bad["tool_call", "ast_accuracy"].value == 0.0
+    assert bad["tool_call", "name_accuracy"].value == 1.0
+    assert bad["tool_call", "parse_rate"].value == 1.0
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    """A random-init tiny Llama with the trainer's char tokenizer, saved the trainer's way."""
+    from fp8rl.config import ArchConfig
+    from fp8rl.engine.model import build_model, save_hf
+    from fp8rl.engine.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    model = build_model(
+        ArchConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), tok, seed=0
+    )
+    return save_hf(model, tok, tmp_path_factory.mktemp("run") / "checkpoint")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("command", "suite"), [("lm-eval", "lm_eval"), ("agent", "agent")])
+def test_eval_command_on_a_real_checkpoint(command, suite, tiny_checkpoint, data_dir, tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(json.dumps(CFG.model_dump(mode="json")))
+    out = tmp_path / "eval" / f"{suite}.json"
+    args = ["eval", command, "--config", str(cfg), "--checkpoint", str(tiny_checkpoint)]
+    assert main([*args, "--data", str(data_dir), "--out", str(out), "--set", "eval.limit=5"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["suite"] == suite in SUITES and doc["checkpoint"] == str(tiny_checkpoint)
+    assert doc["provenance"]["eval"]["model"] == "hf" and doc["provenance"]["config_digest"]
+    tasks = {r["task"] for r in doc["results"]}
+    assert tasks == ({"arith_gen", "arith_mc"} if suite == "lm_eval" else {"tool_call"})
+    for r in doc["results"]:
+        assert set(r) == {"task", "metric", "value", "stderr", "n"}
+        assert 0.0 <= r["value"] <= 1.0 and r["n"] == 5
+
+
+def test_missing_checkpoint_exits_2_naming_it(data_dir, tmp_path, capsys):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(json.dumps(CFG.model_dump(mode="json")))
+    missing = tmp_path / "runs" / "x" / "checkpoint"
+    rc = main(
+        [
+            "eval",
+            "lm-eval",
+            "--config",
+            str(cfg),
+            "--checkpoint",
+            str(missing),
+            "--data",
+            str(data_dir),
+            "--out",
+            str(tmp_path / "o.json"),
+        ]
+    )
+    assert rc == 2
+    assert f"checkpoint {missing} not found" in capsys.readouterr().err
+    assert not (tmp_path / "o.json").exists()
