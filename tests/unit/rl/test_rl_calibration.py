@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fp8rl.config import CalibConfig, DAPOConfig
 from fp8rl.rl import Calibrator, calibrated_bounds, clip_stats, policy_loss
@@ -155,3 +157,27 @@ def test_calibrated_bounds_feed_policy_loss():
     clipped = ((r < bounds[0]) & (adv[:, None] < 0)) | ((r > bounds[1]) & (adv[:, None] > 0))
     assert torch.equal((lp.grad == 0) & mask, clipped & mask)
     assert metrics["clip/low_all"] < clip_stats(r, adv, mask, 1 - CL, 1 + CH)["clip/low_all"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 300),
+    ref_scale=st.floats(0.01, 0.5),
+    fp8_scale=st.floats(0.01, 1.0),
+    seed=st.integers(0, 10_000),
+    upper=st.sampled_from(["proportional", "quantile"]),
+)
+def test_property_clipped_counts_match_the_reference_to_the_token(n, ref_scale, fp8_scale, seed, upper):
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(1, n, generator=g, dtype=torch.float64)
+    r_ref, r = (z * ref_scale).exp(), (torch.randn(1, n, generator=g, dtype=torch.float64) * fp8_scale).exp()
+    mask, adv = torch.ones(1, n, dtype=torch.bool), torch.ones(1, dtype=torch.float64)
+    low, high = calibrated_bounds(
+        r, r_ref, adv, mask, clip_low=CL, clip_high=CH, upper=upper, low_range=(1e-6, 1.0)
+    )
+    assert low <= 1.0 <= high
+    k_ref = int((r_ref < 1 - CL).sum())
+    assert int((r < low).sum()) == k_ref or low == 1.0  # exact unless clamped at the ceiling
+    if upper == "quantile":
+        k_hi = int((r_ref > 1 + CH).sum())
+        assert int((r > high).sum()) == k_hi or high == 1.0
