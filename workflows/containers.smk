@@ -1,8 +1,81 @@
-# Minimal stand-in (the containers engineer extends it): where each role's rules run.
-# `container_for(role)` is None when `containers.mode` is `none` (rules run on the host).
+# Pinned images for the rules (containers/, DESIGN.md §2): build them with docker buildx or podman,
+# record each image's id in {results_dir}/containers/{name}.json, convert it to an Apptainer .sif for
+# clusters, or pull prebuilt registry images instead (`containers.mode`: none | build | prebuilt).
+#
+# `container_for(role)` is what a rule's `container:` directive takes: None when containers are off
+# (the smoke/CI default: rules run on the host), the .sif path when `containers.apptainer` is on, else
+# the registry image. Rules that use a .sif made by this DAG list `container_inputs(role)` as an input
+# so that the image is built before them. The verl training launcher runs its Ray processes inside the
+# train image itself (`apptainer exec` on every node), so with `backend: verl` the train rule itself
+# runs on the host (`container_for("train")` is None) and the launcher finds the image on its own.
+
+from fp8rl.adapters.images import IMAGES, image_for_role, image_location
+
+CONTAINER_DIR = f"{CFG.results_dir}/containers"
 
 
 def container_for(role):
-    if CFG.containers.mode == "none":
+    """The image a rule of this role runs in, or None to run it on the host."""
+    if role == "train" and CFG.backend == "verl":
         return None
-    return f"docker://{CFG.containers.registry}/fp8rl-{role}:{CFG.containers.tag}"
+    return image_location(CFG.containers, CFG.results_dir, image_for_role(role))
+
+
+def container_inputs(role):
+    """The image file(s) a rule of this role needs before it starts: the .sif this DAG makes, or []."""
+    loc = image_location(CFG.containers, CFG.results_dir, image_for_role(role))
+    return [loc] if loc and loc.endswith(".sif") else []
+
+
+wildcard_constraints:
+    image="|".join(IMAGES),
+
+
+rule container_image:
+    """Build one image from containers/{image}/ and record its id, tag and source commit."""
+    input:
+        dockerfile="containers/{image}/Dockerfile",
+        lock="containers/{image}/requirements.lock",
+    output:
+        f"{CONTAINER_DIR}/{{image}}.json",
+    params:
+        config=CONFIG_FILE,
+    log:
+        f"{R}/logs/container_image/{{image}}.log",
+    resources:
+        mem_mb=16000,
+        runtime=240,
+    shell:
+        "fp8rl containers build {wildcards.image} --config {params.config} --out {output} > {log} 2>&1"
+
+
+def _sif_inputs(wildcards):
+    return [f"{CONTAINER_DIR}/{wildcards.image}.json"] if CFG.containers.mode == "build" else []
+
+
+rule container_sif:
+    """Convert the built image (mode build) or pull the prebuilt one (mode prebuilt) into a .sif."""
+    input:
+        _sif_inputs,
+    output:
+        f"{CONTAINER_DIR}/{{image}}.sif",
+    params:
+        config=CONFIG_FILE,
+    log:
+        f"{R}/logs/container_sif/{{image}}.log",
+    resources:
+        mem_mb=16000,
+        runtime=120,
+    shell:
+        "fp8rl containers sif {wildcards.image} --config {params.config} --out {output} > {log} 2>&1"
+
+
+rule containers:
+    """Every image of the tier, ready for the cluster (`snakemake containers`)."""
+    input:
+        [
+            f"{CONTAINER_DIR}/{name}.sif" if CFG.containers.apptainer else f"{CONTAINER_DIR}/{name}.json"
+            for name in IMAGES
+        ]
+        if CFG.containers.mode != "none"
+        else [],

