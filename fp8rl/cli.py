@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "fp8rl.commands.evaluate",
     "fp8rl.commands.train",
     "fp8rl.commands.study",
+    "fp8rl.commands.containers",
 ]
 
 
