@@ -1,0 +1,131 @@
+"""The sampler's copy of the policy: FP8 weights (or bf16-emulated ones), refreshed from the trainer.
+
+`make_rollout_policy(policy, recipe)` deep-copies the policy (a `transformers` causal LM), freezes it
+and swaps its linears (not `skip`, as `convert_to_fp8`) for `RolloutLinear`s, which hold their weight
+quantized once per refresh with the recipe's forward weight spec (per tensor / per output channel /
+128×128 tiles / 1×32 MX tiles) and quantize activations dynamically with the recipe's forward input spec,
+as vLLM's FP8 weights with dynamic activation scales. Delayed scaling has no meaning for inference: its
+activations use current tensorwise scales. With `recipe=None` the copy emulates a bf16 engine (weights
+and activations rounded to bf16). `rollout.refresh_from(policy)` copies the trainer's current weights
+(any mix of plain / converted layers: the state-dict keys are the same) and re-quantizes them.
+
+With `kv_cache_fp8=True` every forward with a cache stores keys and values in FP8 (fp8rl.fp8.kv_cache):
+a `DynamicCache` passed in (or made by `generate()`) is adopted as an `FP8DynamicCache`, and one is
+created when `use_cache` is on and none is given. The copy keeps the policy's class (as a subclass), so
+it is called exactly like the policy, `generate()` included.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import DynamicCache
+
+from fp8rl.fp8.convert import DEFAULT_SKIP, _swap
+from fp8rl.fp8.formats import round_to_bf16
+from fp8rl.fp8.kv_cache import FP8DynamicCache, KVCacheQuantizer
+from fp8rl.fp8.linear import QuantizedLinearBase, quantize_operand
+from fp8rl.fp8.recipe import OperandSpec, Recipe
+
+
+class RolloutLinear(QuantizedLinearBase):
+    """Inference linear: weight quantized at refresh time, activations quantized per call."""
+
+    act_spec: OperandSpec | None  # None: bf16 emulation
+    weight_spec: OperandSpec | None
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, recipe: Recipe | None) -> RolloutLinear:
+        new = cls._wrap(linear)
+        if recipe is None:
+            new.act_spec = new.weight_spec = None
+        else:
+            new.act_spec = dataclasses.replace(recipe.output.a, delayed=False)
+            new.weight_spec = dataclasses.replace(recipe.output.b, delayed=False)
+        new.register_buffer("weight_q", torch.empty(0), persistent=False)
+        new.requantize()
+        return new
+
+    @torch.no_grad()
+    def requantize(self) -> None:
+        """Re-quantize the weight (after the Parameters changed)."""
+        w = self.weight.detach()
+        self.weight_q = (
+            round_to_bf16(w.float()) if self.weight_spec is None else quantize_operand(w, self.weight_spec)
+        )
+
+    def quantized_forward(self, x: torch.Tensor) -> torch.Tensor:
+        xq = round_to_bf16(x.float()) if self.act_spec is None else quantize_operand(x, self.act_spec)
+        y = F.linear(xq, self.weight_q, None if self.bias is None else self.bias.float())
+        return round_to_bf16(y).to(x.dtype)
+
+
+class RolloutPolicyMixin:
+    """Methods the rollout copy adds to the policy's class."""
+
+    rollout_recipe: Recipe | None
+    kv_quantizer: KVCacheQuantizer | None
+
+    @torch.no_grad()
+    def refresh_from(self, policy: nn.Module) -> None:
+        """Copy `policy`'s current weights into this copy and re-quantize them."""
+        self.load_state_dict(policy.state_dict(), strict=True)  # type: ignore[attr-defined]
+        for mod in self.modules():  # type: ignore[attr-defined]
+            if isinstance(mod, RolloutLinear):
+                mod.requantize()
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def _rollout_class(base: type) -> type:
+    if base not in _CLASSES:
+        _CLASSES[base] = type(f"Rollout{base.__name__}", (RolloutPolicyMixin, base), {})
+    return _CLASSES[base]
+
+
+def _fp8_cache_hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Forward pre-hook: route the KV cache of this call through the FP8 quantizer."""
+    quantizer = module.kv_quantizer
+    key = "past_key_values" if "past_key_values" in kwargs else "cache"
+    cache = kwargs.get(key)
+    if isinstance(cache, DynamicCache) and not isinstance(cache, FP8DynamicCache):
+        FP8DynamicCache.adopt(cache, quantizer)
+    elif cache is None:
+        use_cache = kwargs.get("use_cache")
+        if use_cache is None:
+            use_cache = getattr(getattr(module, "config", None), "use_cache", False)
+        if use_cache:
+            kwargs[key] = FP8DynamicCache(config=module.config, kv_quantizer=quantizer)
+    return args, kwargs
+
+
+def make_rollout_policy(
+    policy: nn.Module,
+    recipe: Recipe | None,
+    *,
+    kv_cache_fp8: bool = False,
+    kv_quantizer: KVCacheQuantizer | None = None,
+    skip: Iterable[str] = DEFAULT_SKIP,
+) -> nn.Module:
+    """A frozen FP8 (or, with `recipe=None`, bf16-emulated) copy of `policy` for the sampler, with
+    `.refresh_from(policy)` (module docstring)."""
+    if recipe is not None and not isinstance(recipe, Recipe):
+        raise ValueError(f"recipe: expected a Recipe or None, got {type(recipe).__name__}")
+    rollout = copy.deepcopy(policy)
+    for p in rollout.parameters():
+        p.requires_grad_(False)
+        p.grad = None
+    _swap(rollout, lambda lin: RolloutLinear.from_linear(lin, recipe), skip)
+    rollout.eval()
+    rollout.__class__ = _rollout_class(type(policy))
+    rollout.rollout_recipe = recipe
+    rollout.kv_quantizer = (kv_quantizer or KVCacheQuantizer()) if kv_cache_fp8 else None
+    if kv_cache_fp8:
+        rollout.register_forward_pre_hook(_fp8_cache_hook, with_kwargs=True)
+    return rollout
