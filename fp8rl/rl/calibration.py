@@ -130,16 +130,16 @@ def bounds_from_quantiles(
     pop_lo, pop_hi = _populations(adv, m, population)
     if q is None or int(pop_lo.sum()) == 0:
         return fixed
-    if not 0.0 <= q < 1.0:
-        raise ValueError(f"calibrated_bounds: target quantile q must be in [0, 1), got {q}")
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"calibrated_bounds: target quantile q must be in [0, 1], got {q}")
     r_lo, _ = torch.sort(ratio.detach()[pop_lo].to(torch.float64))
     low = _lower_bound(r_lo, round(q * r_lo.numel()), fixed[0], low_range)
     if upper == "proportional":
         return low, 1.0 + clip_high * (1.0 - low) / clip_low
     if q_high is None or int(pop_hi.sum()) == 0:
         return low, fixed[1]
-    if not 0.0 <= q_high < 1.0:
-        raise ValueError(f"calibrated_bounds: upper target quantile must be in [0, 1), got {q_high}")
+    if not 0.0 <= q_high <= 1.0:
+        raise ValueError(f"calibrated_bounds: upper target quantile must be in [0, 1], got {q_high}")
     r_hi, _ = torch.sort(ratio.detach()[pop_hi].to(torch.float64))
     return low, _upper_bound(r_hi, round(q_high * r_hi.numel()), fixed[1])
 
