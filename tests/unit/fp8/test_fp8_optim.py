@@ -52,15 +52,20 @@ def test_blockwise_fp8_adamw_tracks_fp32_adamw():
 
 
 def test_small_second_moments_do_not_blow_up():
-    """A tile whose gradients span 1e4 in magnitude: v spans 1e8, beyond e4m3's range."""
-    p = nn.Parameter(torch.zeros(128))
-    opt = BlockwiseFP8AdamW([p], lr=1e-3)
+    """A tile whose gradients span 1e4: v spans 1e8, beyond e4m3's ~2^17. Stored as v, the small ones
+    flush to zero each step and those coordinates move ~9x too far in 200 steps; stored as sqrt(v) the
+    trajectory is fp32 AdamW's."""
     grad = torch.full((128,), 1e-4)
     grad[0] = 1.0
-    for _ in range(5):
-        p.grad = grad.clone()
-        opt.step()
-    assert p.abs().max().item() < 5 * 5e-3  # Adam steps are ~lr per step in every coordinate
+    params = []
+    for cls in (BlockwiseFP8AdamW, torch.optim.AdamW):
+        p = nn.Parameter(torch.zeros(128))
+        opt = cls([p], lr=1e-3, weight_decay=0.0)
+        for _ in range(200):
+            p.grad = grad.clone()
+            opt.step()
+        params.append(p.detach())
+    torch.testing.assert_close(params[0], params[1], rtol=0.02, atol=1e-4)
 
 
 def test_state_dict_round_trip_continues_identically():
