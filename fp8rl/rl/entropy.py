@@ -1,29 +1,51 @@
 """Per-token policy entropy from logits, in chunks so memory stays bounded for large vocabularies.
 
 `H = logsumexp(z) - sum(softmax(z) * z)` (as verl's `entropy_from_logits`), computed in fp32 over
-`chunk_size` token rows at a time. Only valid tokens (mask = 1) are computed; padding gets 0. When the
-logits require grad and span more than one chunk, each chunk runs under activation checkpointing, so
-the backward pass also holds only one chunk's [chunk, V] intermediates at a time, not [B, T, V].
+`chunk_size` token rows at a time. Only valid tokens (mask = 1) are computed; padding gets 0. The
+gradient is analytic, `dH/dz = -p * (log p + H)`, recomputed chunk by chunk in the backward pass, so
+neither pass holds more than one chunk's [chunk, V] fp32 intermediates (no saved softmax of [B, T, V]).
 """
 
 from __future__ import annotations
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from fp8rl.rl._checks import check_mask
 
 NEG_LARGE = -1e30  # stands in for -inf logits (masked vocabulary) so 0 * -inf never makes a NaN
 
 
-def _chunk_entropy(flat: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """Entropy of the rows `rows` of `flat` [N, V]; the gather happens inside, so under checkpointing
-    only `flat` (a view of the caller's logits) and the indices are saved, never a [chunk, V] copy."""
+def _chunk_log_softmax(flat: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     z = flat.index_select(0, rows).float()
     z = torch.where(z == float("-inf"), torch.full_like(z, NEG_LARGE), z)
-    lse = torch.logsumexp(z, dim=-1)
-    p = torch.softmax(z, dim=-1)
-    return lse - (p * z).sum(dim=-1)
+    return z - torch.logsumexp(z, dim=-1, keepdim=True)
+
+
+class _ChunkedEntropy(torch.autograd.Function):
+    """Entropy of the rows `rows` of `flat` [N, V]; saves only `flat` (the caller's logits), the row
+    indices and the [n] result for backward."""
+
+    @staticmethod
+    def forward(ctx, flat: torch.Tensor, rows: torch.Tensor, chunk_size: int) -> torch.Tensor:
+        out = torch.empty(rows.numel(), dtype=torch.float32, device=flat.device)
+        for start in range(0, rows.numel(), chunk_size):
+            logp = _chunk_log_softmax(flat, rows[start : start + chunk_size])
+            out[start : start + chunk_size] = -(logp.exp() * logp).sum(dim=-1)
+        ctx.save_for_backward(flat, rows, out)
+        ctx.chunk_size = chunk_size
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        flat, rows, h = ctx.saved_tensors
+        grad = torch.zeros_like(flat)
+        for start in range(0, rows.numel(), ctx.chunk_size):
+            idx = rows[start : start + ctx.chunk_size]
+            logp = _chunk_log_softmax(flat, idx)
+            sl = slice(start, start + ctx.chunk_size)
+            g = -logp.exp() * (logp + h[sl, None]) * grad_out[sl, None]
+            grad.index_copy_(0, idx, g.to(grad.dtype))
+        return grad, None, None
 
 
 def entropy_from_logits(
@@ -31,8 +53,9 @@ def entropy_from_logits(
 ) -> torch.Tensor:
     """Entropy [B, T] (fp32, nats) of the categorical distributions given by `logits` [B, T, V].
 
-    Rows where `mask` is 0 are skipped and return 0. NaN logits give NaN entropy at that token (the
-    trainer's divergence check reports it); -inf logits are allowed (probability 0).
+    Rows where `mask` is 0 are skipped and return 0 (and get zero gradient). NaN logits give NaN
+    entropy at that token (the trainer's divergence check reports it); -inf logits are allowed
+    (probability 0).
     """
     if logits.dim() != 3:
         raise ValueError(f"entropy_from_logits: logits must be [B, T, V], got shape {tuple(logits.shape)}")
@@ -45,18 +68,7 @@ def entropy_from_logits(
         m = check_mask(mask, "entropy_from_logits", "mask")
         if m.shape != (b, t):
             raise ValueError(f"entropy_from_logits: mask has shape {tuple(m.shape)}, logits {(b, t, v)}")
-    flat = logits.reshape(b * t, v)
     rows = m.reshape(-1).nonzero().squeeze(-1)
-    # checkpointing costs a recompute (and ~seconds on its first call): only worth it beyond one chunk
-    use_ckpt = logits.requires_grad and torch.is_grad_enabled() and rows.numel() > chunk_size
-    parts = []
-    for start in range(0, rows.numel(), chunk_size):
-        idx = rows[start : start + chunk_size]
-        if use_ckpt:
-            parts.append(checkpoint(_chunk_entropy, flat, idx, use_reentrant=False))
-        else:
-            parts.append(_chunk_entropy(flat, idx))
+    h = _ChunkedEntropy.apply(logits.reshape(b * t, v), rows, chunk_size)
     out = torch.zeros(b * t, dtype=torch.float32, device=logits.device)
-    if parts:
-        out = out.index_put((rows,), torch.cat(parts))
-    return out.reshape(b, t)
+    return out.index_put((rows,), h).reshape(b, t)
