@@ -203,6 +203,15 @@ class CalibConfig(Strict):
             raise ValueError(f"low_range must satisfy 0 < low <= high <= 1, got {list(v)}")
         return v
 
+    @model_validator(mode="after")
+    def _static_has_no_upper_quantile(self) -> CalibConfig:
+        if self.reference.startswith("static:") and self.upper == "quantile":
+            raise ValueError(
+                "upper: 'quantile' needs a reference for the upper tail; a 'static:<q>' reference gives "
+                "only the lower quantile, so use upper: 'proportional'"
+            )
+        return self
+
 
 # -------------------------------------------------------------------------------- schedule and rest
 
