@@ -19,7 +19,7 @@ min_version("9.0")
 # `--configfile X` replaces the default instead of being merged over it.
 if not workflow.overwrite_configfiles:
 
-    configfile: "config/smoke.yaml"
+    configfile: f"{workflow.basedir}/config/smoke.yaml"
 
 
 include: "workflows/common.smk"

@@ -42,4 +42,4 @@ rule sft:
     container: container_for("train")
     shell:
         "fp8rl sft --config {params.config} --model {wildcards.model} --data {params.data}"
-        " --out {params.out} > {log} 2>&1"
+        " --out {params.out} --no-progress > {log} 2>&1"

@@ -29,4 +29,4 @@ rule train:
     container: container_for("train")
     shell:
         "fp8rl train --config {params.config} --run {params.run} --base {params.base}"
-        " --data {params.data} --out {params.out} {params.reference} > {log} 2>&1"
+        " --data {params.data} --out {params.out} {params.reference} --no-progress > {log} 2>&1"

@@ -1,0 +1,96 @@
+"""Dry runs of the DAG: the job counts of every tier match `fp8rl matrix`, calibrated runs with
+`calib.reference: run` depend on their bf16 run, a bad config stops the DAG with the CLI's message,
+and `snakemake --lint` has nothing to say about the rules."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from workflow_helpers import REPO, planned_jobs, snakemake, write_config
+
+from fp8rl.config import reference_run
+from fp8rl.config_loader import load_config
+
+
+def matrix_count(config_file) -> int:
+    out = subprocess.run(
+        [sys.executable, "-m", "fp8rl.cli", "matrix", str(config_file), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return json.loads(out)["count"]
+
+
+@pytest.mark.parametrize("config", ["config/paper.yaml", None, "config/ci.yaml"])
+def test_dry_run_plans_every_job_of_the_matrix(config, tmp_path):
+    """None: no --configfile, the default (config/smoke.yaml)."""
+    cfg = load_config(REPO / (config or "config/smoke.yaml"))
+    n = matrix_count(REPO / (config or "config/smoke.yaml"))
+    jobs = planned_jobs(tmp_path, *(["--configfile", str(REPO / config)] if config else []))
+    assert jobs.pop("train") == n
+    assert jobs.pop("eval_lm") == (n if cfg.eval.lm_eval_tasks else 0)
+    assert jobs.pop("eval_agent") == (n if cfg.eval.agent else 0)
+    assert jobs.pop("sft") == len(cfg.matrix.models)
+    assert jobs == {"data": 1, "report": 1, "all": 1}
+
+
+def test_calibrated_runs_take_their_bf16_run_as_input(tmp_path):
+    cfg_file = write_config(tmp_path / "cfg.yaml", "config/smoke.yaml", "calib.reference=run")
+    cfg = load_config(cfg_file)
+    out = snakemake(tmp_path, "-n", "-p", "--configfile", str(cfg_file)).stdout
+    jobs = [block for block in out.split("\n\n") if "rule train:" in block]
+    assert len(jobs) == len(cfg.runs())
+    for spec in cfg.runs():
+        block = next(b for b in jobs if f"runs/{spec.run_id}/summary.json\n" in b + "\n" and "output:" in b)
+        inputs = re.search(r"input: (.*)", block).group(1)
+        ref = f"runs/{reference_run(spec).run_id}/summary.json"
+        if spec.spec.calib:
+            assert ref in inputs and f"--reference results/smoke/runs/{reference_run(spec).run_id}" in block
+        else:
+            assert "--reference" not in block and (spec.variant == "bf16" or ref not in inputs)
+    # with the default shadow reference no run waits for another
+    plain = snakemake(tmp_path, "-n", "-p", "--configfile", str(REPO / "config/smoke.yaml")).stdout
+    assert "--reference" not in plain
+
+
+def test_bad_config_stops_the_dag_with_the_cli_message(tmp_path):
+    cfg_file = write_config(tmp_path / "bad.yaml", "config/ci.yaml", "matrix.variants=[bf16, fp9]")
+    proc = snakemake(tmp_path, "-n", "--configfile", str(cfg_file), check=False)
+    assert proc.returncode == 2
+    cli = subprocess.run(
+        [sys.executable, "-m", "fp8rl.cli", "config", "validate", str(cfg_file)],
+        capture_output=True,
+        text=True,
+    )
+    assert cli.returncode == 2
+    problem = next(line for line in cli.stderr.splitlines() if "matrix.variants" in line)
+    assert problem.split(": ", 1)[1] in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def lints(tmp_path, config) -> list[str]:
+    """`snakemake --lint` findings as 'where: title' lines."""
+    out = snakemake(tmp_path, "--lint", "--configfile", str(REPO / config), check=False).stdout
+    found, where = [], None
+    for line in out.splitlines():
+        if line.startswith("Lints for "):
+            where = line.removeprefix("Lints for ").split(" (")[0].rstrip(":")
+        elif line.strip().startswith("* "):
+            found.append(f"{where}: {line.strip()[2:].rstrip(':.')}")
+    return found
+
+
+def test_lint_is_clean_with_containers(tmp_path):
+    assert lints(tmp_path, "config/paper.yaml") == []
+
+
+def test_lint_on_the_host_tier_only_notes_host_software(tmp_path):
+    # containers.mode none (smoke/CI) runs every rule on the host on purpose: the one lint left is that
+    # a rule names no container, nothing about paths, params, logs or structure.
+    found = lints(tmp_path, "config/smoke.yaml")
+    assert all(f.endswith("Specify a conda environment or container for each rule") for f in found), found
