@@ -77,16 +77,22 @@ def generate_split(
     rng = random.Random(f"{seed}:{split}")
     rows: list[dict] = []
     seen = set(exclude)
-    attempts = 0
+    active = list(levels)
+    misses = dict.fromkeys(levels, 0)
+    turn = 0
     while len(rows) < n:
-        attempts += 1
-        if attempts > 50 * n + 1000:
+        if not active:
             raise ValueError(f"cannot draw {n} distinct {split} problems from levels {levels}")
-        level = LEVELS[levels[len(rows) % len(levels)]]
+        level = LEVELS[active[turn % len(active)]]
         body, answer = level.draw(rng)
         prompt = body + "="
         if prompt in seen:
+            misses[level.name] += 1
+            if misses[level.name] > 200:  # this level's problems are used up: keep drawing from the others
+                active.remove(level.name)
             continue
+        turn += 1
+        misses[level.name] = 0
         seen.add(prompt)
         rows.append(
             {

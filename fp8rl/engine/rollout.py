@@ -1,0 +1,133 @@
+"""One step's rollout phase: prompts → n samples each → verifier rewards → (DAPO) shaping and dynamic
+sampling → GRPO advantages.
+
+GRPO samples `prompts_per_step` prompts × `group_size` and trains on all of them. DAPO adds the soft
+overlong penalty to the task reward and, with `dynamic_sampling`, drops the groups whose rewards are all
+equal and samples up to `max_resample_rounds` more batches of fresh prompts to refill them (as verl's
+DAPO recipe does), keeping at most `prompts_per_step` groups. The `reward/*`, `acc/*`, `resp_len/*` and
+`gibberish/rate` metrics describe every sample generated in the step (all rounds); `acc/mean` is the
+unshaped task accuracy, `reward/mean` the shaped reward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fp8rl.config import DAPOConfig, GRPOConfig, ScheduleConfig
+from fp8rl.engine import tasks
+from fp8rl.engine.sampler import RolloutBatch, decode_responses, generate
+
+
+@dataclass
+class StepRollout:
+    batch: RolloutBatch | None  # the sequences to train on (None: DAPO kept no group)
+    rewards: torch.Tensor  # [B] shaped rewards of `batch`
+    advantages: torch.Tensor  # [B]
+    metrics: dict[str, float]
+
+
+def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
+    """Stack rollout batches whose prompt / response widths may differ (re-padded: prompts on the left)."""
+    if len(batches) == 1:
+        return batches[0]
+    p = max(b.prompt_len for b in batches)
+    t = max(b.response_mask.shape[1] for b in batches)
+
+    def pad(x: torch.Tensor, left: int, right: int, value: float) -> torch.Tensor:
+        return torch.nn.functional.pad(x, (left, right), value=value)
+
+    ids, att, rmask, lps, trunc = [], [], [], [], []
+    for b in batches:
+        lp, rt = p - b.prompt_len, t - b.response_mask.shape[1]
+        prompt, resp = b.input_ids[:, : b.prompt_len], b.input_ids[:, b.prompt_len :]
+        pm, rm = b.attention_mask[:, : b.prompt_len], b.attention_mask[:, b.prompt_len :]
+        ids.append(torch.cat([pad(prompt, lp, 0, pad_id), pad(resp, 0, rt, pad_id)], 1))
+        att.append(torch.cat([pad(pm, lp, 0, 0), pad(rm, 0, rt, 0)], 1))
+        rmask.append(pad(b.response_mask, 0, rt, 0.0))
+        lps.append(pad(b.log_probs, 0, rt, 0.0))
+        trunc.append(b.truncated)
+    return RolloutBatch(torch.cat(ids), torch.cat(att), p, torch.cat(rmask), torch.cat(lps), torch.cat(trunc))
+
+
+def collect_rollouts(
+    model: torch.nn.Module,
+    tokenizer,
+    prompt_ids: list[list[int]],
+    answers: list[str],
+    *,
+    algo: GRPOConfig | DAPOConfig,
+    schedule: ScheduleConfig,
+    generator: torch.Generator,
+) -> StepRollout:
+    """Run the rollout phase of one step with `model` (the rollout copy); see the module doc."""
+    from fp8rl.rl import dynamic_sampling_mask, gibberish_rate, grpo_advantages, overlong_penalty
+
+    g = algo.group_size
+    dapo = isinstance(algo, DAPOConfig)
+    rounds = 1 + (algo.max_resample_rounds if dapo and algo.dynamic_sampling else 0)
+    kept_batches: list[RolloutBatch] = []
+    kept_rewards: list[torch.Tensor] = []
+    kept_groups = dropped = 0
+    all_acc, all_rew, all_len, all_texts, all_ok = [], [], [], [], []
+    for _ in range(rounds):
+        need = schedule.prompts_per_step - kept_groups
+        pick = torch.randperm(len(prompt_ids), generator=generator)[: schedule.prompts_per_step].tolist()
+        prompts = [prompt_ids[i] for i in pick for _ in range(g)]
+        batch = generate(
+            model,
+            prompts,
+            max_new_tokens=schedule.max_new_tokens,
+            eos_id=tokenizer.eos_token_id,
+            pad_id=tokenizer.pad_token_id,
+            temperature=schedule.temperature,
+            top_p=schedule.top_p,
+            generator=generator,
+        )
+        texts = decode_responses(tokenizer, batch)
+        acc = torch.tensor([tasks.reward(t, answers[pick[i // g]]) for i, t in enumerate(texts)])
+        rewards = acc.clone()
+        if dapo and algo.overlong_buffer_len > 0:
+            rewards = rewards + overlong_penalty(
+                batch.response_lengths,
+                schedule.max_new_tokens,
+                algo.overlong_buffer_len,
+                algo.overlong_penalty_factor,
+            )
+        all_acc.append(acc)
+        all_rew.append(rewards)
+        all_len.append(batch.response_lengths.float())
+        all_texts += texts
+        all_ok += [tasks.format_ok(t) for t in texts]
+        if dapo and algo.dynamic_sampling:
+            keep, n_drop = dynamic_sampling_mask(rewards, g)
+            dropped += n_drop
+            idx = keep.nonzero().squeeze(-1)[: need * g]
+        else:
+            idx = torch.arange(len(texts))
+        if len(idx):
+            kept_batches.append(batch.select(idx))
+            kept_rewards.append(rewards[idx])
+            kept_groups += len(idx) // g
+        if kept_groups >= schedule.prompts_per_step:
+            break
+    acc_all, rew_all, len_all = torch.cat(all_acc), torch.cat(all_rew), torch.cat(all_len)
+    metrics = {
+        "reward/mean": float(rew_all.mean()),
+        "acc/mean": float(acc_all.mean()),
+        "resp_len/mean": float(len_all.mean()),
+        "tok/rollout": float(len_all.sum()),
+        "rollout/samples": float(len(all_texts)),
+    }
+    metrics["gibberish/rate"] = float(gibberish_rate(all_texts, all_ok))
+    if dapo and algo.dynamic_sampling:
+        metrics["dapo/dropped_groups"] = float(dropped)
+        metrics["dapo/kept_groups"] = float(kept_groups)
+    if not kept_batches:
+        empty = torch.zeros(0)
+        return StepRollout(None, empty, empty, metrics)
+    batch = concat_batches(kept_batches, tokenizer.pad_token_id)
+    rewards = torch.cat(kept_rewards)
+    adv = grpo_advantages(rewards, g, norm_std=algo.norm_adv_by_std)
+    return StepRollout(batch, rewards, adv, metrics)

@@ -1,0 +1,81 @@
+"""Per-phase wall time and tokens of a run, and the `throughput.json` report (docs/interfaces.md).
+
+Phases: `rollout` (sampling; tokens = generated response tokens), `logprob` (the trainer's recompute of
+the old log-probs; tokens = real prompt+response tokens scored), `train` (forward+backward+optimizer of
+every update; tokens = real tokens forwarded), `calib` (the BF16 shadow pass and the calibrator; tokens
+= real tokens re-scored). Figures are summed from the per-step `time/*` and `tok/*` metrics of
+metrics.jsonl, so a resumed run reports every step once. Peak memory is the process's max RSS (CPU) or
+the CUDA allocator's peak.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+PHASES = ("rollout", "logprob", "train", "calib")
+
+
+@dataclass
+class _Phase:
+    tokens: float = 0.0
+
+
+class PhaseTimer:
+    """Accumulates seconds and tokens per phase within the current step; `pop(phase)` returns them and
+    resets the phase (None if the phase did not run this step)."""
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.tokens = dict.fromkeys(PHASES, 0.0)
+        self.entered = dict.fromkeys(PHASES, False)
+
+    @contextmanager
+    def phase(self, name: str):
+        ph = _Phase()
+        self.entered[name] = True
+        t0 = time.perf_counter()
+        try:
+            yield ph
+        finally:
+            self.seconds[name] += time.perf_counter() - t0
+            self.tokens[name] += ph.tokens
+
+    def pop(self, name: str) -> tuple[float, float] | None:
+        out = (self.seconds[name], self.tokens[name]) if self.entered[name] else None
+        self.seconds[name], self.tokens[name], self.entered[name] = 0.0, 0.0, False
+        return out
+
+
+def peak_mem_mb() -> float:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def throughput_report(rows: list[dict], prec, timer: PhaseTimer | None = None) -> dict:
+    """The `throughput.json` content from the run's metrics rows and its precision set-up."""
+    phases = {}
+    for ph in PHASES:
+        secs = sum(r.get(f"time/{ph}_s", 0.0) for r in rows)
+        toks = sum(r.get(f"tok/{ph}", 0.0) for r in rows)
+        phases[ph] = {
+            "seconds": round(secs, 4),
+            "tokens": int(toks),
+            "tokens_per_s": round(toks / secs, 2) if secs > 0 else None,
+        }
+    step_times = [r["time/step_s"] for r in rows if "time/step_s" in r]
+    return {
+        "emulated": bool(prec.emulated),
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "fp8_backend": prec.backend,
+        "steps": len(rows),
+        "step_time_s": round(sum(step_times) / len(step_times), 4) if step_times else None,
+        "peak_mem_mb": round(peak_mem_mb(), 1),
+        "threads": torch.get_num_threads(),
+        "phases": phases,
+    }

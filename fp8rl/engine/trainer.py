@@ -1,0 +1,381 @@
+"""`fp8rl train`: the reference GRPO/DAPO loop, the executable definition of every variant.
+
+One optimizer step (`step` = 1..schedule.steps), as nanochat-style straight-line code:
+1. rollout: the rollout copy (bf16-emulated, or FP8 per recipe) is refreshed from the policy and
+   samples `group_size` responses per prompt (`rollout.collect_rollouts`: rewards, DAPO shaping and
+   dynamic sampling, GRPO advantages);
+2. log-prob recompute: the trainer scores the same sequences in its own precision (`old_log_prob`),
+   giving the real rollout/trainer mismatch (`mismatch/*`), the entropy and, for `*_tis`, the TIS
+   weights; for fp8 variants a BF16 shadow pass (quantization switched off) re-scores a random
+   `calib.sample_frac` of the sequences (the calibration reference and the `phantom/low_neg` diagnostic);
+3. `ppo_epochs` × `mini_batches` updates with `fp8rl.rl.policy_loss`; `*_calib` variants take the
+   bounds of `Calibrator` (shadow ratios of the current policy vs the old one, or the bf16 run's
+   per-step clip fractions with `calib.reference: run`, or a static target);
+4. one line of metrics (DESIGN.md §6) in metrics.jsonl; a checkpoint every `checkpoint_every` steps.
+A metric that averages over updates (`clip/*`, `calib/*`, `phantom/*`, `loss/*`) is the mean over the
+step's mini-batch updates; `ratio/*` are quantiles over all of them.
+
+Every random draw of a step comes from generators seeded by (run seed, step, purpose), and the global
+RNGs are checkpointed too, so a run killed at any point and restarted from its last checkpoint writes
+the same metrics (except `time/*`) as one that never stopped. NaN/inf or an entropy spike stops the run
+with status `diverged` (exit 0); an exception is `failed` (exit 1).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+import time
+import traceback
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from fp8rl.config import ExperimentConfig, RunSpec
+from fp8rl.engine.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
+from fp8rl.engine.data import load_split
+from fp8rl.engine.model import load_hf
+from fp8rl.engine.precision import setup_precision
+from fp8rl.engine.rollout import StepRollout, collect_rollouts
+from fp8rl.engine.rundir import RunDir
+from fp8rl.engine.scoring import score
+from fp8rl.engine.throughput import PHASES, PhaseTimer, throughput_report
+from fp8rl.engine.tokenizer import load_tokenizer
+from fp8rl.fp8 import fp8_state_dict, load_fp8_state_dict
+from fp8rl.provenance import provenance
+
+FINAL_KEYS = ("reward/mean", "acc/mean", "entropy", "resp_len/mean", "gibberish/rate", "mismatch/kl_k3")
+
+
+class Diverged(Exception):
+    """The run became unstable; the message is summary.json's `reason`."""
+
+
+def step_seed(seed: int, step: int, purpose: str) -> int:
+    return int(hashlib.sha256(f"{seed}:{step}:{purpose}".encode()).hexdigest()[:15], 16)
+
+
+def _gen(seed: int, step: int, purpose: str) -> torch.Generator:
+    return torch.Generator().manual_seed(step_seed(seed, step, purpose))
+
+
+def _finite(name: str, x: torch.Tensor, mask: torch.Tensor) -> None:
+    if not bool(torch.isfinite(x[mask > 0]).all()):
+        raise Diverged(f"non-finite {name}")
+
+
+class Trainer:
+    """One run of the matrix: `Trainer(cfg, run, ...).run()` returns the summary it wrote."""
+
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        run: RunSpec,
+        *,
+        base_dir: str | Path,
+        data_dir: str | Path,
+        out_dir: str | Path,
+        reference: dict[int, tuple[float | None, float | None]] | None = None,
+        progress: bool = True,
+        shadow_diagnostics: bool = True,
+    ):
+        self.cfg, self.run_spec, self.spec = cfg, run, run.spec
+        self.algo = cfg.algorithm(run.algo)
+        self.base_dir, self.data_dir = Path(base_dir), Path(data_dir)
+        self.dir = RunDir(out_dir)
+        self.reference = reference
+        self.progress = progress
+        # The shadow pass runs in every fp8 variant (calibration reference, phantom clipping diagnostic);
+        # `shadow_diagnostics=False` limits it to *_calib variants (used by the step-time benchmark).
+        self.use_shadow = self.spec.fp8 and (self.spec.calib or shadow_diagnostics)
+        if self.spec.calib and cfg.calib.reference == "run" and reference is None:
+            raise ValueError(f"{run.run_id}: calib.reference is 'run' but no bf16 reference run was given")
+
+    # ------------------------------------------------------------------------------------------ set-up
+
+    def _setup(self) -> None:
+        cfg = self.cfg
+        torch.set_num_threads(cfg.resources_for("train").threads)
+        torch.use_deterministic_algorithms(True)
+        self.tokenizer = load_tokenizer(self.base_dir)
+        policy = load_hf(self.base_dir)
+        self.ref_model = None
+        if self.algo.kl_coef > 0:
+            from fp8rl.engine.precision import bf16_emulation
+
+            self.ref_model = copy.deepcopy(policy).eval().requires_grad_(False)
+            bf16_emulation(self.ref_model)
+        self.prec = setup_precision(policy, cfg, self.run_spec)
+        self.policy = self.prec.policy
+        self.policy.train()
+        from fp8rl.rl import Calibrator, EntropySpikeDetector
+
+        self.calibrator = Calibrator.from_config(self.algo, cfg.calib) if self.spec.calib else None
+        st = cfg.stability
+        self.spike = EntropySpikeDetector(st.entropy_spike_k, st.entropy_spike_m, st.baseline_steps)
+        rows = load_split(self.data_dir, "train.jsonl")
+        self.prompt_ids = [self.tokenizer(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
+        self.answers = [r["answer"] for r in rows]
+        self.timer = PhaseTimer()
+
+    def _trainer_state(self) -> dict:
+        return {
+            "policy": self.policy.state_dict(),
+            "policy_fp8": fp8_state_dict(self.policy),
+            "rollout_fp8": fp8_state_dict(self.prec.rollout),
+            "optimizer": self.prec.optimizer.state_dict(),
+            "calibrator": self.calibrator.state_dict() if self.calibrator else None,
+            "spike": self.spike.state_dict(),
+        }
+
+    def _restore(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        load_fp8_state_dict(self.policy, state["policy_fp8"])
+        load_fp8_state_dict(self.prec.rollout, state["rollout_fp8"])
+        self.prec.optimizer.load_state_dict(state["optimizer"])
+        if self.calibrator is not None:
+            self.calibrator.load_state_dict(state["calibrator"])
+        self.spike.load_state_dict(state["spike"])
+        set_rng_state(state["rng"])
+
+    def _save(self, step: int) -> None:
+        meta = {
+            "step": step,
+            "metrics_offset": self.dir.metrics_size(),
+            "run_id": self.run_spec.run_id,
+            "config_digest": self.cfg.digest(),
+        }
+        save_checkpoint(self.dir.checkpoint, self.policy, self.tokenizer, self._trainer_state(), meta)
+
+    # --------------------------------------------------------------------------------------- the loop
+
+    def run(self) -> dict:
+        steps = self.cfg.schedule.steps
+        last, status, reason = 0, "ok", None
+        try:
+            self._setup()
+            self.dir.write_config(self.cfg.model_dump(mode="json"))
+            start = 1
+            if has_checkpoint(self.dir.checkpoint):
+                meta, state = load_checkpoint(self.dir.checkpoint)
+                if meta.get("run_id") != self.run_spec.run_id:
+                    raise ValueError(f"{self.dir.checkpoint}: belongs to run {meta.get('run_id')!r}")
+                self._restore(state)
+                self.dir.reset_metrics(int(meta["metrics_offset"]))
+                last = int(meta["step"])
+                start = last + 1
+            else:
+                self.dir.reset_metrics(0)
+            bar = tqdm(total=steps, initial=start - 1, desc=self.run_spec.run_id, disable=not self.progress)
+            for step in range(start, steps + 1):
+                try:
+                    metrics = self.train_step(step)
+                except Diverged as exc:
+                    status, reason, last = "diverged", f"step {step}: {exc}", step
+                    self._save_diverged(step)
+                    break
+                self.dir.append_metrics(metrics)
+                last = step
+                bar.update(1)
+                bar.set_postfix(
+                    reward=f"{metrics['reward/mean']:.3f}", ent=f"{metrics.get('entropy', float('nan')):.3f}"
+                )
+                spike = self.spike.update(step, metrics["entropy"]) if "entropy" in metrics else None
+                if spike:
+                    status, reason = "diverged", spike
+                    self._save(step)
+                    break
+                if step % self.cfg.schedule.checkpoint_every == 0 or step == steps:
+                    self._save(step)
+            bar.close()
+        except Exception as exc:  # a crash: summary `failed`, exit non-zero
+            status, reason = "failed", f"{exc.__class__.__name__}: {exc}"
+            traceback.print_exc()
+        return self._finish(status, reason, last)
+
+    def _save_diverged(self, step: int) -> None:
+        """Keep a loadable checkpoint for the evaluators: the current policy if its weights are finite,
+        else the last periodic checkpoint (or none was written yet: the base model's weights)."""
+        finite = all(bool(torch.isfinite(p).all()) for p in self.policy.parameters())
+        if finite or not has_checkpoint(self.dir.checkpoint):
+            if not finite:
+                self.policy.load_state_dict(load_hf(self.base_dir).state_dict(), strict=False)
+            self._save(step - 1)
+
+    def _finish(self, status: str, reason: str | None, last: int) -> dict:
+        rows = self.dir.read_metrics() if self.dir.metrics.exists() else []
+        final = {k: rows[-1][k] for k in FINAL_KEYS if rows and k in rows[-1]}
+        summary = {
+            "run_id": self.run_spec.run_id,
+            "status": status,
+            "reason": reason,
+            "step": last,
+            "steps_planned": self.cfg.schedule.steps,
+            "final": final,
+            "provenance": provenance(self.cfg.digest()),
+        }
+        if hasattr(self, "prec"):
+            self.dir.write_throughput(throughput_report(rows, self.prec, self.timer))
+        self.dir.write_summary(summary)
+        return summary
+
+    # ------------------------------------------------------------------------------------- one step
+
+    def train_step(self, step: int) -> dict:
+        cfg, seed, sch = self.cfg, self.run_spec.seed, self.cfg.schedule
+        t_step = time.perf_counter()
+        with self.timer.phase("rollout") as ph:
+            self.prec.refresh_rollout()
+            ro = collect_rollouts(
+                self.prec.rollout, self.tokenizer, self.prompt_ids, self.answers,
+                algo=self.algo, schedule=sch, generator=_gen(seed, step, "rollout"),
+            )  # fmt: skip
+            ph.tokens = ro.metrics["tok/rollout"]
+        metrics: dict[str, float] = {"step": step, **ro.metrics}
+        if ro.batch is not None:
+            metrics.update(self._learn(step, ro))
+        for g in PHASES:  # a phase that did not run this step is absent, never 0
+            got = self.timer.pop(g)
+            if got is not None:
+                metrics[f"time/{g}_s"], metrics[f"tok/{g}"] = got
+        metrics["time/step_s"] = time.perf_counter() - t_step
+        metrics["lr"] = self._lr(step)
+        return metrics
+
+    def _lr(self, step: int) -> float:
+        sch = self.cfg.schedule
+        return sch.lr * min(1.0, step / sch.warmup_steps) if sch.warmup_steps else sch.lr
+
+    def _learn(self, step: int, ro: StepRollout) -> dict[str, float]:
+        from fp8rl.rl import entropy_from_logits, mismatch_kl, tis_stats, tis_weights
+
+        cfg, seed, sch, batch = self.cfg, self.run_spec.seed, self.cfg.schedule, ro.batch
+        mask = batch.response_mask
+        out: dict[str, float] = {}
+        with self.timer.phase("logprob") as ph, torch.no_grad():
+            old_lp, logits = score(self.policy, batch, temperature=sch.temperature, return_logits=True)
+            _finite("trainer log-probs", old_lp, mask)
+            ent = entropy_from_logits(logits, mask)
+            out["entropy"] = float((ent * mask).sum() / mask.sum().clamp(min=1))
+            ref_lp = None
+            if self.ref_model is not None:
+                ref_lp, _ = score(self.ref_model, batch, temperature=sch.temperature)
+            ph.tokens = float(batch.attention_mask.sum())
+        out.update(mismatch_kl(old_lp, batch.log_probs, mask))
+        is_w = None
+        if self.spec.tis:
+            t = cfg.tis
+            is_w = tis_weights(old_lp, batch.log_probs, mask, cap=t.cap, level=t.level, icepop=t.icepop)
+            out.update(tis_stats(old_lp, batch.log_probs, mask, cap=t.cap, level=t.level, icepop=t.icepop))
+        shadow_rows, ref_old = None, None
+        if self.use_shadow:
+            with self.timer.phase("calib") as ph, torch.no_grad(), self.prec.shadow():
+                n = max(1, math.ceil(cfg.calib.sample_frac * len(mask)))
+                shadow_rows = (
+                    torch.randperm(len(mask), generator=_gen(seed, step, "shadow"))[:n].sort().values
+                )
+                ref_old, _ = score(self.policy, batch.select(shadow_rows), temperature=sch.temperature)
+                ph.tokens = float(batch.attention_mask[shadow_rows].sum())
+        out.update(self._update(step, ro, old_lp, ref_lp, is_w, shadow_rows, ref_old))
+        return out
+
+    def _update(self, step, ro, old_lp, ref_lp, is_w, shadow_rows, ref_old) -> dict[str, float]:
+        from fp8rl.rl import policy_loss, ratio_quantiles
+
+        cfg, sch, algo, batch = self.cfg, self.cfg.schedule, self.algo, ro.batch
+        n = len(batch.response_mask)
+        mb_size = math.ceil(n / sch.mini_batches)
+        gen = _gen(self.run_spec.seed, step, "minibatch")
+        shadow_pos = torch.full((n,), -1, dtype=torch.long)
+        if shadow_rows is not None:
+            shadow_pos[shadow_rows] = torch.arange(len(shadow_rows))
+        for g in self.prec.optimizer.param_groups:  # torchao's AdamWFp8 keeps lr as a tensor
+            if isinstance(g["lr"], torch.Tensor):
+                g["lr"].fill_(self._lr(step))
+            else:
+                g["lr"] = self._lr(step)
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        ratios = []
+        for _epoch in range(sch.ppo_epochs):
+            for idx in torch.randperm(n, generator=gen).split(mb_size):
+                sub, m = batch.select(idx), batch.response_mask[idx]
+                with self.timer.phase("train") as ph:
+                    lp, logits = score(
+                        self.policy, sub, temperature=sch.temperature, return_logits=algo.entropy_coef > 0
+                    )
+                    _finite("log-probs in the update", lp.detach(), m)
+                    ratio = torch.exp((lp.detach() - old_lp[idx]).clamp(-20, 20)) * m + (1 - m)
+                    ph.tokens = float(sub.attention_mask.sum())
+                mb_metrics, bounds = self._calibrate(
+                    step, idx, sub, ratio, ro.advantages[idx], m, shadow_pos, ref_old
+                )
+                with self.timer.phase("train"):
+                    entropy = None
+                    if algo.entropy_coef > 0:
+                        from fp8rl.rl import entropy_from_logits
+
+                        entropy = entropy_from_logits(logits, m)
+                    loss, lm = policy_loss(
+                        lp, old_lp[idx], ro.advantages[idx], m,
+                        clip_low=algo.clip_low, clip_high=algo.clip_high, clip_c=algo.clip_c,
+                        loss_agg_mode=algo.loss_agg_mode, is_weights=None if is_w is None else is_w[idx],
+                        bounds=bounds, ref_log_prob=None if ref_lp is None else ref_lp[idx],
+                        kl_coef=algo.kl_coef, kl_type=algo.kl_type, entropy=entropy, entropy_coef=algo.entropy_coef,
+                    )  # fmt: skip
+                    if not bool(torch.isfinite(loss)):
+                        raise Diverged("non-finite loss")
+                    self.prec.optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    gnorm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), sch.grad_clip))
+                    if not math.isfinite(gnorm):
+                        raise Diverged("non-finite gradient norm")
+                    self.prec.optimizer.step()
+                lm["grad_norm"] = gnorm
+                for k, v in {**lm, **mb_metrics}.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+                    counts[k] = counts.get(k, 0) + 1
+                ratios.append((ratio, m))
+        out = {k: sums[k] / counts[k] for k in sums}
+        out.pop("loss/tokens", None)
+        r = torch.cat([x for x, _ in ratios])
+        out.update(ratio_quantiles(r, torch.cat([y for _, y in ratios])))
+        return out
+
+    def _calibrate(self, step, idx, sub, ratio, adv, m, shadow_pos, ref_old):
+        """Bounds for this mini-batch (None: the fixed ones) and the calib/phantom metrics."""
+        from fp8rl.rl import phantom_low_neg
+
+        cfg, sch, algo = self.cfg, self.cfg.schedule, self.algo
+        metrics: dict[str, float] = {}
+        ref_ratio = ref_mask = None
+        if ref_old is not None:
+            pos = shadow_pos[idx]
+            local = (pos >= 0).nonzero().squeeze(-1)
+            ref_ratio = torch.ones_like(ratio)
+            ref_mask = torch.zeros_like(m)
+            if len(local):
+                with self.timer.phase("calib") as ph, torch.no_grad(), self.prec.shadow():
+                    cur, _ = score(self.policy, sub.select(local), temperature=sch.temperature)
+                    ph.tokens = float(sub.attention_mask[local].sum())
+                rm = m[local]
+                ref_ratio[local] = torch.exp((cur - ref_old[pos[local]]).clamp(-20, 20)) * rm + (1 - rm)
+                ref_mask[local] = rm
+        bounds = None
+        if self.calibrator is not None:
+            kw = {}
+            if cfg.calib.reference == "shadow":
+                kw = {"ref_ratio": ref_ratio, "ref_mask": ref_mask}
+            elif cfg.calib.reference == "run":
+                q, q_hi = self.reference.get(step, (None, None))
+                kw = {"target_q": q, "target_q_high": q_hi}
+            with self.timer.phase("calib"):
+                low, high, cm = self.calibrator.bounds(ratio, adv, m, **kw)
+            bounds = (low, high)
+            metrics.update(cm)
+        if ref_ratio is not None and bool(ref_mask.any()):
+            low = bounds[0] if bounds else 1.0 - algo.clip_low
+            metrics.update(phantom_low_neg(ratio, ref_ratio, adv, ref_mask, low, 1.0 - algo.clip_low))
+        return metrics, bounds
