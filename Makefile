@@ -15,9 +15,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The smoke tier end to end (data, SFT, every training run, lm-eval + agent benchmark, report) with the
+# local profile; `make smoke CONFIG=config/ci.yaml` runs another tier. A rerun does only what changed;
+# a run interrupted mid-way picks up where it stopped.
+CONFIG ?= config/smoke.yaml
 smoke: $(STAMP)
-	$(BIN)/fp8rl config validate config/smoke.yaml
-	$(BIN)/fp8rl matrix config/smoke.yaml
+	$(BIN)/snakemake --profile profiles/local --configfile $(CONFIG)
+	@$(BIN)/python -c "from fp8rl.config_loader import load_config; c = load_config('$(CONFIG)'); \
+	r = f'{c.results_dir}/{c.tier}'; print(f'\ntables: {r}/tables/\nplots:  {r}/plots/\nreport: {r}/report.html')"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

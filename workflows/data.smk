@@ -2,6 +2,8 @@
 
 
 rule data:
+    input:
+        images=container_inputs("data"),
     output:
         train=f"{R}/data/train.jsonl",
         test=f"{R}/data/test.jsonl",
@@ -17,7 +19,7 @@ rule data:
     threads: threads_for("data")
     resources:
         **resources_for("data"),
-    container: container_for("train")
+    container: container_for("data")
     shell:
         "fp8rl data --config {params.config} --out {params.out} > {log} 2>&1"
 
@@ -25,6 +27,7 @@ rule data:
 rule sft:
     input:
         train=rules.data.output.train,
+        images=container_inputs("train"),
     output:
         f"{R}/base/{{model}}/sft.json",
     params:

@@ -5,6 +5,7 @@ rule eval_lm:
     input:
         summary=f"{R}/runs/{RUN}/summary.json",
         test=rules.data.output.test,
+        images=container_inputs("eval"),
     output:
         f"{R}/runs/{RUN}/eval/lm_eval.json",
     params:
@@ -29,6 +30,7 @@ rule eval_agent:
     input:
         summary=f"{R}/runs/{RUN}/summary.json",
         tool=rules.data.output.tool,
+        images=container_inputs("agent"),
     output:
         f"{R}/runs/{RUN}/eval/agent.json",
     params:
@@ -43,7 +45,7 @@ rule eval_agent:
     threads: threads_for("eval_agent")
     resources:
         **resources_for("eval_agent"),
-    container: container_for("eval")
+    container: container_for("agent")
     shell:
         "fp8rl eval agent --config {params.config} --checkpoint {params.checkpoint}"
         " --data {params.data} --out {output} > {log} 2>&1"

@@ -7,6 +7,7 @@ rule report:
     input:
         summaries=[f"{run_dir(spec)}/summary.json" for spec in RUNS],
         evals=[path for spec in RUNS for path in eval_targets(spec)],
+        images=container_inputs("report"),
     output:
         report_outputs(CFG.results_dir, CFG.tier),
     params:

@@ -7,6 +7,7 @@
 rule train:
     input:
         unpack(train_inputs),
+        images=container_inputs("train"),
     output:
         summary=f"{R}/runs/{RUN}/summary.json",
     params:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from workflow_helpers import REPO, planned_jobs, snakemake, write_config
+from workflow_helpers import REPO, in_repo, planned_jobs, snakemake, write_config
 
 from fp8rl.config import reference_run
 from fp8rl.config_loader import load_config
@@ -31,12 +31,14 @@ def test_dry_run_plans_every_job_of_the_matrix(config, tmp_path):
     """None: no --configfile, the default (config/smoke.yaml)."""
     cfg = load_config(REPO / (config or "config/smoke.yaml"))
     n = matrix_count(REPO / (config or "config/smoke.yaml"))
-    jobs = planned_jobs(tmp_path, *(["--configfile", str(REPO / config)] if config else []))
+    jobs = planned_jobs(None, *(["--configfile", str(REPO / config)] if config else []), *in_repo(tmp_path))
     assert jobs.pop("train") == n
     assert jobs.pop("eval_lm") == (n if cfg.eval.lm_eval_tasks else 0)
     assert jobs.pop("eval_agent") == (n if cfg.eval.agent else 0)
     assert jobs.pop("sft") == len(cfg.matrix.models)
-    assert jobs == {"data": 1, "report": 1, "all": 1}
+    images = {k: v for k, v in jobs.items() if k.startswith("container")}  # workflows/containers.smk
+    assert bool(images) == (cfg.containers.mode != "none")
+    assert {k: v for k, v in jobs.items() if k not in images} == {"data": 1, "report": 1, "all": 1}
 
 
 def test_calibrated_runs_take_their_bf16_run_as_input(tmp_path):
@@ -75,7 +77,9 @@ def test_bad_config_stops_the_dag_with_the_cli_message(tmp_path):
 
 def lints(tmp_path, config) -> list[str]:
     """`snakemake --lint` findings as 'where: title' lines."""
-    out = snakemake(tmp_path, "--lint", "--configfile", str(REPO / config), check=False).stdout
+    out = snakemake(
+        None, "--lint", "--configfile", str(REPO / config), *in_repo(tmp_path), check=False
+    ).stdout
     found, where = [], None
     for line in out.splitlines():
         if line.startswith("Lints for "):

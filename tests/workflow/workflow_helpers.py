@@ -1,5 +1,6 @@
-"""Run the repository's Snakefile from a scratch working directory (its own .snakemake/ and results/),
-on configs derived from the shipped ones with `--set`-style overrides."""
+"""Run the repository's Snakefile on configs derived from the shipped ones with `--set`-style overrides:
+from a scratch working directory (its own .snakemake/ and results/), or from the repository with
+`results_dir` pointed at a scratch folder (`in_repo`) where rules read repository files."""
 
 from __future__ import annotations
 
@@ -23,11 +24,17 @@ def write_config(dest: Path, base: str = "config/ci.yaml", *overrides: str) -> P
     return dest
 
 
+def in_repo(results: Path) -> list[str]:
+    """Arguments that keep a run in the repository's directory but its results under `results`."""
+    return ["--directory", str(REPO), "--config", f"results_dir={results}"]
+
+
 def snakemake(
-    workdir: Path, *args: str, timeout: float = 600, check: bool = True
+    workdir: Path | None, *args: str, timeout: float = 600, check: bool = True
 ) -> subprocess.CompletedProcess:
-    """`python -m snakemake -s REPO/Snakefile --directory workdir ARGS` with this interpreter."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir), *args]
+    """`python -m snakemake -s REPO/Snakefile [--directory workdir] ARGS` with this interpreter."""
+    where = ["--directory", str(workdir)] if workdir is not None else []
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), *where, *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(
@@ -36,7 +43,7 @@ def snakemake(
     return proc
 
 
-def planned_jobs(workdir: Path, *args: str) -> dict[str, int]:
+def planned_jobs(workdir: Path | None, *args: str) -> dict[str, int]:
     """Job counts per rule of a dry run (`snakemake -n --quiet rules`); {} when nothing is to be done."""
     proc = snakemake(workdir, "-n", "--quiet", "rules", *args)
     counts = {}
