@@ -89,7 +89,10 @@ def fp8_gemm(
         if inv_a.dim() != inv_b.dim():  # one rowwise, one tensorwise: expand the tensorwise one
             inv_a = inv_a.expand(a.shape[0], 1).contiguous() if inv_a.dim() == 0 else inv_a
             inv_b = inv_b.expand(1, b.shape[0]).contiguous() if inv_b.dim() == 0 else inv_b
-        return torch._scaled_mm(qa, qb.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.float32)
+        # cuBLASLt's rowwise-scaled FP8 GEMM emits bf16 only; tensorwise (and the CPU kernel) emit fp32
+        rowwise = "rowwise" in (spec.a.granularity, spec.b.granularity)
+        out_dtype = torch.bfloat16 if a.is_cuda and rowwise else torch.float32
+        return torch._scaled_mm(qa, qb.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype).float()
     fa = a_quantized if a_quantized is not None else quantize_operand(a, spec.a, scale=scale_a)
     fb = b_quantized if b_quantized is not None else quantize_operand(b, spec.b, scale=scale_b)
     return fa @ fb.t()

@@ -140,15 +140,37 @@ def compute_scale(
     return amax_to_scale(amax, fmt, pow2_scales=pow2_scales)
 
 
+_NATIVE_SATURATION: dict[tuple[str, str], bool] = {}
+
+
+def _saturates_natively(f: FP8Format, device: torch.device) -> bool:
+    """Whether torch's own cast to `f` on this device type already saturates (overflow and ±inf to
+    ±max, as torch's CPU cast to float8_e4m3fn does); then the explicit clamp pass is skipped. Checked
+    once per (format, device type) on values the clamp would change."""
+    key = (f.name, device.type)
+    if key not in _NATIVE_SATURATION:
+        probe = torch.tensor([f.max * 1.04, f.max * 1.1, -1e30, float("inf"), float("-inf")], device=device)
+        _NATIVE_SATURATION[key] = torch.equal(
+            probe.to(f.dtype).float(), probe.clamp(-f.max, f.max).to(f.dtype).float()
+        )
+    return _NATIVE_SATURATION[key]
+
+
+def _cast(y: torch.Tensor, f: FP8Format) -> torch.Tensor:
+    """Saturating RNE cast of the fp32 tensor `y` (which may be modified in place)."""
+    if not _saturates_natively(f, y.device):
+        y = y.clamp_(-f.max, f.max)
+    return y.to(f.dtype)
+
+
 def _apply(x: torch.Tensor, scale: torch.Tensor, granularity: str, block: int, f: FP8Format, back: bool):
     """Scale, saturate and cast `x` to FP8; with `back`, divide by the scale again (fake quantization)."""
     if granularity in ("tensorwise", "rowwise"):
-        y = x.to(torch.float32) * scale
-        q = y.clamp_(-f.max, f.max).to(f.dtype)
+        q = _cast(x.to(torch.float32) * scale, f)
         return q.to(torch.float32).div_(scale) if back else q
     tiles = _tiles(x.to(torch.float32), granularity, block)
     s = _tile_scale(scale, granularity)
-    q = (tiles * s).clamp_(-f.max, f.max).to(f.dtype)
+    q = _cast(tiles * s, f)
     if back:
         return _untile(q.to(torch.float32).div_(s), x.shape, granularity)
     return _untile(q, x.shape, granularity)

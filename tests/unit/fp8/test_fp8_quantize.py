@@ -156,3 +156,13 @@ def test_compiled_path_is_bit_identical():
             assert torch.equal(fake_quantize(x, "e4m3", k), ref)
     finally:
         set_compile(False)
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_quantize_cast_saturates_like_saturating_cast(fmt):
+    from fp8rl.fp8.formats import saturating_cast
+
+    m = get_format(fmt).max
+    x = torch.tensor([m * 1.03, m * 1.2, -1e30, float("inf"), float("-inf"), float("nan"), 0.1, -3.0])
+    q, _ = quantize(x, fmt, scale=torch.tensor(1.0))
+    assert torch.equal(q.view(torch.uint8), saturating_cast(x, fmt).view(torch.uint8))

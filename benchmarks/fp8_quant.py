@@ -1,0 +1,124 @@
+"""FP8 quantization and FP8-linear speed on this machine, as ratios measured side by side in one run.
+
+1. fake-quant time ÷ a plain copy (`x.clone()`) of the same fp32 tensor, per granularity and size,
+   eagerly and (with --compile) through `torch.compile`. Target on CPU: ≤ 3× a copy.
+2. FP8-linear forward+backward ÷ the bf16-emulated linear's (fp8rl.fp8.BF16Linear) on the same
+   `[n, n] x [n, n]` problem, per recipe. Target on CPU: ≤ 1.5×.
+3. The CPU `torch._scaled_mm` path ÷ the emulated path for the tensorwise recipe (why CPU emulates).
+
+Timings are minima of interleaved repeats, so machine noise hits both sides of a ratio alike.
+
+    .venv/bin/python benchmarks/fp8_quant.py                       # sizes 1024 2048 4096
+    .venv/bin/python benchmarks/fp8_quant.py --sizes 1024 --compile --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from fp8rl.fp8 import BF16Linear, FP8Linear, fake_quantize, get_recipe
+from fp8rl.fp8.quantize import GRANULARITIES, set_compile
+
+
+def _time_pair(f: Callable[[], object], g: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """Fastest seconds of f and g over `repeats`, measured alternately after one warm-up call each (the
+    minimum is the least noise-sensitive estimate on a shared machine)."""
+    f(), g()
+    tf, tg = [], []
+    for _ in range(repeats):
+        for fn, acc in ((f, tf), (g, tg)):
+            t0 = time.perf_counter()
+            fn()
+            acc.append(time.perf_counter() - t0)
+    return min(tf), min(tg)
+
+
+def bench_fake_quant(sizes: list[int], repeats: int, compiled: bool) -> list[dict]:
+    rows = []
+    set_compile(compiled)
+    try:
+        for n in sizes:
+            x = torch.randn(n, n)
+            for g in GRANULARITIES:
+                t_fq, t_copy = _time_pair(lambda g=g, x=x: fake_quantize(x, "e4m3", g), x.clone, repeats)
+                rows.append({"n": n, "granularity": g, "compiled": compiled, "fq_ms": 1e3 * t_fq,
+                             "copy_ms": 1e3 * t_copy, "ratio": t_fq / t_copy})  # fmt: skip
+    finally:
+        set_compile(False)
+    return rows
+
+
+def _fwd_bwd(layer: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> Callable[[], None]:
+    def run() -> None:
+        layer.weight.grad = None
+        x.grad = None
+        layer(x).backward(dy)
+
+    return run
+
+
+def bench_linear(sizes: list[int], repeats: int, recipes: list[str]) -> list[dict]:
+    rows = []
+    for n in sizes:
+        torch.manual_seed(0)
+        lin = nn.Linear(n, n, bias=False)
+        x = torch.randn(n, n, requires_grad=True)
+        dy = torch.randn(n, n)
+        bf16 = _fwd_bwd(BF16Linear.from_linear(lin), x, dy)
+        for name in recipes:
+            fp8 = _fwd_bwd(FP8Linear.from_linear(lin, get_recipe(name), backend="emulated"), x, dy)
+            t8, tb = _time_pair(fp8, bf16, repeats)
+            rows.append(
+                {"n": n, "recipe": name, "fp8_ms": 1e3 * t8, "bf16_emul_ms": 1e3 * tb, "ratio": t8 / tb}
+            )
+        emu = _fwd_bwd(FP8Linear.from_linear(lin, get_recipe("tensorwise"), backend="emulated"), x, dy)
+        smm = _fwd_bwd(FP8Linear.from_linear(lin, get_recipe("tensorwise"), backend="scaled_mm"), x, dy)
+        ts, te = _time_pair(smm, emu, repeats)
+        rows.append({"n": n, "recipe": "tensorwise:scaled_mm÷emulated", "fp8_ms": 1e3 * ts,
+                     "bf16_emul_ms": 1e3 * te, "ratio": ts / te})  # fmt: skip
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096])
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--compile", action="store_true", help="also time fake-quant through torch.compile")
+    p.add_argument("--recipes", nargs="+", default=["tensorwise", "delayed", "rowwise", "blockwise", "mxfp8"])
+    p.add_argument("--skip-linear", action="store_true")
+    p.add_argument("--json", help="also write the rows to this JSON file")
+    args = p.parse_args(argv)
+    torch.set_num_threads(torch.get_num_threads())
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device cpu, FP8 emulated")
+    rows = {"fake_quant": bench_fake_quant(args.sizes, args.repeats, False)}
+    if args.compile:
+        rows["fake_quant"] += bench_fake_quant(args.sizes, args.repeats, True)
+    print("\nfake-quant ÷ copy (target ≤ 3x)")
+    print(f"{'n':>6} {'granularity':<11} {'mode':<8} {'fq ms':>9} {'copy ms':>9} {'ratio':>7}")
+    for r in rows["fake_quant"]:
+        mode = "compiled" if r["compiled"] else "eager"
+        print(
+            f"{r['n']:>6} {r['granularity']:<11} {mode:<8} {r['fq_ms']:>9.2f} {r['copy_ms']:>9.2f} {r['ratio']:>6.2f}x"
+        )
+    if not args.skip_linear:
+        rows["linear"] = bench_linear(args.sizes, max(3, args.repeats // 2), args.recipes)
+        print("\nFP8 linear fwd+bwd ÷ bf16-emulated linear (target ≤ 1.5x)")
+        print(f"{'n':>6} {'recipe':<30} {'fp8 ms':>9} {'bf16 ms':>9} {'ratio':>7}")
+        for r in rows["linear"]:
+            print(
+                f"{r['n']:>6} {r['recipe']:<30} {r['fp8_ms']:>9.1f} {r['bf16_emul_ms']:>9.1f} {r['ratio']:>6.2f}x"
+            )
+    if args.json:
+        from fp8rl.io import atomic_write_json
+
+        atomic_write_json(args.json, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
