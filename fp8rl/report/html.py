@@ -77,5 +77,8 @@ def render_html(
         out.append(f"<h2>{html.escape(heading)}</h2>{_notes(notes)}{_table(frame)}")
     out.append("<h2>Plots</h2>")
     out += [_image(png, caption) for png, caption in plots]
-    out.append(f"<h2>Runs</h2>{_table(runs)}</body></html>")
+    runs_html = _table(runs)
+    for status in ("diverged", "failed", "missing"):  # make the runs that need a look stand out
+        runs_html = runs_html.replace(f"<td>{status}</td>", f'<td class="status-{status}">{status}</td>')
+    out.append(f"<h2>Runs</h2>{runs_html}</body></html>")
     return "\n".join(out) + "\n"

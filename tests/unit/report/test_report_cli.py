@@ -62,6 +62,7 @@ def test_tables_count_every_status_and_html_is_self_contained(built):
     assert html.count("data:image/png;base64,") == 5
     assert not re.search(r'src="(?!data:)', html)  # nothing loaded from outside the file
     assert f"metrics.jsonl:{MALFORMED_LINE}" in html and "Student t-interval" in html
+    assert '<td class="status-diverged">diverged</td>' in html
     manifest = json.loads((results / "smoke" / "report.json").read_text())
     assert manifest["malformed_lines"] == 1 and MALFORMED in manifest["problems"][0]
     assert manifest["status_counts"]["missing"] == 1
