@@ -1,5 +1,8 @@
 """FP8 numerics (DESIGN.md §4): formats, scaled quantization, recipes, FP8 linear, FP8 optimizer state,
-rollout quantization. Never imports `fp8rl.rl`."""
+rollout quantization. Never imports `fp8rl.rl`.
+
+`make_rollout_policy`, `KVCacheQuantizer`, `FP8DynamicCache` and `RolloutLinear` import `transformers`,
+so they are loaded on first access (a few seconds), not with the package."""
 
 from fp8rl.fp8.backend import fp8_backend, gemm_backend, is_fp8_hardware
 from fp8rl.fp8.convert import (
@@ -12,6 +15,7 @@ from fp8rl.fp8.convert import (
 )
 from fp8rl.fp8.formats import E4M3, E5M2, FP8Format, get_format, round_to_bf16, saturating_cast
 from fp8rl.fp8.linear import BF16Linear, FP8Linear
+from fp8rl.fp8.optim import BlockwiseFP8AdamW, build_adamw
 from fp8rl.fp8.quantize import GRANULARITIES, dequantize, fake_quantize, quantize
 from fp8rl.fp8.recipe import RECIPES, GemmSpec, OperandSpec, Recipe, get_recipe
 from fp8rl.fp8.scaling import AmaxHistory
@@ -23,11 +27,16 @@ __all__ = [
     "RECIPES",
     "AmaxHistory",
     "BF16Linear",
+    "BlockwiseFP8AdamW",
+    "FP8DynamicCache",
+    "KVCacheQuantizer",
+    "RolloutLinear",
     "FP8Format",
     "FP8Linear",
     "GemmSpec",
     "OperandSpec",
     "Recipe",
+    "build_adamw",
     "convert_to_bf16_emulation",
     "convert_to_fp8",
     "dequantize",
@@ -39,9 +48,25 @@ __all__ = [
     "get_recipe",
     "is_fp8_hardware",
     "load_fp8_state_dict",
+    "make_rollout_policy",
     "quantization_disabled",
     "quantize",
     "quantized_linears",
     "round_to_bf16",
     "saturating_cast",
 ]
+
+_LAZY = {
+    "make_rollout_policy": "fp8rl.fp8.rollout",
+    "RolloutLinear": "fp8rl.fp8.rollout",
+    "KVCacheQuantizer": "fp8rl.fp8.kv_cache",
+    "FP8DynamicCache": "fp8rl.fp8.kv_cache",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'fp8rl.fp8' has no attribute {name!r}")
