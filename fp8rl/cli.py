@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "fp8rl.commands.train",
     "fp8rl.commands.study",
     "fp8rl.commands.containers",
+    "fp8rl.commands.verl",
 ]
 
 

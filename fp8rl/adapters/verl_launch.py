@@ -1,0 +1,79 @@
+"""The job script of one verl run: Ray across the Slurm allocation, verl's trainer, the HF checkpoint.
+
+Run inside a Slurm job of `nodes` x `gpus_per_node` (the Slurm executor's `nodes` / `gpu` resources),
+the script does what verl documents for multi-node training on Slurm: `ray start --head` on the first node
+of `$SLURM_JOB_NODELIST`, `ray start --address` on the others (each through `srun --overlap` on that
+node), waits until every GPU has joined, then runs `python -m verl.trainer.main_ppo` on the head with
+`RAY_ADDRESS` set. Outside Slurm, or on one node, verl starts its own local Ray. With an image, each of
+those processes runs under `apptainer exec --nv`. Finally verl's model merger writes the last checkpoint
+in Hugging Face format to `{out}/checkpoint`.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+RAY_PORT = 6379
+RAY_JOIN_TIMEOUT_S = 600
+
+
+def render_script(
+    *,
+    run_id: str,
+    overrides: list[str],
+    out: str,
+    nodes: int,
+    gpus_per_node: int,
+    image: str | None = None,
+    python: str = "python3",
+    config_name: str = "ppo_megatron_trainer",
+) -> str:
+    """The bash script that trains one run through verl (see the module docstring)."""
+    q = shlex.quote
+    prefix = f'apptainer exec --nv --bind "$PWD" {q(image)} ' if image else ""
+    trainer = " \\\n    ".join(
+        [f"{prefix}{python} -m verl.trainer.main_ppo --config-name {config_name}"] + [q(o) for o in overrides]
+    )
+    ckpt = f"{out}/verl_checkpoints"
+    return f"""#!/usr/bin/env bash
+# fp8rl: verl training of {run_id} (written by `fp8rl verl train`; DO NOT EDIT, it is rewritten each run).
+set -euo pipefail
+export VERL_USE_EXTERNAL_MODULES=fp8rl.adapters.verl_loss
+export FP8RL_VERL_LOSS={q(out + "/verl_loss.json")}
+export VERL_FILE_LOGGER_PATH={q(out + "/verl_log.jsonl")}
+export HYDRA_FULL_ERROR=1
+GPUS_PER_NODE={gpus_per_node}
+WANT_NODES={nodes}
+
+if [ -n "${{SLURM_JOB_NODELIST:-}}" ] && [ "$WANT_NODES" -gt 1 ]; then
+    mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+    if [ "${{#NODES[@]}}" -lt "$WANT_NODES" ]; then
+        echo "error: the Slurm job has ${{#NODES[@]}} node(s), this run needs $WANT_NODES" >&2
+        exit 2
+    fi
+    HEAD="${{NODES[0]}}"
+    HEAD_IP=$(srun --overlap --nodes=1 --ntasks=1 -w "$HEAD" hostname --ip-address | awk '{{print $1}}')
+    export RAY_ADDRESS="$HEAD_IP:{RAY_PORT}"
+    srun --overlap --nodes=1 --ntasks=1 -w "$HEAD" {prefix}ray start --head --node-ip-address="$HEAD_IP" \\
+        --port={RAY_PORT} --num-gpus="$GPUS_PER_NODE" --block &
+    sleep 10
+    for node in "${{NODES[@]:1:$((WANT_NODES - 1))}}"; do
+        srun --overlap --nodes=1 --ntasks=1 -w "$node" {prefix}ray start --address="$RAY_ADDRESS" \\
+            --num-gpus="$GPUS_PER_NODE" --block &
+    done
+    trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+    want=$((WANT_NODES * GPUS_PER_NODE))
+    for _ in $(seq 1 {RAY_JOIN_TIMEOUT_S // 5}); do
+        have=$({prefix}python3 -c "import ray; ray.init(address='auto'); print(int(ray.cluster_resources().get('GPU', 0)))" 2>/dev/null || echo 0)
+        [ "$have" -ge "$want" ] && break
+        sleep 5
+    done
+    [ "$have" -ge "$want" ] || {{ echo "error: only $have of $want GPUs joined the Ray cluster" >&2; exit 1; }}
+fi
+
+{trainer}
+
+STEP=$(cat {q(ckpt)}/latest_checkpointed_iteration.txt)
+{prefix}{python} -m verl.model_merger merge --backend megatron \\
+    --local_dir {q(ckpt)}/global_step_"$STEP"/actor --target_dir {q(out + "/checkpoint")}
+"""

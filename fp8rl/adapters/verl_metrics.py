@@ -1,0 +1,111 @@
+"""verl's logged metrics -> fp8rl's `metrics.jsonl` (DESIGN.md §6 names) and the run's `summary.json`.
+
+verl's file logger (`trainer.logger` with `file`, path from `VERL_FILE_LOGGER_PATH`) writes one line per
+step: `{"step": N, "data": {name: value}}`. `import_rows` renames verl's metrics to §6 names (`VERL_TO_FP8RL`),
+keeps the ones fp8rl's own losses already log under §6 names (with or without verl's `actor/` prefix),
+and drops everything else. A metric verl did not log, or logged as NaN, is absent, never 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+# verl name -> DESIGN.md §6 name. Directions checked against verl's rollout_corr_helper:
+# `kl` = mean(rollout - old) and `k3_kl` = mean(exp(old - rollout) - (old - rollout) - 1), the same
+# estimators as fp8rl.rl.mismatch_kl(trainer=old, rollout=rollout).
+VERL_TO_FP8RL = {
+    "critic/score/mean": "reward/mean",
+    "actor/entropy": "entropy",
+    "response_length/mean": "resp_len/mean",
+    "rollout_corr/kl": "mismatch/kl_k1",
+    "rollout_corr/k3_kl": "mismatch/kl_k3",
+    "rollout_corr/rollout_is_mean": "tis/mean",
+    "rollout_corr/rollout_is_ratio_fraction_high": "tis/clipped",
+    "timing_s/gen": "time/rollout_s",
+    "timing_s/old_log_prob": "time/logprob_s",
+    "timing_s/update_actor": "time/train_s",
+}
+
+# §6 names that fp8rl's verl losses (verl_loss) log themselves.
+PASSTHROUGH = (
+    "acc/mean",
+    "clip/low_neg",
+    "clip/high_pos",
+    "clip/dual",
+    "clip/low_all",
+    "clip/high_all",
+    "calib/low",
+    "calib/high",
+    "calib/target_q",
+    "ratio/p01",
+    "ratio/p50",
+    "ratio/p99",
+)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def convert_row(step: int, data: dict[str, Any]) -> dict[str, float | int]:
+    """One verl log row -> one fp8rl metrics row (`step` first, then the §6 metrics present)."""
+    out: dict[str, float | int] = {"step": int(step)}
+    for src, dst in VERL_TO_FP8RL.items():
+        if (v := _number(data.get(src))) is not None:
+            out[dst] = v
+    for name in PASSTHROUGH:
+        for src in (name, f"actor/{name}"):
+            if (v := _number(data.get(src))) is not None:
+                out[name] = v
+                break
+    return out
+
+
+def import_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, float | int]]:
+    """verl file-logger rows -> fp8rl metrics rows, one per step (a step logged twice: the last wins)."""
+    by_step: dict[int, dict[str, float | int]] = {}
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or "step" not in row or not isinstance(row.get("data"), dict):
+            raise ValueError(
+                f"verl log row {i + 1}: expected {{'step': N, 'data': {{...}}}}, got {str(row)[:80]}"
+            )
+        by_step.setdefault(int(row["step"]), {}).update(convert_row(row["step"], row["data"]))
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def import_log(verl_log: str | Path, out: str | Path) -> list[dict[str, float | int]]:
+    """Read verl's file-logger JSONL and write fp8rl's `metrics.jsonl` (atomically); returns the rows."""
+    from fp8rl.io import atomic_write_jsonl, read_jsonl
+
+    rows = import_rows(read_jsonl(verl_log))
+    atomic_write_jsonl(out, rows)
+    return rows
+
+
+def run_status(
+    rows: list[dict[str, float | int]],
+    *,
+    steps_planned: int,
+    exit_code: int,
+    stability: Any,
+) -> tuple[str, str | None, int]:
+    """`(status, reason, step)` of a finished verl run: `diverged` when fp8rl's entropy-spike detector
+    fires on the imported entropy series, `failed` when verl exited non-zero or stopped early, else `ok`."""
+    from fp8rl.rl import EntropySpikeDetector
+
+    det = EntropySpikeDetector.from_config(stability)
+    last = int(rows[-1]["step"]) if rows else 0
+    for row in rows:
+        if "entropy" in row and (reason := det.update(int(row["step"]), float(row["entropy"]))):
+            return "diverged", reason, int(row["step"])
+    if exit_code != 0:
+        return "failed", f"verl exited with code {exit_code}", last
+    if last < steps_planned:
+        return "failed", f"verl stopped at step {last} of {steps_planned}", last
+    return "ok", None, last
