@@ -20,11 +20,9 @@ scaling) instead of having it computed from `x`.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-from fp8rl.fp8.formats import FP8Format, check_float, get_format
+from fp8rl.fp8.formats import FP8Format, check_float, get_format, round_to_grid_
 
 GRANULARITIES = ("tensorwise", "rowwise", "block1d", "block2d", "mx")
 EPS = 1e-12  # torchao.float8.float8_utils.EPS
@@ -164,16 +162,14 @@ def _cast(y: torch.Tensor, f: FP8Format) -> torch.Tensor:
 
 
 def _apply(x: torch.Tensor, scale: torch.Tensor, granularity: str, block: int, f: FP8Format, back: bool):
-    """Scale, saturate and cast `x` to FP8; with `back`, divide by the scale again (fake quantization)."""
-    if granularity in ("tensorwise", "rowwise"):
-        q = _cast(x.to(torch.float32) * scale, f)
-        return q.to(torch.float32).div_(scale) if back else q
-    tiles = _tiles(x.to(torch.float32), granularity, block)
-    s = _tile_scale(scale, granularity)
-    q = _cast(tiles * s, f)
-    if back:
-        return _untile(q.to(torch.float32).div_(s), x.shape, granularity)
-    return _untile(q, x.shape, granularity)
+    """Scale, saturate and cast `x` to FP8 (`back=False`), or scale, round to the FP8 grid in fp32 and
+    divide by the scale again (`back=True`: fake quantization, `round_to_grid_`)."""
+    tiled = granularity not in ("tensorwise", "rowwise")
+    y = _tiles(x.to(torch.float32), granularity, block) if tiled else x.to(torch.float32)
+    s = _tile_scale(scale, granularity) if tiled else scale
+    y = y * s
+    y = round_to_grid_(y, f).div_(s) if back else _cast(y, f)
+    return _untile(y, x.shape, granularity) if tiled else y
 
 
 def quantize(
@@ -211,31 +207,6 @@ def dequantize(
     return _untile(tiles / _tile_scale(scale, granularity), q.shape, granularity).to(dtype)
 
 
-def _fake_quantize_impl(
-    x: torch.Tensor, fmt: str, granularity: str, block: int, pow2_scales: bool, scale: torch.Tensor | None
-) -> torch.Tensor:
-    f = get_format(fmt)
-    if scale is None:
-        scale = compute_scale(x, f, granularity, block=block, pow2_scales=pow2_scales)
-    return _apply(x, scale, granularity, _block_of(granularity, block), f, back=True).to(x.dtype)
-
-
-_compiled_impl = None
-_use_compile = os.environ.get("FP8RL_FP8_COMPILE", "0") == "1"
-
-
-def set_compile(enabled: bool) -> None:
-    """Run `fake_quantize` through `torch.compile` (one fused kernel per granularity: ~1.3-2x a tensor
-    copy on CPU instead of ~5-9x eagerly, see benchmarks/fp8_quant.py) at the price of a compile of a
-    few seconds per process and shape family. Off by default; `FP8RL_FP8_COMPILE=1` turns it on."""
-    global _use_compile
-    _use_compile = bool(enabled)
-
-
-def compile_enabled() -> bool:
-    return _use_compile
-
-
 def fake_quantize(
     x: torch.Tensor,
     fmt: str = "e4m3",
@@ -245,13 +216,10 @@ def fake_quantize(
     pow2_scales: bool = False,
     scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """`dequantize(quantize(x))` in x's dtype and shape, fused (one scaled cast and back)."""
-    global _compiled_impl
+    """`dequantize(quantize(x))` in x's dtype and shape, computed without the FP8 dtype round trip
+    (`round_to_grid_`): equal values, except -0 may come back as +0."""
     f = get_format(fmt)
     _check_args(x, granularity, block)
-    impl = _fake_quantize_impl
-    if _use_compile:
-        if _compiled_impl is None:
-            _compiled_impl = torch.compile(_fake_quantize_impl, dynamic=True)
-        impl = _compiled_impl
-    return impl(x, f.name, granularity, block, pow2_scales, scale)
+    if scale is None:
+        scale = compute_scale(x, f, granularity, block=block, pow2_scales=pow2_scales)
+    return _apply(x, scale, granularity, _block_of(granularity, block), f, back=True).to(x.dtype)

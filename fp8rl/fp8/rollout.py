@@ -84,8 +84,11 @@ _CLASSES: dict[type, type] = {}
 
 
 def _rollout_class(base: type) -> type:
+    """`Rollout<Base>(RolloutPolicyMixin, Base)`, registered in this module so instances pickle."""
     if base not in _CLASSES:
-        _CLASSES[base] = type(f"Rollout{base.__name__}", (RolloutPolicyMixin, base), {})
+        name = f"Rollout{base.__name__}"
+        cls = type(name, (RolloutPolicyMixin, base), {"__module__": __name__, "__qualname__": name})
+        globals()[name] = _CLASSES[base] = cls
     return _CLASSES[base]
 
 

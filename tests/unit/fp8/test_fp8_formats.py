@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from fp8rl.fp8.formats import E4M3, E5M2, get_format, resolve_format, round_to_bf16, saturating_cast
+from fp8rl.fp8.formats import (
+    E4M3,
+    E5M2,
+    get_format,
+    resolve_format,
+    round_to_bf16,
+    round_to_grid_,
+    saturating_cast,
+)
 
 ML = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 
@@ -85,3 +93,25 @@ def test_formats_and_bf16():
         resolve_format("fp4", "grad")
     x = _wide_random(1000, 3)
     assert torch.equal(round_to_bf16(x), x.to(torch.bfloat16).float())
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_arithmetic_grid_rounding_equals_the_cast(fmt):
+    f = get_format(fmt)
+    edges = torch.tensor([0.0, -0.0, f.max * 1.05, -1e30, float("inf"), float("-inf"), float("nan"), 1e-45,
+                          -1e-45, f.min_subnormal / 2, -f.min_subnormal * 1.5, f.min_normal])  # fmt: skip
+    x = torch.cat([_wide_random(300_000, 1), _ties(fmt), -_ties(fmt), edges])  # > one 2^18 chunk
+    ref = saturating_cast(x, fmt).float()
+    got = round_to_grid_(x.clone(), fmt)
+    same = (got == ref) | (torch.isnan(got) & torch.isnan(ref))
+    assert same.all(), x[~same][:5]
+    strided = x[: 2 * 1000].reshape(1000, 2).t()  # dense but transposed, and a gappy view
+    assert torch.equal(
+        round_to_grid_(strided.clone().t().contiguous().t(), fmt), saturating_cast(strided, fmt).float()
+    )
+    gappy = x[:4000].reshape(1000, 4)[:, ::2]
+    torch.testing.assert_close(
+        round_to_grid_(gappy.clone(), fmt), saturating_cast(gappy, fmt).float(), equal_nan=True
+    )
+    with pytest.raises(ValueError, match="y"):
+        round_to_grid_(torch.zeros(3, dtype=torch.float64), fmt)
