@@ -1,0 +1,219 @@
+"""The verl adapter without verl: overrides and their refusals, metric import, data, job script, CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fp8rl.adapters.verl_data import verl_rows, write_parquet
+from fp8rl.adapters.verl_launch import render_script
+from fp8rl.adapters.verl_metrics import convert_row, import_log, import_rows, run_status
+from fp8rl.adapters.verl_overrides import (
+    AdapterError,
+    VerlPaths,
+    check_verl_support,
+    deviations,
+    loss_spec,
+    parallelism,
+    verl_overrides,
+)
+from fp8rl.cli import main
+from fp8rl.config import RunSpec, StabilityConfig
+from fp8rl.config_loader import load_config
+
+ROOT = Path(__file__).resolve().parents[3]
+PAPER = ROOT / "config" / "paper.yaml"
+PATHS = VerlPaths("/m", "/d/train.parquet", "/d/test.parquet", "/out dir")
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return load_config(PAPER, ["calib.reference=run"])
+
+
+def _ov(overrides: list[str]) -> dict[str, str]:
+    return dict(o.split("=", 1) for o in overrides)
+
+
+def test_parallelism_per_model_size(paper):
+    got = {m.name: parallelism(m) for m in paper.models}
+    assert [(p.tp, p.pp, p.rollout_tp) for p in got.values()] == [(2, 1, 1), (4, 1, 2), (8, 1, 4)]
+    with pytest.raises(AdapterError, match="gpus_per_node"):
+        parallelism(paper.models[0].model_copy(update={"gpus_per_node": 0}))
+    with pytest.raises(AdapterError, match="params"):
+        parallelism(paper.models[0].model_copy(update={"params": None}))
+
+
+def test_refusals_name_the_key(paper):
+    spec = RunSpec("grpo", "qwen3-8b", "fp8", "rowwise", 0)
+    with pytest.raises(AdapterError, match="matrix.granularities.*rowwise"):
+        check_verl_support(paper, spec)
+    e5m2 = paper.model_copy(update={"fp8": paper.fp8.model_copy(update={"format": "e5m2"})})
+    with pytest.raises(AdapterError, match="fp8.format"):
+        check_verl_support(e5m2, RunSpec("grpo", "qwen3-8b", "fp8", "tensorwise", 0))
+    check_verl_support(e5m2, RunSpec("grpo", "qwen3-8b", "fp8", "blockwise", 0))  # block recipes are e4m3
+    shadow = load_config(PAPER)
+    with pytest.raises(AdapterError, match="calib.reference"):
+        check_verl_support(shadow, RunSpec("dapo", "qwen3-8b", "fp8_calib", "blockwise", 0))
+    check_verl_support(shadow, RunSpec("dapo", "qwen3-8b", "fp8_tis", "blockwise", 0))
+
+
+def test_rowwise_in_a_verl_config_fails_validation():
+    from fp8rl.config_loader import ConfigError
+
+    with pytest.raises(ConfigError, match="rowwise"):
+        load_config(PAPER, ["matrix.granularities=[rowwise]"])
+
+
+def test_grpo_bf16_vs_dapo_fp8_overrides(paper):
+    bf16 = _ov(verl_overrides(paper, RunSpec("grpo", "qwen3-14b", "bf16", "none", 1), PATHS))
+    assert bf16["actor_rollout_ref.rollout.quantization"] == "null"
+    assert bf16["algorithm.rollout_correction.rollout_is"] == "null"
+    assert not any("override_transformer_config" in k or "filter_groups" in k for k in bf16)
+    assert bf16["actor_rollout_ref.actor.clip_ratio_high"] == "0.2"
+    assert "actor_rollout_ref.actor.clip_ratio_c" not in bf16  # grpo: no dual clip (clip_c None)
+    assert (
+        bf16["trainer.nnodes"] == "2"
+        and bf16["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"] == "4"
+    )
+    assert bf16["trainer.default_local_dir"] == "'/out dir/verl_checkpoints'"  # quoted for Hydra
+    dapo = _ov(verl_overrides(paper, RunSpec("dapo", "qwen3-8b", "fp8_tis_calib", "tensorwise", 0), PATHS))
+    assert dapo["actor_rollout_ref.actor.clip_ratio_high"] == "0.28"
+    assert dapo["actor_rollout_ref.actor.clip_ratio_c"] == "10.0"
+    assert dapo["actor_rollout_ref.actor.loss_agg_mode"] == "token-mean"
+    assert dapo["algorithm.filter_groups.enable"] == "true"
+    assert dapo["+reward.reward_kwargs.overlong_buffer_cfg.len"] == "4096"
+    assert dapo["+actor_rollout_ref.actor.megatron.override_transformer_config.fp8"] == "hybrid"
+    assert dapo["+actor_rollout_ref.actor.megatron.override_transformer_config.fp8_recipe"] == "tensorwise"
+    assert dapo["actor_rollout_ref.rollout.quantization"] == "fp8"
+    assert dapo["algorithm.rollout_correction.rollout_is"] == "token"
+    assert dapo["algorithm.rollout_correction.rollout_is_threshold"] == "2.0"
+    assert dapo["actor_rollout_ref.actor.policy_loss.loss_mode"] == "calibrated_clip"
+
+
+def test_loss_spec_and_deviations(paper):
+    spec = RunSpec("dapo", "qwen3-8b", "fp8_calib", "blockwise", 2)
+    ls = loss_spec(paper, spec, target_q=0.03)
+    assert ls["clip_c"] == 10.0 and ls["calib"]["reference"] == "run" and ls["calib"]["target_q"] == 0.03
+    assert loss_spec(paper, RunSpec("grpo", "qwen3-8b", "bf16", "none", 0)) == {
+        "run_id": "grpo/qwen3-8b/bf16/none/seed0", "clip_c": None, "calib": None,
+    }  # fmt: skip
+    assert any("bf16" in d for d in deviations(paper, spec))
+    assert deviations(paper, RunSpec("grpo", "qwen3-8b", "bf16", "none", 0)) == []
+
+
+def test_metric_import_names_and_absence():
+    row = convert_row(3, {
+        "critic/score/mean": 0.5, "actor/entropy": 1.2, "rollout_corr/kl": 0.01, "rollout_corr/k3_kl": float("nan"),
+        "actor/clip/low_neg": 0.02, "calib/low": 0.7, "timing_s/gen": 12.0, "perf/mfu": 0.4, "actor/pg_loss": 0.1,
+    })  # fmt: skip
+    assert row == {"step": 3, "reward/mean": 0.5, "entropy": 1.2, "mismatch/kl_k1": 0.01, "time/rollout_s": 12.0,
+                   "clip/low_neg": 0.02, "calib/low": 0.7}  # fmt: skip
+    rows = import_rows(
+        [{"step": 2, "data": {"actor/entropy": 1.0}}, {"step": 1, "data": {"actor/entropy": 2.0}}]
+    )
+    assert [r["step"] for r in rows] == [1, 2]
+    with pytest.raises(ValueError, match="row 1"):
+        import_rows([{"data": {}}])
+
+
+def test_import_log_and_status(tmp_path):
+    log = tmp_path / "verl_log.jsonl"
+    entropies = [1.0, 1.0, 1.0, 1.1, 5.0, 5.0, 5.0, 5.0]
+    log.write_text(
+        "".join(
+            json.dumps({"step": i + 1, "data": {"actor/entropy": e}}) + "\n" for i, e in enumerate(entropies)
+        )
+    )
+    rows = import_log(log, tmp_path / "metrics.jsonl")
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 8
+    st = StabilityConfig(entropy_spike_k=3.0, entropy_spike_m=3, baseline_steps=3)
+    status, reason, step = run_status(rows, steps_planned=8, exit_code=0, stability=st)
+    assert status == "diverged" and step == 7 and "entropy" in reason
+    calm = rows[:4]
+    assert run_status(calm, steps_planned=4, exit_code=0, stability=st) == ("ok", None, 4)
+    assert run_status(calm, steps_planned=10, exit_code=0, stability=st)[0] == "failed"
+    assert run_status(calm, steps_planned=4, exit_code=137, stability=st)[1] == "verl exited with code 137"
+
+
+def test_data_rows_to_verl_parquet(tmp_path):
+    import pandas as pd
+
+    src = tmp_path / "train.jsonl"
+    src.write_text(json.dumps({"id": "a-1", "level": "all", "prompt": "1+1?", "answer": "2"}) + "\n")
+    out = write_parquet(src, tmp_path / "verl" / "train.parquet", task="dapo-math-17k", split="train")
+    df = pd.read_parquet(out)
+    row = df.iloc[0]
+    assert row["data_source"] == "math_dapo" and row["reward_model"]["ground_truth"] == "2"
+    assert list(row["prompt"][0].values()) == ["user", "1+1?"]
+    with pytest.raises(ValueError, match="answer"):
+        verl_rows([{"prompt": "x"}], task="gsm8k", split="test")
+
+
+@pytest.mark.parametrize("image", [None, "/img/train.sif"])
+def test_job_script_is_valid_bash(tmp_path, image):
+    text = render_script(run_id="dapo/m/fp8/blockwise/seed0", overrides=["a.b=1", "c='x y'"], out="/r/run",
+                         nodes=4, gpus_per_node=8, image=image)  # fmt: skip
+    script = tmp_path / "s.sh"
+    script.write_text(text)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    assert "ray start --head" in text and "ray start --address" in text and "verl.model_merger merge" in text
+    assert (
+        "-m verl.trainer.main_ppo --config-name ppo_megatron_trainer" in text
+        and "'c='\"'\"'x y'\"'\"''" in text
+    )
+    assert ("apptainer exec --nv" in text) == (image is not None)
+
+
+def _data(tmp_path: Path) -> Path:
+    d = tmp_path / "data"
+    d.mkdir()
+    for split in ("train", "test"):
+        (d / f"{split}.jsonl").write_text(json.dumps({"id": "x", "prompt": "2+2?", "answer": "4"}) + "\n")
+    return d
+
+
+def test_cli_train_dry_run_with_run_reference(tmp_path, capsys):
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    (ref / "metrics.jsonl").write_text(
+        '{"step": 1, "clip/low_all": 0.02}\n{"step": 2, "clip/low_all": 0.04}\n'
+    )
+    out = tmp_path / "run"
+    rc = main(["verl", "train", "--config", str(PAPER), "--set", "calib.reference=run",
+               "--run", "dapo/qwen2.5-32b/fp8_calib/blockwise/seed0", "--base", str(tmp_path / "nobase"),
+               "--data", str(_data(tmp_path)), "--out", str(out), "--reference", str(ref), "--dry-run"])  # fmt: skip
+    assert rc == 0
+    spec = json.loads((out / "verl_loss.json").read_text())
+    assert math.isclose(spec["calib"]["target_q"], 0.03)
+    ov = json.loads((out / "verl_overrides.json").read_text())["overrides"]
+    assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-32B" in ov
+    assert (out / "verl_data" / "train.parquet").is_file() and "WANT_NODES=4" in capsys.readouterr().out
+
+
+def test_cli_errors_exit_2(tmp_path, capsys):
+    base = [
+        "verl",
+        "train",
+        "--config",
+        str(PAPER),
+        "--base",
+        "b",
+        "--data",
+        str(_data(tmp_path)),
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    assert main([*base, "--run", "dapo/qwen3-8b/fp8_calib/blockwise/seed0", "--dry-run"]) == 2
+    assert "calib.reference" in capsys.readouterr().err
+    assert (
+        main([*base, "--set", "calib.reference=run", "--run", "dapo/qwen3-8b/fp8_calib/blockwise/seed0"]) == 2
+    )
+    assert "--reference" in capsys.readouterr().err
+    assert main([*base, "--run", "dapo/qwen3-8b/fp8/rowwise/seed0"]) == 2
+    assert "not in the matrix" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # nothing written before the input was checked
