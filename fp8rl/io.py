@@ -13,6 +13,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     """Call `write(tmp_path)` to fill a temp file next to `path`, then rename it to `path`."""
@@ -21,6 +24,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    os.chmod(tmp_path, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual mode
     try:
         write(tmp_path)
         with open(tmp_path, "rb+") as fh:

@@ -39,3 +39,12 @@ def test_provenance_has_versions_and_machine():
     prov = provenance(config_digest="abc")
     assert prov["config_digest"] == "abc"
     assert "torch" in prov["packages"] and prov["machine"]["cpus"] >= 1
+
+
+def test_written_files_get_the_usual_mode(tmp_path):
+    import os
+
+    umask = os.umask(0)
+    os.umask(umask)
+    path = atomic_write_json(tmp_path / "report.json", {"a": 1})
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
