@@ -7,7 +7,7 @@ import torch
 
 from fp8rl.fp8 import dequantize, fake_quantize, quantize
 from fp8rl.fp8.formats import get_format
-from fp8rl.fp8.quantize import GRANULARITIES, compute_scale
+from fp8rl.fp8.quantize import GRANULARITIES, compute_scale, set_compile
 
 torchao_float8 = pytest.importorskip("torchao.float8.float8_utils")
 
@@ -155,3 +155,17 @@ def test_quantize_cast_saturates_like_saturating_cast(fmt):
     x = torch.tensor([m * 1.03, m * 1.2, -1e30, float("inf"), float("-inf"), float("nan"), 0.1, -3.0])
     q, _ = quantize(x, fmt, scale=torch.tensor(1.0))
     assert torch.equal(q.view(torch.uint8), saturating_cast(x, fmt).view(torch.uint8))
+
+
+def test_compiled_fake_quant_is_identical():
+    x = _outliers()
+    x[0, :3] = torch.tensor([float("nan"), float("inf"), -0.0])
+    eager = {k: fake_quantize(x, "e4m3", k, scale=torch.tensor(2.0)) for k in ("tensorwise", "block1d")}
+    set_compile(True)
+    try:
+        for k, ref in eager.items():
+            got = fake_quantize(x, "e4m3", k, scale=torch.tensor(2.0))
+            assert torch.equal(got[1:], ref[1:]) and torch.equal(got[0, 1:], ref[0, 1:]), k
+            assert torch.isnan(got[0, 0])
+    finally:
+        set_compile(False)
