@@ -17,6 +17,12 @@ RAY_PORT = 6379
 RAY_JOIN_TIMEOUT_S = 600
 
 
+def slurm_resources(nodes: int, gpus_per_node: int) -> dict[str, int | str]:
+    """Snakemake resources of one verl training job for the Slurm executor: whole nodes, with the GPUs
+    as a per-node `gres` (the executor's `gpu` resource is a job total, `--gpus`), one task per node."""
+    return {"nodes": nodes, "gres": f"gpu:{gpus_per_node}", "tasks_per_node": 1}
+
+
 def render_script(
     *,
     run_id: str,

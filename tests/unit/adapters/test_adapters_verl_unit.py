@@ -217,3 +217,18 @@ def test_cli_errors_exit_2(tmp_path, capsys):
     assert main([*base, "--run", "dapo/qwen3-8b/fp8/rowwise/seed0"]) == 2
     assert "not in the matrix" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()  # nothing written before the input was checked
+
+
+def test_slurm_resources_per_model(paper):
+    from fp8rl.adapters.verl_launch import slurm_resources
+
+    m = paper.model("qwen2.5-32b")
+    assert slurm_resources(m.nodes, m.gpus_per_node) == {"nodes": 4, "gres": "gpu:8", "tasks_per_node": 1}
+
+
+def test_verl_plugins_entry_point_names_the_loss_module():
+    """verl loads every `verl.plugins` entry point when it is imported (VERL_USE_EXTERNAL_PLUGINS=auto)."""
+    from importlib.metadata import entry_points
+
+    eps = {ep.name: ep.value for ep in entry_points(group="verl.plugins")}
+    assert eps.get("fp8rl") == "fp8rl.adapters.verl_loss"
