@@ -105,3 +105,21 @@ def test_image_location_per_mode():
     )
     loc = image_location(ContainersConfig(mode="prebuilt", apptainer=False, tag="t"), "results", "eval")
     assert loc == "docker://ghcr.io/fp8rl/fp8rl-eval:t"
+
+
+def test_cpu_lock_covers_every_runtime_dependency():
+    """The cpu image's lock was made from pyproject.toml: a dependency added since means a stale lock."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    deps = tomllib.loads((CONTAINERS_DIR.parent / "pyproject.toml").read_text())["project"]["dependencies"]
+    locked = {
+        canonicalize_name(e.split("==")[0].split("[")[0])
+        for e in lock_entries(CONTAINERS_DIR / "cpu" / "requirements.lock")
+    }
+    missing = [d for d in deps if canonicalize_name(Requirement(d).name) not in locked]
+    assert not missing, (
+        f"re-run scripts/lock_containers.sh cpu: {missing} not in containers/cpu/requirements.lock"
+    )
