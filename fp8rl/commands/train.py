@@ -92,7 +92,19 @@ def cmd_train(args: argparse.Namespace) -> int:
             reference = reference_targets(args.reference, cfg.calib.population)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    from fp8rl.engine.checkpoint import CheckpointError, has_checkpoint, verify_checkpoint
     from fp8rl.engine.trainer import Trainer
+
+    ckpt = Path(args.out) / "checkpoint"
+    if has_checkpoint(ckpt):
+        try:
+            meta = verify_checkpoint(ckpt)
+        except CheckpointError as exc:
+            raise UsageError(str(exc)) from None
+        if meta.get("run_id") != run.run_id:
+            raise UsageError(
+                f"{ckpt}: holds run {meta.get('run_id')!r}, not {run.run_id!r}; use another --out"
+            )
 
     trainer = Trainer(
         cfg,

@@ -85,8 +85,9 @@ def has_checkpoint(ckpt_dir: str | Path) -> bool:
     return ckpt_dir.is_dir() and any(ckpt_dir.iterdir())
 
 
-def load_checkpoint(ckpt_dir: str | Path) -> tuple[dict, dict]:
-    """`(meta, trainer_state)` of a checkpoint; `CheckpointError` if a file is missing or altered."""
+def verify_checkpoint(ckpt_dir: str | Path) -> dict:
+    """The checkpoint's `state.json` after checking every file's hash; `CheckpointError` naming the
+    file that is missing or altered."""
     ckpt_dir = Path(ckpt_dir)
     hint = f"delete {ckpt_dir} to restart the run from its base model"
     state_path = ckpt_dir / STATE_FILE
@@ -105,6 +106,14 @@ def load_checkpoint(ckpt_dir: str | Path) -> tuple[dict, dict]:
             raise CheckpointError(f"{path}: corrupt (sha256 differs from state.json); {hint}")
     if TRAINER_FILE not in files:
         raise CheckpointError(f"{ckpt_dir}: no {TRAINER_FILE} recorded; {hint}")
+    return meta
+
+
+def load_checkpoint(ckpt_dir: str | Path) -> tuple[dict, dict]:
+    """`(meta, trainer_state)` of a checkpoint; `CheckpointError` if a file is missing or altered."""
+    ckpt_dir = Path(ckpt_dir)
+    hint = f"delete {ckpt_dir} to restart the run from its base model"
+    meta = verify_checkpoint(ckpt_dir)
     try:
         trainer_state = torch.load(ckpt_dir / TRAINER_FILE, map_location="cpu", weights_only=False)
     except Exception as exc:

@@ -66,6 +66,15 @@ def _finite(name: str, x: torch.Tensor, mask: torch.Tensor) -> None:
         raise Diverged(f"non-finite {name}")
 
 
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set every group's learning rate (torchao's AdamWFp8 keeps it as a tensor, to be filled in place)."""
+    for g in optimizer.param_groups:
+        if isinstance(g["lr"], torch.Tensor):
+            g["lr"].fill_(lr)
+        else:
+            g["lr"] = lr
+
+
 class Trainer:
     """One run of the matrix: `Trainer(cfg, run, ...).run()` returns the summary it wrote."""
 
@@ -224,7 +233,7 @@ class Trainer:
     # ------------------------------------------------------------------------------------- one step
 
     def train_step(self, step: int) -> dict:
-        cfg, seed, sch = self.cfg, self.run_spec.seed, self.cfg.schedule
+        seed, sch = self.run_spec.seed, self.cfg.schedule
         t_step = time.perf_counter()
         with self.timer.phase("rollout") as ph:
             self.prec.refresh_rollout()
@@ -284,18 +293,14 @@ class Trainer:
     def _update(self, step, ro, old_lp, ref_lp, is_w, shadow_rows, ref_old) -> dict[str, float]:
         from fp8rl.rl import policy_loss, ratio_quantiles
 
-        cfg, sch, algo, batch = self.cfg, self.cfg.schedule, self.algo, ro.batch
+        sch, algo, batch = self.cfg.schedule, self.algo, ro.batch
         n = len(batch.response_mask)
         mb_size = math.ceil(n / sch.mini_batches)
         gen = _gen(self.run_spec.seed, step, "minibatch")
         shadow_pos = torch.full((n,), -1, dtype=torch.long)
         if shadow_rows is not None:
             shadow_pos[shadow_rows] = torch.arange(len(shadow_rows))
-        for g in self.prec.optimizer.param_groups:  # torchao's AdamWFp8 keeps lr as a tensor
-            if isinstance(g["lr"], torch.Tensor):
-                g["lr"].fill_(self._lr(step))
-            else:
-                g["lr"] = self._lr(step)
+        set_lr(self.prec.optimizer, self._lr(step))
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         ratios = []

@@ -1,0 +1,217 @@
+"""The reference trainer end to end on the tiny tier: every variant, FP8 really in place, kill-and-resume,
+divergence handling, bad input, the `run` calibration reference."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fp8rl.config import find_run
+from fp8rl.config_loader import load_config
+
+CORE = [
+    "step",
+    "reward/mean",
+    "acc/mean",
+    "resp_len/mean",
+    "gibberish/rate",
+    "tok/rollout",
+    "time/rollout_s",
+    "time/step_s",
+]
+LEARN = ["entropy", "clip/low_all", "clip/low_neg", "ratio/p01", "ratio/p50", "ratio/p99", "mismatch/kl_k1",
+         "mismatch/kl_k3", "time/logprob_s", "time/train_s", "tok/train"]  # fmt: skip
+TIS = ["tis/mean", "tis/clipped"]
+CALIB = ["calib/low", "calib/high", "calib/target_q"]
+
+
+def train(tier, run_id: str, out: Path, overrides: dict | None = None, **kw):
+    from conftest import write_config
+
+    from fp8rl.engine.trainer import Trainer
+
+    root, _ = tier
+    config = write_config(out.parent / f"{out.name}.yaml", overrides)
+    cfg = load_config(config)
+    trainer = Trainer(cfg, find_run(cfg, run_id), base_dir=root / "base" / "tiny", data_dir=root / "data",
+                      out_dir=out, progress=False, **kw)  # fmt: skip
+    summary = trainer.run()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return trainer, summary, rows
+
+
+VARIANTS = [
+    ("grpo/tiny/bf16/none/seed0", {}),
+    ("grpo/tiny/fp8/tensorwise/seed0", {}),
+    ("grpo/tiny/fp8_tis/tensorwise/seed0", {}),
+    ("grpo/tiny/fp8_calib/tensorwise/seed0", {}),
+    ("dapo/tiny/fp8_tis_calib/tensorwise/seed1", {}),
+    ("dapo/tiny/bf16/none/seed1", {}),
+    ("grpo/tiny/fp8/delayed/seed0", {"fp8.kv_cache": True}),
+    ("grpo/tiny/fp8/rowwise/seed0", {}),
+    ("grpo/tiny/fp8/blockwise/seed0", {}),
+    ("grpo/tiny/fp8/mxfp8/seed0", {}),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("run_id", "overrides"), VARIANTS, ids=[r for r, _ in VARIANTS])
+def test_variant_runs_with_finite_complete_metrics(tier, tmp_path, restore_torch_globals, run_id, overrides):
+    from fp8rl.fp8 import FP8Linear, quantized_linears
+    from fp8rl.fp8.rollout import RolloutLinear
+
+    trainer, summary, rows = train(tier, run_id, tmp_path / "run", {"schedule.steps": 2, **overrides})
+    assert summary["status"] == "ok", summary["reason"]
+    assert [r["step"] for r in rows] == [1, 2]
+    spec = trainer.run_spec.spec
+    for row in rows:
+        assert all(isinstance(v, (int, float)) and math.isfinite(v) for v in row.values())
+        assert set(CORE) <= set(row)
+        if "entropy" not in row:  # DAPO kept no group this step: nothing to learn from
+            assert row.get("dapo/kept_groups") == 0
+            continue
+        assert set(LEARN) <= set(row)
+        assert (set(TIS) <= set(row)) == spec.tis and not (set(TIS) & set(row)) or spec.tis
+        assert (set(CALIB) <= set(row)) == spec.calib
+        assert ("time/calib_s" in row) == spec.fp8 and ("phantom/low_neg" in row) <= spec.fp8
+    layers = dict(quantized_linears(trainer.policy))
+    rollout_layers = [m for m in trainer.prec.rollout.modules() if isinstance(m, RolloutLinear)]
+    assert len(layers) == 2 * 7 and len(rollout_layers) == 2 * 7  # q, k, v, o, gate, up, down per block
+    assert all(isinstance(m, FP8Linear) for m in layers.values()) == spec.fp8
+    assert "lm_head" not in layers and all(not n.endswith("embed_tokens") for n in layers)
+    if spec.fp8:  # the rollout/trainer mismatch is real, not simulated
+        assert max(r.get("mismatch/kl_k3", 0.0) for r in rows) > 0
+        assert summary["final"] and json.loads((tmp_path / "run" / "throughput.json").read_text())["emulated"]
+    ckpt = tmp_path / "run" / "checkpoint"
+    assert (ckpt / "model.safetensors").is_file() and (ckpt / "tokenizer.json").is_file()
+
+
+def test_calibration_against_a_bf16_run_uses_its_clip_fractions(tier, tmp_path, restore_torch_globals):
+    from fp8rl.engine.rundir import reference_targets
+
+    _, _, ref_rows = train(tier, "grpo/tiny/bf16/none/seed0", tmp_path / "bf16", {"schedule.steps": 2})
+    targets = reference_targets(tmp_path / "bf16", "all")
+    _, summary, rows = train(tier, "grpo/tiny/fp8_calib/tensorwise/seed0", tmp_path / "calib",
+                             {"schedule.steps": 2, "calib.reference": "run"}, reference=targets)  # fmt: skip
+    assert summary["status"] == "ok"
+    for ref, row in zip(ref_rows, rows, strict=True):
+        assert row["calib/target_q"] == pytest.approx(ref["clip/low_all"])
+
+
+def test_non_finite_log_probs_stop_the_run_as_diverged(tier, tmp_path, restore_torch_globals, monkeypatch):
+    import fp8rl.engine.trainer as trainer_mod
+
+    real = trainer_mod.score
+    calls = {"n": 0}
+
+    def poisoned(model, batch, **kw):
+        lp, logits = real(model, batch, **kw)
+        calls["n"] += 1
+        return (lp * float("nan") if calls["n"] > 3 else lp), logits
+
+    monkeypatch.setattr(trainer_mod, "score", poisoned)
+    _, summary, rows = train(tier, "grpo/tiny/bf16/none/seed0", tmp_path / "run", {"schedule.steps": 4})
+    assert summary["status"] == "diverged" and "non-finite" in summary["reason"]
+    assert summary["step"] == 2 and [r["step"] for r in rows] == [1]
+    from fp8rl.engine.checkpoint import load_checkpoint
+
+    assert load_checkpoint(tmp_path / "run" / "checkpoint")[0]["step"] == 1  # the evaluators get a model
+
+
+def _cli(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "fp8rl.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)  # fmt: skip
+
+
+def _train_args(tier, config: Path, out: Path, run_id: str) -> list[str]:
+    root, _ = tier
+    return ["train", "--config", str(config), "--run", run_id, "--base", str(root / "base" / "tiny"),
+            "--data", str(root / "data"), "--out", str(out), "--no-progress"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_sigkill_and_resume_writes_identical_metrics(tier, tmp_path, restore_torch_globals):
+    from conftest import write_config
+
+    run_id = "grpo/tiny/fp8_tis_calib/tensorwise/seed0"
+    overrides = {"schedule.steps": 5, "schedule.checkpoint_every": 2, "fp8.optimizer": "blockwise"}
+    config = write_config(tmp_path / "c.yaml", overrides)
+    out = tmp_path / "killed"
+    proc = _cli(*_train_args(tier, config, out, run_id))
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 300
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 3):  # killed after step 3's line
+        assert proc.poll() is None and time.time() < deadline, (
+            proc.stderr.read() if proc.poll() is not None else "timeout"
+        )
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "summary.json").exists()
+    resumed = _cli(*_train_args(tier, config, out, run_id))
+    assert resumed.wait() == 0, resumed.stderr.read()
+    _, summary, straight = train(tier, run_id, tmp_path / "straight", overrides)
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+    again = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in again] == [1, 2, 3, 4, 5]
+    assert strip(again) == strip(straight)
+    assert json.loads((out / "summary.json").read_text())["status"] == summary["status"] == "ok"
+
+
+def _main(args: list[str], capsys) -> tuple[int, str]:
+    from fp8rl.cli import main
+
+    code = main(args)
+    return code, capsys.readouterr().err
+
+
+def test_bad_input_exits_2_before_any_work(tier, tmp_path, capsys):
+    root, config = tier
+    cases = [
+        (_train_args(tier, config, tmp_path / "a", "grpo/tiny/fp8/tensorwise/seed9"), "not in the matrix"),
+        (_train_args(tier, config, tmp_path / "a", "grpo/tiny/fp8/none/seed0"), "granularity"),
+        ([*_train_args(tier, config, tmp_path / "a", "grpo/tiny/bf16/none/seed0")[:7], "--data", str(tmp_path), "--out", "x"], "train.jsonl"),
+        (_train_args(tier, config, tmp_path / "a", "grpo/tiny/fp8_calib/tensorwise/seed0") + ["--set", "calib.reference=run"], "--reference"),
+        (["sft", "--config", str(config), "--model", "huge", "--data", str(root / "data"), "--out", "x"], "--model huge"),
+        (["data", "--config", str(config), "--out", str(tmp_path / "a"), "--set", "task.levels=[add7]"], "unknown level add7"),
+    ]  # fmt: skip
+    for args, message in cases:
+        code, err = _main(args, capsys)
+        assert code == 2, err
+        assert message in err
+    assert not (tmp_path / "a").exists()
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tier, tmp_path, restore_torch_globals, capsys):
+    run_id = "grpo/tiny/bf16/none/seed0"
+    _, config = tier
+    train(tier, run_id, tmp_path / "run", {"schedule.steps": 2})
+    state = tmp_path / "run" / "checkpoint" / "trainer_state.pt"
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
+    code, err = _main(_train_args(tier, config, tmp_path / "run", run_id), capsys)
+    assert code == 2 and "trainer_state.pt: corrupt" in err
+
+
+def test_learning_rate_reaches_tensor_lr_optimizers():
+    from fp8rl.engine.trainer import set_lr
+    from fp8rl.fp8 import build_adamw
+
+    params = [torch.nn.Parameter(torch.zeros(4, 4))]
+    for opt in (
+        build_adamw(params, lr=1e-3, fp8_state=True, impl="torchao"),
+        torch.optim.AdamW(params, lr=1e-3),
+    ):
+        set_lr(opt, 2.5e-4)
+        assert float(opt.param_groups[0]["lr"]) == pytest.approx(2.5e-4)

@@ -1,0 +1,95 @@
+"""Kill-safe checkpoints and the run directory's metrics file."""
+
+import json
+import random
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from fp8rl.config import ArchConfig
+from fp8rl.engine.checkpoint import CheckpointError, has_checkpoint, load_checkpoint, save_checkpoint
+from fp8rl.engine.model import build_model
+from fp8rl.engine.rundir import RunDir, reference_targets
+from fp8rl.engine.tokenizer import build_char_tokenizer
+
+ARCH = ArchConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=16)
+
+
+@pytest.fixture
+def saved(tmp_path):
+    tok = build_char_tokenizer()
+    model = build_model(ARCH, tok, seed=0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(input_ids=torch.tensor([[5, 6, 7]])).logits.sum().backward()
+    opt.step()
+    torch.manual_seed(123)
+    random.seed(5)
+    state = {"policy": model.state_dict(), "optimizer": opt.state_dict(), "calibrator": {"low": 0.7}}
+    save_checkpoint(
+        tmp_path / "checkpoint", model, tok, state, {"step": 4, "metrics_offset": 99, "run_id": "r"}
+    )
+    return tmp_path / "checkpoint", model, opt
+
+
+def test_round_trip_restores_weights_optimizer_and_rngs(saved):
+    ckpt, model, opt = saved
+    expected_torch, expected_py = torch.rand(3), random.random()
+    meta, state = load_checkpoint(ckpt)
+    assert meta["step"] == 4 and meta["metrics_offset"] == 99
+    for k, v in model.state_dict().items():
+        assert torch.equal(state["policy"][k], v)
+    assert state["optimizer"]["state"][0]["step"] == opt.state_dict()["state"][0]["step"]
+    from fp8rl.engine.checkpoint import set_rng_state
+
+    set_rng_state(state["rng"])
+    assert torch.equal(torch.rand(3), expected_torch) and random.random() == expected_py
+    loaded = AutoModelForCausalLM.from_pretrained(ckpt)  # still a plain HF model directory
+    assert torch.equal(loaded.lm_head.weight, model.lm_head.weight)
+
+
+@pytest.mark.parametrize("victim", ["trainer_state.pt", "model.safetensors", "state.json"])
+def test_corrupt_or_missing_files_are_named(saved, victim):
+    ckpt, _, _ = saved
+    path = ckpt / victim
+    path.write_bytes(path.read_bytes()[:-10] + b"0123456789")
+    with pytest.raises(CheckpointError, match=victim.replace(".", r"\.")):
+        load_checkpoint(ckpt)
+    path.unlink()
+    with pytest.raises(CheckpointError, match=victim.replace(".", r"\.")):
+        load_checkpoint(ckpt)
+
+
+def test_kill_between_renames_recovers_the_previous_checkpoint(saved):
+    ckpt, _, _ = saved
+    old = ckpt.with_name("checkpoint.old")
+    ckpt.rename(old)  # as if killed after moving the old one aside, before the new one arrived
+    (ckpt.parent / ".checkpoint.abc.tmp").mkdir()  # a half-written new one
+    assert has_checkpoint(ckpt)
+    assert load_checkpoint(ckpt)[0]["step"] == 4
+    assert not (ckpt.parent / ".checkpoint.abc.tmp").exists()
+
+
+def test_metrics_are_truncated_to_the_checkpoint_offset(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.reset_metrics(0)
+    run.append_metrics({"step": 1, "x": 1.0})
+    offset = run.append_metrics({"step": 2, "x": float("nan"), "y": 2.0})
+    run.append_metrics({"step": 3, "x": 3.0})
+    with open(run.metrics, "a") as fh:
+        fh.write('{"step": 4, "x"')  # a line cut by SIGKILL
+    run.reset_metrics(offset)
+    assert run.read_metrics() == [
+        {"step": 1, "x": 1.0},
+        {"step": 2, "y": 2.0},
+    ]  # NaN is absent, never written
+
+
+def test_reference_targets_read_the_bf16_clip_fractions(tmp_path):
+    rows = [{"step": 1, "clip/low_all": 0.1, "clip/high_all": 0.02, "clip/low_neg": 0.3, "clip/high_pos": 0.05},
+            {"step": 2, "reward/mean": 0.5}]  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert reference_targets(tmp_path, "all") == {1: (0.1, 0.02)}
+    assert reference_targets(tmp_path, "neg") == {1: (0.3, 0.05)}
+    with pytest.raises(ValueError, match="no metrics.jsonl"):
+        reference_targets(tmp_path / "nope", "all")

@@ -1,0 +1,58 @@
+"""Arithmetic tasks: deterministic splits, disjoint train/test, verifier, format check, tool calls."""
+
+import pytest
+
+from fp8rl.engine import tasks
+
+
+def test_splits_are_deterministic_and_disjoint():
+    a = tasks.generate_split(["add2", "sub3", "mixed2"], 300, 5, split="test")
+    b = tasks.generate_split(["add2", "sub3", "mixed2"], 300, 5, split="test")
+    assert a == b
+    train = tasks.generate_split(
+        ["add2", "sub3", "mixed2"], 500, 5, split="train", exclude={r["prompt"] for r in a}
+    )
+    assert not {r["prompt"] for r in a} & {r["prompt"] for r in train}
+    assert len({r["prompt"] for r in train}) == 500
+    assert {r["level"] for r in train} == {"add2", "sub3", "mixed2"}
+
+
+@pytest.mark.parametrize("level", list(tasks.LEVELS))
+def test_answers_are_the_arithmetic(level):
+    for row in tasks.generate_split([level], 50, 0, split="x"):
+        body = row["prompt"].rstrip("=")
+        assert int(row["answer"]) == eval(body)  # noqa: S307 - digits and +/- only
+
+
+def test_small_level_is_exhausted_then_others_fill():
+    rows = tasks.generate_split(["add1", "add2"], 300, 0, split="x")
+    assert sum(r["level"] == "add1" for r in rows) == 100  # all 10x10 one-digit sums, no more
+    with pytest.raises(ValueError, match="cannot draw"):
+        tasks.generate_split(["add1"], 101, 0, split="x")
+
+
+def test_unknown_level_is_named():
+    with pytest.raises(ValueError, match="unknown level add9"):
+        tasks.check_levels(["add2", "add9"])
+
+
+@pytest.mark.parametrize(
+    ("response", "answer", "reward", "ok"),
+    [("57", "57", 1.0, True), (" 57 ", "57", 1.0, True), ("057", "57", 1.0, True), ("-3", "-3", 1.0, True),
+     ("58", "57", 0.0, True), ("5 7", "57", 0.0, False), ("57+", "57", 0.0, False), ("", "57", 0.0, False)],
+)  # fmt: skip
+def test_reward_and_format(response, answer, reward, ok):
+    assert tasks.reward(response, answer) == reward
+    assert tasks.format_ok(response) is ok
+
+
+def test_tool_calls_round_trip():
+    rows = tasks.generate_tool_split(20, 3, split="test")
+    for row in rows:
+        text = tasks.sft_target(row)
+        assert tasks.parse_call(text) == row["call"]
+        a, b = row["call"]["arguments"]["a"], row["call"]["arguments"]["b"]
+        sign = "+" if row["call"]["arguments"]["op"] == "add" else "-"
+        assert row["prompt"] == f"tool:{a}{sign}{b}="
+    assert tasks.parse_call("calc(add,1)") is None
+    assert tasks.parse_call("calc(pow,1,2)") is None
