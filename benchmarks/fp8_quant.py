@@ -104,11 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.compile:
         rows["fake_quant"] += bench_fake_quant(args.sizes, args.repeats, compiled=True)
     print("\nfake-quant ÷ copy (target ≤ 3x)")
-    print(f"{'n':>6} {'granularity':<11} {'fq ms':>9} {'copy ms':>9} {'ratio':>7}")
+    print(f"{'n':>6} {'granularity':<11} {'mode':<8} {'fq ms':>9} {'copy ms':>9} {'ratio':>7}")
     for r in rows["fake_quant"]:
-        print(
-            f"{r['n']:>6} {r['granularity']:<11} {r['fq_ms']:>9.2f} {r['copy_ms']:>9.2f} {r['ratio']:>6.2f}x"
-        )
+        cells = f"{r['n']:>6} {r['granularity']:<11} {r['mode']:<8} {r['fq_ms']:>9.2f} {r['copy_ms']:>9.2f}"
+        print(f"{cells} {r['ratio']:>6.2f}x")
     if not args.skip_linear:
         rows["linear"] = bench_linear(args.sizes, max(3, args.repeats // 2), args.recipes)
         print("\nFP8 linear fwd+bwd ÷ bf16-emulated linear (target ≤ 1.5x)")

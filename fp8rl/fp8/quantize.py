@@ -72,10 +72,8 @@ def _abs_max(x: torch.Tensor, dim: int | tuple[int, ...] | None = None) -> torch
     """max |x| (over `dim`, keepdim) without materialising |x|: max(-min, max). NaN propagates."""
     if dim is None:
         lo, hi = torch.aminmax(x)
-    elif isinstance(dim, int):
-        lo, hi = torch.aminmax(x, dim=dim, keepdim=True)
-    else:
-        return x.abs().amax(dim=dim, keepdim=True)
+    else:  # separate amin/amax: ~6x faster on CPU than aminmax over a dim
+        lo, hi = x.amin(dim=dim, keepdim=True), x.amax(dim=dim, keepdim=True)
     return torch.maximum(-lo, hi)
 
 
