@@ -220,6 +220,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="write the files and print the job script; run nothing"
     )
+    p.add_argument("--no-progress", action="store_true", help="accepted for `fp8rl train` compatibility")
     p.set_defaults(func=cmd_train)
 
     p = v_sub.add_parser("overrides", help="print verl's Hydra overrides for one run")
