@@ -9,22 +9,16 @@
 # train image itself (`apptainer exec` on every node), so with `backend: verl` the train rule itself
 # runs on the host (`container_for("train")` is None) and the launcher finds the image on its own.
 
-from fp8rl.adapters.images import IMAGES, image_for_role, image_location
+from functools import partial
+
+from fp8rl.adapters import images
 
 CONTAINER_DIR = f"{CFG.results_dir}/containers"
+IMAGES = images.IMAGES
 
-
-def container_for(role):
-    """The image a rule of this role runs in, or None to run it on the host."""
-    if role == "train" and CFG.backend == "verl":
-        return None
-    return image_location(CFG.containers, CFG.results_dir, image_for_role(role))
-
-
-def container_inputs(role):
-    """The image file(s) a rule of this role needs before it starts: the .sif this DAG makes, or []."""
-    loc = image_location(CFG.containers, CFG.results_dir, image_for_role(role))
-    return [loc] if loc and loc.endswith(".sif") else []
+# container_for(role) -> image or None; container_inputs(role) -> [the .sif to wait for] or [].
+container_for = partial(images.container_for, CFG)
+container_inputs = partial(images.container_inputs, CFG)
 
 
 wildcard_constraints:
@@ -49,14 +43,10 @@ rule container_image:
         "fp8rl containers build {wildcards.image} --config {params.config} --out {output} > {log} 2>&1"
 
 
-def _sif_inputs(wildcards):
-    return [f"{CONTAINER_DIR}/{wildcards.image}.json"] if CFG.containers.mode == "build" else []
-
-
 rule container_sif:
     """Convert the built image (mode build) or pull the prebuilt one (mode prebuilt) into a .sif."""
     input:
-        _sif_inputs,
+        lambda wc: [f"{CONTAINER_DIR}/{wc.image}.json"] if CFG.containers.mode == "build" else [],
     output:
         f"{CONTAINER_DIR}/{{image}}.sif",
     params:

@@ -149,3 +149,18 @@ def image_location(cfg_containers: ContainersConfig, results_dir: str, name: str
     if cc.apptainer:
         return f"{results_dir}/containers/{name}.sif"
     return "docker://" + image_ref(cc, name)
+
+
+def container_for(cfg, role: str) -> str | None:
+    """What a rule of `role` declares as `container:` (workflows/containers.smk): None to run on the host
+    (containers off; or the verl train rule, whose job script runs Ray and verl inside the train image on
+    every node itself), else the image's location (`image_location`)."""
+    if role == "train" and cfg.backend == "verl":
+        return None
+    return image_location(cfg.containers, cfg.results_dir, image_for_role(role))
+
+
+def container_inputs(cfg, role: str) -> list[str]:
+    """The image file a rule of `role` needs before it starts (the .sif this DAG makes), or []."""
+    loc = image_location(cfg.containers, cfg.results_dir, image_for_role(role))
+    return [loc] if loc and loc.endswith(".sif") else []

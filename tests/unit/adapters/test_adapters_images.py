@@ -123,3 +123,20 @@ def test_cpu_lock_covers_every_runtime_dependency():
     assert not missing, (
         f"re-run scripts/lock_containers.sh cpu: {missing} not in containers/cpu/requirements.lock"
     )
+
+
+def test_container_for_each_role():
+    from fp8rl.adapters.images import container_for, container_inputs
+    from fp8rl.config_loader import load_config
+
+    root = CONTAINERS_DIR.parent
+    paper = load_config(root / "config" / "paper.yaml")  # backend verl, containers.mode build, apptainer
+    assert container_for(paper, "train") is None  # the verl job script runs Ray in the image itself
+    assert container_inputs(paper, "train") == ["results/containers/train.sif"]
+    assert container_for(paper, "eval") == "results/containers/eval.sif"
+    assert container_for(paper, "agent") == "results/containers/bfcl.sif"
+    assert container_for(paper, "report") == "results/containers/cpu.sif"
+    smoke = load_config(root / "config" / "smoke.yaml")
+    assert container_for(smoke, "train") is None and container_inputs(smoke, "eval") == []
+    with pytest.raises(KeyError, match="known roles"):
+        container_for(paper, "nope")
