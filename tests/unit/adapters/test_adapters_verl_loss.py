@@ -22,9 +22,17 @@ def _batch(seed: int = 0, b: int = 8, t: int = 12, noise: float = 0.15):
     return old, new.requires_grad_(True), adv, mask, rollout_w
 
 
-def _actor_config(clip_low=0.2, clip_high=0.28, clip_c=3.0, agg="token-mean"):
+def _actor_config(clip_low=0.2, clip_high=0.28, clip_c=3.0, agg="token-mean", typed=False):
+    """The actor config verl hands a policy loss: a DictConfig, or (typed) verl's McoreActorConfig."""
     from omegaconf import OmegaConf
 
+    if typed:
+        from verl.workers.config import McoreActorConfig
+
+        return McoreActorConfig(
+            rollout_n=4, use_dynamic_bsz=True, clip_ratio_low=clip_low, clip_ratio_high=clip_high,
+            clip_ratio_c=clip_c, loss_agg_mode=agg,
+        )  # fmt: skip
     return OmegaConf.create(
         {
             "clip_ratio": 0.2,
@@ -62,13 +70,21 @@ def test_losses_are_registered_under_their_names(registry):
     assert core_algos.get_policy_loss_fn("calibrated_clip").__name__ == "calibrated_clip_loss"
 
 
-@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
-def test_fp8rl_clip_equals_verl_vanilla(registry, agg):
+@pytest.mark.parametrize(
+    ("agg", "typed"),
+    [
+        ("token-mean", False),
+        ("seq-mean-token-mean", False),
+        ("seq-mean-token-sum", False),
+        ("token-mean", True),
+    ],
+)
+def test_fp8rl_clip_equals_verl_vanilla(registry, agg, typed):
     """Same objective as verl's own PPO-clip with dual clip and rollout-correction weights: loss and grads."""
     core_algos, set_spec = registry
     set_spec({"clip_c": 3.0, "calib": None})
     old, new, adv, mask, w = _batch(noise=1.0)  # r > clip_c happens: dual clip exercised
-    cfg = _actor_config(agg=agg)
+    cfg = _actor_config(agg=agg, typed=typed)
     ours, metrics = core_algos.get_policy_loss_fn("fp8rl_clip")(
         old_log_prob=old, log_prob=new, advantages=adv, response_mask=mask.bool(), loss_agg_mode=agg,
         config=cfg, rollout_is_weights=w,
