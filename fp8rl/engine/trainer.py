@@ -263,15 +263,26 @@ class Trainer:
         cfg, seed, sch, batch = self.cfg, self.run_spec.seed, self.cfg.schedule, ro.batch
         mask = batch.response_mask
         out: dict[str, float] = {}
-        with self.timer.phase("logprob") as ph, torch.no_grad():
-            old_lp, logits = score(self.policy, batch, temperature=sch.temperature, return_logits=True)
-            _finite("trainer log-probs", old_lp, mask)
-            ent = entropy_from_logits(logits, mask)
+        # With a single update per step (1 epoch x 1 mini-batch) the policy is still the rollout-time one
+        # when it is trained: old log-probs are the update's own forward, detached (as TRL and verl do).
+        single = sch.ppo_epochs * sch.mini_batches == 1
+        first = None
+        if single:
+            with self.timer.phase("train") as ph:
+                lp, logits = score(self.policy, batch, temperature=sch.temperature, return_logits=True)
+                ph.tokens = float(batch.attention_mask.sum())
+            first, old_lp = (lp, logits), lp.detach()
+        else:
+            with self.timer.phase("logprob") as ph, torch.no_grad():
+                old_lp, logits = score(self.policy, batch, temperature=sch.temperature, return_logits=True)
+                ph.tokens = float(batch.attention_mask.sum())
+        _finite("trainer log-probs", old_lp, mask)
+        with torch.no_grad():
+            ent = entropy_from_logits(logits.detach(), mask)
             out["entropy"] = float((ent * mask).sum() / mask.sum().clamp(min=1))
             ref_lp = None
             if self.ref_model is not None:
                 ref_lp, _ = score(self.ref_model, batch, temperature=sch.temperature)
-            ph.tokens = float(batch.attention_mask.sum())
         out.update(mismatch_kl(old_lp, batch.log_probs, mask))
         is_w = None
         if self.spec.tis:
@@ -280,17 +291,16 @@ class Trainer:
             out.update(tis_stats(old_lp, batch.log_probs, mask, cap=t.cap, level=t.level, icepop=t.icepop))
         shadow_rows, ref_old = None, None
         if self.use_shadow:
-            with self.timer.phase("calib") as ph, torch.no_grad(), self.prec.shadow():
-                n = max(1, math.ceil(cfg.calib.sample_frac * len(mask)))
-                shadow_rows = (
-                    torch.randperm(len(mask), generator=_gen(seed, step, "shadow"))[:n].sort().values
-                )
-                ref_old, _ = score(self.policy, batch.select(shadow_rows), temperature=sch.temperature)
-                ph.tokens = float(batch.attention_mask[shadow_rows].sum())
-        out.update(self._update(step, ro, old_lp, ref_lp, is_w, shadow_rows, ref_old))
+            n = max(1, math.ceil(cfg.calib.sample_frac * len(mask)))
+            shadow_rows = torch.randperm(len(mask), generator=_gen(seed, step, "shadow"))[:n].sort().values
+            if not single:  # a single update compares the old policy with itself: ref ratio 1, no pass
+                with self.timer.phase("calib") as ph, torch.no_grad(), self.prec.shadow():
+                    ref_old, _ = score(self.policy, batch.select(shadow_rows), temperature=sch.temperature)
+                    ph.tokens = float(batch.attention_mask[shadow_rows].sum())
+        out.update(self._update(step, ro, old_lp, ref_lp, is_w, shadow_rows, ref_old, first))
         return out
 
-    def _update(self, step, ro, old_lp, ref_lp, is_w, shadow_rows, ref_old) -> dict[str, float]:
+    def _update(self, step, ro, old_lp, ref_lp, is_w, shadow_rows, ref_old, first) -> dict[str, float]:
         from fp8rl.rl import policy_loss, ratio_quantiles
 
         sch, algo, batch = self.cfg.schedule, self.algo, ro.batch
@@ -304,18 +314,22 @@ class Trainer:
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         ratios = []
-        for _epoch in range(sch.ppo_epochs):
-            for idx in torch.randperm(n, generator=gen).split(mb_size):
+        for epoch in range(sch.ppo_epochs):
+            order = torch.arange(n) if first is not None else torch.randperm(n, generator=gen)
+            for k, idx in enumerate(order.split(mb_size)):
                 sub, m = batch.select(idx), batch.response_mask[idx]
                 with self.timer.phase("train") as ph:
-                    lp, logits = score(
-                        self.policy, sub, temperature=sch.temperature, return_logits=algo.entropy_coef > 0
-                    )
+                    if first is not None:  # the single update reuses the forward of the old log-probs
+                        lp, logits = first
+                    else:
+                        lp, logits = score(
+                            self.policy, sub, temperature=sch.temperature, return_logits=algo.entropy_coef > 0
+                        )
+                        ph.tokens = float(sub.attention_mask.sum())
                     _finite("log-probs in the update", lp.detach(), m)
                     ratio = torch.exp((lp.detach() - old_lp[idx]).clamp(-20, 20)) * m + (1 - m)
-                    ph.tokens = float(sub.attention_mask.sum())
                 mb_metrics, bounds = self._calibrate(
-                    step, idx, sub, ratio, ro.advantages[idx], m, shadow_pos, ref_old
+                    step, idx, sub, ratio, ro.advantages[idx], m, shadow_pos, ref_old, epoch == k == 0
                 )
                 with self.timer.phase("train"):
                     entropy = None
@@ -349,25 +363,26 @@ class Trainer:
         out.update(ratio_quantiles(r, torch.cat([y for _, y in ratios])))
         return out
 
-    def _calibrate(self, step, idx, sub, ratio, adv, m, shadow_pos, ref_old):
-        """Bounds for this mini-batch (None: the fixed ones) and the calib/phantom metrics."""
+    def _calibrate(self, step, idx, sub, ratio, adv, m, shadow_pos, ref_old, first_update):
+        """Bounds for this mini-batch (None: the fixed ones) and the calib/phantom metrics. In the first
+        update of a step the policy is still the old one, so its shadow ratios are exactly 1 (no pass)."""
         from fp8rl.rl import phantom_low_neg
 
         cfg, sch, algo = self.cfg, self.cfg.schedule, self.algo
         metrics: dict[str, float] = {}
         ref_ratio = ref_mask = None
-        if ref_old is not None:
+        if self.use_shadow:
             pos = shadow_pos[idx]
             local = (pos >= 0).nonzero().squeeze(-1)
             ref_ratio = torch.ones_like(ratio)
             ref_mask = torch.zeros_like(m)
-            if len(local):
+            ref_mask[local] = m[local]
+            if len(local) and not first_update:
                 with self.timer.phase("calib") as ph, torch.no_grad(), self.prec.shadow():
                     cur, _ = score(self.policy, sub.select(local), temperature=sch.temperature)
                     ph.tokens = float(sub.attention_mask[local].sum())
                 rm = m[local]
                 ref_ratio[local] = torch.exp((cur - ref_old[pos[local]]).clamp(-20, 20)) * rm + (1 - rm)
-                ref_mask[local] = rm
         bounds = None
         if self.calibrator is not None:
             kw = {}
