@@ -1,6 +1,7 @@
 """The DAG for real on a tiny config: killed mid-way (SIGKILL to Snakemake and its jobs), unlocked and
 started again, it finishes without redoing the finished run, and the interrupted run resumes from its
-checkpoint with every step exactly once; started once more, it has nothing to do."""
+checkpoint with every step exactly once; started once more, it has nothing to do, and a changed config
+section plans only the rules that depend on it."""
 
 from __future__ import annotations
 
@@ -76,5 +77,9 @@ def test_killed_dag_restarts_without_redoing_finished_runs(tmp_path):
     rows = read_jsonl(interrupted.parent / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert (tmp_path / "results" / "smoke" / "report.html").is_file()
-    # nothing changed: a rerun plans no job
+    # nothing changed: a rerun plans no job; a changed config section reruns only what depends on it
     assert planned_jobs(tmp_path, "--configfile", str(cfg)) == {}
+    resources = write_config(tmp_path / "res.yaml", str(cfg), "resources.train.threads=2")
+    assert planned_jobs(tmp_path, "--configfile", str(resources)) == {}
+    lr = write_config(tmp_path / "lr.yaml", str(cfg), "schedule.lr=0.001")
+    assert planned_jobs(tmp_path, "--configfile", str(lr)) == {"train": 2, "report": 1, "all": 1}

@@ -18,7 +18,7 @@ SNAKEFILE = REPO / "Snakefile"
 
 
 def write_config(dest: Path, base: str = "config/ci.yaml", *overrides: str) -> Path:
-    """`base` (repo-relative) with `key.path=value` overrides applied, written to `dest`."""
+    """`base` (repo-relative or absolute) with `key.path=value` overrides applied, written to `dest`."""
     data = yaml.safe_load((REPO / base).read_text())
     dest.write_text(yaml.safe_dump(apply_overrides(data, overrides)))
     return dest
