@@ -42,8 +42,8 @@ def test_blockwise_fp8_adamw_tracks_fp32_adamw():
     _train(m8, opt8, x, y, 5)
     for p8, p32 in zip(m8.parameters(), m32.parameters(), strict=True):  # early: the same trajectory
         assert ((p8 - p32).norm() / p32.norm()).item() < 0.02
-    l32 = _train(m32, opt32, x, y, 35)
-    l8 = _train(m8, opt8, x, y, 35)
+    l32 = _train(m32, opt32, x, y, 20)
+    l8 = _train(m8, opt8, x, y, 20)
     assert l8[-1] < 0.5 * l8[0]  # it trains, and as well as fp32 moments
     assert abs(l8[-1] - l32[-1]) < 0.1 * l32[-1]
     state = opt8.state[m8[0].weight]
