@@ -100,6 +100,39 @@ def test_variant_runs_with_finite_complete_metrics(tier, tmp_path, restore_torch
     assert (ckpt / "model.safetensors").is_file() and (ckpt / "tokenizer.json").is_file()
 
 
+@pytest.mark.slow
+def test_short_bf16_run_raises_reward(tier, tmp_path, restore_torch_globals):
+    """20 GRPO steps on the tiny tier: sampled accuracy on the training prompts (8 samples each, a fixed
+    sampling seed) rises by at least 4 points (measured: 0.38 -> 0.47), and the last five steps' mean
+    reward beats the first five's."""
+    from fp8rl.engine.data import load_split
+    from fp8rl.engine.evaluate_policy import accuracy
+    from fp8rl.engine.model import load_hf
+    from fp8rl.engine.tokenizer import load_tokenizer
+
+    root, _ = tier
+    overrides = {
+        "schedule.steps": 20,
+        "schedule.prompts_per_step": 16,
+        "schedule.lr": 3e-4,
+        "schedule.ppo_epochs": 2,
+    }
+    _, summary, rows = train(tier, "grpo/tiny/bf16/none/seed0", tmp_path / "run", overrides)
+    assert summary["status"] == "ok"
+    prompts = load_split(root / "data", "train.jsonl") * 8
+    tok = load_tokenizer(root / "base" / "tiny")
+
+    def acc(path):
+        return accuracy(
+            load_hf(path), tok, prompts, max_new_tokens=3, generator=torch.Generator().manual_seed(0)
+        )
+
+    before, after = acc(root / "base" / "tiny"), acc(tmp_path / "run" / "checkpoint")
+    assert after >= before + 0.04, (before, after)
+    rewards = [r["reward/mean"] for r in rows]
+    assert sum(rewards[-5:]) > sum(rewards[:5]), rewards
+
+
 def test_calibration_against_a_bf16_run_uses_its_clip_fractions(tier, tmp_path, restore_torch_globals):
     from fp8rl.engine.rundir import reference_targets
 
