@@ -8,7 +8,7 @@ per token in the output GEMM and one per feature in the grad-weight GEMM, as tor
 |--------------|-------------------------------------------------------|-----------------------------|----------------------------------|
 | `tensorwise` | one scale per tensor, current amax; fmt (hybrid:      | `Float8CurrentScaling`      | `Float8LinearConfig.from_recipe_ |
 |              | e4m3 x/W, e5m2 dy)                                    | (`fp8_format=HYBRID`)       | name("tensorwise")`              |
-| `delayed`    | one scale per tensor from an amax history (length,    | `DelayedScaling(amax_history_len, amax_compute_algo)` | (removed from torchao)  |
+| `delayed`    | one scale per tensor from an amax history (length,    | `DelayedScaling(amax_history_len, amax_compute_algo)` | none (0.18: dynamic only) |
 |              | max / most_recent); fmt as tensorwise                 |                             |                                  |
 | `rowwise`    | e4m3 everywhere, one scale per row of the contraction | none (no TE/Megatron recipe)| `from_recipe_name("rowwise")`    |
 |              | dim, scales rounded down to powers of two             |                             |                                  |
