@@ -201,6 +201,7 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
         "trainer.logger": ["console", "file"],
         "trainer.default_local_dir": f"{paths.out}/verl_checkpoints",
         "trainer.save_freq": sched.checkpoint_every,
+        "trainer.max_actor_ckpt_to_keep": 2,  # resume point + one spare; each holds optimizer state
         "trainer.resume_mode": "auto",
         "trainer.val_before_train": False,
         "trainer.test_freq": -1,
