@@ -10,6 +10,9 @@ weights as `is_weights`:
   bf16 runs' clip fractions are what `calib.reference: run` reads).
 - `calibrated_clip`: bounds from `fp8rl.rl.Calibrator` (DESIGN.md §5), one per worker process.
 
+Both log the §6 `clip/*` and `ratio/p01|p50|p99` of each micro-batch (verl averages them over the
+micro-batches of an update, so the quantiles are means of per-micro-batch quantiles).
+
 The dual clip `clip_c` and the calibration options come from the JSON file named by the
 `FP8RL_VERL_LOSS` environment variable (`verl_overrides.loss_spec`); without it, `clip_c` falls back to
 verl's `clip_ratio_c` and calibration cannot run. The loss is rescaled from fp8rl's local aggregation to
@@ -28,7 +31,7 @@ from typing import Any
 import torch
 from verl.trainer.ppo.core_algos import register_policy_loss
 
-from fp8rl.rl import policy_loss
+from fp8rl.rl import policy_loss, ratio_quantiles
 from fp8rl.rl.calibration import Calibrator
 
 SPEC_ENV = "FP8RL_VERL_LOSS"
@@ -130,7 +133,10 @@ def _run(
     )
     info = dict(_cfg(config, "global_batch_info", {}) or {})
     loss = loss * _global_scale(mask, loss_agg_mode, info)
-    return loss, _metrics({**m, **extra})
+    with torch.no_grad():
+        ratio = torch.exp(torch.clamp(log_prob.detach() - old_log_prob.detach(), -20.0, 20.0))
+        quantiles = ratio_quantiles(ratio, mask) if bool(mask.any()) else {}
+    return loss, _metrics({**m, **quantiles, **extra})
 
 
 @register_policy_loss("fp8rl_clip")

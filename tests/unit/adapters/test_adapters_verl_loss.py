@@ -98,7 +98,9 @@ def test_fp8rl_clip_equals_verl_vanilla(registry, agg, typed):
     torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(g_ours, g_ref, rtol=1e-5, atol=1e-7)
     assert metrics["actor/ppo_kl"] == pytest.approx(ref_metrics["actor/ppo_kl"], rel=1e-5, abs=1e-7)
-    assert {"clip/low_neg", "clip/high_pos", "clip/low_all", "clip/dual"} <= set(metrics)
+    assert {"clip/low_neg", "clip/high_pos", "clip/low_all", "clip/dual", "ratio/p01", "ratio/p99"} <= set(
+        metrics
+    )
 
 
 def test_global_batch_info_matches_verl_aggregation(registry):
