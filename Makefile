@@ -24,7 +24,13 @@ smoke: $(STAMP)
 	@$(BIN)/python -c "from fp8rl.config_loader import load_config; c = load_config('$(CONFIG)'); \
 	r = f'{c.results_dir}/{c.tier}'; print(f'\ntables: {r}/tables/\nplots:  {r}/plots/\nreport: {r}/report.html')"
 
-test: $(STAMP)
+# verl (for the adapter tests) cannot share the main environment: scripts/verl_test_env.sh installs it
+# without dependencies into build/verl-site, which those tests put on sys.path in a child process.
+VERL_SITE := build/verl-site
+$(VERL_SITE): scripts/verl_test_env.sh scripts/verl-test-requirements.txt
+	PY=$(BIN)/python scripts/verl_test_env.sh
+
+test: $(STAMP) $(VERL_SITE)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)

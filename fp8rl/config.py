@@ -358,6 +358,13 @@ class ExperimentConfig(Strict):
             )
         if self.backend == "verl":
             grans = {g for v in self.matrix.variants for g in self.matrix.granularities_for(v)}
+            calib = [v for v in self.matrix.variants if VARIANT_SPECS[v].calib]
+            if calib and self.calib.reference == "shadow":
+                raise ValueError(
+                    "calib.reference: 'shadow' needs an unquantized re-scoring pass that verl's policy loss "
+                    f"cannot run (variants {', '.join(calib)}); use 'run' (targets from the matching bf16 "
+                    "run) or 'static:<q>' with the verl backend"
+                )
             if "rowwise" in grans:
                 raise ValueError(
                     "matrix.granularities: 'rowwise' has no Megatron/Transformer Engine recipe, so the "
