@@ -27,13 +27,10 @@ SKIP = ("embed_tokens", "lm_head")
 
 def bf16_emulation(model: torch.nn.Module) -> str:
     """Swap the transformer linears of `model` for bf16-emulating ones, in place; returns the precision
-    name recorded in provenance ("bf16-emulated", or "fp32" while fp8rl.fp8 lacks the converter)."""
-    from fp8rl import fp8
+    name recorded in provenance."""
+    from fp8rl.fp8 import convert_to_bf16_emulation
 
-    convert = getattr(fp8, "convert_to_bf16_emulation", None)
-    if convert is None:  # transitional: the FP8 numerics package has not landed its converter yet
-        return "fp32"
-    convert(model, skip=SKIP)
+    convert_to_bf16_emulation(model, skip=SKIP)
     return "bf16-emulated"
 
 

@@ -3,7 +3,7 @@
 Phases: `rollout` (sampling; tokens = generated response tokens), `logprob` (the trainer's recompute of
 the old log-probs; tokens = real prompt+response tokens scored), `train` (forward+backward+optimizer of
 every update; tokens = real tokens forwarded), `calib` (the BF16 shadow pass and the calibrator; tokens
-= real tokens re-scored). Figures are summed from the per-step `time/*` and `tok/*` metrics of
+= real tokens re-scored); a phase the run never ran is absent. Figures are summed from the per-step `time/*` and `tok/*` metrics of
 metrics.jsonl, so a resumed run reports every step once. Peak memory is the process's max RSS (CPU) or
 the CUDA allocator's peak.
 """
@@ -61,6 +61,8 @@ def throughput_report(rows: list[dict], prec, timer: PhaseTimer | None = None) -
     """The `throughput.json` content from the run's metrics rows and its precision set-up."""
     phases = {}
     for ph in PHASES:
+        if not any(f"time/{ph}_s" in r for r in rows):
+            continue  # a phase this run never has (calib in bf16 runs) is absent
         secs = sum(r.get(f"time/{ph}_s", 0.0) for r in rows)
         toks = sum(r.get(f"tok/{ph}", 0.0) for r in rows)
         phases[ph] = {
