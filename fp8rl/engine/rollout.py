@@ -60,8 +60,10 @@ def collect_rollouts(
     algo: GRPOConfig | DAPOConfig,
     schedule: ScheduleConfig,
     generator: torch.Generator,
+    verifier=tasks.reward,
 ) -> StepRollout:
-    """Run the rollout phase of one step with `model` (the rollout copy); see the module doc."""
+    """Run the rollout phase of one step with `model` (the rollout copy), scoring each response with
+    `verifier(response, answer)`; see the module doc."""
     from fp8rl.rl import dynamic_sampling_mask, gibberish_rate, grpo_advantages, overlong_penalty
 
     g = algo.group_size
@@ -86,7 +88,7 @@ def collect_rollouts(
             generator=generator,
         )
         texts = decode_responses(tokenizer, batch)
-        acc = torch.tensor([tasks.reward(t, answers[pick[i // g]]) for i, t in enumerate(texts)])
+        acc = torch.tensor([verifier(t, answers[pick[i // g]]) for i, t in enumerate(texts)])
         rewards = acc.clone()
         if dapo and algo.overlong_buffer_len > 0:
             rewards = rewards + overlong_penalty(

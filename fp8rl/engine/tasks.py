@@ -15,6 +15,8 @@ Levels (`task.levels` in the config):
 The tool format asks for a call instead of the result: prompt `tool:12+45=`, target `calc(add,12,45)`.
 A response is the generated text up to `<eos>`; `reward` is 1.0 for an exact integer match with the
 answer, else 0.0; `format_ok` says whether it is an integer at all (the gibberish rate counts the rest).
+Math answers of larger tiers are checked with `math_verify` (`math_reward`); `reward_fn(task.name)`
+picks the verifier.
 """
 
 from __future__ import annotations
@@ -151,6 +153,25 @@ def reward(response: str, answer: str) -> float:
     """The verifier reward: 1.0 if the response is exactly the answer's integer, else 0.0."""
     got = extract_answer(response)
     return 1.0 if got is not None and int(got) == int(answer) else 0.0
+
+
+def math_reward(response: str, answer: str) -> float:
+    """The verifier of math answers (larger tiers): 1.0 if `math_verify` finds the response's final
+    answer (boxed LaTeX or a plain expression) equivalent to `answer`, else 0.0."""
+    from math_verify import parse, verify
+
+    gold, pred = parse(answer), parse(response)
+    return 1.0 if gold and pred and verify(gold, pred) else 0.0
+
+
+REWARDS: dict[str, Callable[[str, str], float]] = {"arithmetic": reward, "math": math_reward}
+
+
+def reward_fn(task_name: str) -> Callable[[str, str], float]:
+    """The verifier of a task (`task.name`); ValueError naming the known ones."""
+    if task_name not in REWARDS:
+        raise ValueError(f"task.name: no verifier for {task_name!r}; known: {', '.join(REWARDS)}")
+    return REWARDS[task_name]
 
 
 def sft_target(row: dict) -> str:

@@ -34,6 +34,7 @@ import torch
 from tqdm import tqdm
 
 from fp8rl.config import ExperimentConfig, RunSpec
+from fp8rl.engine import tasks
 from fp8rl.engine.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from fp8rl.engine.data import load_split
 from fp8rl.engine.model import load_hf
@@ -127,6 +128,7 @@ class Trainer:
         rows = load_split(self.data_dir, "train.jsonl")
         self.prompt_ids = [self.tokenizer(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
         self.answers = [r["answer"] for r in rows]
+        self.verifier = tasks.reward_fn(cfg.task.name)
         self.timer = PhaseTimer()
 
     def _trainer_state(self) -> dict:
@@ -239,7 +241,7 @@ class Trainer:
             self.prec.refresh_rollout()
             ro = collect_rollouts(
                 self.prec.rollout, self.tokenizer, self.prompt_ids, self.answers,
-                algo=self.algo, schedule=sch, generator=_gen(seed, step, "rollout"),
+                algo=self.algo, schedule=sch, generator=_gen(seed, step, "rollout"), verifier=self.verifier,
             )  # fmt: skip
             ph.tokens = ro.metrics["tok/rollout"]
         metrics: dict[str, float] = {"step": step, **ro.metrics}

@@ -107,3 +107,17 @@ def test_left_pad_and_bad_arguments(tok_model):
         generate(model, [], max_new_tokens=2, eos_id=1, pad_id=0)
     with pytest.raises(ValueError, match="max_new_tokens"):
         generate(model, [[5]], max_new_tokens=0, eos_id=1, pad_id=0)
+
+
+def test_fp8_rollout_copy_and_kv_cache_change_the_rollout_log_probs(tok_model):
+    from fp8rl.fp8 import get_recipe, make_rollout_policy
+
+    tok, model = tok_model
+    prompts = _prompts(tok, ["1+2=", "12+45=", "123+456="] * 4)
+    kw = dict(max_new_tokens=6, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, greedy=True)
+    plain = generate(model, prompts, **kw)
+    fp8 = generate(make_rollout_policy(model, get_recipe("tensorwise")), prompts, **kw)
+    fp8_kv = generate(make_rollout_policy(model, get_recipe("tensorwise"), kv_cache_fp8=True), prompts, **kw)
+    m = (plain.response_mask * fp8.response_mask * fp8_kv.response_mask) > 0
+    assert not torch.allclose(plain.log_probs[m], fp8.log_probs[m])  # FP8 weights and activations
+    assert not torch.allclose(fp8.log_probs[m], fp8_kv.log_probs[m])  # and the FP8 KV cache on top

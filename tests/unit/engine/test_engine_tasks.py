@@ -56,3 +56,12 @@ def test_tool_calls_round_trip():
         assert row["prompt"] == f"tool:{a}{sign}{b}="
     assert tasks.parse_call("calc(add,1)") is None
     assert tasks.parse_call("calc(pow,1,2)") is None
+
+
+def test_math_answers_are_checked_by_math_verify():
+    assert tasks.math_reward("so the answer is $\\boxed{\\frac{1}{2}}$", "0.5") == 1.0
+    assert tasks.math_reward("\\boxed{3}", "4") == 0.0
+    assert tasks.math_reward("no idea", "4") == 0.0
+    assert tasks.reward_fn("arithmetic") is tasks.reward and tasks.reward_fn("math") is tasks.math_reward
+    with pytest.raises(ValueError, match="no verifier for 'poetry'"):
+        tasks.reward_fn("poetry")
