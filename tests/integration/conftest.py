@@ -86,12 +86,12 @@ def tiny_tier(root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tier(tmp_path_factory):
-    """(root, config path) of the tiny tier with data and an SFT base model."""
+    """(root, config path, write_config) of the tiny tier with data and an SFT base model."""
     root = tmp_path_factory.mktemp("tier")
     threads = torch.get_num_threads()
     config = tiny_tier(root)
     torch.set_num_threads(threads)
-    return root, config
+    return root, config, write_config
 
 
 @pytest.fixture

@@ -35,11 +35,9 @@ CALIB = ["calib/low", "calib/high", "calib/target_q"]
 
 
 def train(tier, run_id: str, out: Path, overrides: dict | None = None, **kw):
-    from conftest import write_config
-
     from fp8rl.engine.trainer import Trainer
 
-    root, _ = tier
+    root, _, write_config = tier
     config = write_config(out.parent / f"{out.name}.yaml", overrides)
     cfg = load_config(config)
     trainer = Trainer(cfg, find_run(cfg, run_id), base_dir=root / "base" / "tiny", data_dir=root / "data",
@@ -110,7 +108,7 @@ def test_short_bf16_run_raises_reward(tier, tmp_path, restore_torch_globals):
     from fp8rl.engine.model import load_hf
     from fp8rl.engine.tokenizer import load_tokenizer
 
-    root, _ = tier
+    root, *_ = tier
     overrides = {
         "schedule.steps": 20,
         "schedule.prompts_per_step": 16,
@@ -171,15 +169,14 @@ def _cli(*args: str, **kw) -> subprocess.Popen:
 
 
 def _train_args(tier, config: Path, out: Path, run_id: str) -> list[str]:
-    root, _ = tier
+    root, *_ = tier
     return ["train", "--config", str(config), "--run", run_id, "--base", str(root / "base" / "tiny"),
             "--data", str(root / "data"), "--out", str(out), "--no-progress"]  # fmt: skip
 
 
 @pytest.mark.slow
 def test_sigkill_and_resume_writes_identical_metrics(tier, tmp_path, restore_torch_globals):
-    from conftest import write_config
-
+    write_config = tier[2]
     run_id = "grpo/tiny/fp8_tis_calib/tensorwise/seed0"
     overrides = {"schedule.steps": 5, "schedule.checkpoint_every": 2, "fp8.optimizer": "blockwise"}
     config = write_config(tmp_path / "c.yaml", overrides)
@@ -216,7 +213,7 @@ def _main(args: list[str], capsys) -> tuple[int, str]:
 
 
 def test_bad_input_exits_2_before_any_work(tier, tmp_path, capsys):
-    root, config = tier
+    root, config, _ = tier
     cases = [
         (_train_args(tier, config, tmp_path / "a", "grpo/tiny/fp8/tensorwise/seed9"), "not in the matrix"),
         (_train_args(tier, config, tmp_path / "a", "grpo/tiny/fp8/none/seed0"), "granularity"),
@@ -234,7 +231,7 @@ def test_bad_input_exits_2_before_any_work(tier, tmp_path, capsys):
 
 def test_corrupt_checkpoint_is_a_clear_error(tier, tmp_path, restore_torch_globals, capsys):
     run_id = "grpo/tiny/bf16/none/seed0"
-    _, config = tier
+    _, config, _ = tier
     train(tier, run_id, tmp_path / "run", {"schedule.steps": 2})
     state = tmp_path / "run" / "checkpoint" / "trainer_state.pt"
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
