@@ -2,6 +2,7 @@
 arithmetic tasks, SFT warm start, KV-cached rollout sampler, the training loop, kill-safe checkpoints.
 
 Modules: `tokenizer`, `model`, `tasks`, `data` (`fp8rl data`), `sft` (`fp8rl sft`), `sampler`,
-`scoring`, `rollout`, `precision` (variant → fp8rl.fp8), `checkpoint`, `rundir`, `trainer`
-(`fp8rl train`). Heavy imports happen per module, so `import fp8rl.engine` is cheap.
+`scoring`, `rollout`, `precision` (variant → fp8rl.fp8), `checkpoint`, `rundir`, `throughput`,
+`evaluate_policy`, `trainer` (`fp8rl train`). Heavy imports happen per module, so `import fp8rl.engine`
+is cheap. The trainer runs on CPU (the smoke tier; FP8 emulated, DESIGN.md §8).
 """

@@ -108,7 +108,7 @@ class Trainer:
     def _setup(self) -> None:
         cfg = self.cfg
         torch.set_num_threads(cfg.resources_for("train").threads)
-        torch.use_deterministic_algorithms(True)
+        torch.use_deterministic_algorithms(True, warn_only=True)
         self.tokenizer = load_tokenizer(self.base_dir)
         policy = load_hf(self.base_dir)
         self.ref_model = None
