@@ -56,10 +56,18 @@ def test_refusals_name_the_key(paper):
     with pytest.raises(AdapterError, match="fp8.format"):
         check_verl_support(e5m2, RunSpec("grpo", "qwen3-8b", "fp8", "tensorwise", 0))
     check_verl_support(e5m2, RunSpec("grpo", "qwen3-8b", "fp8", "blockwise", 0))  # block recipes are e4m3
-    shadow = load_config(PAPER)
+    # config validation rejects a shadow reference on verl; the adapter refuses it too if handed one
+    shadow = paper.model_copy(update={"calib": paper.calib.model_copy(update={"reference": "shadow"})})
     with pytest.raises(AdapterError, match="calib.reference"):
         check_verl_support(shadow, RunSpec("dapo", "qwen3-8b", "fp8_calib", "blockwise", 0))
     check_verl_support(shadow, RunSpec("dapo", "qwen3-8b", "fp8_tis", "blockwise", 0))
+
+
+def test_shadow_reference_in_a_verl_config_fails_validation():
+    from fp8rl.config_loader import ConfigError
+
+    with pytest.raises(ConfigError, match="calib.reference"):
+        load_config(PAPER, ["calib.reference=shadow"])
 
 
 def test_rowwise_in_a_verl_config_fails_validation():
