@@ -74,6 +74,27 @@ def resources_for(rule):
     return out
 
 
+def train_resources():
+    """Resources of the train rule. The reference trainer: those of `resources.train`. verl: whole
+    nodes per the model's `nodes` x `gpus_per_node`, the GPUs as a per-node `gres` with one task per
+    node (the executor's `gpu` would be a job total), memory and runtime from `resources.train`."""
+    out = resources_for("train")
+    if CFG.backend != "verl":
+        return out
+    from fp8rl.adapters.verl_launch import slurm_resources
+
+    out.pop("gpu", None)
+    for key in ("nodes", "gres", "tasks_per_node"):
+        out[key] = lambda wildcards, key=key: slurm_resources(
+            CFG.model(wildcards.model).nodes, CFG.model(wildcards.model).gpus_per_node
+        )[key]
+    return out
+
+
+# The command that trains one run: fp8rl's reference trainer, or verl on the cluster (same arguments).
+TRAIN_COMMAND = "fp8rl verl train" if CFG.backend == "verl" else "fp8rl train"
+
+
 # ----------------------------------------------------------------------------------- rerun triggers
 
 

@@ -1,7 +1,8 @@
 # One training run per cell of the matrix. A `fp8_calib*` run with `calib.reference: run` takes the
 # matching bf16 run as an input (train_inputs). Only summary.json is declared: the trainer writes it
 # last, so a run killed mid-way is incomplete to Snakemake, and its checkpoint/ (not an output, so
-# never deleted by Snakemake) lets `fp8rl train` resume it.
+# never deleted by Snakemake) lets `fp8rl train` resume it. With `backend: verl` the rule calls
+# `fp8rl verl train` (same arguments) and asks Slurm for the model's whole nodes (train_resources).
 
 
 rule train:
@@ -26,8 +27,8 @@ rule train:
         f"{R}/benchmarks/train/{RUN}.tsv"
     threads: threads_for("train")
     resources:
-        **resources_for("train"),
+        **train_resources(),
     container: container_for("train")
     shell:
-        "fp8rl train --config {params.config} --run {params.run} --base {params.base}"
+        TRAIN_COMMAND + " --config {params.config} --run {params.run} --base {params.base}"
         " --data {params.data} --out {params.out} {params.reference} --no-progress > {log} 2>&1"

@@ -41,6 +41,21 @@ def test_dry_run_plans_every_job_of_the_matrix(config, tmp_path):
     assert {k: v for k, v in jobs.items() if k not in images} == {"data": 1, "report": 1, "all": 1}
 
 
+def test_paper_train_jobs_go_through_verl_on_whole_nodes(tmp_path):
+    """backend: verl -> `fp8rl verl train`, Slurm resources = the model's nodes x gpus_per_node."""
+    cfg = load_config(REPO / "config/paper.yaml")
+    args = ("-n", "-p", "--configfile", str(REPO / "config/paper.yaml"), *in_repo(tmp_path))
+    out = snakemake(None, *args).stdout
+    jobs = [block for block in out.split("\n\n") if "rule train:" in block]
+    assert len(jobs) == len(cfg.runs())
+    for block in jobs:
+        model = cfg.model(re.search(r"model=([^,\s]+)", block).group(1))
+        resources = re.search(r"resources: (.*)", block).group(1)
+        assert f"nodes={model.nodes}" in resources and f"gres=gpu:{model.gpus_per_node}" in resources
+        assert "gpu=" not in resources.replace("gres=gpu:", "")
+        assert "fp8rl verl train --config" in block
+
+
 def test_calibrated_runs_take_their_bf16_run_as_input(tmp_path):
     cfg_file = write_config(tmp_path / "cfg.yaml", "config/smoke.yaml", "calib.reference=run")
     cfg = load_config(cfg_file)
