@@ -19,6 +19,20 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ALGORITHMS = ("grpo", "dapo")
+# The config sections a training run's result depends on (not the matrix, eval, resources,
+# containers or results_dir).
+TRAIN_SECTIONS = (
+    "tier",
+    "backend",
+    "algorithms",
+    "fp8",
+    "tis",
+    "calib",
+    "schedule",
+    "task",
+    "sft",
+    "stability",
+)
 VARIANTS = ("bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib")
 GRANULARITIES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
 TIERS = ("smoke", "cpu", "paper")
@@ -397,6 +411,16 @@ class ExperimentConfig(Strict):
         """A short hash of the resolved config, for provenance."""
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+    def section_digest(self, *sections: str, model: str | None = None) -> str:
+        """A short hash of some top-level sections (plus one model's entry): what a step's output
+        depends on. The DAG reruns a rule when its digest changes; the trainer resumes a checkpoint only
+        when its `TRAIN_SECTIONS` digest still matches."""
+        full = self.model_dump(mode="json")
+        picked = {s: full[s] for s in sections}
+        if model is not None:
+            picked["model"] = self.model(model).model_dump(mode="json")
+        return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------------------- the matrix

@@ -1,13 +1,19 @@
 # Shared by the workflow files: the validated config, the tier's paths, per-rule resources, and the
 # helpers that map wildcards to run ids. The Snakefile includes it first (after its configfile).
 
-import hashlib
-import json
 import os
 import sys
 from pathlib import Path
 
-from fp8rl.config import ALGORITHMS, GRANULARITIES, VARIANTS, RunSpec, expand_matrix, reference_run
+from fp8rl.config import (
+    ALGORITHMS,
+    GRANULARITIES,
+    TRAIN_SECTIONS,
+    VARIANTS,
+    RunSpec,
+    expand_matrix,
+    reference_run,
+)
 from fp8rl.config_loader import ConfigError, validate_config
 from fp8rl.io import atomic_write_text
 
@@ -101,15 +107,7 @@ TRAIN_COMMAND = "fp8rl verl train" if CFG.backend == "verl" else "fp8rl train"
 def section_digest(*sections, model=None):
     """A short hash of the config sections a rule's output depends on. Passed as a param, so changing
     one of them reruns that rule (Snakemake's params trigger) and changing anything else does not."""
-    full = CFG.model_dump(mode="json")
-    picked = {s: full[s] for s in sections}
-    if model is not None:
-        picked["model"] = CFG.model(model).model_dump(mode="json")
-    return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]
-
-
-# What a training run depends on (not the matrix, eval, resources, containers or results_dir).
-TRAIN_SECTIONS = ("tier", "backend", "algorithms", "fp8", "tis", "calib", "schedule", "task", "sft", "stability")
+    return CFG.section_digest(*sections, model=model)
 
 
 # ------------------------------------------------------------------------------------------ runs
