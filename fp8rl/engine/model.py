@@ -18,9 +18,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-hf_logging.disable_progress_bar()  # no "Writing model shards" bars in every checkpoint's log lines
-
 from fp8rl.config import ArchConfig
+
+hf_logging.disable_progress_bar()  # no "Writing model shards" bars in every checkpoint's log lines
 
 
 def llama_config(arch: ArchConfig, tokenizer: PreTrainedTokenizerBase) -> LlamaConfig:
