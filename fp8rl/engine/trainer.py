@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -33,7 +34,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from fp8rl.config import ExperimentConfig, RunSpec
+from fp8rl.config import TRAIN_SECTIONS, ExperimentConfig, RunSpec
 from fp8rl.engine import tasks
 from fp8rl.engine.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from fp8rl.engine.data import load_split
@@ -151,12 +152,33 @@ class Trainer:
         self.spike.load_state_dict(state["spike"])
         set_rng_state(state["rng"])
 
+    def _train_digest(self) -> str:
+        """What the run's result depends on: a checkpoint resumes only while this still matches."""
+        return self.cfg.section_digest(*TRAIN_SECTIONS, model=self.run_spec.model)
+
+    def _resumable(self) -> tuple[dict, dict] | None:
+        """The checkpoint to resume from, or None to start fresh (none, or one of other settings)."""
+        if not has_checkpoint(self.dir.checkpoint):
+            return None
+        meta, state = load_checkpoint(self.dir.checkpoint)
+        if meta.get("run_id") != self.run_spec.run_id:
+            raise ValueError(f"{self.dir.checkpoint}: belongs to run {meta.get('run_id')!r}")
+        if meta.get("train_digest") != self._train_digest():
+            print(
+                f"{self.run_spec.run_id}: the checkpoint in {self.dir.checkpoint} was written under other "
+                f"training settings ({', '.join(TRAIN_SECTIONS)}); starting the run afresh",
+                file=sys.stderr,
+            )
+            return None
+        return meta, state
+
     def _save(self, step: int) -> None:
         meta = {
             "step": step,
             "metrics_offset": self.dir.metrics_size(),
             "run_id": self.run_spec.run_id,
             "config_digest": self.cfg.digest(),
+            "train_digest": self._train_digest(),
         }
         save_checkpoint(self.dir.checkpoint, self.policy, self.tokenizer, self._trainer_state(), meta)
 
@@ -169,10 +191,9 @@ class Trainer:
             self._setup()
             self.dir.write_config(self.cfg.model_dump(mode="json"))
             start = 1
-            if has_checkpoint(self.dir.checkpoint):
-                meta, state = load_checkpoint(self.dir.checkpoint)
-                if meta.get("run_id") != self.run_spec.run_id:
-                    raise ValueError(f"{self.dir.checkpoint}: belongs to run {meta.get('run_id')!r}")
+            resume = self._resumable()
+            if resume is not None:
+                meta, state = resume
                 self._restore(state)
                 self.dir.reset_metrics(int(meta["metrics_offset"]))
                 last = int(meta["step"])

@@ -205,6 +205,24 @@ def test_sigkill_and_resume_writes_identical_metrics(tier, tmp_path, restore_tor
     assert json.loads((out / "summary.json").read_text())["status"] == summary["status"] == "ok"
 
 
+def test_changed_training_settings_start_afresh_instead_of_resuming(tier, tmp_path):
+    """The DAG reruns a run whose training sections changed; its old checkpoint must not be resumed."""
+    run_id = "grpo/tiny/bf16/none/seed0"
+    base = {"schedule.steps": 2, "schedule.checkpoint_every": 1}
+    out = tmp_path / "run"
+    _, _, first = train(tier, run_id, out, base)
+    (out / "summary.json").unlink()  # what Snakemake does before it reruns the job
+    changed = {**base, "schedule.lr": 1e-3}
+    _, summary, rerun = train(tier, run_id, out, changed)
+    _, _, straight = train(tier, run_id, tmp_path / "straight", changed)
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+    assert summary["status"] == "ok" and [r["step"] for r in rerun] == [1, 2]
+    assert strip(rerun) == strip(straight) != strip(first)
+
+
 def _main(args: list[str], capsys) -> tuple[int, str]:
     from fp8rl.cli import main
 
