@@ -7,7 +7,6 @@ engine commands instead of running them. `check` lists every unpinned base image
 from __future__ import annotations
 
 import argparse
-import hashlib
 import shlex
 import shutil
 import subprocess
@@ -17,6 +16,7 @@ import time
 from pathlib import Path
 
 from fp8rl.commands.common import UsageError, add_config_args
+from fp8rl.io import sha256_file
 
 
 def _setup(args: argparse.Namespace):
@@ -39,14 +39,6 @@ def _run(cmds: list[list[str]], cwd: Path, dry_run: bool) -> None:
         print("+ " + shlex.join(cmd), flush=True)
         if not dry_run:
             subprocess.run(cmd, cwd=cwd, check=True)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -80,7 +72,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             "engine": cc.engine,
             "git_commit": commit,
             "bases": base_images(d / "Dockerfile"),
-            "locks": {p.name: _sha256(p) for p in sorted(d.glob("*.lock"))},
+            "locks": {p.name: sha256_file(p) for p in sorted(d.glob("*.lock"))},
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
     )
@@ -113,7 +105,7 @@ def cmd_sif(args: argparse.Namespace) -> int:
             {
                 "name": args.name,
                 "ref": image_ref(cc, args.name),
-                "sif_sha256": _sha256(out),
+                "sif_sha256": sha256_file(out),
                 "engine": "apptainer",
             },
         )

@@ -11,7 +11,6 @@ the previous or the new checkpoint is complete. `load_checkpoint` checks the has
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import random
@@ -23,6 +22,7 @@ import numpy as np
 import torch
 
 from fp8rl.engine.model import replace_dir, write_hf_files
+from fp8rl.io import sha256_file
 
 STATE_FILE = "state.json"
 TRAINER_FILE = "trainer_state.pt"
@@ -30,14 +30,6 @@ TRAINER_FILE = "trainer_state.pt"
 
 class CheckpointError(Exception):
     """A checkpoint that cannot be resumed from; the message names the file and what to do."""
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def rng_state() -> dict:
@@ -62,7 +54,7 @@ def save_checkpoint(
         buf = io.BytesIO()
         torch.save({**trainer_state, "rng": rng_state()}, buf)
         (tmp / TRAINER_FILE).write_bytes(buf.getvalue())
-        files = {p.name: _sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         (tmp / STATE_FILE).write_text(json.dumps({**meta, "files": files}, indent=2) + "\n")
         replace_dir(tmp, ckpt_dir)
     except BaseException:
@@ -102,7 +94,7 @@ def verify_checkpoint(ckpt_dir: str | Path) -> dict:
         path = ckpt_dir / name
         if not path.is_file():
             raise CheckpointError(f"{path}: missing from the checkpoint; {hint}")
-        if _sha256(path) != digest:
+        if sha256_file(path) != digest:
             raise CheckpointError(f"{path}: corrupt (sha256 differs from state.json); {hint}")
     if TRAINER_FILE not in files:
         raise CheckpointError(f"{ckpt_dir}: no {TRAINER_FILE} recorded; {hint}")
