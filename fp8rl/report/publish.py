@@ -74,6 +74,9 @@ def publish_tier(tier: str, results_dir: str | Path = "results", cfg: Experiment
     for stale in [*dest.parent.glob(f".{tier}.tmp-*"), *dest.parent.glob(f".{tier}.old-*")]:
         shutil.rmtree(stale, ignore_errors=True)  # left by a publish that was killed
     tmp = Path(tempfile.mkdtemp(prefix=f".{tier}.tmp-", dir=dest.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; the publication is for everyone to read
     old: Path | None = None
     try:
         for src in paths.outputs():
