@@ -30,6 +30,8 @@ except ConfigError as exc:
 os.environ.update(PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
 
 R = f"{CFG.results_dir}/{CFG.tier}"
+# The software of host-run rules for `--software-deployment-method conda` (relative to workflows/).
+CONDA_ENV = "envs/fp8rl.yaml"
 RUNS = expand_matrix(CFG)
 RUN = "{algo}/{model}/{variant}/{granularity}/seed{seed}"
 

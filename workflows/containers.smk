@@ -39,6 +39,8 @@ rule container_image:
     resources:
         mem_mb=16000,
         runtime=240,
+    conda:
+        CONDA_ENV
     shell:
         "fp8rl containers build {wildcards.image} --config {params.config} --out {output} > {log} 2>&1"
 
@@ -56,6 +58,8 @@ rule container_sif:
     resources:
         mem_mb=16000,
         runtime=120,
+    conda:
+        CONDA_ENV
     shell:
         "fp8rl containers sif {wildcards.image} --config {params.config} --out {output} > {log} 2>&1"
 

@@ -20,6 +20,8 @@ rule data:
     resources:
         **resources_for("data"),
     container: container_for("data")
+    conda:
+        CONDA_ENV
     shell:
         "fp8rl data --config {params.config} --out {params.out} > {log} 2>&1"
 
@@ -43,6 +45,8 @@ rule sft:
     resources:
         **resources_for("sft"),
     container: container_for("train")
+    conda:
+        CONDA_ENV
     shell:
         "fp8rl sft --config {params.config} --model {wildcards.model} --data {params.data}"
         " --out {params.out} --no-progress > {log} 2>&1"

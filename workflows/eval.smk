@@ -21,6 +21,8 @@ rule eval_lm:
     resources:
         **resources_for("eval_lm"),
     container: container_for("eval")
+    conda:
+        CONDA_ENV
     shell:
         "fp8rl eval lm-eval --config {params.config} --checkpoint {params.checkpoint}"
         " --data {params.data} --out {output} > {log} 2>&1"
@@ -46,6 +48,8 @@ rule eval_agent:
     resources:
         **resources_for("eval_agent"),
     container: container_for("agent")
+    conda:
+        CONDA_ENV
     shell:
         "fp8rl eval agent --config {params.config} --checkpoint {params.checkpoint}"
         " --data {params.data} --out {output} > {log} 2>&1"

@@ -21,5 +21,7 @@ rule report:
     resources:
         **resources_for("report"),
     container: container_for("report")
+    conda:
+        CONDA_ENV
     shell:
         "fp8rl report --config {params.config} > {log} 2>&1"

@@ -29,6 +29,8 @@ rule train:
     resources:
         **train_resources(),
     container: container_for("train")
+    conda:
+        CONDA_ENV
     shell:
         TRAIN_COMMAND + " --config {params.config} --run {params.run} --base {params.base}"
         " --data {params.data} --out {params.out} {params.reference} --no-progress > {log} 2>&1"
