@@ -81,6 +81,10 @@ class RunDir:
     def write_throughput(self, throughput: dict) -> None:
         atomic_write_json(self.throughput, throughput)
 
+    def write_ratio_hist(self, hist: dict) -> None:
+        """`ratio_hist.json`: FP8 vs BF16-shadow ratio counts of the shadow tokens (fp8rl.rl.ratio_hist)."""
+        atomic_write_json(self.root / "ratio_hist.json", hist, indent=None)
+
 
 def reference_targets(run_dir: str | Path, population: str) -> dict[int, tuple[float | None, float | None]]:
     """Per-step calibration targets from a finished bf16 run (`calib.reference: run`).

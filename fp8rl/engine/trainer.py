@@ -121,9 +121,10 @@ class Trainer:
         self.prec = setup_precision(policy, cfg, self.run_spec)
         self.policy = self.prec.policy
         self.policy.train()
-        from fp8rl.rl import Calibrator, EntropySpikeDetector
+        from fp8rl.rl import Calibrator, EntropySpikeDetector, RatioHistogram
 
         self.calibrator = Calibrator.from_config(self.algo, cfg.calib) if self.spec.calib else None
+        self.ratio_hist = RatioHistogram() if self.use_shadow else None
         st = cfg.stability
         self.spike = EntropySpikeDetector(st.entropy_spike_k, st.entropy_spike_m, st.baseline_steps)
         rows = load_split(self.data_dir, "train.jsonl")
@@ -139,6 +140,7 @@ class Trainer:
             "rollout_fp8": fp8_state_dict(self.prec.rollout),
             "optimizer": self.prec.optimizer.state_dict(),
             "calibrator": self.calibrator.state_dict() if self.calibrator else None,
+            "ratio_hist": self.ratio_hist.state_dict() if self.ratio_hist else None,
             "spike": self.spike.state_dict(),
         }
 
@@ -150,6 +152,8 @@ class Trainer:
         if self.calibrator is not None:
             self.calibrator.load_state_dict(state["calibrator"])
         self.spike.load_state_dict(state["spike"])
+        if self.ratio_hist is not None and state.get("ratio_hist") is not None:
+            self.ratio_hist.load_state_dict(state["ratio_hist"])
         set_rng_state(state["rng"])
 
     def _train_digest(self) -> str:
@@ -250,6 +254,8 @@ class Trainer:
         }
         if hasattr(self, "prec"):
             self.dir.write_throughput(throughput_report(rows, self.prec, self.timer))
+        if getattr(self, "ratio_hist", None) is not None:
+            self.dir.write_ratio_hist(self.ratio_hist.as_dict())
         self.dir.write_summary(summary)
         return summary
 
@@ -406,6 +412,7 @@ class Trainer:
                     ph.tokens = float(sub.attention_mask[local].sum())
                 rm = m[local]
                 ref_ratio[local] = torch.exp((cur - ref_old[pos[local]]).clamp(-20, 20)) * rm + (1 - rm)
+                self.ratio_hist.add(ratio[local], ref_ratio[local], adv[local], rm)
         bounds = None
         if self.calibrator is not None:
             kw = {}

@@ -15,12 +15,14 @@ from fp8rl.rl.diagnostics import clip_stats, mismatch_kl, phantom_low_neg, ratio
 from fp8rl.rl.entropy import entropy_from_logits
 from fp8rl.rl.gibberish import GibberishRules, gibberish_rate, gibberish_reason
 from fp8rl.rl.losses import agg_loss, kl_penalty, policy_loss
+from fp8rl.rl.ratio_hist import RatioHistogram
 from fp8rl.rl.stability import EntropySpikeDetector
 from fp8rl.rl.tis import tis_stats, tis_weights
 
 __all__ = [
     "EntropySpikeDetector",
     "GibberishRules",
+    "RatioHistogram",
     "entropy_from_logits",
     "gibberish_rate",
     "gibberish_reason",

@@ -72,6 +72,7 @@ def test_variant_runs_with_finite_complete_metrics(tier, tmp_path, restore_torch
     assert summary["status"] == "ok", summary["reason"]
     assert [r["step"] for r in rows] == [1, 2]
     spec = trainer.run_spec.spec
+    single = trainer.cfg.schedule.mini_batches * trainer.cfg.schedule.ppo_epochs == 1
     for row in rows:
         assert all(isinstance(v, (int, float)) and math.isfinite(v) for v in row.values())
         assert set(CORE) <= set(row)
@@ -79,7 +80,6 @@ def test_variant_runs_with_finite_complete_metrics(tier, tmp_path, restore_torch
             assert row.get("dapo/kept_groups") == 0
             continue
         assert set(LEARN) <= set(row)
-        single = trainer.cfg.schedule.mini_batches * trainer.cfg.schedule.ppo_epochs == 1
         assert ("time/logprob_s" in row) != single
         if single:  # the old log-probs are the update's own: every ratio is exactly 1
             assert row["ratio/p01"] == row["ratio/p99"] == 1.0
@@ -96,6 +96,11 @@ def test_variant_runs_with_finite_complete_metrics(tier, tmp_path, restore_torch
         assert summary["final"] and json.loads((tmp_path / "run" / "throughput.json").read_text())["emulated"]
     ckpt = tmp_path / "run" / "checkpoint"
     assert (ckpt / "model.safetensors").is_file() and (ckpt / "tokenizer.json").is_file()
+    hist_file = tmp_path / "run" / "ratio_hist.json"
+    assert hist_file.is_file() == spec.fp8  # FP8 vs BF16-shadow ratios of the shadow tokens
+    if spec.fp8 and not single:
+        hist = json.loads(hist_file.read_text())
+        assert hist["tokens"] > 0 and sum(hist["counts"]["bf16_shadow/all"]) == hist["tokens"]
 
 
 @pytest.mark.slow
