@@ -11,7 +11,7 @@ from `{results_dir}/{tier}/runs/` and writes, with `R = {results_dir}/{tier}`:
                                              phantom/low_neg, mismatch KL, status counts
     R/tables/throughput.csv, throughput.md   tokens/s per phase, step time, speedup vs bf16,
                                              calibration overhead %, emulated vs hardware
-    R/plots/{entropy,clip_low_neg,ratio_tails,eval_scores,throughput}.{png,svg}
+    R/plots/{entropy,clip_low_neg,ratio_tails,ratio_hist,eval_scores,throughput}.{png,svg}
     R/report.html                            self-contained (plots embedded as base64 PNG)
     R/report.json                            manifest: status counts, data problems, config digest,
                                              the list of outputs

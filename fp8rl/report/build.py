@@ -37,6 +37,7 @@ PLOT_CAPTIONS = {
     "entropy": "Entropy vs step",
     "clip_low_neg": "clip/low_neg vs step (A<0 tokens below the lower clip bound: zero gradient)",
     "ratio_tails": "PPO-ratio tails per step (ratio/p01, ratio/p99)",
+    "ratio_hist": "Per-token PPO ratio, FP8 vs the BF16 shadow pass of the same tokens",
     "eval_scores": "Eval scores with 95% t-intervals",
     "throughput": "Throughput per phase",
 }
@@ -90,7 +91,10 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
         paths.table("throughput", "md"), to_markdown(f"{title}: throughput", tp_view, THROUGHPUT_NOTES)
     )
 
-    plots = write_plots(runset, comparison, keys, throughput, paths.plots_dir)
+    clip_bounds = {
+        a: (1 - cfg.algorithm(a).clip_low, 1 + cfg.algorithm(a).clip_high) for a in cfg.matrix.algorithms
+    }
+    plots = write_plots(runset, comparison, keys, throughput, paths.plots_dir, clip_bounds)
 
     header = {
         "tier": cfg.tier,

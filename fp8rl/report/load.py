@@ -2,7 +2,7 @@
 
 For every cell of the config's matrix, `load_tier` reads `{R}/runs/{run_id}/` (DESIGN.md §7,
 docs/interfaces.md): `summary.json`, `metrics.jsonl`, `throughput.json`, `eval/lm_eval.json`,
-`eval/agent.json`. The result is a `RunSet`:
+`eval/agent.json`, and `ratio_hist.json` where an FP8 run wrote one. The result is a `RunSet`:
 
 - `runs`: one row per matrix cell: the run id columns, `status` (`ok` | `diverged` | `failed` |
   `missing`), `reason`, `step`, `steps_planned`, `malformed_lines`, and the throughput labels
@@ -13,6 +13,7 @@ docs/interfaces.md): `summary.json`, `metrics.jsonl`, `throughput.json`, `eval/l
   (`metric` = `{task}/{metric}`, `stderr` where given) or `throughput` (`step_time_s`, `peak_mem_mb`,
   `{phase}/seconds`, `{phase}/tokens`, `{phase}/tokens_per_s`).
 - `problems`: one line per piece of data that could not be used, naming the file (and line).
+- `ratio_hists`: run id → its FP8 vs BF16-shadow ratio histogram (`fp8rl.rl.ratio_hist`).
 
 Malformed `metrics.jsonl` lines are **skipped and counted**, not fatal: a line that is not JSON, not an
 object, lacks an integer `step`, or holds a value that is not a number is left out, counted in the run's
@@ -46,6 +47,7 @@ class RunSet:
     runs: pd.DataFrame
     values: pd.DataFrame
     problems: list[str] = field(default_factory=list)
+    ratio_hists: dict[str, dict] = field(default_factory=dict)  # run id -> its ratio_hist.json
 
     def metric(self, source: str, metric: str | None = None) -> pd.DataFrame:
         """Rows of `values` from one source (and one metric)."""
@@ -209,9 +211,13 @@ def load_tier(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> RunS
     """Every run of `cfg`'s matrix, read from `runs_dir` (default `{results_dir}/{tier}/runs`)."""
     runs_dir = Path(runs_dir) if runs_dir is not None else Path(cfg.results_dir) / cfg.tier / "runs"
     rows, frames, problems = [], [], []
+    hists: dict[str, dict] = {}
     for spec in cfg.runs():
         row, values, probs = load_run(spec, runs_dir)
         rows.append(row)
+        hist_path = runs_dir / spec.run_id / "ratio_hist.json"
+        if hist_path.is_file() and (hist := _read_json(hist_path, probs)) is not None:
+            hists[spec.run_id] = hist
         if not values.empty:
             frames.append(values)
         problems += probs
@@ -222,4 +228,4 @@ def load_tier(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> RunS
     values = (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=VALUE_COLUMNS)).astype(
         {"value": float, "stderr": float, "step": float}
     )
-    return RunSet(runs=runs, values=values, problems=problems)
+    return RunSet(runs=runs, values=values, problems=problems, ratio_hists=hists)

@@ -12,7 +12,7 @@ from pathlib import Path
 # tables/{name}.csv and tables/{name}.md
 TABLES = ("runs", "comparison", "throughput")
 # plots/{name}.png and plots/{name}.svg
-PLOTS = ("entropy", "clip_low_neg", "ratio_tails", "eval_scores", "throughput")
+PLOTS = ("entropy", "clip_low_neg", "ratio_tails", "ratio_hist", "eval_scores", "throughput")
 PLOT_FORMATS = ("png", "svg")
 
 

@@ -10,6 +10,9 @@ One panel per (algo, model); one series per (variant, granularity), labelled `va
   (top row) and `ratio/p99` (bottom row), FP8 variants against bf16. The trainer logs ratio quantiles
   per step, not per-token ratios, so this is the distribution of the tails, not of single tokens; the
   per-token FP8-vs-BF16-shadow disagreement is `phantom/low_neg` in the comparison table.
+- `ratio_hist`: per-token PPO-ratio distributions of the shadow tokens, FP8 (solid) against the
+  BF16 shadow pass of the same tokens (dashed), summed over seeds, for all tokens (top row) and A<0
+  tokens (bottom row), with the fixed clip bounds; from each FP8 run's `ratio_hist.json`.
 - `eval_scores`: per eval score, bars of the seed mean with the 95 % t-interval (no bar for n = 1).
 - `throughput`: tokens/s per phase per variant, grouped bars, labelled emulated or hardware.
 """
@@ -118,6 +121,44 @@ def ratio_tails(runset: RunSet) -> plt.Figure:
     return fig
 
 
+def ratio_hist(runset: RunSet, clip_bounds: dict[str, tuple[float, float]]) -> plt.Figure:
+    """FP8 vs BF16-shadow ratio histograms (module docstring); `clip_bounds`: algo -> (1-ε_low, 1+ε_high)."""
+    panels = _panels(runset)
+    fig, axes = _figure(len(panels), 2)
+    used = runset.runs[runset.runs["status"].isin(USED_STATUSES)]
+    for row, pop in enumerate(("all", "neg")):
+        for ax, (algo, model) in zip(axes[row], panels, strict=False):
+            ax.set_title(f"{algo} / {model}: {'all' if pop == 'all' else 'A<0'} shadow tokens")
+            ax.set_xlabel("PPO ratio π_θ/π_old")
+            ax.set_ylabel("fraction of tokens")
+            runs = used[(used["algo"] == algo) & (used["model"] == model)]
+            drawn = False
+            for i, ((variant, gran), group) in enumerate(
+                runs.groupby(["variant", "granularity"], sort=False)
+            ):
+                hists = [runset.ratio_hists[r] for r in group["run_id"] if r in runset.ratio_hists]
+                if not hists:
+                    continue
+                edges = np.asarray(hists[0]["edges"])
+                for kind, style in (("fp8", "-"), ("bf16_shadow", "--")):
+                    counts = np.sum([h["counts"][f"{kind}/{pop}"] for h in hists], axis=0)[1:-1]
+                    if counts.sum() == 0:
+                        continue
+                    label = f"{series_label(variant, gran)} {'FP8' if kind == 'fp8' else 'BF16 shadow'}"
+                    ax.stairs(counts / counts.sum(), edges, ls=style, color=f"C{i}", label=label)
+                    drawn = True
+            if not drawn:
+                _no_data(ax)
+                continue
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            for bound in clip_bounds.get(algo, ()):
+                ax.axvline(bound, color="grey", lw=0.8, ls=":")
+            ax.legend(fontsize=6)
+    fig.suptitle("Per-token PPO ratio: FP8 vs BF16 shadow of the same tokens (dotted: clip bounds)")
+    return fig
+
+
 def eval_bars(comparison: pd.DataFrame, keys: list[str]) -> plt.Figure:
     fig, axes = _figure(len(keys))
     if not keys:
@@ -176,13 +217,19 @@ def throughput_bars(table: pd.DataFrame) -> plt.Figure:
 
 
 def write_plots(
-    runset: RunSet, comparison: pd.DataFrame, keys: list[str], throughput: pd.DataFrame, out_dir: Path
+    runset: RunSet,
+    comparison: pd.DataFrame,
+    keys: list[str],
+    throughput: pd.DataFrame,
+    out_dir: Path,
+    clip_bounds: dict[str, tuple[float, float]] | None = None,
 ) -> dict[str, list[Path]]:
     """Draw and save every figure; returns name → [png, svg]."""
     figures: dict[str, Callable[[], plt.Figure]] = {
         "entropy": lambda: step_curves(runset, "entropy", "Entropy vs step"),
         "clip_low_neg": lambda: step_curves(runset, "clip/low_neg", "clip/low_neg vs step"),
         "ratio_tails": lambda: ratio_tails(runset),
+        "ratio_hist": lambda: ratio_hist(runset, clip_bounds or {}),
         "eval_scores": lambda: eval_bars(comparison, keys),
         "throughput": lambda: throughput_bars(throughput),
     }

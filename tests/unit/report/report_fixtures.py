@@ -9,6 +9,8 @@ tensorwise × seeds 0, 1) under `tmp_path/results/smoke/runs/`, with these speci
 - `NO_KL`: never logs `mismatch/kl_k3` (a metric missing from a run);
 - `MALFORMED`: its metrics.jsonl line 5 is a truncated JSON line.
 
+Every FP8 run that did not fail writes a `ratio_hist.json` (128 shadow tokens, FP8 ratios wider).
+
 Every number is a closed-form function of the run (`eval_score`, `reward`, ...), so tests can compute
 what the tables must say.
 """
@@ -140,6 +142,16 @@ def write_run(runs_dir: Path, spec: RunSpec, cfg: ExperimentConfig) -> None:
             "phases": phases,
         },
     )
+    if spec.spec.fp8:  # FP8 vs BF16-shadow ratios: the FP8 ones 3x wider in log space
+        import torch
+
+        from fp8rl.rl import RatioHistogram
+
+        g = torch.Generator().manual_seed(spec.seed)
+        shadow = torch.randn(16, 8, generator=g) * 0.05
+        hist = RatioHistogram()
+        hist.add(torch.exp(3 * shadow), torch.exp(shadow), torch.linspace(-1, 1, 16), torch.ones(16, 8))
+        atomic_write_json(run_dir / "ratio_hist.json", hist.as_dict())
     ckpt = f"results/smoke/runs/{spec.run_id}/checkpoint"
     for suite, tasks in (("lm_eval", ["arith_gen", "arith_mc"]), ("agent", ["tool_call"])):
         results = [

@@ -12,7 +12,7 @@ from report_fixtures import MALFORMED, MALFORMED_LINE, REPO, write_tier
 
 from fp8rl.cli import main
 from fp8rl.io import atomic_write_json
-from fp8rl.report import report_outputs
+from fp8rl.report import PLOTS, report_outputs
 
 SMOKE = str(REPO / "config" / "smoke.yaml")
 
@@ -42,7 +42,7 @@ def built(tmp_path_factory):
 def test_every_declared_output_is_written(built):
     results, _ = built
     outputs = report_outputs(results, "smoke")
-    assert len(outputs) == 3 * 2 + 5 * 2 + 2
+    assert len(outputs) == 3 * 2 + len(PLOTS) * 2 + 2
     for path in outputs:
         data = Path(path).read_bytes()
         assert data, path
@@ -59,7 +59,7 @@ def test_tables_count_every_status_and_html_is_self_contained(built):
     comparison = pd.read_csv(results / "smoke" / "tables" / "comparison.csv")
     assert comparison[["ok", "diverged", "failed", "missing"]].to_numpy().sum() == 16
     html = (results / "smoke" / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 5
+    assert html.count("data:image/png;base64,") == len(PLOTS)
     assert not re.search(r'src="(?!data:)', html)  # nothing loaded from outside the file
     assert f"metrics.jsonl:{MALFORMED_LINE}" in html and "Student t-interval" in html
     assert '<td class="status-diverged">diverged</td>' in html

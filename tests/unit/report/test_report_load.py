@@ -91,3 +91,21 @@ def test_unreadable_summary_or_unknown_status_is_missing_with_reason(tmp_path):
     assert runs.loc[a, "status"] == "missing" and "summary.json" in runs.loc[a, "reason"]
     assert runs.loc[b, "status"] == "missing" and "'finished'" in runs.loc[b, "reason"]
     assert any(f"{a}/summary.json: unreadable JSON" in p for p in rs.problems)
+
+
+def test_ratio_histograms_of_fp8_runs_are_loaded(tier):
+    cfg, rs = tier
+    have_dirs = {s.run_id for s in cfg.runs() if s.spec.fp8 and s.run_id not in (FAILED, MISSING)}
+    assert set(rs.ratio_hists) == have_dirs
+    hist = rs.ratio_hists[next(iter(have_dirs))]
+    assert hist["tokens"] == 128 and sum(hist["counts"]["fp8/all"]) == 128
+
+
+def test_malformed_ratio_histogram_is_a_named_problem(tmp_path):
+    cfg = write_tier(tmp_path)
+    run = next(s for s in cfg.runs() if s.spec.fp8 and s.run_id not in (FAILED, MISSING, DIVERGED))
+    path = tmp_path / "results" / "smoke" / "runs" / run.run_id / "ratio_hist.json"
+    path.write_text("{not json")
+    rs = load_tier(cfg)
+    assert run.run_id not in rs.ratio_hists
+    assert any("ratio_hist.json" in p for p in rs.problems)
