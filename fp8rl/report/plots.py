@@ -35,6 +35,7 @@ from fp8rl.report.load import RunSet  # noqa: E402
 from fp8rl.report.paths import PLOT_FORMATS  # noqa: E402
 
 PANEL = (4.6, 3.2)
+RATIO_TICKS = (0.25, 0.5, 0.8, 1.0, 1.25, 2.0, 4.0)
 # SVG text as <text> (not glyph paths): smaller files, and much faster to write
 matplotlib.rcParams["svg.fonttype"] = "none"
 
@@ -152,6 +153,8 @@ def ratio_hist(runset: RunSet, clip_bounds: dict[str, tuple[float, float]]) -> p
                 continue
             ax.set_xscale("log")
             ax.set_yscale("log")
+            ax.set_xticks(RATIO_TICKS, [f"{t:g}" for t in RATIO_TICKS])
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
             for bound in clip_bounds.get(algo, ()):
                 ax.axvline(bound, color="grey", lw=0.8, ls=":")
             ax.legend(fontsize=6)
