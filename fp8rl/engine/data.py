@@ -16,8 +16,6 @@ from fp8rl.config import ExperimentConfig
 from fp8rl.engine import tasks
 from fp8rl.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 
-SPLITS = ("train.jsonl", "test.jsonl", "tool_train.jsonl", "tool_test.jsonl")
-
 
 def build_splits(cfg: ExperimentConfig) -> dict[str, list[dict]]:
     """The four splits of the config's task as lists of rows."""

@@ -43,10 +43,6 @@ def build_char_tokenizer(alphabet: str = ALPHABET) -> PreTrainedTokenizerFast:
     return fast
 
 
-def save_tokenizer(tokenizer: PreTrainedTokenizerFast, out_dir: str | Path) -> None:
-    tokenizer.save_pretrained(str(out_dir))
-
-
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     """Load a saved tokenizer (any `AutoTokenizer`-loadable directory); left padding for generation."""
     from transformers import AutoTokenizer

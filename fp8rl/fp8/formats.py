@@ -74,11 +74,6 @@ def saturating_cast(x: torch.Tensor, fmt: str | FP8Format = "e4m3") -> torch.Ten
     return x.clamp(-f.max, f.max).to(f.dtype)
 
 
-def round_to_format(x: torch.Tensor, fmt: str | FP8Format = "e4m3") -> torch.Tensor:
-    """`x` rounded to the FP8 grid (saturating, RNE) but returned in x's dtype: the emulation primitive."""
-    return saturating_cast(x, fmt).to(x.dtype)
-
-
 _CHUNK = 1 << 18  # elements per pass of round_to_grid_: the int32 workspace stays in cache
 
 

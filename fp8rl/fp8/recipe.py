@@ -24,7 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fp8rl.fp8.formats import RECIPE_FORMATS, resolve_format
-from fp8rl.fp8.quantize import GRANULARITIES as FUNCTION_GRANULARITIES
 
 RECIPES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
 AMAX_ALGOS = ("max", "most_recent")
@@ -131,12 +130,3 @@ def get_recipe(
     op = OperandSpec("e4m3", "mx", block=32)
     return Recipe("mxfp8", GemmSpec(op, op), GemmSpec(op, op), GemmSpec(op, op), **delayed_kw,
                   te_recipe="MXFP8BlockScaling", torchao_recipe="prototype.mx_formats MXFP8")  # fmt: skip
-
-
-def check_operand(spec: OperandSpec) -> None:
-    """ValueError naming the field of an invalid hand-built `OperandSpec`."""
-    resolve_format(spec.fmt, "forward")
-    if spec.granularity not in FUNCTION_GRANULARITIES:
-        raise ValueError(f"granularity: unknown {spec.granularity!r}; allowed: {FUNCTION_GRANULARITIES}")
-    if spec.delayed and spec.granularity != "tensorwise":
-        raise ValueError("delayed: amax-history (delayed) scaling is defined for tensorwise operands only")

@@ -26,7 +26,6 @@ from fp8rl.report.stats import t_interval, welch_interval
 from fp8rl.report.summaries import DIAGNOSTICS, eval_keys, run_summaries
 
 USED_STATUSES = ("ok", "diverged")
-GROUP_COLUMNS = ["algo", "model", "granularity", "variant"]
 
 
 def _groups(runs: pd.DataFrame) -> list[tuple[str, str, str]]:
