@@ -19,25 +19,48 @@ import torch
 BACKENDS = ("emulated", "scaled_mm")
 
 
-def is_fp8_hardware() -> bool:
-    """True on a CUDA device with native FP8 tensor cores (compute capability ≥ 8.9)."""
+def is_fp8_hardware(device: torch.device | str | None = None) -> bool:
+    """True when `device` (default: the current CUDA device, if any) is a CUDA device with native FP8
+    tensor cores (compute capability ≥ 8.9); False for the CPU."""
+    if device is not None and torch.device(device).type != "cuda":
+        return False
     if not torch.cuda.is_available():
         return False
-    major, minor = torch.cuda.get_device_capability()
+    major, minor = torch.cuda.get_device_capability(device)
     return (major, minor) >= (8, 9)
 
 
-def gemm_backend() -> str:
-    """The GEMM path FP8 linears take for recipes `_scaled_mm` computes exactly: `FP8RL_FP8_BACKEND`
-    if set (emulated | scaled_mm), else `scaled_mm` on FP8 hardware and `emulated` elsewhere."""
+def gemm_backend(device: torch.device | str | None = None) -> str:
+    """The GEMM path FP8 linears on `device` take for recipes `_scaled_mm` computes exactly:
+    `FP8RL_FP8_BACKEND` if set (emulated | scaled_mm), else `scaled_mm` on FP8 hardware and `emulated`
+    elsewhere (the CPU included, even on a machine that also has an FP8 GPU)."""
     forced = os.environ.get("FP8RL_FP8_BACKEND")
     if forced:
         if forced not in BACKENDS:
             raise ValueError(f"FP8RL_FP8_BACKEND: unknown backend {forced!r}; allowed: {', '.join(BACKENDS)}")
         return forced
-    return "scaled_mm" if is_fp8_hardware() else "emulated"
+    return "scaled_mm" if is_fp8_hardware(device) else "emulated"
 
 
-def fp8_backend() -> str:
-    """What the throughput report states for fp8rl's own FP8 linears: `scaled_mm` or `emulated`."""
-    return gemm_backend()
+def fp8_backend(device: torch.device | str | None = None) -> str:
+    """What the throughput report states for fp8rl's own FP8 linears on `device`."""
+    return gemm_backend(device)
+
+
+GEMM_COUNTS = dict.fromkeys(BACKENDS, 0)
+
+
+def count_gemm(path: str) -> None:
+    """Record that one FP8 GEMM ran on `path` (`scaled_mm` or `emulated`): a recipe `_scaled_mm` computes
+    can still fall back to emulation for one GEMM (cuBLASLt needs dims that are multiples of 16), and the
+    throughput report says how many did."""
+    GEMM_COUNTS[path] += 1
+
+
+def gemm_counts(reset: bool = False) -> dict[str, int]:
+    """FP8 GEMMs run per path in this process since the last reset."""
+    out = dict(GEMM_COUNTS)
+    if reset:
+        for k in GEMM_COUNTS:
+            GEMM_COUNTS[k] = 0
+    return out

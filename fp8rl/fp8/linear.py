@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fp8rl.fp8.backend import gemm_backend
+from fp8rl.fp8.backend import count_gemm, gemm_backend
 from fp8rl.fp8.formats import round_to_bf16
 from fp8rl.fp8.quantize import _abs_max, fake_quantize, quantize
 from fp8rl.fp8.recipe import GemmSpec, OperandSpec, Recipe
@@ -92,9 +92,11 @@ def fp8_gemm(
         # cuBLASLt's rowwise-scaled FP8 GEMM emits bf16 only; tensorwise (and the CPU kernel) emit fp32
         rowwise = "rowwise" in (spec.a.granularity, spec.b.granularity)
         out_dtype = torch.bfloat16 if a.is_cuda and rowwise else torch.float32
+        count_gemm("scaled_mm")
         return torch._scaled_mm(qa, qb.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype).float()
     fa = a_quantized if a_quantized is not None else quantize_operand(a, spec.a, scale=scale_a)
     fb = b_quantized if b_quantized is not None else quantize_operand(b, spec.b, scale=scale_b)
+    count_gemm("emulated")
     return fa @ fb.t()
 
 
@@ -216,7 +218,9 @@ class FP8Linear(QuantizedLinearBase):
     def from_linear(cls, linear: nn.Linear, recipe: Recipe, *, backend: str | None = None) -> FP8Linear:
         new = cls._wrap(linear)
         new.recipe = recipe
-        new.backend = backend or (gemm_backend() if recipe.scaled_mm_exact else "emulated")
+        new.backend = backend or (
+            gemm_backend(linear.weight.device) if recipe.scaled_mm_exact else "emulated"
+        )
         roles = ("input", "weight", "grad_output")
         new.amax_histories = (
             {r: AmaxHistory(recipe.amax_history_len, recipe.amax_compute_algo) for r in roles}
