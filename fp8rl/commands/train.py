@@ -106,15 +106,19 @@ def cmd_train(args: argparse.Namespace) -> int:
                 f"{ckpt}: holds run {meta.get('run_id')!r}, not {run.run_id!r}; use another --out"
             )
 
-    trainer = Trainer(
-        cfg,
-        run,
-        base_dir=base,
-        data_dir=data,
-        out_dir=Path(args.out),
-        reference=reference,
-        progress=not args.no_progress,
-    )
+    try:
+        trainer = Trainer(
+            cfg,
+            run,
+            base_dir=base,
+            data_dir=data,
+            out_dir=Path(args.out),
+            reference=reference,
+            progress=not args.no_progress,
+            device=args.device,
+        )
+    except ValueError as exc:  # e.g. CUDA asked for and none visible
+        raise UsageError(str(exc)) from None
     summary = trainer.run()
     print(
         f"{run.run_id}: {summary['status']} at step {summary['step']}/{summary['steps_planned']}"
@@ -144,5 +148,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", required=True, help="data directory (fp8rl data)")
     p.add_argument("--out", required=True, help="the run directory to write (resumed if it has a checkpoint)")
     p.add_argument("--reference", help="finished bf16 run directory (calib.reference: run)")
+    p.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        help="where to train (default: cuda when the config's resources.train.gpus > 0, else cpu)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from fp8rl.config import ExperimentConfig, RunSpec
+from fp8rl.engine.device import module_device
 
 SKIP = ("embed_tokens", "lm_head")
 
@@ -46,6 +47,7 @@ class Precision:
     backend: str
     emulated: bool
     shadow: Callable[[], AbstractContextManager]
+    device: torch.device
 
     def refresh_rollout(self) -> None:
         """Copy the trainer's current weights into the rollout copy (once per rollout batch)."""
@@ -53,7 +55,8 @@ class Precision:
 
 
 def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec) -> Precision:
-    """Convert `model` for `run`'s variant and build its rollout copy and optimizer."""
+    """Convert `model` (already on its device) for `run`'s variant and build its rollout copy and
+    optimizer; FP8 linears pick their GEMM path for that device."""
     from fp8rl import fp8
 
     spec = run.spec
@@ -82,10 +85,13 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
         fp8_state=bool(spec.fp8 and f.optimizer_state),
         impl=f.optimizer,
     )
-    backend = fp8.fp8_backend() if spec.fp8 else "none"
-    emulated = not fp8.is_fp8_hardware()
+    device = module_device(model)
+    backend = fp8.fp8_backend(device) if spec.fp8 else "none"
+    # bf16 is emulated on every device (BF16Linear); FP8 is real only through `_scaled_mm` on FP8 hardware
+    # for a recipe it computes exactly (blockwise and MX are emulated on the GPU too).
+    emulated = not (spec.fp8 and f.gemms and backend == "scaled_mm" and recipe.scaled_mm_exact)
 
     def shadow() -> AbstractContextManager:
         return fp8.quantization_disabled(model)
 
-    return Precision(model, rollout, optimizer, recipe, spec.fp8, backend, emulated, shadow)
+    return Precision(model, rollout, optimizer, recipe, spec.fp8, backend, emulated, shadow, device)

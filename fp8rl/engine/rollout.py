@@ -88,7 +88,8 @@ def collect_rollouts(
             generator=generator,
         )
         texts = decode_responses(tokenizer, batch)
-        acc = torch.tensor([verifier(t, answers[pick[i // g]]) for i, t in enumerate(texts)])
+        device = batch.response_mask.device
+        acc = torch.tensor([verifier(t, answers[pick[i // g]]) for i, t in enumerate(texts)], device=device)
         rewards = acc.clone()
         if dapo and algo.overlong_buffer_len > 0:
             rewards = rewards + overlong_penalty(
@@ -107,7 +108,7 @@ def collect_rollouts(
             dropped += n_drop
             idx = keep.nonzero().squeeze(-1)[: need * g]
         else:
-            idx = torch.arange(len(texts))
+            idx = torch.arange(len(texts), device=device)
         if len(idx):
             kept_batches.append(batch.select(idx))
             kept_rewards.append(rewards[idx])

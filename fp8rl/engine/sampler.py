@@ -2,7 +2,8 @@
 
 `generate` left-pads a batch of prompts, runs one prefill forward (logits of the last position only),
 then one single-token forward per new token against the model's KV cache, sampling with temperature and
-top-p (nucleus) from an explicit `torch.Generator`, so a seed gives the same rollouts. The model is
+top-p (nucleus) from an explicit `torch.Generator`, so a seed gives the same rollouts (on a CUDA model the
+tokens come from a CUDA generator seeded by the given one: fp8rl.engine.device). The model is
 whatever the rollout runs: the bf16-emulated or FP8 rollout copy of the policy, so the returned
 log-probs are the rollout engine's own, and their difference from the trainer's recomputed log-probs is
 the real rollout/trainer mismatch. A log-prob is that of the sampled token under the temperature-scaled
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 from transformers import LlamaForCausalLM
+
+from fp8rl.engine.device import generator_on, module_device
 
 # transformers >= 5.2x names the KV-cache argument `cache`; earlier releases `past_key_values`.
 CACHE_KWARG = (
@@ -43,6 +46,12 @@ class RolloutBatch:
     @property
     def response_lengths(self) -> torch.Tensor:
         return self.response_mask.sum(-1).long()
+
+    def to(self, device: torch.device | str) -> RolloutBatch:
+        """The same batch with its tensors on `device`."""
+        t = (self.input_ids, self.attention_mask, self.response_mask, self.log_probs, self.truncated)
+        ids, att, rmask, lps, trunc = (x.to(device) for x in t)
+        return RolloutBatch(ids, att, self.prompt_len, rmask, lps, trunc)
 
     def select(self, idx: torch.Tensor) -> RolloutBatch:
         """The sub-batch of rows `idx`."""
@@ -110,7 +119,9 @@ def generate(
         raise ValueError("generate: no prompts")
     if max_new_tokens <= 0:
         raise ValueError(f"generate: max_new_tokens must be > 0, got {max_new_tokens}")
-    ids, mask = left_pad(prompts, pad_id)
+    device = module_device(model)
+    generator = generator_on(generator, device)
+    ids, mask = (t.to(device) for t in left_pad(prompts, pad_id))
     bsz, plen = ids.shape
     out = model(
         input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True, logits_to_keep=1
@@ -118,10 +129,11 @@ def generate(
     cache = _cache_of(out)
     logits = out.logits[:, -1]
     next_pos = mask.sum(-1, keepdim=True)  # [B, 1] position of the first response token
-    tokens = torch.full((bsz, max_new_tokens), pad_id, dtype=torch.long)
-    logps = torch.zeros((bsz, max_new_tokens))
-    resp_mask = torch.zeros((bsz, max_new_tokens))
-    done = torch.zeros(bsz, dtype=torch.bool)
+    tokens = torch.full((bsz, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    logps = torch.zeros((bsz, max_new_tokens), device=device)
+    resp_mask = torch.zeros((bsz, max_new_tokens), device=device)
+    done = torch.zeros(bsz, dtype=torch.bool, device=device)
+    one = torch.ones((bsz, 1), dtype=mask.dtype, device=device)
     full_mask = mask
     for t in range(max_new_tokens):
         tok, lp = sample_tokens(
@@ -134,7 +146,7 @@ def generate(
         done = done | (tok == eos_id)
         if bool(done.all()) or t == max_new_tokens - 1:
             break
-        full_mask = torch.cat([full_mask, torch.ones((bsz, 1), dtype=full_mask.dtype)], dim=1)
+        full_mask = torch.cat([full_mask, one], dim=1)
         out = model(
             input_ids=tokens[:, t : t + 1],
             attention_mask=full_mask,

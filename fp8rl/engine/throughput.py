@@ -5,7 +5,10 @@ the old log-probs; tokens = real prompt+response tokens scored), `train` (forwar
 every update; tokens = real tokens forwarded), `calib` (the BF16 shadow pass and the calibrator; tokens
 = real tokens re-scored); a phase the run never ran is absent. Figures are summed from the per-step `time/*` and `tok/*` metrics of
 metrics.jsonl, so a resumed run reports every step once. Peak memory is the process's max RSS (CPU) or
-the CUDA allocator's peak.
+the CUDA allocator's peak (a run on CUDA). On CUDA each phase waits for the device's queued kernels at
+its start and end, so its wall time is the GPU's. `fp8_gemms` counts the FP8 GEMMs of the process that
+finished the run by path (`scaled_mm`: real FP8; `emulated`): a recipe `_scaled_mm` computes still
+falls back to emulation for GEMMs whose dims are not multiples of 16 on CUDA.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+
+from fp8rl.engine.device import synchronize
+from fp8rl.fp8.backend import gemm_counts
 
 PHASES = ("rollout", "logprob", "train", "calib")
 
@@ -29,7 +35,8 @@ class PhaseTimer:
     """Accumulates seconds and tokens per phase within the current step; `pop(phase)` returns them and
     resets the phase (None if the phase did not run this step)."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device | None = None) -> None:
+        self.device = device or torch.device("cpu")
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.tokens = dict.fromkeys(PHASES, 0.0)
         self.entered = dict.fromkeys(PHASES, False)
@@ -38,10 +45,12 @@ class PhaseTimer:
     def phase(self, name: str):
         ph = _Phase()
         self.entered[name] = True
+        synchronize(self.device)
         t0 = time.perf_counter()
         try:
             yield ph
         finally:
+            synchronize(self.device)
             self.seconds[name] += time.perf_counter() - t0
             self.tokens[name] += ph.tokens
 
@@ -51,9 +60,9 @@ class PhaseTimer:
         return out
 
 
-def peak_mem_mb() -> float:
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
+def peak_mem_mb(device: torch.device | None = None) -> float:
+    if device is not None and device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
 
@@ -71,13 +80,16 @@ def throughput_report(rows: list[dict], prec, timer: PhaseTimer | None = None) -
             "tokens_per_s": round(toks / secs, 2) if secs > 0 else None,
         }
     step_times = [r["time/step_s"] for r in rows if "time/step_s" in r]
-    return {
+    report = {
         "emulated": bool(prec.emulated),
-        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "device": torch.cuda.get_device_name(prec.device) if prec.device.type == "cuda" else "cpu",
         "fp8_backend": prec.backend,
         "steps": len(rows),
         "step_time_s": round(sum(step_times) / len(step_times), 4) if step_times else None,
-        "peak_mem_mb": round(peak_mem_mb(), 1),
+        "peak_mem_mb": round(peak_mem_mb(prec.device), 1),
         "threads": torch.get_num_threads(),
         "phases": phases,
     }
+    if prec.fp8:
+        report["fp8_gemms"] = gemm_counts()
+    return report

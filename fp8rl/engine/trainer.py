@@ -38,6 +38,7 @@ from fp8rl.config import TRAIN_SECTIONS, ExperimentConfig, RunSpec
 from fp8rl.engine import tasks
 from fp8rl.engine.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from fp8rl.engine.data import load_split
+from fp8rl.engine.device import resolve_device
 from fp8rl.engine.model import load_hf
 from fp8rl.engine.precision import setup_precision
 from fp8rl.engine.rollout import StepRollout, collect_rollouts
@@ -46,6 +47,7 @@ from fp8rl.engine.scoring import score
 from fp8rl.engine.throughput import PHASES, PhaseTimer, throughput_report
 from fp8rl.engine.tokenizer import load_tokenizer
 from fp8rl.fp8 import fp8_state_dict, load_fp8_state_dict
+from fp8rl.fp8.backend import gemm_counts
 from fp8rl.provenance import provenance
 
 FINAL_KEYS = ("reward/mean", "acc/mean", "entropy", "resp_len/mean", "gibberish/rate", "mismatch/kl_k3")
@@ -91,8 +93,11 @@ class Trainer:
         reference: dict[int, tuple[float | None, float | None]] | None = None,
         progress: bool = True,
         shadow_diagnostics: bool = True,
+        device: str | None = None,
     ):
         self.cfg, self.run_spec, self.spec = cfg, run, run.spec
+        # `device` None: CUDA when resources.train.gpus > 0 (fp8rl.engine.device); checked before any work
+        self.device = resolve_device(device, cfg.resources_for("train").gpus)
         self.algo = cfg.algorithm(run.algo)
         self.base_dir, self.data_dir = Path(base_dir), Path(data_dir)
         self.dir = RunDir(out_dir)
@@ -111,7 +116,7 @@ class Trainer:
         torch.set_num_threads(cfg.resources_for("train").threads)
         torch.use_deterministic_algorithms(True, warn_only=True)
         self.tokenizer = load_tokenizer(self.base_dir)
-        policy = load_hf(self.base_dir)
+        policy = load_hf(self.base_dir).to(self.device)
         self.ref_model = None
         if self.algo.kl_coef > 0:
             from fp8rl.engine.precision import bf16_emulation
@@ -131,7 +136,8 @@ class Trainer:
         self.prompt_ids = [self.tokenizer(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
         self.answers = [r["answer"] for r in rows]
         self.verifier = tasks.reward_fn(cfg.task.name)
-        self.timer = PhaseTimer()
+        self.timer = PhaseTimer(self.device)
+        gemm_counts(reset=True)  # throughput.json counts this run's FP8 GEMMs per path
 
     def _trainer_state(self) -> dict:
         return {
@@ -322,6 +328,7 @@ class Trainer:
         if self.use_shadow:
             n = max(1, math.ceil(cfg.calib.sample_frac * len(mask)))
             shadow_rows = torch.randperm(len(mask), generator=_gen(seed, step, "shadow"))[:n].sort().values
+            shadow_rows = shadow_rows.to(self.device)
             if not single:  # a single update compares the old policy with itself: ref ratio 1, no pass
                 with self.timer.phase("calib") as ph, torch.no_grad(), self.prec.shadow():
                     ref_old, _ = score(self.policy, batch.select(shadow_rows), temperature=sch.temperature)
@@ -336,15 +343,16 @@ class Trainer:
         n = len(batch.response_mask)
         mb_size = math.ceil(n / sch.mini_batches)
         gen = _gen(self.run_spec.seed, step, "minibatch")
-        shadow_pos = torch.full((n,), -1, dtype=torch.long)
+        shadow_pos = torch.full((n,), -1, dtype=torch.long, device=self.device)
         if shadow_rows is not None:
-            shadow_pos[shadow_rows] = torch.arange(len(shadow_rows))
+            shadow_pos[shadow_rows] = torch.arange(len(shadow_rows), device=self.device)
         set_lr(self.prec.optimizer, self._lr(step))
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         ratios = []
         for epoch in range(sch.ppo_epochs):
             order = torch.arange(n) if first is not None else torch.randperm(n, generator=gen)
+            order = order.to(self.device)
             for k, idx in enumerate(order.split(mb_size)):
                 sub, m = batch.select(idx), batch.response_mask[idx]
                 with self.timer.phase("train") as ph:

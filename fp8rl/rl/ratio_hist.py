@@ -41,7 +41,7 @@ class RatioHistogram:
         neg = valid & (adv < 0)
         for name, values in (("fp8", ratio), ("bf16_shadow", ref_ratio)):
             for pop, sel in (("all", valid), ("neg", neg)):
-                idx = torch.bucketize(values.detach()[sel].to(torch.float64), EDGES)
+                idx = torch.bucketize(values.detach()[sel].to("cpu", torch.float64), EDGES)
                 self.counts[f"{name}/{pop}"] += torch.bincount(idx, minlength=N_BINS + 2)
 
     @property

@@ -1,10 +1,12 @@
 """Session fixtures of the trainer's integration tests: a tiny tier (a 2-layer model, one-digit
-additions, a short SFT; about 10 s on one core) shared by every test, and `write_config` for variants of
-its config.
+additions, a short SFT; about 10 s on one core) shared by every test, `write_config` for variants of
+its config, and `train` to run one cell of it.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,25 @@ def restore_torch_globals():
     yield
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(det)
+
+
+def _train(tier, run_id: str, out: Path, overrides: dict | None = None, **kw):
+    from fp8rl.config import find_run
+    from fp8rl.config_loader import load_config
+    from fp8rl.engine.trainer import Trainer
+
+    root, _, write_config = tier
+    config = write_config(out.parent / f"{out.name}.yaml", overrides)
+    cfg = load_config(config)
+    trainer = Trainer(cfg, find_run(cfg, run_id), base_dir=root / "base" / "tiny", data_dir=root / "data",
+                      out_dir=out, progress=False, **kw)  # fmt: skip
+    summary = trainer.run()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return trainer, summary, rows
+
+
+@pytest.fixture
+def train(tier):
+    """`train(run_id, out_dir, overrides=None, **trainer_kwargs) -> (trainer, summary, metrics rows)`:
+    one run of the tiny tier with `overrides` (dotted keys) applied to its config."""
+    return functools.partial(_train, tier)

@@ -15,9 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from fp8rl.config import find_run
-from fp8rl.config_loader import load_config
-
 CORE = [
     "step",
     "reward/mean",
@@ -32,19 +29,6 @@ LEARN = ["entropy", "clip/low_all", "clip/low_neg", "ratio/p01", "ratio/p50", "r
          "mismatch/kl_k3", "time/train_s", "tok/train"]  # fmt: skip
 TIS = ["tis/mean", "tis/clipped"]
 CALIB = ["calib/low", "calib/high", "calib/target_q"]
-
-
-def train(tier, run_id: str, out: Path, overrides: dict | None = None, **kw):
-    from fp8rl.engine.trainer import Trainer
-
-    root, _, write_config = tier
-    config = write_config(out.parent / f"{out.name}.yaml", overrides)
-    cfg = load_config(config)
-    trainer = Trainer(cfg, find_run(cfg, run_id), base_dir=root / "base" / "tiny", data_dir=root / "data",
-                      out_dir=out, progress=False, **kw)  # fmt: skip
-    summary = trainer.run()
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return trainer, summary, rows
 
 
 VARIANTS = [
@@ -64,11 +48,13 @@ VARIANTS = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("run_id", "overrides"), VARIANTS, ids=[r for r, _ in VARIANTS])
-def test_variant_runs_with_finite_complete_metrics(tier, tmp_path, restore_torch_globals, run_id, overrides):
+def test_variant_runs_with_finite_complete_metrics(
+    tier, train, tmp_path, restore_torch_globals, run_id, overrides
+):
     from fp8rl.fp8 import FP8Linear, quantized_linears
     from fp8rl.fp8.rollout import RolloutLinear
 
-    trainer, summary, rows = train(tier, run_id, tmp_path / "run", {"schedule.steps": 2, **overrides})
+    trainer, summary, rows = train(run_id, tmp_path / "run", {"schedule.steps": 2, **overrides})
     assert summary["status"] == "ok", summary["reason"]
     assert [r["step"] for r in rows] == [1, 2]
     spec = trainer.run_spec.spec
@@ -91,9 +77,18 @@ def test_variant_runs_with_finite_complete_metrics(tier, tmp_path, restore_torch
     assert len(layers) == 2 * 7 and len(rollout_layers) == 2 * 7  # q, k, v, o, gate, up, down per block
     assert all(isinstance(m, FP8Linear) for m in layers.values()) == spec.fp8
     assert "lm_head" not in layers and all(not n.endswith("embed_tokens") for n in layers)
+    throughput = json.loads((tmp_path / "run" / "throughput.json").read_text())
+    assert throughput["device"] == "cpu" and throughput["emulated"]  # bf16 and FP8 both emulated on CPU
     if spec.fp8:  # the rollout/trainer mismatch is real, not simulated
         assert max(r.get("mismatch/kl_k3", 0.0) for r in rows) > 0
-        assert summary["final"] and json.loads((tmp_path / "run" / "throughput.json").read_text())["emulated"]
+        assert summary["final"]
+        # every FP8 GEMM of the run (3 per linear per forward+backward) took the CPU's emulated path
+        assert (
+            throughput["fp8_gemms"]["emulated"] >= 3 * len(layers)
+            and throughput["fp8_gemms"]["scaled_mm"] == 0
+        )
+    else:
+        assert "fp8_gemms" not in throughput
     ckpt = tmp_path / "run" / "checkpoint"
     assert (ckpt / "model.safetensors").is_file() and (ckpt / "tokenizer.json").is_file()
     hist_file = tmp_path / "run" / "ratio_hist.json"
@@ -104,7 +99,7 @@ def test_variant_runs_with_finite_complete_metrics(tier, tmp_path, restore_torch
 
 
 @pytest.mark.slow
-def test_short_bf16_run_raises_reward(tier, tmp_path, restore_torch_globals):
+def test_short_bf16_run_raises_reward(tier, train, tmp_path, restore_torch_globals):
     """20 GRPO steps on the tiny tier: sampled accuracy on the training prompts (8 samples each, a fixed
     sampling seed) rises by at least 4 points (measured: 0.38 -> 0.47; seed 1: 0.38 -> 0.43), and the last five steps' mean
     reward beats the first five's."""
@@ -120,7 +115,7 @@ def test_short_bf16_run_raises_reward(tier, tmp_path, restore_torch_globals):
         "schedule.lr": 3e-4,
         "schedule.ppo_epochs": 2,
     }
-    _, summary, rows = train(tier, "grpo/tiny/bf16/none/seed0", tmp_path / "run", overrides)
+    _, summary, rows = train("grpo/tiny/bf16/none/seed0", tmp_path / "run", overrides)
     assert summary["status"] == "ok"
     prompts = load_split(root / "data", "train.jsonl") * 8
     tok = load_tokenizer(root / "base" / "tiny")
@@ -136,19 +131,21 @@ def test_short_bf16_run_raises_reward(tier, tmp_path, restore_torch_globals):
     assert sum(rewards[-5:]) > sum(rewards[:5]), rewards
 
 
-def test_calibration_against_a_bf16_run_uses_its_clip_fractions(tier, tmp_path, restore_torch_globals):
+def test_calibration_against_a_bf16_run_uses_its_clip_fractions(tier, train, tmp_path, restore_torch_globals):
     from fp8rl.engine.rundir import reference_targets
 
-    _, _, ref_rows = train(tier, "grpo/tiny/bf16/none/seed0", tmp_path / "bf16", {"schedule.steps": 2})
+    _, _, ref_rows = train("grpo/tiny/bf16/none/seed0", tmp_path / "bf16", {"schedule.steps": 2})
     targets = reference_targets(tmp_path / "bf16", "all")
-    _, summary, rows = train(tier, "grpo/tiny/fp8_calib/tensorwise/seed0", tmp_path / "calib",
+    _, summary, rows = train("grpo/tiny/fp8_calib/tensorwise/seed0", tmp_path / "calib",
                              {"schedule.steps": 2, "calib.reference": "run"}, reference=targets)  # fmt: skip
     assert summary["status"] == "ok"
     for ref, row in zip(ref_rows, rows, strict=True):
         assert row["calib/target_q"] == pytest.approx(ref["clip/low_all"])
 
 
-def test_non_finite_log_probs_stop_the_run_as_diverged(tier, tmp_path, restore_torch_globals, monkeypatch):
+def test_non_finite_log_probs_stop_the_run_as_diverged(
+    tier, train, tmp_path, restore_torch_globals, monkeypatch
+):
     import fp8rl.engine.trainer as trainer_mod
 
     real = trainer_mod.score
@@ -160,7 +157,7 @@ def test_non_finite_log_probs_stop_the_run_as_diverged(tier, tmp_path, restore_t
         return (lp * float("nan") if calls["n"] > 3 else lp), logits
 
     monkeypatch.setattr(trainer_mod, "score", poisoned)
-    _, summary, rows = train(tier, "grpo/tiny/bf16/none/seed0", tmp_path / "run", {"schedule.steps": 4})
+    _, summary, rows = train("grpo/tiny/bf16/none/seed0", tmp_path / "run", {"schedule.steps": 4})
     assert summary["status"] == "diverged" and "non-finite" in summary["reason"]
     assert summary["step"] == 2 and [r["step"] for r in rows] == [1]
     from fp8rl.engine.checkpoint import load_checkpoint
@@ -180,7 +177,7 @@ def _train_args(tier, config: Path, out: Path, run_id: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_sigkill_and_resume_writes_identical_metrics(tier, tmp_path, restore_torch_globals):
+def test_sigkill_and_resume_writes_identical_metrics(tier, train, tmp_path, restore_torch_globals):
     write_config = tier[2]
     run_id = "grpo/tiny/fp8_tis_calib/tensorwise/seed0"
     overrides = {"schedule.steps": 5, "schedule.checkpoint_every": 2, "fp8.optimizer": "blockwise"}
@@ -199,7 +196,7 @@ def test_sigkill_and_resume_writes_identical_metrics(tier, tmp_path, restore_tor
     assert not (out / "summary.json").exists()
     resumed = _cli(*_train_args(tier, config, out, run_id))
     assert resumed.wait() == 0, resumed.stderr.read()
-    _, summary, straight = train(tier, run_id, tmp_path / "straight", overrides)
+    _, summary, straight = train(run_id, tmp_path / "straight", overrides)
 
     def strip(rows):
         return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
@@ -210,16 +207,16 @@ def test_sigkill_and_resume_writes_identical_metrics(tier, tmp_path, restore_tor
     assert json.loads((out / "summary.json").read_text())["status"] == summary["status"] == "ok"
 
 
-def test_changed_training_settings_start_afresh_instead_of_resuming(tier, tmp_path):
+def test_changed_training_settings_start_afresh_instead_of_resuming(tier, train, tmp_path):
     """The DAG reruns a run whose training sections changed; its old checkpoint must not be resumed."""
     run_id = "grpo/tiny/bf16/none/seed0"
     base = {"schedule.steps": 2, "schedule.checkpoint_every": 1}
     out = tmp_path / "run"
-    _, _, first = train(tier, run_id, out, base)
+    _, _, first = train(run_id, out, base)
     (out / "summary.json").unlink()  # what Snakemake does before it reruns the job
     changed = {**base, "schedule.lr": 1e-3}
-    _, summary, rerun = train(tier, run_id, out, changed)
-    _, _, straight = train(tier, run_id, tmp_path / "straight", changed)
+    _, summary, rerun = train(run_id, out, changed)
+    _, _, straight = train(run_id, tmp_path / "straight", changed)
 
     def strip(rows):
         return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
@@ -245,6 +242,10 @@ def test_bad_input_exits_2_before_any_work(tier, tmp_path, capsys):
         (["sft", "--config", str(config), "--model", "huge", "--data", str(root / "data"), "--out", "x"], "--model huge"),
         (["data", "--config", str(config), "--out", str(tmp_path / "a"), "--set", "task.levels=[add7]"], "unknown level add7"),
     ]  # fmt: skip
+    if not torch.cuda.is_available():  # CUDA asked for, by flag or by the config's resources, and none there
+        bf16 = _train_args(tier, config, tmp_path / "a", "grpo/tiny/bf16/none/seed0")
+        cases += [(bf16 + ["--device", "cuda"], "--device cuda: the reference trainer would train on CUDA"),
+                  (bf16 + ["--set", "resources.train.gpus=1"], "resources.train.gpus is 1")]  # fmt: skip
     for args, message in cases:
         code, err = _main(args, capsys)
         assert code == 2, err
@@ -252,10 +253,10 @@ def test_bad_input_exits_2_before_any_work(tier, tmp_path, capsys):
     assert not (tmp_path / "a").exists()
 
 
-def test_corrupt_checkpoint_is_a_clear_error(tier, tmp_path, restore_torch_globals, capsys):
+def test_corrupt_checkpoint_is_a_clear_error(tier, train, tmp_path, restore_torch_globals, capsys):
     run_id = "grpo/tiny/bf16/none/seed0"
     _, config, _ = tier
-    train(tier, run_id, tmp_path / "run", {"schedule.steps": 2})
+    train(run_id, tmp_path / "run", {"schedule.steps": 2})
     state = tmp_path / "run" / "checkpoint" / "trainer_state.pt"
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
     code, err = _main(_train_args(tier, config, tmp_path / "run", run_id), capsys)

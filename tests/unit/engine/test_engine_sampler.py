@@ -121,3 +121,13 @@ def test_fp8_rollout_copy_and_kv_cache_change_the_rollout_log_probs(tok_model):
     m = (plain.response_mask * fp8.response_mask * fp8_kv.response_mask) > 0
     assert not torch.allclose(plain.log_probs[m], fp8.log_probs[m])  # FP8 weights and activations
     assert not torch.allclose(fp8.log_probs[m], fp8_kv.log_probs[m])  # and the FP8 KV cache on top
+
+
+def test_batch_to_keeps_every_field():
+    ids = torch.tensor([[5, 6, 7]])
+    b = RolloutBatch(ids, torch.ones_like(ids), 1, torch.ones(1, 2), torch.zeros(1, 2), torch.tensor([False]))
+    moved = b.to("cpu")
+    assert moved.prompt_len == 1 and torch.equal(moved.responses, torch.tensor([[6, 7]]))
+    assert all(
+        torch.equal(getattr(moved, f), getattr(b, f)) for f in ("attention_mask", "log_probs", "truncated")
+    )
