@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Every GPU check of the FP8 issues in one run, for a lent FP8 GPU (Hopper: the `device` tool's H200).
+# Results land in $OUT (the device tool's folder that comes back), else results/gpu_checks/:
+#   env.txt          GPU, driver, torch, what was importable
+#   gpu_tests.log    pytest on the GPU tests (+ gpu_tests.xml): casts and scales vs the CPU, FP8Linear's
+#                    real _scaled_mm GEMMs vs its emulation, TE's linear per recipe vs the emulation,
+#                    a few reference-trainer steps per variant on the GPU with real FP8 GEMMs
+#   fp8_gpu.json     benchmarks/fp8_gpu.py: FP8 vs bf16 GEMM speed at 8192^3, TE linear speed per recipe,
+#                    and TE / _scaled_mm / emulation agreement (+ fp8_gpu.log)
+#   summary.txt      one line per part: ok / FAILED (exit code) / skipped
+# Prepare here, once:   scripts/gpu_wheels.sh      (the packages the GPU machine lacks, into .whl/)
+# Then, with the device tool:  run  command="bash scripts/gpu_checks.sh"  carry=[".whl"]  timeout_s=480
+# Exit: 0 when every part passed, 1 when one failed, 2 when there is no FP8 GPU here.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-results/gpu_checks}
+PY=${PY:-python3}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+# The GPU machine has torch but no package index: install the carried wheels if pydantic is missing.
+if ! "$PY" -c "import pydantic" 2>/dev/null; then
+  if ! ls .whl/*.whl >/dev/null 2>&1; then
+    echo "error: pydantic is not importable and no wheels were carried; run scripts/gpu_wheels.sh here and carry .whl" >&2
+    exit 1
+  fi
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/fp8rl-site .whl/*.whl || exit 1
+  export PYTHONPATH="/tmp/fp8rl-site:$PYTHONPATH"
+fi
+
+{
+  date -u +"%Y-%m-%dT%H:%M:%SZ"
+  git rev-parse HEAD 2>/dev/null || true
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv 2>&1 || true
+  "$PY" - <<'EOF'
+import importlib, torch
+print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
+if torch.cuda.is_available():
+    print("device", torch.cuda.get_device_name(), "capability", torch.cuda.get_device_capability())
+for name in ("transformers", "pydantic", "ml_dtypes", "torchao", "transformer_engine", "fp8rl"):
+    try:
+        mod = importlib.import_module(name)
+        print(name, getattr(mod, "__version__", "importable"))
+    except Exception as exc:  # noqa: BLE001 - report whatever stops the import
+        print(name, "NOT importable:", type(exc).__name__, str(exc)[:200])
+EOF
+} 2>&1 | tee "$OUT/env.txt"
+
+: >"$OUT/summary.txt"
+failed=0
+part() {  # part NAME SECONDS CMD...: run with a time limit, log to $OUT/NAME.log, record the outcome
+  local name=$1 limit=$2
+  shift 2
+  echo "== $name: $*"
+  timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  if [ "$rc" -eq 0 ]; then echo "$name ok" >>"$OUT/summary.txt"
+  else echo "$name FAILED (exit $rc)" >>"$OUT/summary.txt"; failed=1; fi
+}
+
+if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9) else 1)"; then
+  echo "no FP8 GPU (CUDA with compute capability >= 8.9) here: nothing to check" | tee -a "$OUT/summary.txt"
+  exit 2
+fi
+
+part gpu_tests 300 "$PY" -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml="$OUT/gpu_tests.xml" \
+  tests/unit/fp8/test_fp8_gpu.py tests/integration/test_engine_gpu.py tests/unit/adapters/test_adapters_te_gpu.py
+part fp8_gpu 180 "$PY" benchmarks/fp8_gpu.py --json "$OUT/fp8_gpu.json"
+
+echo "== summary"
+cat "$OUT/summary.txt"
+exit "$failed"
