@@ -4,7 +4,8 @@
 quantized per the recipe along that GEMM's contraction dim (fp8rl.fp8.recipe):
 output `x·Wᵀ`, grad-input `dy·W`, grad-weight `dyᵀ·x`. A GEMM whose two operands have tensorwise or
 rowwise scales runs as a real FP8 GEMM through `torch._scaled_mm` when the backend is `scaled_mm`
-(fp8rl.fp8.backend); otherwise it is emulated: operands fake-quantized, fp32 matmul (DESIGN.md §8).
+(fp8rl.fp8.backend; on CUDA every dim is zero-padded to a multiple of 16, which leaves the product
+unchanged); otherwise it is emulated: operands fake-quantized, fp32 matmul (DESIGN.md §8).
 Outputs and input gradients are rounded to bf16, as FP8 GEMMs emit bf16; weight gradients stay fp32
 (the fp32 main-grad accumulation of Megatron/TE). `BF16Linear` is the bf16 variant's layer: operands
 rounded to bf16, fp32 compute, bf16-rounded outputs.
@@ -54,12 +55,40 @@ def _scaled_mm_ok(a: torch.Tensor, b: torch.Tensor, spec: GemmSpec) -> bool:
         return False
     if spec.a.fmt == "e5m2" and spec.b.fmt == "e5m2":
         return False
-    if a.is_cuda:  # cuBLASLt FP8: dims multiple of 16, rowwise needs e4m3 operands
-        if any(d % 16 for d in (*a.shape, b.shape[0])):
-            return False
-        if "rowwise" in (spec.a.granularity, spec.b.granularity) and "e5m2" in (spec.a.fmt, spec.b.fmt):
-            return False
-    return True
+    # cuBLASLt's rowwise-scaled FP8 GEMM takes e4m3 operands only (its dims are padded: _scaled_mm_padded)
+    rowwise = "rowwise" in (spec.a.granularity, spec.b.granularity)
+    return not (a.is_cuda and rowwise and "e5m2" in (spec.a.fmt, spec.b.fmt))
+
+
+CUBLAS_MULTIPLE = 16  # cuBLASLt's FP8 GEMM needs every dim to be a multiple of 16
+
+
+def _pad_fp8(q: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """`q` with `rows` zero rows and `cols` zero columns appended (through its bytes: 0x00 is +0 in both
+    formats, and byte padding runs on every device)."""
+    return F.pad(q.view(torch.uint8), (0, cols, 0, rows)).view(q.dtype)
+
+
+def _scaled_mm_padded(
+    qa: torch.Tensor, qb: torch.Tensor, inv_a: torch.Tensor, inv_b: torch.Tensor, out_dtype, multiple: int
+) -> torch.Tensor:
+    """`torch._scaled_mm(qa, qbᵀ)` (qa [M, K], qb [N, K] FP8; inverse scales 0-d, or [M, 1] and [1, N]) with
+    every dim zero-padded to a multiple of `multiple` and the output cropped back to [M, N]: zero rows
+    and zero contraction terms add nothing and padded rowwise scales are 1, so the product is the unpadded
+    one, and odd token counts still run on the FP8 tensor cores."""
+    m, k = qa.shape
+    n = qb.shape[0]
+    pm, pk, pn = (-m) % multiple, (-k) % multiple, (-n) % multiple
+    if pm or pk:
+        qa = _pad_fp8(qa, pm, pk)
+    if pn or pk:
+        qb = _pad_fp8(qb, pn, pk)
+    if inv_a.dim() and pm:
+        inv_a = F.pad(inv_a, (0, 0, 0, pm), value=1.0)
+    if inv_b.dim() and pn:
+        inv_b = F.pad(inv_b, (0, pn), value=1.0)
+    out = torch._scaled_mm(qa, qb.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype)
+    return out[:m, :n] if pm or pn else out
 
 
 def fp8_gemm(
@@ -93,7 +122,8 @@ def fp8_gemm(
         rowwise = "rowwise" in (spec.a.granularity, spec.b.granularity)
         out_dtype = torch.bfloat16 if a.is_cuda and rowwise else torch.float32
         count_gemm("scaled_mm")
-        return torch._scaled_mm(qa, qb.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype).float()
+        multiple = CUBLAS_MULTIPLE if a.is_cuda else 1
+        return _scaled_mm_padded(qa, qb, inv_a, inv_b, out_dtype, multiple).float()
     fa = a_quantized if a_quantized is not None else quantize_operand(a, spec.a, scale=scale_a)
     fb = b_quantized if b_quantized is not None else quantize_operand(b, spec.b, scale=scale_b)
     count_gemm("emulated")

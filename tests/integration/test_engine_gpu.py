@@ -1,8 +1,8 @@
 """On an FP8 GPU (compute capability ≥ 8.9): a few steps of the reference trainer with real FP8 GEMMs.
 
-The tiny tier's dims (64, 128, 16-wide heads) and token counts are multiples of 16, so every GEMM of
-the tensorwise and rowwise recipes runs through `torch._scaled_mm` (cuBLASLt); blockwise stays emulated
-on the GPU. The CUDA policy's log-probs must sit within FP8 format error of the CPU emulation's on the
+Every trainer-side GEMM of the tensorwise and rowwise recipes runs through `torch._scaled_mm`
+(cuBLASLt; odd token counts are zero-padded to its multiples of 16); blockwise stays emulated on the
+GPU. The CUDA policy's log-probs must sit within FP8 format error of the CPU emulation's on the
 same sequences: the same operands rounded to the same grid, only accumulation order differs.
 Skipped without such a GPU.
 """
@@ -48,7 +48,7 @@ def test_trainer_steps_on_the_gpu(train, tmp_path, restore_torch_globals, run_id
     if trainer.run_spec.spec.fp8:
         gemms = tp["fp8_gemms"]
         assert (gemms["scaled_mm"] > 0) == real_fp8
-        if real_fp8:  # all-16-multiple dims: no GEMM fell back to emulation
+        if real_fp8:  # whatever the batch's token count, no GEMM fell back to emulation
             assert gemms["emulated"] == 0, gemms
     load_hf(tmp_path / "run" / "checkpoint")  # the GPU run's checkpoint loads on the CPU
 

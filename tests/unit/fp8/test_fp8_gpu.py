@@ -31,7 +31,7 @@ def test_cuda_quantize_is_the_cpus_bit_for_bit(granularity, fmt):
     torch.manual_seed(0)
     x = torch.randn(256, 384) * torch.logspace(-3, 3, 384)  # a wide dynamic range, outlier columns
     x[1] = 0.0  # an all-zero row: all-zero rows and blocks
-    x[2, :32] = torch.randn(32) * 1e-6  # subnormals after scaling in rowwise/block scales of row 2
+    x[2, :32] = torch.randn(32) * 1e-6  # tiny values beside large ones: subnormals, flushes to zero
     q_cpu, s_cpu = quantize(x, fmt, granularity)
     q_gpu, s_gpu = quantize(x.cuda(), fmt, granularity)
     assert torch.equal(q_gpu.cpu().view(torch.uint8), q_cpu.view(torch.uint8))
@@ -50,11 +50,12 @@ def _fwd_bwd(layer: nn.Module, x: torch.Tensor, dy: torch.Tensor):
     return y.detach(), x.grad, layer.weight.grad.clone()
 
 
+@pytest.mark.parametrize("tokens", [128, 100])  # 100: cuBLASLt's multiples of 16 reached by zero padding
 @pytest.mark.parametrize("name", ["tensorwise", "delayed", "rowwise"])
-def test_scaled_mm_on_the_gpu_matches_the_emulation(name):
+def test_scaled_mm_on_the_gpu_matches_the_emulation(name, tokens):
     torch.manual_seed(1)
-    lin = nn.Linear(512, 256, bias=False, device="cuda")
-    x, dy = torch.randn(128, 512, device="cuda"), torch.randn(128, 256, device="cuda")
+    lin = nn.Linear(512, 256 if tokens % 16 == 0 else 264, bias=False, device="cuda")  # 264: padded too
+    x, dy = torch.randn(tokens, 512, device="cuda"), torch.randn(tokens, lin.out_features, device="cuda")
     x[:, :4] *= 30.0  # outlier channels, as LLM activations
     ref = _fwd_bwd(lin, x, dy)
     emu_layer = FP8Linear.from_linear(lin, get_recipe(name), backend="emulated")

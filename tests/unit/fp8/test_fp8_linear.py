@@ -84,6 +84,25 @@ def test_scaled_mm_backend_matches_emulation(name):
         torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)  # fp32 accumulation order, bf16 rounding
 
 
+@pytest.mark.parametrize("granularity", ["tensorwise", "rowwise"])
+def test_zero_padding_to_cublas_dims_leaves_the_fp8_product_unchanged(granularity):
+    """CUDA pads every dim to a multiple of 16; on the CPU kernel (no such rule) the padded product of
+    odd-sized operands must be the unpadded one."""
+    from fp8rl.fp8 import dequantize, quantize
+    from fp8rl.fp8.linear import _scaled_mm_padded
+
+    torch.manual_seed(3)
+    a, b = torch.randn(37, 45), torch.randn(21, 45)
+    (qa, sa), (qb, sb) = quantize(a, "e4m3", granularity), quantize(b, "e4m3", granularity)
+    inv_a, inv_b = sa.reciprocal(), sb.reciprocal().reshape(1, -1) if sb.dim() else sb.reciprocal()
+    plain = _scaled_mm_padded(qa, qb, inv_a, inv_b, torch.float32, multiple=1)
+    padded = _scaled_mm_padded(qa, qb, inv_a, inv_b, torch.float32, multiple=16)
+    assert padded.shape == (37, 21)
+    torch.testing.assert_close(padded, plain, rtol=1e-6, atol=1e-6)  # fp32 summation order only
+    reference = dequantize(qa, sa, granularity) @ dequantize(qb, sb, granularity).t()
+    torch.testing.assert_close(plain, reference, rtol=1e-5, atol=1e-5)
+
+
 def test_gemm_quantizes_along_the_contraction_dim():
     a, b = torch.randn(8, 256), torch.randn(16, 256)
     spec = get_recipe("blockwise").output
