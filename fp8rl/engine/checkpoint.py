@@ -15,6 +15,7 @@ import io
 import json
 import random
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -111,3 +112,22 @@ def load_checkpoint(ckpt_dir: str | Path) -> tuple[dict, dict]:
     except Exception as exc:
         raise CheckpointError(f"{ckpt_dir / TRAINER_FILE}: cannot be loaded ({exc}); {hint}") from None
     return meta, trainer_state
+
+
+def resumable_checkpoint(ckpt_dir: str | Path, *, run_id: str, train_digest: str) -> tuple[dict, dict] | None:
+    """`(meta, trainer_state)` of the checkpoint a run resumes from, or None to start it afresh: there is
+    none, or it was written under other training settings (its `train_digest` differs; said on stderr).
+    ValueError if it belongs to another run; `CheckpointError` if it is damaged."""
+    if not has_checkpoint(ckpt_dir):
+        return None
+    meta, state = load_checkpoint(ckpt_dir)
+    if meta.get("run_id") != run_id:
+        raise ValueError(f"{ckpt_dir}: belongs to run {meta.get('run_id')!r}")
+    if meta.get("train_digest") != train_digest:
+        print(
+            f"{run_id}: the checkpoint in {ckpt_dir} was written under other training settings; "
+            "starting the run afresh",
+            file=sys.stderr,
+        )
+        return None
+    return meta, state

@@ -26,7 +26,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -36,7 +35,7 @@ from tqdm import tqdm
 
 from fp8rl.config import TRAIN_SECTIONS, ExperimentConfig, RunSpec
 from fp8rl.engine import tasks
-from fp8rl.engine.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
+from fp8rl.engine.checkpoint import has_checkpoint, resumable_checkpoint, save_checkpoint, set_rng_state
 from fp8rl.engine.data import load_split
 from fp8rl.engine.device import resolve_device
 from fp8rl.engine.model import load_hf
@@ -44,6 +43,7 @@ from fp8rl.engine.precision import setup_precision
 from fp8rl.engine.rollout import StepRollout, collect_rollouts
 from fp8rl.engine.rundir import RunDir
 from fp8rl.engine.scoring import score
+from fp8rl.engine.shadow import ShadowPass
 from fp8rl.engine.throughput import PHASES, PhaseTimer, throughput_report
 from fp8rl.engine.tokenizer import load_tokenizer
 from fp8rl.fp8 import fp8_state_dict, load_fp8_state_dict
@@ -126,17 +126,20 @@ class Trainer:
         self.prec = setup_precision(policy, cfg, self.run_spec)
         self.policy = self.prec.policy
         self.policy.train()
-        from fp8rl.rl import Calibrator, EntropySpikeDetector, RatioHistogram
+        from fp8rl.rl import Calibrator, EntropySpikeDetector
 
+        self.timer = PhaseTimer(self.device)
         self.calibrator = Calibrator.from_config(self.algo, cfg.calib) if self.spec.calib else None
-        self.ratio_hist = RatioHistogram() if self.use_shadow else None
+        self.shadow = None
+        if self.use_shadow:
+            self.shadow = ShadowPass(self.policy, self.prec.shadow, self.timer, sample_frac=cfg.calib.sample_frac,
+                                     temperature=cfg.schedule.temperature)  # fmt: skip
         st = cfg.stability
         self.spike = EntropySpikeDetector(st.entropy_spike_k, st.entropy_spike_m, st.baseline_steps)
         rows = load_split(self.data_dir, "train.jsonl")
         self.prompt_ids = [self.tokenizer(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
         self.answers = [r["answer"] for r in rows]
         self.verifier = tasks.reward_fn(cfg.task.name)
-        self.timer = PhaseTimer(self.device)
         gemm_counts(reset=True)  # throughput.json counts this run's FP8 GEMMs per path
 
     def _trainer_state(self) -> dict:
@@ -146,7 +149,7 @@ class Trainer:
             "rollout_fp8": fp8_state_dict(self.prec.rollout),
             "optimizer": self.prec.optimizer.state_dict(),
             "calibrator": self.calibrator.state_dict() if self.calibrator else None,
-            "ratio_hist": self.ratio_hist.state_dict() if self.ratio_hist else None,
+            "ratio_hist": self.shadow.hist.state_dict() if self.shadow else None,
             "spike": self.spike.state_dict(),
         }
 
@@ -158,29 +161,13 @@ class Trainer:
         if self.calibrator is not None:
             self.calibrator.load_state_dict(state["calibrator"])
         self.spike.load_state_dict(state["spike"])
-        if self.ratio_hist is not None and state.get("ratio_hist") is not None:
-            self.ratio_hist.load_state_dict(state["ratio_hist"])
+        if self.shadow is not None and state.get("ratio_hist") is not None:
+            self.shadow.hist.load_state_dict(state["ratio_hist"])
         set_rng_state(state["rng"])
 
     def _train_digest(self) -> str:
         """What the run's result depends on: a checkpoint resumes only while this still matches."""
         return self.cfg.section_digest(*TRAIN_SECTIONS, model=self.run_spec.model)
-
-    def _resumable(self) -> tuple[dict, dict] | None:
-        """The checkpoint to resume from, or None to start fresh (none, or one of other settings)."""
-        if not has_checkpoint(self.dir.checkpoint):
-            return None
-        meta, state = load_checkpoint(self.dir.checkpoint)
-        if meta.get("run_id") != self.run_spec.run_id:
-            raise ValueError(f"{self.dir.checkpoint}: belongs to run {meta.get('run_id')!r}")
-        if meta.get("train_digest") != self._train_digest():
-            print(
-                f"{self.run_spec.run_id}: the checkpoint in {self.dir.checkpoint} was written under other "
-                f"training settings ({', '.join(TRAIN_SECTIONS)}); starting the run afresh",
-                file=sys.stderr,
-            )
-            return None
-        return meta, state
 
     def _save(self, step: int) -> None:
         meta = {
@@ -201,7 +188,9 @@ class Trainer:
             self._setup()
             self.dir.write_config(self.cfg.model_dump(mode="json"))
             start = 1
-            resume = self._resumable()
+            resume = resumable_checkpoint(
+                self.dir.checkpoint, run_id=self.run_spec.run_id, train_digest=self._train_digest()
+            )
             if resume is not None:
                 meta, state = resume
                 self._restore(state)
@@ -260,8 +249,8 @@ class Trainer:
         }
         if hasattr(self, "prec"):
             self.dir.write_throughput(throughput_report(rows, self.prec, self.timer))
-        if getattr(self, "ratio_hist", None) is not None:
-            self.dir.write_ratio_hist(self.ratio_hist.as_dict())
+        if getattr(self, "shadow", None) is not None:
+            self.dir.write_ratio_hist(self.shadow.hist.as_dict())
         self.dir.write_summary(summary)
         return summary
 
@@ -324,28 +313,18 @@ class Trainer:
             t = cfg.tis
             is_w = tis_weights(old_lp, batch.log_probs, mask, cap=t.cap, level=t.level, icepop=t.icepop)
             out.update(tis_stats(old_lp, batch.log_probs, mask, cap=t.cap, level=t.level, icepop=t.icepop))
-        shadow_rows, ref_old = None, None
-        if self.use_shadow:
-            n = max(1, math.ceil(cfg.calib.sample_frac * len(mask)))
-            shadow_rows = torch.randperm(len(mask), generator=_gen(seed, step, "shadow"))[:n].sort().values
-            shadow_rows = shadow_rows.to(self.device)
-            if not single:  # a single update compares the old policy with itself: ref ratio 1, no pass
-                with self.timer.phase("calib") as ph, torch.no_grad(), self.prec.shadow():
-                    ref_old, _ = score(self.policy, batch.select(shadow_rows), temperature=sch.temperature)
-                    ph.tokens = float(batch.attention_mask[shadow_rows].sum())
-        out.update(self._update(step, ro, old_lp, ref_lp, is_w, shadow_rows, ref_old, first))
+        if self.shadow is not None:
+            self.shadow.start_step(batch, _gen(seed, step, "shadow"), single_update=single)
+        out.update(self._update(step, ro, old_lp, ref_lp, is_w, first))
         return out
 
-    def _update(self, step, ro, old_lp, ref_lp, is_w, shadow_rows, ref_old, first) -> dict[str, float]:
+    def _update(self, step, ro, old_lp, ref_lp, is_w, first) -> dict[str, float]:
         from fp8rl.rl import policy_loss, ratio_quantiles
 
         sch, algo, batch = self.cfg.schedule, self.algo, ro.batch
         n = len(batch.response_mask)
         mb_size = math.ceil(n / sch.mini_batches)
         gen = _gen(self.run_spec.seed, step, "minibatch")
-        shadow_pos = torch.full((n,), -1, dtype=torch.long, device=self.device)
-        if shadow_rows is not None:
-            shadow_pos[shadow_rows] = torch.arange(len(shadow_rows), device=self.device)
         set_lr(self.prec.optimizer, self._lr(step))
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
@@ -366,7 +345,7 @@ class Trainer:
                     _finite("log-probs in the update", lp.detach(), m)
                     ratio = torch.exp((lp.detach() - old_lp[idx]).clamp(-20, 20)) * m + (1 - m)
                 mb_metrics, bounds = self._calibrate(
-                    step, idx, sub, ratio, ro.advantages[idx], m, shadow_pos, ref_old, epoch == k == 0
+                    step, idx, sub, ratio, ro.advantages[idx], m, epoch == k == 0
                 )
                 with self.timer.phase("train"):
                     entropy = None
@@ -400,27 +379,15 @@ class Trainer:
         out.update(ratio_quantiles(r, torch.cat([y for _, y in ratios])))
         return out
 
-    def _calibrate(self, step, idx, sub, ratio, adv, m, shadow_pos, ref_old, first_update):
-        """Bounds for this mini-batch (None: the fixed ones) and the calib/phantom metrics. In the first
-        update of a step the policy is still the old one, so its shadow ratios are exactly 1 (no pass)."""
+    def _calibrate(self, step, idx, sub, ratio, adv, m, first_update):
+        """Bounds for this mini-batch (None: the fixed ones) and the calib/phantom metrics."""
         from fp8rl.rl import phantom_low_neg
 
-        cfg, sch, algo = self.cfg, self.cfg.schedule, self.algo
+        cfg, algo = self.cfg, self.algo
         metrics: dict[str, float] = {}
         ref_ratio = ref_mask = None
-        if self.use_shadow:
-            pos = shadow_pos[idx]
-            local = (pos >= 0).nonzero().squeeze(-1)
-            ref_ratio = torch.ones_like(ratio)
-            ref_mask = torch.zeros_like(m)
-            ref_mask[local] = m[local]
-            if len(local) and not first_update:
-                with self.timer.phase("calib") as ph, torch.no_grad(), self.prec.shadow():
-                    cur, _ = score(self.policy, sub.select(local), temperature=sch.temperature)
-                    ph.tokens = float(sub.attention_mask[local].sum())
-                rm = m[local]
-                ref_ratio[local] = torch.exp((cur - ref_old[pos[local]]).clamp(-20, 20)) * rm + (1 - rm)
-                self.ratio_hist.add(ratio[local], ref_ratio[local], adv[local], rm)
+        if self.shadow is not None:
+            ref_ratio, ref_mask = self.shadow.ref_ratios(idx, sub, ratio, adv, m, first_update)
         bounds = None
         if self.calibrator is not None:
             kw = {}
