@@ -27,8 +27,10 @@ LOG_RATIO_CLAMP = 20.0  # as the trainer's FP8 ratio: exp of at most ±20
 class ShadowPass:
     """One run's shadow pass: `start_step` once per rollout batch, `ref_ratios` per mini-batch."""
 
-    def __init__(self, policy: torch.nn.Module, shadow, timer: PhaseTimer, *, sample_frac: float,
-                 temperature: float):  # fmt: skip
+    def __init__(
+        self, policy: torch.nn.Module, shadow, timer: PhaseTimer, sample_frac: float, temperature: float
+    ):
+        """`shadow()` is the context that switches `policy`'s quantization off (`Precision.shadow`)."""
         self.policy, self.shadow, self.timer = policy, shadow, timer
         self.sample_frac, self.temperature = sample_frac, temperature
         self.hist = RatioHistogram()

@@ -132,8 +132,8 @@ class Trainer:
         self.calibrator = Calibrator.from_config(self.algo, cfg.calib) if self.spec.calib else None
         self.shadow = None
         if self.use_shadow:
-            self.shadow = ShadowPass(self.policy, self.prec.shadow, self.timer, sample_frac=cfg.calib.sample_frac,
-                                     temperature=cfg.schedule.temperature)  # fmt: skip
+            frac, temperature = cfg.calib.sample_frac, cfg.schedule.temperature
+            self.shadow = ShadowPass(self.policy, self.prec.shadow, self.timer, frac, temperature)
         st = cfg.stability
         self.spike = EntropySpikeDetector(st.entropy_spike_k, st.entropy_spike_m, st.baseline_steps)
         rows = load_split(self.data_dir, "train.jsonl")
