@@ -6,8 +6,8 @@ every update; tokens = real tokens forwarded), `calib` (the BF16 shadow pass and
 = real tokens re-scored); a phase the run never ran is absent. Figures are summed from the per-step `time/*` and `tok/*` metrics of
 metrics.jsonl, so a resumed run reports every step once. Peak memory is the process's max RSS (CPU) or
 the CUDA allocator's peak (a run on CUDA). On CUDA each phase waits for the device's queued kernels at
-its start and end, so its wall time is the GPU's. `fp8_gemms` counts the trainer-side FP8 GEMMs of the process
-that finished the run by path (`scaled_mm`: real FP8 GEMMs; `emulated`), so a report shows what ran.
+its start and end, so its wall time is the GPU's. `fp8_gemms` counts the trainer-side FP8 GEMMs of the
+process that finished the run by path (`scaled_mm`: real FP8 GEMMs; `emulated`): what really ran.
 """
 
 from __future__ import annotations
