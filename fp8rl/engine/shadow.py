@@ -19,9 +19,7 @@ import torch
 from fp8rl.engine.sampler import RolloutBatch
 from fp8rl.engine.scoring import score
 from fp8rl.engine.throughput import PhaseTimer
-from fp8rl.rl import RatioHistogram
-
-LOG_RATIO_CLAMP = 20.0  # as the trainer's FP8 ratio: exp of at most ±20
+from fp8rl.rl import RatioHistogram, masked_ratio
 
 
 class ShadowPass:
@@ -67,14 +65,13 @@ class ShadowPass:
         BF16 ratios on its shadow rows (1 elsewhere, and everywhere in the step's first update) and the
         response mask restricted to the shadow rows. Records the shadow tokens' FP8 and BF16 ratios in
         the histogram."""
-        local = (self.pos[idx] >= 0).nonzero().squeeze(-1)
+        pos = self.pos[idx]
+        local = (pos >= 0).nonzero().squeeze(-1)
         ref_ratio = torch.ones_like(ratio)
         ref_mask = torch.zeros_like(mask)
         ref_mask[local] = mask[local]
         if len(local) and not first_update:
             cur = self._score(sub.select(local))
-            m = mask[local]
-            log_ratio = (cur - self.ref_old[self.pos[idx][local]]).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-            ref_ratio[local] = torch.exp(log_ratio) * m + (1 - m)
-            self.hist.add(ratio[local], ref_ratio[local], advantages[local], m)
+            ref_ratio[local] = masked_ratio(cur, self.ref_old[pos[local]], mask[local])
+            self.hist.add(ratio[local], ref_ratio[local], advantages[local], mask[local])
         return ref_ratio, ref_mask

@@ -319,7 +319,7 @@ class Trainer:
         return out
 
     def _update(self, step, ro, old_lp, ref_lp, is_w, first) -> dict[str, float]:
-        from fp8rl.rl import policy_loss, ratio_quantiles
+        from fp8rl.rl import masked_ratio, policy_loss, ratio_quantiles
 
         sch, algo, batch = self.cfg.schedule, self.algo, ro.batch
         n = len(batch.response_mask)
@@ -343,7 +343,7 @@ class Trainer:
                         )
                         ph.tokens = float(sub.attention_mask.sum())
                     _finite("log-probs in the update", lp.detach(), m)
-                    ratio = torch.exp((lp.detach() - old_lp[idx]).clamp(-20, 20)) * m + (1 - m)
+                    ratio = masked_ratio(lp.detach(), old_lp[idx], m)
                 mb_metrics, bounds = self._calibrate(
                     step, idx, sub, ratio, ro.advantages[idx], m, epoch == k == 0
                 )

@@ -4,6 +4,7 @@ Pure torch functions with no trainer state (plus a small stateful calibrator and
 reference trainer and the verl adapter compute exactly the same objective. Never imports `fp8rl.fp8`.
 """
 
+from fp8rl.rl._checks import masked_ratio
 from fp8rl.rl.advantages import dynamic_sampling_mask, grpo_advantages, overlong_penalty
 from fp8rl.rl.calibration import (
     Calibrator,
@@ -39,6 +40,7 @@ __all__ = [
     "overlong_penalty",
     "phantom_low_neg",
     "policy_loss",
+    "masked_ratio",
     "ratio_quantiles",
     "tis_stats",
     "tis_weights",

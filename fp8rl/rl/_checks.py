@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+LOG_RATIO_CLAMP = 20.0  # as verl: exp() of a log-ratio beyond +-20 is clamped for stability
+
 
 def check_mask(mask: torch.Tensor, fn: str, name: str = "response_mask") -> torch.Tensor:
     """Return `mask` as a bool tensor; ValueError unless it is 2-D [B, T] and holds only 0 and 1."""
@@ -66,3 +68,9 @@ def masked_fill_padding(x: torch.Tensor, mask: torch.Tensor, value: float = 0.0)
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of `x` over True positions of `mask` (0-dim); NaN-free padding is the caller's job."""
     return torch.where(mask, x, torch.zeros_like(x)).sum() / mask.sum()
+
+
+def masked_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`exp(log_prob - old_log_prob)` (log-ratio clamped to ±LOG_RATIO_CLAMP) on valid tokens, exactly 1 on
+    masked ones (`mask` 0/1 float), so quantiles and clip fractions over padding stay neutral."""
+    return torch.exp((log_prob - old_log_prob).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)) * mask + (1 - mask)

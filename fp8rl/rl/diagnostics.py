@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import torch
 
-from fp8rl.rl._checks import check_finite, check_mask, check_same_shape, masked_mean, per_token
-
-LOG_RATIO_CLAMP = 20.0
+from fp8rl.rl._checks import (
+    LOG_RATIO_CLAMP,
+    check_finite,
+    check_mask,
+    check_same_shape,
+    masked_mean,
+    per_token,
+)
 
 
 def _frac(hit: torch.Tensor, population: torch.Tensor) -> float | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from fp8rl.rl._checks import (
+    LOG_RATIO_CLAMP,
     check_finite,
     check_mask,
     check_same_shape,
@@ -23,7 +24,6 @@ from fp8rl.rl.diagnostics import clip_stats
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 KL_TYPES = ("k1", "k3")
-LOG_RATIO_CLAMP = 20.0  # as verl: exp() of a log-ratio beyond +-20 is clamped for stability
 
 
 def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean") -> torch.Tensor:

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from fp8rl.rl._checks import check_finite, check_mask, check_same_shape, masked_mean
+from fp8rl.rl._checks import LOG_RATIO_CLAMP, check_finite, check_mask, check_same_shape, masked_mean
 
-LOG_RATIO_CLAMP = 20.0
 TIS_LEVELS = ("token", "sequence")
 
 
