@@ -66,8 +66,8 @@ def prepare(cfg, root: Path) -> tuple[Path, Path, str]:
 
 def run_fp8rl(cfg, variant: str, gran: str, data: Path, base: Path, model: str, out: Path, **kw) -> dict:
     """Timed steps of one fp8rl run: mean step seconds and generated tokens/s (warm-up step dropped)."""
-    from fp8rl.config import RunSpec
     from fp8rl.engine.trainer import Trainer
+    from fp8rl.matrix import RunSpec
 
     run = RunSpec("grpo", model, variant, gran, 0)
     summary = Trainer(cfg, run, base_dir=base, data_dir=data, out_dir=out, progress=False, **kw).run()

@@ -13,12 +13,40 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
-ALGORITHMS = ("grpo", "dapo")
+from fp8rl.vocabulary import (
+    ALGORITHMS,
+    AMAX_ALGOS,
+    CALIB_POPULATIONS,
+    CALIB_UPPER_MODES,
+    FP8_OPTIMIZERS,
+    GRANULARITIES,
+    KL_TYPES,
+    LOSS_AGG_MODES,
+    NO_GRANULARITY,
+    RECIPE_FORMATS,
+    TIERS,
+    TIS_LEVELS,
+    VARIANT_SPECS,
+    VARIANTS,
+    CalibReference,
+)
+
+if TYPE_CHECKING:
+    from fp8rl.matrix import RunSpec
+
 # The config sections a training run's result depends on (not the matrix, eval, resources,
 # containers or results_dir).
 TRAIN_SECTIONS = (
@@ -33,15 +61,19 @@ TRAIN_SECTIONS = (
     "sft",
     "stability",
 )
-VARIANTS = ("bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib")
-GRANULARITIES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
-TIERS = ("smoke", "cpu", "paper")
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
-AlgoName = Literal["grpo", "dapo"]
-VariantName = Literal["bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib"]
-GranularityName = Literal["tensorwise", "delayed", "rowwise", "blockwise", "mxfp8"]
+AlgoName = Literal[ALGORITHMS]
+VariantName = Literal[VARIANTS]
+GranularityName = Literal[GRANULARITIES]
+LossAggMode = Literal[LOSS_AGG_MODES]
 Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
+# `calib.reference`: written `shadow`, `run` or `static:<q>`, held as a parsed CalibReference.
+CalibReferenceField = Annotated[
+    CalibReference,
+    BeforeValidator(CalibReference.parse),
+    PlainSerializer(str, return_type=str),
+    WithJsonSchema({"type": "string", "description": "'shadow', 'run' or 'static:<q>' with 0 <= q < 1"}),
+]
 
 
 class Strict(BaseModel):
@@ -107,16 +139,16 @@ class AlgorithmBase(Strict):
     clip_c: float | None = Field(None, gt=1.0, description="dual-clip constant for A<0 tokens")
     group_size: int = Field(8, ge=2, description="samples per prompt")
     norm_adv_by_std: bool = True
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    loss_agg_mode: LossAggMode = "token-mean"
     kl_coef: float = Field(0.0, ge=0.0, description="KL penalty to the reference policy; 0 disables it")
-    kl_type: Literal["k1", "k3"] = "k3"
+    kl_type: Literal[KL_TYPES] = "k3"
     entropy_coef: float = Field(0.0, ge=0.0)
 
 
 class GRPOConfig(AlgorithmBase):
     """GRPO (Shao et al. 2024): symmetric clip 0.2, sequence-mean of token-mean losses, optional KL."""
 
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "seq-mean-token-mean"
+    loss_agg_mode: LossAggMode = "seq-mean-token-mean"
 
 
 class DAPOConfig(AlgorithmBase):
@@ -141,25 +173,6 @@ class AlgorithmsConfig(Strict):
 # ------------------------------------------------------------------------------------- fp8 variants
 
 
-@dataclass(frozen=True)
-class VariantSpec:
-    """What a variant name means: precision, and which fixes it turns on."""
-
-    name: str
-    fp8: bool
-    tis: bool
-    calib: bool
-
-
-VARIANT_SPECS = {
-    "bf16": VariantSpec("bf16", fp8=False, tis=False, calib=False),
-    "fp8": VariantSpec("fp8", fp8=True, tis=False, calib=False),
-    "fp8_tis": VariantSpec("fp8_tis", fp8=True, tis=True, calib=False),
-    "fp8_calib": VariantSpec("fp8_calib", fp8=True, tis=False, calib=True),
-    "fp8_tis_calib": VariantSpec("fp8_tis_calib", fp8=True, tis=True, calib=True),
-}
-
-
 class FP8Config(Strict):
     """What the fp8* variants put in FP8 (all of it by default: 'fully FP8')."""
 
@@ -167,12 +180,12 @@ class FP8Config(Strict):
     optimizer_state: bool = True
     rollout: bool = True
     kv_cache: bool = False
-    format: Literal["e4m3", "e5m2", "hybrid"] = Field(
+    format: Literal[RECIPE_FORMATS] = Field(
         "hybrid", description="tensorwise/delayed operand formats; blockwise and mxfp8 are always e4m3"
     )
     amax_history_len: int = Field(16, gt=0, description="delayed scaling history length")
-    amax_compute_algo: Literal["max", "most_recent"] = "max"
-    optimizer: Literal["torchao", "blockwise"] = Field(
+    amax_compute_algo: Literal[AMAX_ALGOS] = "max"
+    optimizer: Literal[FP8_OPTIMIZERS] = Field(
         "blockwise",
         description=(
             "FP8-moment AdamW: 'blockwise' (fp8rl's 1x128 e4m3 tiles, sqrt(v) stored; no compile) or "
@@ -185,33 +198,21 @@ class TISConfig(Strict):
     """Truncated importance sampling (Yao et al. 2025) for the rollout/trainer mismatch."""
 
     cap: float = Field(2.0, gt=0.0)
-    level: Literal["token", "sequence"] = "token"
+    level: Literal[TIS_LEVELS] = "token"
     icepop: tuple[float, float] | None = Field(None, description="zero weights outside [low, high]")
 
 
 class CalibConfig(Strict):
     """Calibrated clipping options (DESIGN.md §5)."""
 
-    reference: str = Field("shadow", description="'shadow', 'run' or 'static:<q>'")
-    population: Literal["all", "neg"] = "all"
-    upper: Literal["proportional", "quantile"] = "proportional"
+    reference: CalibReferenceField = Field(
+        CalibReference("shadow"), description="'shadow', 'run' or 'static:<q>'"
+    )
+    population: Literal[CALIB_POPULATIONS] = "all"
+    upper: Literal[CALIB_UPPER_MODES] = "proportional"
     low_range: tuple[float, float] = (0.5, 1.0)
     momentum: float = Field(0.0, ge=0.0, lt=1.0, description="EMA momentum over updates; 0 = none")
     sample_frac: Fraction = Field(0.25, description="fraction of sequences re-scored by the shadow pass")
-
-    @field_validator("reference")
-    @classmethod
-    def _reference(cls, v: str) -> str:
-        if v in ("shadow", "run"):
-            return v
-        if v.startswith("static:"):
-            try:
-                q = float(v.split(":", 1)[1])
-            except ValueError:
-                q = -1.0
-            if 0.0 <= q < 1.0:
-                return v
-        raise ValueError(f"reference must be 'shadow', 'run' or 'static:<q>' with 0 <= q < 1, got {v!r}")
 
     @field_validator("low_range")
     @classmethod
@@ -223,7 +224,7 @@ class CalibConfig(Strict):
 
     @model_validator(mode="after")
     def _static_has_no_upper_quantile(self) -> CalibConfig:
-        if self.reference.startswith("static:") and self.upper == "quantile":
+        if self.reference.mode == "static" and self.upper == "quantile":
             raise ValueError(
                 "upper: 'quantile' needs a reference for the upper tail; a 'static:<q>' reference gives "
                 "only the lower quantile, so use upper: 'proportional'"
@@ -323,9 +324,12 @@ class MatrixConfig(Strict):
     @model_validator(mode="after")
     def _granularity_overrides(self) -> MatrixConfig:
         for variant, grans in self.variant_granularities.items():
-            if variant == "bf16":
-                if grans != ["none"]:
-                    raise ValueError("variant_granularities.bf16: bf16 runs have granularity 'none' only")
+            if not VARIANT_SPECS[variant].fp8:
+                if grans != [NO_GRANULARITY]:
+                    raise ValueError(
+                        f"variant_granularities.{variant}: {variant} runs have granularity "
+                        f"'{NO_GRANULARITY}' only"
+                    )
                 continue
             bad = [g for g in grans if g not in GRANULARITIES]
             if bad or not grans:
@@ -336,15 +340,15 @@ class MatrixConfig(Strict):
         return self
 
     def granularities_for(self, variant: str) -> list[str]:
-        if variant == "bf16":
-            return ["none"]
+        if not VARIANT_SPECS[variant].fp8:
+            return [NO_GRANULARITY]
         return list(self.variant_granularities.get(variant, self.granularities))
 
 
 class ExperimentConfig(Strict):
     """One experiment (a tier): the whole YAML file."""
 
-    tier: Literal["smoke", "cpu", "paper"]
+    tier: Literal[TIERS]
     backend: Literal["reference", "verl"] = Field(
         "reference", description="reference: fp8rl's own trainer; verl: the cluster path"
     )
@@ -377,7 +381,7 @@ class ExperimentConfig(Strict):
         if self.backend == "verl":
             grans = {g for v in self.matrix.variants for g in self.matrix.granularities_for(v)}
             calib = [v for v in self.matrix.variants if VARIANT_SPECS[v].calib]
-            if calib and self.calib.reference == "shadow":
+            if calib and self.calib.reference.mode == "shadow":
                 raise ValueError(
                     "calib.reference: 'shadow' needs an unquantized re-scoring pass that verl's policy loss "
                     f"cannot run (variants {', '.join(calib)}); use 'run' (targets from the matching bf16 "
@@ -405,6 +409,8 @@ class ExperimentConfig(Strict):
         return self.resources.get(rule, self.resources.get("default", Resources()))
 
     def runs(self) -> list[RunSpec]:
+        from fp8rl.matrix import expand_matrix
+
         return expand_matrix(self)
 
     def digest(self) -> str:
@@ -421,83 +427,3 @@ class ExperimentConfig(Strict):
         if model is not None:
             picked["model"] = self.model(model).model_dump(mode="json")
         return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]
-
-
-# ---------------------------------------------------------------------------------------- the matrix
-
-
-@dataclass(frozen=True, order=True)
-class RunSpec:
-    """One cell of the matrix."""
-
-    algo: str
-    model: str
-    variant: str
-    granularity: str
-    seed: int
-
-    @property
-    def run_id(self) -> str:
-        return f"{self.algo}/{self.model}/{self.variant}/{self.granularity}/seed{self.seed}"
-
-    @property
-    def spec(self) -> VariantSpec:
-        return VARIANT_SPECS[self.variant]
-
-    @classmethod
-    def parse(cls, run_id: str) -> RunSpec:
-        """Inverse of `run_id`; raises ValueError naming the part that is wrong."""
-        parts = run_id.strip("/").split("/")
-        if len(parts) != 5 or not parts[4].startswith("seed"):
-            raise ValueError(f"run id {run_id!r} is not of the form algo/model/variant/granularity/seedN")
-        algo, model, variant, gran, seed = parts
-        if algo not in ALGORITHMS:
-            raise ValueError(
-                f"run id {run_id!r}: unknown algorithm {algo!r}; allowed: {', '.join(ALGORITHMS)}"
-            )
-        if variant not in VARIANTS:
-            raise ValueError(
-                f"run id {run_id!r}: unknown variant {variant!r}; allowed: {', '.join(VARIANTS)}"
-            )
-        allowed = ("none",) if variant == "bf16" else GRANULARITIES
-        if gran not in allowed:
-            raise ValueError(f"run id {run_id!r}: granularity {gran!r}; allowed: {', '.join(allowed)}")
-        try:
-            seed_n = int(seed[4:])
-        except ValueError:
-            raise ValueError(f"run id {run_id!r}: seed {seed!r} is not seed<integer>") from None
-        return cls(algo, model, variant, gran, seed_n)
-
-
-def expand_matrix(cfg: ExperimentConfig, **filters: list[str] | None) -> list[RunSpec]:
-    """Every run of the experiment, in a stable order (algo, model, variant, granularity, seed).
-
-    `filters` maps an axis name (algo, model, variant, granularity, seed) to the values to keep.
-    """
-    m = cfg.matrix
-    runs = [
-        RunSpec(algo, model, variant, gran, seed)
-        for algo in m.algorithms
-        for model in m.models
-        for variant in m.variants
-        for gran in m.granularities_for(variant)
-        for seed in m.seeds
-    ]
-    for axis, keep in filters.items():
-        if keep:
-            wanted = {str(k) for k in keep}
-            runs = [r for r in runs if str(getattr(r, axis)) in wanted]
-    return runs
-
-
-def find_run(cfg: ExperimentConfig, run_id: str) -> RunSpec:
-    """The matrix cell with this id; ValueError if the config does not contain it."""
-    spec = RunSpec.parse(run_id)
-    if spec not in set(expand_matrix(cfg)):
-        raise ValueError(f"run {run_id!r} is not in the matrix of this config (see `fp8rl matrix`)")
-    return spec
-
-
-def reference_run(spec: RunSpec) -> RunSpec:
-    """The bf16 run that a `calib.reference: run` cell reads its target quantiles from."""
-    return RunSpec(spec.algo, spec.model, "bf16", "none", spec.seed)

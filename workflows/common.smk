@@ -5,15 +5,9 @@ import os
 import sys
 from pathlib import Path
 
-from fp8rl.config import (
-    ALGORITHMS,
-    GRANULARITIES,
-    TRAIN_SECTIONS,
-    VARIANTS,
-    RunSpec,
-    expand_matrix,
-    reference_run,
-)
+from fp8rl.config import TRAIN_SECTIONS
+from fp8rl.matrix import RunSpec, expand_matrix, reference_run
+from fp8rl.vocabulary import ALGORITHMS, GRANULARITIES, NO_GRANULARITY, VARIANTS
 from fp8rl.config_loader import ConfigError, validate_config
 from fp8rl.io import atomic_write_text
 
@@ -58,7 +52,7 @@ wildcard_constraints:
     algo="|".join(ALGORITHMS),
     model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     variant="|".join(VARIANTS),
-    granularity="|".join(("none", *GRANULARITIES)),
+    granularity="|".join((NO_GRANULARITY, *GRANULARITIES)),
     seed=r"\d+",
 
 
@@ -127,7 +121,7 @@ def run_dir(spec):
 
 def needs_reference(spec):
     """`fp8_calib*` runs with `calib.reference: run` read their targets from the matching bf16 run."""
-    return spec.spec.calib and CFG.calib.reference == "run"
+    return spec.spec.calib and CFG.calib.reference.mode == "run"
 
 
 def train_inputs(wildcards):

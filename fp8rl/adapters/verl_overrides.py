@@ -18,7 +18,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from fp8rl.config import DAPOConfig, ExperimentConfig, ModelConfig, RunSpec
+from fp8rl.config import DAPOConfig, ExperimentConfig, ModelConfig
+from fp8rl.matrix import RunSpec
 
 LOSS_MODULE = "fp8rl.adapters.verl_loss"
 LOSS_SPEC_ENV = "FP8RL_VERL_LOSS"
@@ -35,7 +36,7 @@ MEGATRON_RECIPES = {
 # Megatron `fp8` format per fp8rl `fp8.format` (tensor-scaled recipes only; block recipes are e4m3).
 MEGATRON_FORMATS = {"hybrid": "hybrid", "e4m3": "e4m3"}
 # fp8rl kl_type -> verl kl_loss_type.
-KL_TYPES = {"k1": "kl", "k3": "low_var_kl"}
+VERL_KL_LOSS_TYPES = {"k1": "kl", "k3": "low_var_kl"}
 # fp8rl task name -> verl `data_source`, which selects verl's rule-based scorer.
 DATA_SOURCES = {"dapo-math-17k": "math_dapo", "gsm8k": "openai/gsm8k", "math": "lighteval/MATH"}
 
@@ -121,7 +122,7 @@ def check_verl_support(cfg: ExperimentConfig, spec: RunSpec) -> None:
     """Raise AdapterError for what the verl backend cannot run (see the module docstring)."""
     if spec.spec.fp8 and cfg.fp8.gemms:
         fp8_transformer_overrides(cfg, spec.granularity)
-    if spec.spec.calib and cfg.calib.reference == "shadow":
+    if spec.spec.calib and cfg.calib.reference.mode == "shadow":
         raise AdapterError(
             "calib.reference: 'shadow' needs an unquantized re-scoring pass inside the update, which "
             "verl's actor does not expose to a policy loss; with backend 'verl' use 'run' (targets from "
@@ -142,13 +143,8 @@ def loss_spec(
     algo = cfg.algorithm(spec.algo)
     out: dict = {"run_id": spec.run_id, "clip_c": algo.clip_c, "calib": None}
     if spec.spec.calib:
-        c = cfg.calib
         out["calib"] = {
-            "reference": c.reference,
-            "population": c.population,
-            "upper": c.upper,
-            "low_range": list(c.low_range),
-            "momentum": c.momentum,
+            **cfg.calib.model_dump(mode="json", exclude={"sample_frac"}),
             "target_q": target_q,
             "target_q_high": target_q_high,
         }
@@ -228,7 +224,7 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
         f"{A}.entropy_coeff": algo.entropy_coef,
         f"{A}.use_kl_loss": algo.kl_coef > 0,
         f"{A}.kl_loss_coef": algo.kl_coef,
-        f"{A}.kl_loss_type": KL_TYPES[algo.kl_type],
+        f"{A}.kl_loss_type": VERL_KL_LOSS_TYPES[algo.kl_type],
         f"{A}.policy_loss.loss_mode": "calibrated_clip" if variant.calib else "fp8rl_clip",
         # rollout (vLLM)
         f"{R}.name": "vllm",
@@ -277,7 +273,7 @@ def deviations(cfg: ExperimentConfig, spec: RunSpec) -> list[str]:
     out = []
     if spec.spec.fp8 and cfg.fp8.optimizer_state:
         out.append("optimizer moments in bf16: verl's Megatron optimizer config exposes no FP8 Adam state")
-    if spec.spec.calib and cfg.calib.reference == "run":
+    if spec.spec.calib and cfg.calib.reference.mode == "run":
         out.append("calibration target: the bf16 run's mean clip fraction over its steps, not per step")
     if spec.spec.calib and cfg.calib.momentum > 0:
         out.append("calibration EMA advances once per loss call (micro-batch), not per optimizer update")

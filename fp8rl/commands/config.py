@@ -38,7 +38,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from fp8rl.config import expand_matrix
+    from fp8rl.matrix import expand_matrix
 
     cfg = load_config(args.file, args.set)
     runs = expand_matrix(

@@ -38,7 +38,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from fp8rl.config import TIERS
+    from fp8rl.vocabulary import TIERS
 
     if args.tier not in TIERS:
         raise UsageError(f"TIER {args.tier!r} is not a tier; allowed: {', '.join(TIERS)}")

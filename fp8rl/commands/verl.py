@@ -51,8 +51,8 @@ def reference_targets(cfg, reference: Path | None) -> tuple[float | None, float 
 
 def _setup(args: argparse.Namespace):
     from fp8rl.adapters.verl_overrides import AdapterError, check_verl_support
-    from fp8rl.config import find_run
     from fp8rl.config_loader import load_config
+    from fp8rl.matrix import find_run
 
     cfg = load_config(args.file, args.set)
     try:
@@ -137,7 +137,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not (data / f"{split}.jsonl").is_file():
             raise UsageError(f"--data {data}: no {split}.jsonl (run `fp8rl data` first)")
     targets = (None, None)
-    if spec.spec.calib and cfg.calib.reference == "run":
+    if spec.spec.calib and cfg.calib.reference.mode == "run":
         targets = reference_targets(cfg, Path(args.reference) if args.reference else None)
     paths = _paths(cfg, spec, args)
     out = Path(paths.out)

@@ -8,8 +8,8 @@ variant's precision.
   (`fp8.rollout`, optional FP8 KV cache `fp8.kv_cache`), and AdamW keeps its moments in FP8
   (`fp8.optimizer_state`, implementation `fp8.optimizer`).
 Embeddings and `lm_head` stay high precision (as torchao and Transformer Engine recipes do).
-`shadow()` is the BF16 reference of calibrated clipping: inside it the policy's linears compute the
-exact unquantized path.
+`unquantized()` switches the policy's quantization off: inside it the linears compute the exact
+unquantized path (what the BF16 shadow pass scores with).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from fp8rl.config import ExperimentConfig, RunSpec
+from fp8rl.config import ExperimentConfig
 from fp8rl.engine.device import module_device
+from fp8rl.matrix import RunSpec
 
 SKIP = ("embed_tokens", "lm_head")
 
@@ -46,7 +47,7 @@ class Precision:
     fp8: bool
     backend: str
     emulated: bool
-    shadow: Callable[[], AbstractContextManager]
+    unquantized: Callable[[], AbstractContextManager]
     device: torch.device
 
     def refresh_rollout(self) -> None:
@@ -91,7 +92,7 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
     # for a recipe it computes exactly (blockwise and MX are emulated on the GPU too).
     emulated = not (spec.fp8 and f.gemms and backend == "scaled_mm" and recipe.scaled_mm_exact)
 
-    def shadow() -> AbstractContextManager:
+    def unquantized() -> AbstractContextManager:
         return fp8.quantization_disabled(model)
 
-    return Precision(model, rollout, optimizer, recipe, spec.fp8, backend, emulated, shadow, device)
+    return Precision(model, rollout, optimizer, recipe, spec.fp8, backend, emulated, unquantized, device)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-FORMATS = ("e4m3", "e5m2")
-RECIPE_FORMATS = ("e4m3", "e5m2", "hybrid")
+from fp8rl.vocabulary import FP8_FORMATS as FORMATS
+from fp8rl.vocabulary import RECIPE_FORMATS
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,7 @@ from collections.abc import Iterable
 import torch
 
 from fp8rl.fp8.quantize import dequantize, quantize
-
-IMPLS = ("torchao", "blockwise")
+from fp8rl.vocabulary import FP8_OPTIMIZERS as IMPLS
 
 
 def _to_tiles(t: torch.Tensor, block: int) -> torch.Tensor:

@@ -24,9 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fp8rl.fp8.formats import RECIPE_FORMATS, resolve_format
-
-RECIPES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
-AMAX_ALGOS = ("max", "most_recent")
+from fp8rl.vocabulary import AMAX_ALGOS
+from fp8rl.vocabulary import GRANULARITIES as RECIPES
 
 
 @dataclass(frozen=True)

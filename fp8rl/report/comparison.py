@@ -20,10 +20,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from fp8rl.config import VARIANTS
 from fp8rl.report.load import STATUSES, RunSet
 from fp8rl.report.stats import t_interval, welch_interval
 from fp8rl.report.summaries import DIAGNOSTICS, eval_keys, run_summaries
+from fp8rl.vocabulary import NO_GRANULARITY, VARIANT_SPECS, VARIANTS
 
 USED_STATUSES = ("ok", "diverged")
 
@@ -32,8 +32,8 @@ def _groups(runs: pd.DataFrame) -> list[tuple[str, str, str]]:
     """(algo, model, granularity group) in matrix order; `none` when an algo/model has only bf16."""
     out = []
     for (algo, model), sub in runs.groupby(["algo", "model"], sort=False):
-        grans = [g for g in dict.fromkeys(sub["granularity"]) if g != "none"]
-        out += [(algo, model, g) for g in grans or ["none"]]
+        grans = [g for g in dict.fromkeys(sub["granularity"]) if g != NO_GRANULARITY]
+        out += [(algo, model, g) for g in grans or [NO_GRANULARITY]]
     return out
 
 
@@ -53,7 +53,7 @@ def comparison_table(runset: RunSet) -> pd.DataFrame:
         ref = cell[(cell["variant"] == "bf16") & cell["status"].isin(USED_STATUSES)]
         present = [v for v in VARIANTS if v in set(cell["variant"])]
         for variant in present:
-            want = "none" if variant == "bf16" else gran
+            want = gran if VARIANT_SPECS[variant].fp8 else NO_GRANULARITY
             runs = cell[(cell["variant"] == variant) & (cell["granularity"] == want)]
             if runs.empty:
                 continue

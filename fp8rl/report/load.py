@@ -32,7 +32,8 @@ from typing import Any
 
 import pandas as pd
 
-from fp8rl.config import ExperimentConfig, RunSpec
+from fp8rl.config import ExperimentConfig
+from fp8rl.matrix import RunSpec
 
 ID_COLUMNS = ["run_id", "algo", "model", "variant", "granularity", "seed"]
 STATUSES = ("ok", "diverged", "failed", "missing")

@@ -11,8 +11,7 @@ from __future__ import annotations
 import torch
 
 from fp8rl.rl._checks import LOG_RATIO_CLAMP, check_finite, check_mask, check_same_shape, masked_mean
-
-TIS_LEVELS = ("token", "sequence")
+from fp8rl.vocabulary import TIS_LEVELS
 
 
 def _raw_ratio(

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from fp8rl.cli import main
-from fp8rl.config import RunSpec, expand_matrix, find_run, reference_run
 from fp8rl.config_loader import ConfigError, load_config, validate_config
+from fp8rl.matrix import RunSpec, expand_matrix, find_run, reference_run
 
 ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = {
@@ -27,7 +27,7 @@ def test_defaults_follow_the_algorithms():
     assert (dapo.clip_low, dapo.clip_high, dapo.clip_c) == (0.2, 0.28, 3.0)
     assert dapo.loss_agg_mode == "token-mean" and dapo.dynamic_sampling
     assert cfg.model("tiny").arch is not None  # scratch models get a default architecture
-    assert cfg.calib.reference == "shadow" and cfg.tis.cap == 2.0
+    assert cfg.calib.reference.mode == "shadow" and cfg.tis.cap == 2.0
     assert cfg.fp8.gemms and cfg.fp8.optimizer_state and cfg.fp8.rollout
 
 
