@@ -59,7 +59,9 @@ def test_refusals_name_the_key(paper):
         check_verl_support(e5m2, RunSpec("grpo", "qwen3-8b", "fp8", "tensorwise", 0))
     check_verl_support(e5m2, RunSpec("grpo", "qwen3-8b", "fp8", "blockwise", 0))  # block recipes are e4m3
     # config validation rejects a shadow reference on verl; the adapter refuses it too if handed one
-    shadow = paper.model_copy(update={"calib": paper.calib.model_copy(update={"reference": CalibReference("shadow")})})
+    shadow = paper.model_copy(
+        update={"calib": paper.calib.model_copy(update={"reference": CalibReference("shadow")})}
+    )
     with pytest.raises(AdapterError, match="calib.reference"):
         check_verl_support(shadow, RunSpec("dapo", "qwen3-8b", "fp8_calib", "blockwise", 0))
     check_verl_support(shadow, RunSpec("dapo", "qwen3-8b", "fp8_tis", "blockwise", 0))
