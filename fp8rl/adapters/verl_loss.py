@@ -31,7 +31,8 @@ from typing import Any
 import torch
 from verl.trainer.ppo.core_algos import register_policy_loss
 
-from fp8rl.rl import policy_loss, ratio_quantiles
+from fp8rl.config import CalibConfig
+from fp8rl.rl import LOG_RATIO_CLAMP, ClipBounds, policy_loss, ratio_quantiles
 from fp8rl.rl.calibration import Calibrator
 
 SPEC_ENV = "FP8RL_VERL_LOSS"
@@ -114,7 +115,7 @@ def _run(
     loss_agg_mode: str,
     config: Any,
     rollout_is_weights: torch.Tensor | None,
-    bounds: tuple[float, float] | None,
+    bounds: ClipBounds | None,
     extra: dict[str, float],
 ) -> tuple[torch.Tensor, dict[str, float]]:
     mask = response_mask.bool()
@@ -134,7 +135,9 @@ def _run(
     info = dict(_cfg(config, "global_batch_info", {}) or {})
     loss = loss * _global_scale(mask, loss_agg_mode, info)
     with torch.no_grad():
-        ratio = torch.exp(torch.clamp(log_prob.detach() - old_log_prob.detach(), -20.0, 20.0))
+        ratio = torch.exp(
+            torch.clamp(log_prob.detach() - old_log_prob.detach(), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        )
         quantiles = ratio_quantiles(ratio, mask) if bool(mask.any()) else {}
     return loss, _metrics({**m, **quantiles, **extra})
 
@@ -158,7 +161,8 @@ def fp8rl_clip_loss(
 
 
 def calibrator(config: Any) -> Calibrator:
-    """This process's calibrator, built once from verl's clip ratios and the spec's calib section."""
+    """This process's calibrator, built once from verl's clip ratios and the spec's calib section (a
+    `CalibConfig`, through the same constructor as the reference trainer's)."""
     global _calibrator
     if _calibrator is None:
         calib = load_spec().get("calib")
@@ -167,15 +171,10 @@ def calibrator(config: Any) -> Calibrator:
                 f"calibrated_clip: no calibration options; set {SPEC_ENV} to the run's verl_loss.json "
                 "(fp8rl verl train writes it)"
             )
+        options = {k: v for k, v in calib.items() if k in CalibConfig.model_fields}
         clip_low, clip_high = _clip_range(config)
-        _calibrator = Calibrator(
-            clip_low,
-            clip_high,
-            reference=calib["reference"],
-            population=calib.get("population", "all"),
-            upper=calib.get("upper", "proportional"),
-            low_range=tuple(calib.get("low_range", (0.5, 1.0))),
-            momentum=float(calib.get("momentum", 0.0)),
+        _calibrator = Calibrator.from_config(
+            CalibConfig.model_validate(options), clip_low=clip_low, clip_high=clip_high
         )
     return _calibrator
 
@@ -197,9 +196,10 @@ def calibrated_clip_loss(
     calib = load_spec()["calib"]
     mask = response_mask.bool()
     with torch.no_grad():
-        log_ratio = torch.clamp(log_prob.detach() - old_log_prob.detach(), -20.0, 20.0)
-        ratio = torch.exp(log_ratio)
-    low, high, extra = cal.bounds(
+        ratio = torch.exp(
+            torch.clamp(log_prob.detach() - old_log_prob.detach(), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        )
+    bounds, extra = cal.bounds(
         ratio,
         advantages,
         mask,
@@ -214,6 +214,6 @@ def calibrated_clip_loss(
         loss_agg_mode,
         config,
         rollout_is_weights,
-        (low, high),
+        bounds,
         extra,
     )

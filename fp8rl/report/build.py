@@ -31,6 +31,7 @@ from fp8rl.report.paths import ReportPaths
 from fp8rl.report.plots import write_plots
 from fp8rl.report.summaries import eval_keys
 from fp8rl.report.throughput import throughput_table
+from fp8rl.rl.bounds import ClipBounds
 
 RUN_COLUMNS = ["run_id", "status", "reason", "step", "steps_planned", "malformed_lines", "execution"]
 PLOT_CAPTIONS = {
@@ -92,7 +93,8 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
     )
 
     clip_bounds = {
-        a: (1 - cfg.algorithm(a).clip_low, 1 + cfg.algorithm(a).clip_high) for a in cfg.matrix.algorithms
+        a: ClipBounds.fixed(cfg.algorithm(a).clip_low, cfg.algorithm(a).clip_high)
+        for a in cfg.matrix.algorithms
     }
     plots = write_plots(runset, comparison, keys, throughput, paths.plots_dir, clip_bounds)
 

@@ -4,8 +4,9 @@ Pure torch functions with no trainer state (plus a small stateful calibrator and
 reference trainer and the verl adapter compute exactly the same objective. Never imports `fp8rl.fp8`.
 """
 
-from fp8rl.rl._checks import masked_ratio
+from fp8rl.rl._checks import LOG_RATIO_CLAMP, masked_ratio
 from fp8rl.rl.advantages import dynamic_sampling_mask, grpo_advantages, overlong_penalty
+from fp8rl.rl.bounds import ClipBounds
 from fp8rl.rl.calibration import (
     Calibrator,
     bounds_from_quantiles,
@@ -21,6 +22,7 @@ from fp8rl.rl.stability import EntropySpikeDetector
 from fp8rl.rl.tis import tis_stats, tis_weights
 
 __all__ = [
+    "LOG_RATIO_CLAMP",
     "EntropySpikeDetector",
     "GibberishRules",
     "RatioHistogram",
@@ -28,6 +30,7 @@ __all__ = [
     "gibberish_rate",
     "gibberish_reason",
     "Calibrator",
+    "ClipBounds",
     "bounds_from_quantiles",
     "calibrated_bounds",
     "target_quantiles",

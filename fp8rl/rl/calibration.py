@@ -24,9 +24,10 @@ from typing import Any
 import torch
 
 from fp8rl.rl._checks import check_finite, check_mask, check_same_shape, per_token
-
-POPULATIONS = ("all", "neg")
-UPPER_MODES = ("proportional", "quantile")
+from fp8rl.rl.bounds import ClipBounds
+from fp8rl.vocabulary import CALIB_POPULATIONS as POPULATIONS
+from fp8rl.vocabulary import CALIB_UPPER_MODES as UPPER_MODES
+from fp8rl.vocabulary import CalibReference
 
 
 def _populations(adv: torch.Tensor, m: torch.Tensor, population: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,10 +66,11 @@ def target_quantiles(
     adv = per_token("target_quantiles", "advantages", advantages, m)
     check_finite("target_quantiles", "ref_ratio", ref_ratio, m)
     pop_lo, pop_hi = _populations(adv, m, population)
+    fixed = ClipBounds.fixed(clip_low, clip_high)
     r = ref_ratio.detach()
     n_lo, n_hi = int(pop_lo.sum()), int(pop_hi.sum())
-    q = int(((r < 1.0 - clip_low) & pop_lo).sum()) / n_lo if n_lo else None
-    q_hi = int(((r > 1.0 + clip_high) & pop_hi).sum()) / n_hi if n_hi else None
+    q = int(((r < fixed.low) & pop_lo).sum()) / n_lo if n_lo else None
+    q_hi = int(((r > fixed.high) & pop_hi).sum()) / n_hi if n_hi else None
     return q, q_hi
 
 
@@ -109,7 +111,7 @@ def bounds_from_quantiles(
     population: str = "all",
     upper: str = "proportional",
     low_range: tuple[float, float] = (0.5, 1.0),
-) -> tuple[float, float]:
+) -> ClipBounds:
     """Bounds (L, U) under which a fraction `q` of the population's ratios lies strictly below L and
     (quantile mode) a fraction `q_high` strictly above U, to the nearest token.
 
@@ -122,7 +124,7 @@ def bounds_from_quantiles(
     With `q` None or an empty population, the fixed bounds `(1 - clip_low, 1 + clip_high)` are returned.
     """
     _check_options(clip_low, clip_high, upper, low_range)
-    fixed = (1.0 - clip_low, 1.0 + clip_high)
+    fixed = ClipBounds.fixed(clip_low, clip_high)
     m = check_mask(mask, "calibrated_bounds", "mask")
     check_same_shape("calibrated_bounds", "mask", m, ratio=ratio)
     adv = per_token("calibrated_bounds", "advantages", advantages, m)
@@ -133,15 +135,15 @@ def bounds_from_quantiles(
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"calibrated_bounds: target quantile q must be in [0, 1], got {q}")
     r_lo, _ = torch.sort(ratio.detach()[pop_lo].to(torch.float64))
-    low = _lower_bound(r_lo, round(q * r_lo.numel()), fixed[0], low_range)
+    low = _lower_bound(r_lo, round(q * r_lo.numel()), fixed.low, low_range)
     if upper == "proportional":
-        return low, 1.0 + clip_high * (1.0 - low) / clip_low
+        return ClipBounds(low, 1.0 + clip_high * (1.0 - low) / clip_low)
     if q_high is None or int(pop_hi.sum()) == 0:
-        return low, fixed[1]
+        return ClipBounds(low, fixed.high)
     if not 0.0 <= q_high <= 1.0:
         raise ValueError(f"calibrated_bounds: upper target quantile must be in [0, 1], got {q_high}")
     r_hi, _ = torch.sort(ratio.detach()[pop_hi].to(torch.float64))
-    return low, _upper_bound(r_hi, round(q_high * r_hi.numel()), fixed[1])
+    return ClipBounds(low, _upper_bound(r_hi, round(q_high * r_hi.numel()), fixed.high))
 
 
 def calibrated_bounds(
@@ -156,7 +158,7 @@ def calibrated_bounds(
     upper: str = "proportional",
     low_range: tuple[float, float] = (0.5, 1.0),
     ref_mask: torch.Tensor | None = None,
-) -> tuple[float, float]:
+) -> ClipBounds:
     """Calibrated (L, U) for FP8 ratios `ratio` given BF16 reference ratios `ref_ratio` of the same tokens
     (DESIGN.md §5): the target `q` is the fraction of reference ratios below `1 - clip_low`, `L` the q-th
     quantile of `ratio`, and `U` follows from L (proportional) or from the matching upper fraction.
@@ -194,7 +196,7 @@ class Calibrator:
         clip_low: float,
         clip_high: float,
         *,
-        reference: str = "shadow",
+        reference: str | CalibReference = "shadow",
         population: str = "all",
         upper: str = "proportional",
         low_range: tuple[float, float] = (0.5, 1.0),
@@ -207,24 +209,17 @@ class Calibrator:
             )
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"Calibrator: momentum must be in [0, 1), got {momentum}")
-        self.static_q: float | None = None
-        if reference.startswith("static:"):
-            try:
-                self.static_q = float(reference.split(":", 1)[1])
-            except ValueError:
-                self.static_q = -1.0
-            if not 0.0 <= self.static_q < 1.0:
-                raise ValueError(f"Calibrator: reference {reference!r} needs 0 <= q < 1")
-            if upper == "quantile":
-                raise ValueError(
-                    "Calibrator: reference 'static:<q>' has no upper target; use upper='proportional'"
-                )
-        elif reference not in ("shadow", "run"):
+        try:
+            self.reference = CalibReference.parse(reference)
+        except ValueError as exc:
+            raise ValueError(f"Calibrator: {exc}") from None
+        if self.reference.mode == "static" and upper == "quantile":
             raise ValueError(
-                f"Calibrator: reference must be 'shadow', 'run' or 'static:<q>', got {reference!r}"
+                "Calibrator: reference 'static:<q>' has no upper target; use upper='proportional'"
             )
         self.clip_low, self.clip_high = float(clip_low), float(clip_high)
-        self.reference, self.population, self.upper = reference, population, upper
+        self.fixed = ClipBounds.fixed(self.clip_low, self.clip_high)
+        self.population, self.upper = population, upper
         self.low_range = (float(low_range[0]), float(low_range[1]))
         self.momentum = float(momentum)
         self.low: float | None = None
@@ -232,10 +227,11 @@ class Calibrator:
         self.updates = 0
 
     @classmethod
-    def from_config(cls, algo: Any, calib: Any) -> Calibrator:
-        """From an algorithm section (`clip_low`, `clip_high`) and a `CalibConfig` of fp8rl.config."""
+    def from_config(cls, calib: Any, *, clip_low: float, clip_high: float) -> Calibrator:
+        """From a `CalibConfig` of fp8rl.config and the algorithm's fixed clip ratios: the one
+        constructor of the reference trainer and the verl loss."""
         return cls(
-            algo.clip_low, algo.clip_high, reference=calib.reference, population=calib.population,
+            clip_low, clip_high, reference=calib.reference, population=calib.population,
             upper=calib.upper, low_range=tuple(calib.low_range), momentum=calib.momentum,
         )  # fmt: skip
 
@@ -249,8 +245,8 @@ class Calibrator:
         target_q: float | None = None,
         target_q_high: float | None = None,
         ref_mask: torch.Tensor | None = None,
-    ) -> tuple[float, float, dict[str, float]]:
-        """Update with this mini-batch's FP8 ratios; returns `(low, high, metrics)` with `calib/low`,
+    ) -> tuple[ClipBounds, dict[str, float]]:
+        """Update with this mini-batch's FP8 ratios; returns `(bounds, metrics)` with `calib/low`,
         `calib/high` (the bounds to use), and `calib/target_q` (+ `calib/target_q_high` in quantile mode)
         when a target was available."""
         q, q_hi = self._targets(
@@ -270,18 +266,18 @@ class Calibrator:
             metrics["calib/target_q"] = float(q)
             if self.upper == "quantile" and q_hi is not None:
                 metrics["calib/target_q_high"] = float(q_hi)
-        low, high = self.current()
-        metrics["calib/low"], metrics["calib/high"] = low, high
-        return low, high, metrics
+        bounds = self.current()
+        metrics["calib/low"], metrics["calib/high"] = bounds
+        return bounds, metrics
 
-    def current(self) -> tuple[float, float]:
+    def current(self) -> ClipBounds:
         """The bounds in force: the last calibrated ones, or the fixed ones before the first update."""
         if self.low is None or self.high is None:
-            return 1.0 - self.clip_low, 1.0 + self.clip_high
-        return self.low, self.high
+            return self.fixed
+        return ClipBounds(self.low, self.high)
 
     def _targets(self, ratio, advantages, mask, ref_ratio, target_q, target_q_high, ref_mask):
-        if self.reference == "shadow":
+        if self.reference.mode == "shadow":
             if ref_ratio is None:
                 raise ValueError("Calibrator(reference='shadow').bounds needs ref_ratio from the shadow pass")
             m = check_mask(mask, "Calibrator.bounds")
@@ -293,9 +289,9 @@ class Calibrator:
                 ref_ratio, advantages, rm, clip_low=self.clip_low, clip_high=self.clip_high,
                 population=self.population,
             )  # fmt: skip
-        if self.reference == "run":
+        if self.reference.mode == "run":
             return target_q, target_q_high
-        return self.static_q, None
+        return self.reference.q, None
 
     def state_dict(self) -> dict[str, Any]:
         return {"low": self.low, "high": self.high, "updates": self.updates}

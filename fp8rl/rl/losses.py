@@ -20,10 +20,9 @@ from fp8rl.rl._checks import (
     masked_mean,
     per_token,
 )
+from fp8rl.rl.bounds import ClipBounds
 from fp8rl.rl.diagnostics import clip_stats
-
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
-KL_TYPES = ("k1", "k3")
+from fp8rl.vocabulary import KL_TYPES, LOSS_AGG_MODES
 
 
 def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean") -> torch.Tensor:
@@ -66,21 +65,14 @@ def kl_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kl_type: str 
 
 
 def _resolve_bounds(
-    bounds: tuple[float | torch.Tensor, float | torch.Tensor] | None, clip_low: float, clip_high: float
-) -> tuple[float, float]:
-    if bounds is None:
-        if not 0.0 < clip_low < 1.0:
-            raise ValueError(f"policy_loss: clip_low must be in (0, 1), got {clip_low}")
-        if clip_high <= 0.0:
-            raise ValueError(f"policy_loss: clip_high must be > 0, got {clip_high}")
-        return 1.0 - clip_low, 1.0 + clip_high
+    bounds: ClipBounds | tuple[float | torch.Tensor, float | torch.Tensor] | None,
+    clip_low: float,
+    clip_high: float,
+) -> ClipBounds:
     try:
-        low, high = (float(b) for b in bounds)
-    except (TypeError, ValueError):
-        raise ValueError(f"policy_loss: bounds must be a pair (low, high), got {bounds!r}") from None
-    if not 0.0 <= low <= high:
-        raise ValueError(f"policy_loss: bounds must satisfy 0 <= low <= high, got ({low}, {high})")
-    return low, high
+        return ClipBounds.fixed(clip_low, clip_high) if bounds is None else ClipBounds.coerce(bounds)
+    except ValueError as exc:
+        raise ValueError(f"policy_loss: {exc}") from None
 
 
 def policy_loss(
@@ -94,7 +86,7 @@ def policy_loss(
     clip_c: float | None = None,
     loss_agg_mode: str = "token-mean",
     is_weights: torch.Tensor | None = None,
-    bounds: tuple[float | torch.Tensor, float | torch.Tensor] | None = None,
+    bounds: ClipBounds | tuple[float | torch.Tensor, float | torch.Tensor] | None = None,
     ref_log_prob: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     kl_type: str = "k3",
@@ -103,8 +95,9 @@ def policy_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip loss of the current policy; returns `(loss, metrics)`.
 
-    Per token, with `r = exp(clamp(log_prob - old_log_prob, -20, 20))` and `(L, U) = bounds or
-    (1 - clip_low, 1 + clip_high)`: `max(-A r, -A clip(r, L, U))`; for A < 0 and `clip_c` given, that is
+    Per token, with `r = exp(clamp(log_prob - old_log_prob, -20, 20))` and `(L, U) = bounds` (a
+    `ClipBounds`, or a `(low, high)` pair) or, without bounds, `ClipBounds.fixed(clip_low, clip_high)`
+    = (1 - clip_low, 1 + clip_high): `max(-A r, -A clip(r, L, U))`; for A < 0 and `clip_c` given, that is
     capped at `-A clip_c` (dual clip). `is_weights` [B, T] (detached) multiply the per-token loss; the
     result is aggregated with `loss_agg_mode`. With `kl_coef > 0`, `kl_coef * agg(kl_penalty(log_prob,
     ref_log_prob, kl_type))` is added; with `entropy` [B, T] and `entropy_coef > 0`,
