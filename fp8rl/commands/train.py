@@ -66,7 +66,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from fp8rl.config import find_run
+    from fp8rl.matrix import find_run
 
     cfg = load_config(args.file, args.set)
     try:
@@ -79,17 +79,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     data = _require_dir(args.data, "data directory", "--data")
     if not (data / "train.jsonl").is_file():
         raise UsageError(f"--data {args.data}: no train.jsonl (run `fp8rl data` first)")
-    needs_ref = run.spec.calib and cfg.calib.reference == "run"
+    needs_ref = run.spec.calib and cfg.calib.reference.mode == "run"
     if needs_ref and not args.reference:
         raise UsageError(
             f"--reference: run {run.run_id} calibrates against a bf16 run (calib.reference: run); pass its run directory"
         )
-    reference = None
+    run_targets = None
     if needs_ref:
         from fp8rl.engine.rundir import reference_targets
 
         try:
-            reference = reference_targets(args.reference, cfg.calib.population)
+            run_targets = reference_targets(args.reference, cfg.calib.population)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     from fp8rl.engine.checkpoint import CheckpointError, has_checkpoint, verify_checkpoint
@@ -113,7 +113,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             base_dir=base,
             data_dir=data,
             out_dir=Path(args.out),
-            reference=reference,
+            run_targets=run_targets,
             progress=not args.no_progress,
             device=args.device,
         )

@@ -11,7 +11,7 @@ unshaped task accuracy, `reward/mean` the shaped reward.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -51,6 +51,38 @@ def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
     return RolloutBatch(torch.cat(ids), torch.cat(att), p, torch.cat(rmask), torch.cat(lps), torch.cat(trunc))
 
 
+@dataclass
+class GeneratedSamples:
+    """Every sample generated in one step, across DAPO's resampling rounds: what the step's `reward/*`,
+    `acc/*`, `resp_len/*` and `gibberish/rate` metrics describe (not only the samples kept to train on)."""
+
+    acc: list[torch.Tensor] = field(default_factory=list)  # per round: [n] unshaped task accuracy
+    rewards: list[torch.Tensor] = field(default_factory=list)  # per round: [n] shaped rewards
+    lengths: list[torch.Tensor] = field(default_factory=list)  # per round: [n] response lengths
+    texts: list[str] = field(default_factory=list)
+    format_ok: list[bool] = field(default_factory=list)
+
+    def add(self, acc: torch.Tensor, rewards: torch.Tensor, batch: RolloutBatch, texts: list[str]) -> None:
+        self.acc.append(acc)
+        self.rewards.append(rewards)
+        self.lengths.append(batch.response_lengths.float())
+        self.texts += texts
+        self.format_ok += [tasks.format_ok(t) for t in texts]
+
+    def metrics(self) -> dict[str, float]:
+        from fp8rl.rl import gibberish_rate
+
+        lengths = torch.cat(self.lengths)
+        return {
+            "reward/mean": float(torch.cat(self.rewards).mean()),
+            "acc/mean": float(torch.cat(self.acc).mean()),
+            "resp_len/mean": float(lengths.mean()),
+            "tok/rollout": float(lengths.sum()),
+            "rollout/samples": float(len(self.texts)),
+            "gibberish/rate": float(gibberish_rate(self.texts, self.format_ok)),
+        }
+
+
 def collect_rollouts(
     model: torch.nn.Module,
     tokenizer,
@@ -64,15 +96,16 @@ def collect_rollouts(
 ) -> StepRollout:
     """Run the rollout phase of one step with `model` (the rollout copy), scoring each response with
     `verifier(response, answer)`; see the module doc."""
-    from fp8rl.rl import dynamic_sampling_mask, gibberish_rate, grpo_advantages, overlong_penalty
+    from fp8rl.rl import dynamic_sampling_mask, grpo_advantages, overlong_penalty
 
     g = algo.group_size
     dapo = isinstance(algo, DAPOConfig)
-    rounds = 1 + (algo.max_resample_rounds if dapo and algo.dynamic_sampling else 0)
+    refill = dapo and algo.dynamic_sampling
+    rounds = 1 + (algo.max_resample_rounds if refill else 0)
     kept_batches: list[RolloutBatch] = []
     kept_rewards: list[torch.Tensor] = []
     kept_groups = dropped = 0
-    all_acc, all_rew, all_len, all_texts, all_ok = [], [], [], [], []
+    generated = GeneratedSamples()
     for _ in range(rounds):
         need = schedule.prompts_per_step - kept_groups
         pick = torch.randperm(len(prompt_ids), generator=generator)[: schedule.prompts_per_step].tolist()
@@ -98,12 +131,8 @@ def collect_rollouts(
                 algo.overlong_buffer_len,
                 algo.overlong_penalty_factor,
             )
-        all_acc.append(acc)
-        all_rew.append(rewards)
-        all_len.append(batch.response_lengths.float())
-        all_texts += texts
-        all_ok += [tasks.format_ok(t) for t in texts]
-        if dapo and algo.dynamic_sampling:
+        generated.add(acc, rewards, batch, texts)
+        if refill:
             keep, n_drop = dynamic_sampling_mask(rewards, g)
             dropped += n_drop
             idx = keep.nonzero().squeeze(-1)[: need * g]
@@ -115,16 +144,8 @@ def collect_rollouts(
             kept_groups += len(idx) // g
         if kept_groups >= schedule.prompts_per_step:
             break
-    acc_all, rew_all, len_all = torch.cat(all_acc), torch.cat(all_rew), torch.cat(all_len)
-    metrics = {
-        "reward/mean": float(rew_all.mean()),
-        "acc/mean": float(acc_all.mean()),
-        "resp_len/mean": float(len_all.mean()),
-        "tok/rollout": float(len_all.sum()),
-        "rollout/samples": float(len(all_texts)),
-    }
-    metrics["gibberish/rate"] = float(gibberish_rate(all_texts, all_ok))
-    if dapo and algo.dynamic_sampling:
+    metrics = generated.metrics()
+    if refill:
         metrics["dapo/dropped_groups"] = float(dropped)
         metrics["dapo/kept_groups"] = float(kept_groups)
     if not kept_batches:

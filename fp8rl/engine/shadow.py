@@ -1,7 +1,7 @@
 """The BF16 shadow pass of the reference trainer: the calibration reference and the phantom diagnostic.
 
 In fp8 variants a random `calib.sample_frac` of each step's sequences (the shadow rows) is re-scored
-with the policy's quantization switched off (`Precision.shadow`, the exact unquantized path): once for
+with the policy's quantization switched off (`Precision.unquantized`, the exact unquantized path): once for
 the old policy, right after the trainer's log-prob recompute, and once per mini-batch update for the
 current policy (no grad). Their ratio `π_θ / π_old` in BF16 is the reference ratio of those tokens:
 `*_calib` variants calibrate their clip bounds against it (`calib.reference: shadow`), and every fp8
@@ -26,17 +26,17 @@ class ShadowPass:
     """One run's shadow pass: `start_step` once per rollout batch, `ref_ratios` per mini-batch."""
 
     def __init__(
-        self, policy: torch.nn.Module, shadow, timer: PhaseTimer, sample_frac: float, temperature: float
+        self, policy: torch.nn.Module, unquantized, timer: PhaseTimer, sample_frac: float, temperature: float
     ):
-        """`shadow()` is the context that switches `policy`'s quantization off (`Precision.shadow`)."""
-        self.policy, self.shadow, self.timer = policy, shadow, timer
+        """`unquantized()` is the context that switches `policy`'s quantization off (`Precision.unquantized`)."""
+        self.policy, self.unquantized, self.timer = policy, unquantized, timer
         self.sample_frac, self.temperature = sample_frac, temperature
         self.hist = RatioHistogram()
         self.pos: torch.Tensor | None = None  # [B]: row -> index among the shadow rows, -1 elsewhere
         self.ref_old: torch.Tensor | None = None  # [n_shadow, T] old-policy BF16 log-probs
 
     def _score(self, batch: RolloutBatch) -> torch.Tensor:
-        with self.timer.phase("calib") as ph, torch.no_grad(), self.shadow():
+        with self.timer.phase("calib") as ph, torch.no_grad(), self.unquantized():
             lp, _ = score(self.policy, batch, temperature=self.temperature)
             ph.tokens = float(batch.attention_mask.sum())
         return lp

@@ -33,22 +33,38 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from fp8rl.config import TRAIN_SECTIONS, ExperimentConfig, RunSpec
+from fp8rl.config import TRAIN_SECTIONS, ExperimentConfig
 from fp8rl.engine import tasks
 from fp8rl.engine.checkpoint import has_checkpoint, resumable_checkpoint, save_checkpoint, set_rng_state
 from fp8rl.engine.data import load_split
 from fp8rl.engine.device import resolve_device
 from fp8rl.engine.model import load_hf
-from fp8rl.engine.precision import setup_precision
+from fp8rl.engine.precision import bf16_emulation, setup_precision
 from fp8rl.engine.rollout import StepRollout, collect_rollouts
 from fp8rl.engine.rundir import RunDir
+from fp8rl.engine.sampler import RolloutBatch
 from fp8rl.engine.scoring import score
 from fp8rl.engine.shadow import ShadowPass
 from fp8rl.engine.throughput import PHASES, PhaseTimer, throughput_report
 from fp8rl.engine.tokenizer import load_tokenizer
+from fp8rl.engine.update_batch import MiniBatch, StepMeans, StepScores
 from fp8rl.fp8 import fp8_state_dict, load_fp8_state_dict
 from fp8rl.fp8.backend import gemm_counts
+from fp8rl.matrix import RunSpec
 from fp8rl.provenance import provenance
+from fp8rl.rl import (
+    Calibrator,
+    ClipBounds,
+    EntropySpikeDetector,
+    entropy_from_logits,
+    masked_ratio,
+    mismatch_kl,
+    phantom_low_neg,
+    policy_loss,
+    ratio_quantiles,
+    tis_stats,
+    tis_weights,
+)
 
 FINAL_KEYS = ("reward/mean", "acc/mean", "entropy", "resp_len/mean", "gibberish/rate", "mismatch/kl_k3")
 
@@ -80,7 +96,10 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
 
 
 class Trainer:
-    """One run of the matrix: `Trainer(cfg, run, ...).run()` returns the summary it wrote."""
+    """One run of the matrix: `Trainer(cfg, run, ...).run()` returns the summary it wrote.
+
+    Everything the run owns (model copies, precision, optimizer, calibrator, shadow pass, detectors,
+    data) is built here, before any step; a bad input raises ValueError before work starts."""
 
     def __init__(
         self,
@@ -90,50 +109,53 @@ class Trainer:
         base_dir: str | Path,
         data_dir: str | Path,
         out_dir: str | Path,
-        reference: dict[int, tuple[float | None, float | None]] | None = None,
+        run_targets: dict[int, tuple[float | None, float | None]] | None = None,
         progress: bool = True,
         shadow_diagnostics: bool = True,
         device: str | None = None,
     ):
+        """`run_targets`: per-step calibration targets of the matching bf16 run (`calib.reference: run`).
+        `shadow_diagnostics=False` limits the shadow pass to `*_calib` variants (the step-time benchmark);
+        `device` None: CUDA when resources.train.gpus > 0 (fp8rl.engine.device)."""
         self.cfg, self.run_spec, self.spec = cfg, run, run.spec
-        # `device` None: CUDA when resources.train.gpus > 0 (fp8rl.engine.device); checked before any work
         self.device = resolve_device(device, cfg.resources_for("train").gpus)
         self.algo = cfg.algorithm(run.algo)
         self.base_dir, self.data_dir = Path(base_dir), Path(data_dir)
         self.dir = RunDir(out_dir)
-        self.reference = reference
         self.progress = progress
-        # The shadow pass runs in every fp8 variant (calibration reference, phantom clipping diagnostic);
-        # `shadow_diagnostics=False` limits it to *_calib variants (used by the step-time benchmark).
-        self.use_shadow = self.spec.fp8 and (self.spec.calib or shadow_diagnostics)
-        if self.spec.calib and cfg.calib.reference == "run" and reference is None:
+        if self.spec.calib and cfg.calib.reference.mode == "run" and run_targets is None:
             raise ValueError(f"{run.run_id}: calib.reference is 'run' but no bf16 reference run was given")
+        self.run_targets = run_targets or {}
+        self.fixed_bounds = ClipBounds.fixed(self.algo.clip_low, self.algo.clip_high)
 
-    # ------------------------------------------------------------------------------------------ set-up
-
-    def _setup(self) -> None:
-        cfg = self.cfg
         torch.set_num_threads(cfg.resources_for("train").threads)
         torch.use_deterministic_algorithms(True, warn_only=True)
         self.tokenizer = load_tokenizer(self.base_dir)
         policy = load_hf(self.base_dir).to(self.device)
-        self.ref_model = None
+        # The KL penalty's anchor: the base policy, frozen and bf16-emulated (kl_coef > 0 only).
+        self.kl_policy: torch.nn.Module | None = None
         if self.algo.kl_coef > 0:
-            from fp8rl.engine.precision import bf16_emulation
-
-            self.ref_model = copy.deepcopy(policy).eval().requires_grad_(False)
-            bf16_emulation(self.ref_model)
-        self.prec = setup_precision(policy, cfg, self.run_spec)
+            self.kl_policy = copy.deepcopy(policy).eval().requires_grad_(False)
+            bf16_emulation(self.kl_policy)
+        self.prec = setup_precision(policy, cfg, run)
         self.policy = self.prec.policy
         self.policy.train()
-        from fp8rl.rl import Calibrator, EntropySpikeDetector
-
         self.timer = PhaseTimer(self.device)
-        self.calibrator = Calibrator.from_config(self.algo, cfg.calib) if self.spec.calib else None
-        self.shadow = None
-        if self.use_shadow:
-            frac, temperature = cfg.calib.sample_frac, cfg.schedule.temperature
-            self.shadow = ShadowPass(self.policy, self.prec.shadow, self.timer, frac, temperature)
+        self.calibrator = (
+            Calibrator.from_config(cfg.calib, clip_low=self.algo.clip_low, clip_high=self.algo.clip_high)
+            if self.spec.calib
+            else None
+        )
+        # The BF16 shadow pass runs in every fp8 variant: calibration reference and phantom diagnostics.
+        self.shadow: ShadowPass | None = None
+        if self.spec.fp8 and (self.spec.calib or shadow_diagnostics):
+            self.shadow = ShadowPass(
+                self.policy,
+                self.prec.unquantized,
+                self.timer,
+                cfg.calib.sample_frac,
+                cfg.schedule.temperature,
+            )
         st = cfg.stability
         self.spike = EntropySpikeDetector(st.entropy_spike_k, st.entropy_spike_m, st.baseline_steps)
         rows = load_split(self.data_dir, "train.jsonl")
@@ -141,6 +163,8 @@ class Trainer:
         self.answers = [r["answer"] for r in rows]
         self.verifier = tasks.reward_fn(cfg.task.name)
         gemm_counts(reset=True)  # throughput.json counts this run's FP8 GEMMs per path
+
+    # ------------------------------------------------------------------------------------- checkpoints
 
     def _trainer_state(self) -> dict:
         return {
@@ -179,28 +203,38 @@ class Trainer:
         }
         save_checkpoint(self.dir.checkpoint, self.policy, self.tokenizer, self._trainer_state(), meta)
 
+    def _save_diverged(self, step: int) -> None:
+        """Keep a loadable checkpoint for the evaluators: the current policy if its weights are finite,
+        else the last periodic checkpoint (or none was written yet: the base model's weights)."""
+        finite = all(bool(torch.isfinite(p).all()) for p in self.policy.parameters())
+        if finite or not has_checkpoint(self.dir.checkpoint):
+            if not finite:
+                self.policy.load_state_dict(load_hf(self.base_dir).state_dict(), strict=False)
+            self._save(step - 1)
+
     # --------------------------------------------------------------------------------------- the loop
+
+    def _resume(self) -> int:
+        """Restore the last checkpoint of this run if it is still valid; returns the last step done."""
+        resume = resumable_checkpoint(
+            self.dir.checkpoint, run_id=self.run_spec.run_id, train_digest=self._train_digest()
+        )
+        if resume is None:
+            self.dir.reset_metrics(0)
+            return 0
+        meta, state = resume
+        self._restore(state)
+        self.dir.reset_metrics(int(meta["metrics_offset"]))
+        return int(meta["step"])
 
     def run(self) -> dict:
         steps = self.cfg.schedule.steps
         last, status, reason = 0, "ok", None
         try:
-            self._setup()
             self.dir.write_config(self.cfg.model_dump(mode="json"))
-            start = 1
-            resume = resumable_checkpoint(
-                self.dir.checkpoint, run_id=self.run_spec.run_id, train_digest=self._train_digest()
-            )
-            if resume is not None:
-                meta, state = resume
-                self._restore(state)
-                self.dir.reset_metrics(int(meta["metrics_offset"]))
-                last = int(meta["step"])
-                start = last + 1
-            else:
-                self.dir.reset_metrics(0)
-            bar = tqdm(total=steps, initial=start - 1, desc=self.run_spec.run_id, disable=not self.progress)
-            for step in range(start, steps + 1):
+            last = self._resume()
+            bar = tqdm(total=steps, initial=last, desc=self.run_spec.run_id, disable=not self.progress)
+            for step in range(last + 1, steps + 1):
                 try:
                     metrics = self.train_step(step)
                 except Diverged as exc:
@@ -226,15 +260,6 @@ class Trainer:
             traceback.print_exc()
         return self._finish(status, reason, last)
 
-    def _save_diverged(self, step: int) -> None:
-        """Keep a loadable checkpoint for the evaluators: the current policy if its weights are finite,
-        else the last periodic checkpoint (or none was written yet: the base model's weights)."""
-        finite = all(bool(torch.isfinite(p).all()) for p in self.policy.parameters())
-        if finite or not has_checkpoint(self.dir.checkpoint):
-            if not finite:
-                self.policy.load_state_dict(load_hf(self.base_dir).state_dict(), strict=False)
-            self._save(step - 1)
-
     def _finish(self, status: str, reason: str | None, last: int) -> dict:
         rows = self.dir.read_metrics() if self.dir.metrics.exists() else []
         final = {k: rows[-1][k] for k in FINAL_KEYS if rows and k in rows[-1]}
@@ -247,9 +272,8 @@ class Trainer:
             "final": final,
             "provenance": provenance(self.cfg.digest()),
         }
-        if hasattr(self, "prec"):
-            self.dir.write_throughput(throughput_report(rows, self.prec, self.timer))
-        if getattr(self, "shadow", None) is not None:
+        self.dir.write_throughput(throughput_report(rows, self.prec, self.timer))
+        if self.shadow is not None:
             self.dir.write_ratio_hist(self.shadow.hist.as_dict())
         self.dir.write_summary(summary)
         return summary
@@ -282,20 +306,28 @@ class Trainer:
         return sch.lr * min(1.0, step / sch.warmup_steps) if sch.warmup_steps else sch.lr
 
     def _learn(self, step: int, ro: StepRollout) -> dict[str, float]:
-        from fp8rl.rl import entropy_from_logits, mismatch_kl, tis_stats, tis_weights
+        """Score the step's batch (old log-probs, entropy, mismatch, TIS), then run its PPO updates."""
+        scores, out = self._score_step(ro.batch)
+        if self.shadow is not None:
+            self.shadow.start_step(
+                ro.batch,
+                _gen(self.run_spec.seed, step, "shadow"),
+                single_update=scores.reused_forward is not None,
+            )
+        out.update(self._update(step, ro, scores))
+        return out
 
-        cfg, seed, sch, batch = self.cfg, self.run_spec.seed, self.cfg.schedule, ro.batch
-        mask = batch.response_mask
+    def _score_step(self, batch: RolloutBatch) -> tuple[StepScores, dict[str, float]]:
+        sch, mask = self.cfg.schedule, batch.response_mask
         out: dict[str, float] = {}
         # With a single update per step (1 epoch x 1 mini-batch) the policy is still the rollout-time one
         # when it is trained: old log-probs are the update's own forward, detached (as TRL and verl do).
-        single = sch.ppo_epochs * sch.mini_batches == 1
-        first = None
-        if single:
+        reused = None
+        if sch.ppo_epochs * sch.mini_batches == 1:
             with self.timer.phase("train") as ph:
                 lp, logits = score(self.policy, batch, temperature=sch.temperature, return_logits=True)
                 ph.tokens = float(batch.attention_mask.sum())
-            first, old_lp = (lp, logits), lp.detach()
+            reused, old_lp = (lp, logits), lp.detach()
         else:
             with self.timer.phase("logprob") as ph, torch.no_grad():
                 old_lp, logits = score(self.policy, batch, temperature=sch.temperature, return_logits=True)
@@ -304,103 +336,97 @@ class Trainer:
         with torch.no_grad():
             ent = entropy_from_logits(logits.detach(), mask)
             out["entropy"] = float((ent * mask).sum() / mask.sum().clamp(min=1))
-            ref_lp = None
-            if self.ref_model is not None:
-                ref_lp, _ = score(self.ref_model, batch, temperature=sch.temperature)
+            kl_ref_lp = None
+            if self.kl_policy is not None:
+                kl_ref_lp, _ = score(self.kl_policy, batch, temperature=sch.temperature)
         out.update(mismatch_kl(old_lp, batch.log_probs, mask))
         is_w = None
         if self.spec.tis:
-            t = cfg.tis
+            t = self.cfg.tis
             is_w = tis_weights(old_lp, batch.log_probs, mask, cap=t.cap, level=t.level, icepop=t.icepop)
             out.update(tis_stats(old_lp, batch.log_probs, mask, cap=t.cap, level=t.level, icepop=t.icepop))
-        if self.shadow is not None:
-            self.shadow.start_step(batch, _gen(seed, step, "shadow"), single_update=single)
-        out.update(self._update(step, ro, old_lp, ref_lp, is_w, first))
-        return out
+        return StepScores(old_lp, is_w, kl_ref_lp, reused), out
 
-    def _update(self, step, ro, old_lp, ref_lp, is_w, first) -> dict[str, float]:
-        from fp8rl.rl import masked_ratio, policy_loss, ratio_quantiles
-
-        sch, algo, batch = self.cfg.schedule, self.algo, ro.batch
+    def _update(self, step: int, ro: StepRollout, scores: StepScores) -> dict[str, float]:
+        """`ppo_epochs` x `mini_batches` PPO updates over the step's batch, in a seeded random order."""
+        sch, batch = self.cfg.schedule, ro.batch
         n = len(batch.response_mask)
         mb_size = math.ceil(n / sch.mini_batches)
         gen = _gen(self.run_spec.seed, step, "minibatch")
         set_lr(self.prec.optimizer, self._lr(step))
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
+        means = StepMeans()
         ratios = []
         for epoch in range(sch.ppo_epochs):
-            order = torch.arange(n) if first is not None else torch.randperm(n, generator=gen)
-            order = order.to(self.device)
-            for k, idx in enumerate(order.split(mb_size)):
-                sub, m = batch.select(idx), batch.response_mask[idx]
-                with self.timer.phase("train") as ph:
-                    if first is not None:  # the single update reuses the forward of the old log-probs
-                        lp, logits = first
-                    else:
-                        lp, logits = score(
-                            self.policy, sub, temperature=sch.temperature, return_logits=algo.entropy_coef > 0
-                        )
-                        ph.tokens = float(sub.attention_mask.sum())
-                    _finite("log-probs in the update", lp.detach(), m)
-                    ratio = masked_ratio(lp.detach(), old_lp[idx], m)
-                mb_metrics, bounds = self._calibrate(
-                    step, idx, sub, ratio, ro.advantages[idx], m, epoch == k == 0
-                )
-                with self.timer.phase("train"):
-                    entropy = None
-                    if algo.entropy_coef > 0:
-                        from fp8rl.rl import entropy_from_logits
-
-                        entropy = entropy_from_logits(logits, m)
-                    loss, lm = policy_loss(
-                        lp, old_lp[idx], ro.advantages[idx], m,
-                        clip_low=algo.clip_low, clip_high=algo.clip_high, clip_c=algo.clip_c,
-                        loss_agg_mode=algo.loss_agg_mode, is_weights=None if is_w is None else is_w[idx],
-                        bounds=bounds, ref_log_prob=None if ref_lp is None else ref_lp[idx],
-                        kl_coef=algo.kl_coef, kl_type=algo.kl_type, entropy=entropy, entropy_coef=algo.entropy_coef,
-                    )  # fmt: skip
-                    if not bool(torch.isfinite(loss)):
-                        raise Diverged("non-finite loss")
-                    self.prec.optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    gnorm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), sch.grad_clip))
-                    if not math.isfinite(gnorm):
-                        raise Diverged("non-finite gradient norm")
-                    self.prec.optimizer.step()
-                lm["grad_norm"] = gnorm
-                for k, v in {**lm, **mb_metrics}.items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
-                    counts[k] = counts.get(k, 0) + 1
-                ratios.append((ratio, m))
-        out = {k: sums[k] / counts[k] for k in sums}
+            reuse = scores.reused_forward is not None
+            order = torch.arange(n) if reuse else torch.randperm(n, generator=gen)
+            for k, idx in enumerate(order.to(self.device).split(mb_size)):
+                mb = MiniBatch.select(batch, ro.advantages, scores, idx, first_update=epoch == k == 0)
+                metrics, ratio = self._update_one(step, mb, scores.reused_forward)
+                means.add(metrics)
+                ratios.append((ratio, mb.mask))
+        out = means.means()
         out.pop("loss/tokens", None)
-        r = torch.cat([x for x, _ in ratios])
-        out.update(ratio_quantiles(r, torch.cat([y for _, y in ratios])))
+        out.update(ratio_quantiles(torch.cat([r for r, _ in ratios]), torch.cat([m for _, m in ratios])))
         return out
 
-    def _calibrate(self, step, idx, sub, ratio, adv, m, first_update):
-        """Bounds for this mini-batch (None: the fixed ones) and the calib/phantom metrics."""
-        from fp8rl.rl import phantom_low_neg
+    def _update_one(self, step: int, mb: MiniBatch, reused_forward) -> tuple[dict[str, float], torch.Tensor]:
+        """One optimizer update on a mini-batch; returns its metrics and its detached FP8 ratios."""
+        sch, algo = self.cfg.schedule, self.algo
+        with self.timer.phase("train") as ph:
+            if reused_forward is not None:
+                lp, logits = reused_forward
+            else:
+                lp, logits = score(
+                    self.policy, mb.batch, temperature=sch.temperature, return_logits=algo.entropy_coef > 0
+                )
+                ph.tokens = float(mb.batch.attention_mask.sum())
+            _finite("log-probs in the update", lp.detach(), mb.mask)
+            ratio = masked_ratio(lp.detach(), mb.old_log_prob, mb.mask)
+        bounds, metrics = self._calibrate(step, mb, ratio)
+        with self.timer.phase("train"):
+            entropy = entropy_from_logits(logits, mb.mask) if algo.entropy_coef > 0 else None
+            loss, lm = policy_loss(
+                lp, mb.old_log_prob, mb.advantages, mb.mask,
+                clip_c=algo.clip_c, loss_agg_mode=algo.loss_agg_mode, is_weights=mb.is_weights,
+                bounds=bounds, ref_log_prob=mb.kl_ref_log_prob, kl_coef=algo.kl_coef, kl_type=algo.kl_type,
+                entropy=entropy, entropy_coef=algo.entropy_coef,
+            )  # fmt: skip
+            if not bool(torch.isfinite(loss)):
+                raise Diverged("non-finite loss")
+            self.prec.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            gnorm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), sch.grad_clip))
+            if not math.isfinite(gnorm):
+                raise Diverged("non-finite gradient norm")
+            self.prec.optimizer.step()
+        lm["grad_norm"] = gnorm
+        return {**lm, **metrics}, ratio
 
-        cfg, algo = self.cfg, self.algo
+    def _calibrate(
+        self, step: int, mb: MiniBatch, ratio: torch.Tensor
+    ) -> tuple[ClipBounds, dict[str, float]]:
+        """The mini-batch's clip bounds (calibrated for `*_calib`, else the fixed ones) and the
+        `calib/*` and `phantom/*` metrics."""
         metrics: dict[str, float] = {}
         ref_ratio = ref_mask = None
         if self.shadow is not None:
-            ref_ratio, ref_mask = self.shadow.ref_ratios(idx, sub, ratio, adv, m, first_update)
-        bounds = None
+            ref_ratio, ref_mask = self.shadow.ref_ratios(
+                mb.idx, mb.batch, ratio, mb.advantages, mb.mask, mb.first_update
+            )
+        bounds = self.fixed_bounds
         if self.calibrator is not None:
+            mode = self.cfg.calib.reference.mode
             kw = {}
-            if cfg.calib.reference == "shadow":
+            if mode == "shadow":
                 kw = {"ref_ratio": ref_ratio, "ref_mask": ref_mask}
-            elif cfg.calib.reference == "run":
-                q, q_hi = self.reference.get(step, (None, None))
+            elif mode == "run":
+                q, q_hi = self.run_targets.get(step, (None, None))
                 kw = {"target_q": q, "target_q_high": q_hi}
             with self.timer.phase("calib"):
-                low, high, cm = self.calibrator.bounds(ratio, adv, m, **kw)
-            bounds = (low, high)
+                bounds, cm = self.calibrator.bounds(ratio, mb.advantages, mb.mask, **kw)
             metrics.update(cm)
         if ref_ratio is not None and bool(ref_mask.any()):
-            low = bounds[0] if bounds else 1.0 - algo.clip_low
-            metrics.update(phantom_low_neg(ratio, ref_ratio, adv, ref_mask, low, 1.0 - algo.clip_low))
-        return metrics, bounds
+            metrics.update(
+                phantom_low_neg(ratio, ref_ratio, mb.advantages, ref_mask, bounds.low, self.fixed_bounds.low)
+            )
+        return bounds, metrics

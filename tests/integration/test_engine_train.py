@@ -137,7 +137,7 @@ def test_calibration_against_a_bf16_run_uses_its_clip_fractions(tier, train, tmp
     _, _, ref_rows = train("grpo/tiny/bf16/none/seed0", tmp_path / "bf16", {"schedule.steps": 2})
     targets = reference_targets(tmp_path / "bf16", "all")
     _, summary, rows = train("grpo/tiny/fp8_calib/tensorwise/seed0", tmp_path / "calib",
-                             {"schedule.steps": 2, "calib.reference": "run"}, reference=targets)  # fmt: skip
+                             {"schedule.steps": 2, "calib.reference": "run"}, run_targets=targets)  # fmt: skip
     assert summary["status"] == "ok"
     for ref, row in zip(ref_rows, rows, strict=True):
         assert row["calib/target_q"] == pytest.approx(ref["clip/low_all"])
