@@ -123,11 +123,11 @@ def _throughput(rows: list[dict], fp8: bool) -> dict:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from fp8rl.adapters.images import image_location
     from fp8rl.adapters.verl_data import write_parquet
     from fp8rl.adapters.verl_launch import render_script
     from fp8rl.adapters.verl_metrics import import_log, run_status
     from fp8rl.adapters.verl_overrides import deviations, loss_spec, verl_overrides
+    from fp8rl.containers import image_location
     from fp8rl.io import atomic_write_json, atomic_write_text
     from fp8rl.provenance import provenance
 

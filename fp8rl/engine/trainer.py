@@ -36,15 +36,15 @@ from tqdm import tqdm
 from fp8rl.config import TRAIN_SECTIONS, ExperimentConfig, RunSpec
 from fp8rl.engine import tasks
 from fp8rl.engine.checkpoint import has_checkpoint, resumable_checkpoint, save_checkpoint, set_rng_state
+from fp8rl.engine.collect import StepRollout, collect_rollouts
 from fp8rl.engine.data import load_split
 from fp8rl.engine.device import resolve_device
 from fp8rl.engine.model import load_hf
+from fp8rl.engine.phase_timer import PHASES, PhaseTimer, throughput_report
 from fp8rl.engine.precision import setup_precision
-from fp8rl.engine.rollout import StepRollout, collect_rollouts
 from fp8rl.engine.rundir import RunDir
 from fp8rl.engine.scoring import score
 from fp8rl.engine.shadow import ShadowPass
-from fp8rl.engine.throughput import PHASES, PhaseTimer, throughput_report
 from fp8rl.engine.tokenizer import load_tokenizer
 from fp8rl.fp8 import fp8_state_dict, load_fp8_state_dict
 from fp8rl.fp8.backend import gemm_counts

@@ -20,8 +20,8 @@ import subprocess
 from pathlib import Path
 
 from fp8rl.config import ExperimentConfig, RunSpec
+from fp8rl.evaluate.eval_tasks import BFCL_PREFIX, EVALS_DIR, EvalInputError
 from fp8rl.evaluate.schema import TaskResult
-from fp8rl.evaluate.tasks import BFCL_PREFIX, EVALS_DIR, EvalInputError
 
 # fp8rl's category names -> bfcl-eval (v4) test categories.
 CATEGORIES = {"simple": "simple_python", "multiple": "multiple", "parallel": "parallel"}
