@@ -10,6 +10,7 @@ from fp8rl.matrix import RunSpec, expand_matrix, reference_run
 from fp8rl.vocabulary import ALGORITHMS, GRANULARITIES, NO_GRANULARITY, VARIANTS
 from fp8rl.config_loader import ConfigError, validate_config
 from fp8rl.io import atomic_write_text
+from fp8rl.rundir import RunDir, runs_dir
 
 # ------------------------------------------------------------------------------------------ config
 
@@ -28,6 +29,8 @@ R = f"{CFG.results_dir}/{CFG.tier}"
 CONDA_ENV = "envs/fp8rl.yaml"
 RUNS = expand_matrix(CFG)
 RUN = "{algo}/{model}/{variant}/{granularity}/seed{seed}"
+# The run directory of the wildcards' run (fp8rl.rundir names its files).
+RUN_DIR = RunDir.of(runs_dir(CFG.results_dir, CFG.tier), RUN)
 
 
 def resolved_config_file():
@@ -116,7 +119,8 @@ def run_spec(wildcards):
 
 
 def run_dir(spec):
-    return f"{R}/runs/{spec.run_id}"
+    """The RunDir of one run of the matrix."""
+    return RunDir.of(runs_dir(CFG.results_dir, CFG.tier), spec.run_id)
 
 
 def needs_reference(spec):
@@ -131,7 +135,7 @@ def train_inputs(wildcards):
         "base": f"{R}/base/{spec.model}/sft.json",
     }
     if needs_reference(spec):
-        inputs["reference"] = f"{run_dir(reference_run(spec))}/summary.json"
+        inputs["reference"] = str(run_dir(reference_run(spec)).summary)
     return inputs
 
 
@@ -139,7 +143,7 @@ def eval_targets(spec):
     """The eval result files of one run that the config asks for."""
     out = []
     if CFG.eval.lm_eval_tasks:
-        out.append(f"{run_dir(spec)}/eval/lm_eval.json")
+        out.append(str(run_dir(spec).eval_file("lm_eval")))
     if CFG.eval.agent:
-        out.append(f"{run_dir(spec)}/eval/agent.json")
+        out.append(str(run_dir(spec).eval_file("agent")))
     return out

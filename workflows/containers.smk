@@ -11,7 +11,7 @@
 
 from functools import partial
 
-from fp8rl.adapters import images
+import fp8rl.containers as images
 
 CONTAINER_DIR = f"{CFG.results_dir}/containers"
 IMAGES = images.IMAGES

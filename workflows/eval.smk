@@ -3,14 +3,14 @@
 
 rule eval_lm:
     input:
-        summary=f"{R}/runs/{RUN}/summary.json",
+        summary=str(RUN_DIR.summary),
         test=rules.data.output.test,
         images=container_inputs("eval"),
     output:
-        f"{R}/runs/{RUN}/eval/lm_eval.json",
+        str(RUN_DIR.eval_file("lm_eval")),
     params:
         config=CONFIG_FILE,
-        checkpoint=lambda wildcards, input: Path(input.summary).parent / "checkpoint",
+        checkpoint=lambda wildcards, input: RunDir(Path(input.summary).parent).checkpoint,
         data=lambda wildcards, input: Path(input.test).parent,
         digest=section_digest("eval", "backend"),
     log:
@@ -30,14 +30,14 @@ rule eval_lm:
 
 rule eval_agent:
     input:
-        summary=f"{R}/runs/{RUN}/summary.json",
+        summary=str(RUN_DIR.summary),
         tool=rules.data.output.tool,
         images=container_inputs("agent"),
     output:
-        f"{R}/runs/{RUN}/eval/agent.json",
+        str(RUN_DIR.eval_file("agent")),
     params:
         config=CONFIG_FILE,
-        checkpoint=lambda wildcards, input: Path(input.summary).parent / "checkpoint",
+        checkpoint=lambda wildcards, input: RunDir(Path(input.summary).parent).checkpoint,
         data=lambda wildcards, input: Path(input.tool).parent,
         digest=section_digest("eval", "backend"),
     log:

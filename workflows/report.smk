@@ -5,7 +5,7 @@ from fp8rl.report.paths import report_outputs
 
 rule report:
     input:
-        summaries=[f"{run_dir(spec)}/summary.json" for spec in RUNS],
+        summaries=[str(run_dir(spec).summary) for spec in RUNS],
         evals=[path for spec in RUNS for path in eval_targets(spec)],
         images=container_inputs("report"),
     output:

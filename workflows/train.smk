@@ -10,7 +10,7 @@ rule train:
         unpack(train_inputs),
         images=container_inputs("train"),
     output:
-        summary=f"{R}/runs/{RUN}/summary.json",
+        summary=str(RUN_DIR.summary),
     params:
         config=CONFIG_FILE,
         run=lambda wildcards: run_spec(wildcards).run_id,

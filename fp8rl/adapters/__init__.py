@@ -6,8 +6,7 @@
 - `verl_metrics`: verl's file-logger JSONL -> `metrics.jsonl` with DESIGN.md §6 names.
 - `verl_data`: the task's JSONL splits -> the parquet files verl's RL dataset reads.
 - `verl_launch`: the Slurm job script that starts Ray across the allocation and runs verl.
-- `images`: the pinned container images (containers/): pin checks, build/convert commands, which image
-  each rule role runs in (`container_for`, used by workflows/containers.smk).
+- `verl_run`: one verl run's directory: its inputs and job script before, summary and throughput after.
 
 Nothing here imports verl, Ray or torch at module level except `verl_loss`, which only the workers load.
 """

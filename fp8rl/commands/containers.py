@@ -20,8 +20,8 @@ from fp8rl.io import sha256_file
 
 
 def _setup(args: argparse.Namespace):
-    from fp8rl.adapters.images import CONTAINERS_DIR, IMAGES
     from fp8rl.config_loader import load_config
+    from fp8rl.containers import CONTAINERS_DIR, IMAGES
 
     if args.name not in IMAGES:
         raise UsageError(f"unknown image {args.name!r}; images: {', '.join(IMAGES)} (containers/<name>/)")
@@ -42,7 +42,7 @@ def _run(cmds: list[list[str]], cwd: Path, dry_run: bool) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from fp8rl.adapters.images import CONTAINERS_DIR, base_images, build_command, image_ref
+    from fp8rl.containers import CONTAINERS_DIR, base_images, build_command, image_ref
     from fp8rl.io import atomic_write_json
     from fp8rl.provenance import git_commit
 
@@ -81,7 +81,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_sif(args: argparse.Namespace) -> int:
-    from fp8rl.adapters.images import image_ref, pull_command, sif_command
+    from fp8rl.containers import image_ref, pull_command, sif_command
     from fp8rl.io import atomic_write_json
 
     cfg, root = _setup(args)
@@ -114,7 +114,7 @@ def cmd_sif(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from fp8rl.adapters.images import CONTAINERS_DIR, check_pins
+    from fp8rl.containers import CONTAINERS_DIR, check_pins
 
     root = Path(args.root) if args.root else CONTAINERS_DIR
     problems = check_pins(root)

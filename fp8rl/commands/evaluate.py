@@ -25,7 +25,7 @@ SUITE_TASKS = {"lm_eval": "lm_eval_tasks", "agent": "agent"}
 
 def _evaluate(args: argparse.Namespace, suite: str) -> int:
     cfg = load_config(args.file, args.set)
-    from fp8rl.evaluate.tasks import EvalInputError, local_task_path
+    from fp8rl.evaluate.eval_tasks import EvalInputError, local_task_path
 
     names = getattr(cfg.eval, SUITE_TASKS[suite])
     checkpoint, data, out = Path(args.checkpoint), Path(args.data), Path(args.out)
@@ -36,9 +36,9 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
     import torch
 
     from fp8rl.evaluate.bfcl import run_bfcl
+    from fp8rl.evaluate.eval_tasks import plan_tasks
     from fp8rl.evaluate.lm_eval_runner import check_checkpoint, model_spec, run_lm_eval
     from fp8rl.evaluate.schema import write_eval
-    from fp8rl.evaluate.tasks import plan_tasks
     from fp8rl.provenance import provenance
 
     torch.set_num_threads(cfg.resources_for("eval").threads)

@@ -16,7 +16,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     cfg = load_config(args.file, args.set)
-    runs_dir = Path(cfg.results_dir) / cfg.tier / "runs"
+    from fp8rl.rundir import runs_dir as tier_runs_dir
+
+    runs_dir = tier_runs_dir(cfg.results_dir, cfg.tier)
     if args.runs_dir is not None:
         runs_dir = Path(args.runs_dir)
         if not runs_dir.is_dir():

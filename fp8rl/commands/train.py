@@ -86,16 +86,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     run_targets = None
     if needs_ref:
-        from fp8rl.engine.rundir import reference_targets
+        from fp8rl.rundir import reference_targets_by_step
 
         try:
-            run_targets = reference_targets(args.reference, cfg.calib.population)
+            run_targets = reference_targets_by_step(args.reference, cfg.calib.population)
         except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(f"--reference {exc}") from None
     from fp8rl.engine.checkpoint import CheckpointError, has_checkpoint, verify_checkpoint
     from fp8rl.engine.trainer import Trainer
+    from fp8rl.rundir import RunDir
 
-    ckpt = Path(args.out) / "checkpoint"
+    ckpt = RunDir(args.out).checkpoint
     if has_checkpoint(ckpt):
         try:
             meta = verify_checkpoint(ckpt)

@@ -2,7 +2,8 @@
 arithmetic tasks, SFT warm start, KV-cached rollout sampler, the training loop, kill-safe checkpoints.
 
 Modules: `tokenizer`, `model`, `tasks`, `data` (`fp8rl data`), `sft` (`fp8rl sft`), `sampler`,
-`scoring`, `rollout`, `precision` (variant → fp8rl.fp8), `checkpoint`, `rundir`, `throughput`,
-`evaluate_policy`, `trainer` (`fp8rl train`). Heavy imports happen per module, so `import fp8rl.engine`
-is cheap. The trainer runs on CPU (the smoke tier; FP8 emulated, DESIGN.md §8).
+`scoring`, `collect` (one step's rollouts), `precision` (variant → fp8rl.fp8), `checkpoint`, `shadow`,
+`phase_timer` (per-phase time and tokens), `policy_accuracy` (quick in-process accuracy), `trainer`
+(`fp8rl train`). Heavy imports happen per module, so `import fp8rl.engine` is cheap. The trainer runs
+on CPU (the smoke tier; FP8 emulated, DESIGN.md §8).
 """

@@ -21,8 +21,8 @@ from tqdm import tqdm
 from fp8rl.config import ExperimentConfig
 from fp8rl.engine import tasks
 from fp8rl.engine.data import load_split
-from fp8rl.engine.evaluate_policy import accuracy
 from fp8rl.engine.model import build_model, count_parameters, save_hf
+from fp8rl.engine.policy_accuracy import accuracy
 from fp8rl.engine.precision import bf16_emulation
 from fp8rl.engine.tokenizer import build_char_tokenizer
 from fp8rl.provenance import provenance

@@ -16,9 +16,9 @@ import math
 
 import torch
 
+from fp8rl.engine.phase_timer import PhaseTimer
 from fp8rl.engine.sampler import RolloutBatch
 from fp8rl.engine.scoring import score
-from fp8rl.engine.throughput import PhaseTimer
 from fp8rl.rl import RatioHistogram, masked_ratio
 
 

@@ -2,7 +2,7 @@
 
 One optimizer step (`step` = 1..schedule.steps), as nanochat-style straight-line code:
 1. rollout: the rollout copy (bf16-emulated, or FP8 per recipe) is refreshed from the policy and
-   samples `group_size` responses per prompt (`rollout.collect_rollouts`: rewards, DAPO shaping and
+   samples `group_size` responses per prompt (`collect.collect_rollouts`: rewards, DAPO shaping and
    dynamic sampling, GRPO advantages);
 2. log-prob recompute: the trainer scores the same sequences in its own precision (`old_log_prob`),
    giving the real rollout/trainer mismatch (`mismatch/*`), the entropy and, for `*_tis`, the TIS
@@ -36,16 +36,15 @@ from tqdm import tqdm
 from fp8rl.config import TRAIN_SECTIONS, ExperimentConfig
 from fp8rl.engine import tasks
 from fp8rl.engine.checkpoint import has_checkpoint, resumable_checkpoint, save_checkpoint, set_rng_state
+from fp8rl.engine.collect import StepRollout, collect_rollouts
 from fp8rl.engine.data import load_split
 from fp8rl.engine.device import resolve_device
 from fp8rl.engine.model import load_hf
+from fp8rl.engine.phase_timer import PhaseTimer, throughput_report
 from fp8rl.engine.precision import bf16_emulation, setup_precision
-from fp8rl.engine.rollout import StepRollout, collect_rollouts
-from fp8rl.engine.rundir import RunDir
 from fp8rl.engine.sampler import RolloutBatch
 from fp8rl.engine.scoring import score
 from fp8rl.engine.shadow import ShadowPass
-from fp8rl.engine.throughput import PHASES, PhaseTimer, throughput_report
 from fp8rl.engine.tokenizer import load_tokenizer
 from fp8rl.engine.update_batch import MiniBatch, StepMeans, StepScores
 from fp8rl.fp8 import fp8_state_dict, load_fp8_state_dict
@@ -65,6 +64,7 @@ from fp8rl.rl import (
     tis_stats,
     tis_weights,
 )
+from fp8rl.rundir import PHASES, RunDir, build_summary
 
 FINAL_KEYS = ("reward/mean", "acc/mean", "entropy", "resp_len/mean", "gibberish/rate", "mismatch/kl_k3")
 
@@ -263,16 +263,16 @@ class Trainer:
     def _finish(self, status: str, reason: str | None, last: int) -> dict:
         rows = self.dir.read_metrics() if self.dir.metrics.exists() else []
         final = {k: rows[-1][k] for k in FINAL_KEYS if rows and k in rows[-1]}
-        summary = {
-            "run_id": self.run_spec.run_id,
-            "status": status,
-            "reason": reason,
-            "step": last,
-            "steps_planned": self.cfg.schedule.steps,
-            "final": final,
-            "provenance": provenance(self.cfg.digest()),
-        }
-        self.dir.write_throughput(throughput_report(rows, self.prec, self.timer))
+        summary = build_summary(
+            self.run_spec.run_id,
+            status,
+            reason,
+            last,
+            self.cfg.schedule.steps,
+            final,
+            provenance(self.cfg.digest()),
+        )
+        self.dir.write_throughput(throughput_report(rows, self.prec))
         if self.shadow is not None:
             self.dir.write_ratio_hist(self.shadow.hist.as_dict())
         self.dir.write_summary(summary)

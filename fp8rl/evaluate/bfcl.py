@@ -20,9 +20,10 @@ import subprocess
 from pathlib import Path
 
 from fp8rl.config import ExperimentConfig
+from fp8rl.evaluate.eval_tasks import BFCL_PREFIX, EVALS_DIR, EvalInputError
 from fp8rl.evaluate.schema import TaskResult
-from fp8rl.evaluate.tasks import BFCL_PREFIX, EVALS_DIR, EvalInputError
 from fp8rl.matrix import RunSpec
+from fp8rl.rundir import RunDir
 
 # fp8rl's category names -> bfcl-eval (v4) test categories.
 CATEGORIES = {"simple": "simple_python", "multiple": "multiple", "parallel": "parallel"}
@@ -49,9 +50,9 @@ def bfcl_model_name(cfg: ExperimentConfig, checkpoint: Path) -> str:
     if os.environ.get("FP8RL_BFCL_MODEL"):
         return os.environ["FP8RL_BFCL_MODEL"]
     model = None
-    summary = checkpoint.parent / "summary.json"
-    if summary.is_file():
-        model = RunSpec.parse(json.loads(summary.read_text())["run_id"]).model
+    run = RunDir(checkpoint.parent)
+    if run.summary.is_file():
+        model = RunSpec.parse(run.read_summary()["run_id"]).model
     elif len(cfg.models) == 1:
         model = cfg.models[0].name
     if model is None or not cfg.model(model).hf_id:

@@ -2,7 +2,7 @@
 
 The model is lm-eval's `hf` model (transformers, CPU or one GPU) for the reference backend and its
 `vllm` model for the verl/paper backend (imported lazily: a clear error without vllm). Local tasks are
-built from their YAMLs with the data files bound (fp8rl.evaluate.tasks) and instantiated before the
+built from their YAMLs with the data files bound (fp8rl.evaluate.eval_tasks) and instantiated before the
 model is loaded, so a broken task fails fast and names its file. Decoding is greedy, as the task YAMLs
 say; `eval.limit` caps examples per task.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from fp8rl.config import ExperimentConfig
+from fp8rl.evaluate.eval_tasks import EvalInputError, TaskPlan
 from fp8rl.evaluate.schema import TaskResult, normalise_lm_eval
-from fp8rl.evaluate.tasks import EvalInputError, TaskPlan
 
 # stderr of a mean is analytic in lm-eval; bootstrap only serves other aggregations (none here).
 BOOTSTRAP_ITERS = 1000

@@ -57,8 +57,8 @@ __all__ = [
 ]
 
 _LAZY = {
-    "make_rollout_policy": "fp8rl.fp8.rollout",
-    "RolloutLinear": "fp8rl.fp8.rollout",
+    "make_rollout_policy": "fp8rl.fp8.rollout_copy",
+    "RolloutLinear": "fp8rl.fp8.rollout_copy",
     "KVCacheQuantizer": "fp8rl.fp8.kv_cache",
     "FP8DynamicCache": "fp8rl.fp8.kv_cache",
 }

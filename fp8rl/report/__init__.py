@@ -20,7 +20,7 @@ from `{results_dir}/{tier}/runs/` and writes, with `R = {results_dir}/{tier}`:
 `{results_dir}/published/{TIER}/`, atomically (see `publish.py`).
 
 Modules: `paths` (file names), `load` (run directories → tidy frames), `stats` (t-intervals),
-`summaries` (per-run reductions), `comparison`, `throughput` (tables), `markdown` (formatted views),
+`summaries` (per-run reductions), `comparison`, `throughput_table` (tables), `markdown` (formatted views),
 `plots`, `html`, `build` (`build_report`), `publish` (`publish_tier`).
 """
 

@@ -30,7 +30,7 @@ from fp8rl.report.markdown import (
 from fp8rl.report.paths import ReportPaths
 from fp8rl.report.plots import write_plots
 from fp8rl.report.summaries import eval_keys
-from fp8rl.report.throughput import throughput_table
+from fp8rl.report.throughput_table import throughput_table
 from fp8rl.rl.bounds import ClipBounds
 
 RUN_COLUMNS = ["run_id", "status", "reason", "step", "steps_planned", "malformed_lines", "execution"]

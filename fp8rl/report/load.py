@@ -1,6 +1,6 @@
 """Load every run of a tier into tidy pandas frames, with each run's status.
 
-For every cell of the config's matrix, `load_tier` reads `{R}/runs/{run_id}/` (DESIGN.md §7,
+For every cell of the config's matrix, `load_tier` reads its run directory (fp8rl.rundir,
 docs/interfaces.md): `summary.json`, `metrics.jsonl`, `throughput.json`, `eval/lm_eval.json`,
 `eval/agent.json`, and `ratio_hist.json` where an FP8 run wrote one. The result is a `RunSet`:
 
@@ -34,10 +34,12 @@ import pandas as pd
 
 from fp8rl.config import ExperimentConfig
 from fp8rl.matrix import RunSpec
+from fp8rl.rundir import EVAL_FILES, RunDir
+from fp8rl.rundir import STATUSES as RUN_STATUSES
+from fp8rl.rundir import runs_dir as tier_runs_dir
 
 ID_COLUMNS = ["run_id", "algo", "model", "variant", "granularity", "seed"]
-STATUSES = ("ok", "diverged", "failed", "missing")
-EVAL_FILES = {"lm_eval": "eval/lm_eval.json", "agent": "eval/agent.json"}
+STATUSES = (*RUN_STATUSES, "missing")
 VALUE_COLUMNS = [*ID_COLUMNS, "status", "source", "step", "metric", "value", "stderr"]
 
 
@@ -105,17 +107,18 @@ def _read_json(path: Path, problems: list[str]) -> dict | None:
     return obj
 
 
-def _summary_status(run_dir: Path, problems: list[str]) -> dict:
+def _summary_status(run: RunDir, problems: list[str]) -> dict:
     """status, reason, step, steps_planned from summary.json (`missing` when there is none to trust)."""
-    if not run_dir.is_dir():
+    if not run.root.is_dir():
         return {"status": "missing", "reason": "no run directory"}
-    summary = _read_json(run_dir / "summary.json", problems)
+    summary = _read_json(run.summary, problems)
+    name = run.summary.name
     if summary is None:
-        return {"status": "missing", "reason": "no readable summary.json"}
+        return {"status": "missing", "reason": f"no readable {name}"}
     status = summary.get("status")
-    if status not in ("ok", "diverged", "failed"):
-        problems.append(f"{run_dir / 'summary.json'}: unknown status {status!r}; run counted as missing")
-        return {"status": "missing", "reason": f"unknown status {status!r} in summary.json"}
+    if status not in RUN_STATUSES:
+        problems.append(f"{run.summary}: unknown status {status!r}; run counted as missing")
+        return {"status": "missing", "reason": f"unknown status {status!r} in {name}"}
     return {
         "status": status,
         "reason": summary.get("reason"),
@@ -168,7 +171,7 @@ def _throughput(path: Path, problems: list[str]) -> tuple[dict, list[dict]]:
 
 def load_run(spec: RunSpec, runs_dir: Path) -> tuple[dict, pd.DataFrame, list[str]]:
     """One run directory → (its row of `runs`, its tidy values, its problems)."""
-    run_dir = runs_dir / spec.run_id
+    run = RunDir.of(runs_dir, spec.run_id)
     problems: list[str] = []
     ids = {
         "run_id": spec.run_id,
@@ -178,12 +181,11 @@ def load_run(spec: RunSpec, runs_dir: Path) -> tuple[dict, pd.DataFrame, list[st
         "granularity": spec.granularity,
         "seed": spec.seed,
     }
-    row = ids | _summary_status(run_dir, problems) | {"malformed_lines": 0}
+    row = ids | _summary_status(run, problems) | {"malformed_lines": 0}
     frames: list[pd.DataFrame] = []
 
-    metrics_path = run_dir / "metrics.jsonl"
-    if metrics_path.is_file():
-        rows, bad = read_metrics(metrics_path)
+    if run.metrics.is_file():
+        rows, bad = read_metrics(run.metrics)
         row["malformed_lines"] = len(bad)
         problems += bad
         if rows:
@@ -193,9 +195,9 @@ def load_run(spec: RunSpec, runs_dir: Path) -> tuple[dict, pd.DataFrame, list[st
             frames.append(long.assign(source="train", stderr=math.nan))
 
     other: list[dict] = []
-    for suite, rel in EVAL_FILES.items():
-        other += _eval_values(run_dir / rel, suite, problems)
-    labels, tp = _throughput(run_dir / "throughput.json", problems)
+    for suite in EVAL_FILES:
+        other += _eval_values(run.eval_file(suite), suite, problems)
+    labels, tp = _throughput(run.throughput, problems)
     row |= labels
     other += tp
     if other:
@@ -210,13 +212,13 @@ def load_run(spec: RunSpec, runs_dir: Path) -> tuple[dict, pd.DataFrame, list[st
 
 def load_tier(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> RunSet:
     """Every run of `cfg`'s matrix, read from `runs_dir` (default `{results_dir}/{tier}/runs`)."""
-    runs_dir = Path(runs_dir) if runs_dir is not None else Path(cfg.results_dir) / cfg.tier / "runs"
+    runs_dir = Path(runs_dir) if runs_dir is not None else tier_runs_dir(cfg.results_dir, cfg.tier)
     rows, frames, problems = [], [], []
     hists: dict[str, dict] = {}
     for spec in cfg.runs():
         row, values, probs = load_run(spec, runs_dir)
         rows.append(row)
-        hist_path = runs_dir / spec.run_id / "ratio_hist.json"
+        hist_path = RunDir.of(runs_dir, spec.run_id).ratio_hist
         if hist_path.is_file() and (hist := _read_json(hist_path, probs)) is not None:
             hists[spec.run_id] = hist
         if not values.empty:

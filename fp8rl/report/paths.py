@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from fp8rl.rundir import RUNS_DIR
+
 # tables/{name}.csv and tables/{name}.md
 TABLES = ("runs", "comparison", "throughput")
 # plots/{name}.png and plots/{name}.svg
@@ -28,7 +30,7 @@ class ReportPaths:
 
     @property
     def runs_dir(self) -> Path:
-        return self.root / "runs"
+        return self.root / RUNS_DIR
 
     @property
     def tables_dir(self) -> Path:

@@ -52,7 +52,7 @@ def test_variant_runs_with_finite_complete_metrics(
     tier, train, tmp_path, restore_torch_globals, run_id, overrides
 ):
     from fp8rl.fp8 import FP8Linear, quantized_linears
-    from fp8rl.fp8.rollout import RolloutLinear
+    from fp8rl.fp8.rollout_copy import RolloutLinear
 
     trainer, summary, rows = train(run_id, tmp_path / "run", {"schedule.steps": 2, **overrides})
     assert summary["status"] == "ok", summary["reason"]
@@ -104,8 +104,8 @@ def test_short_bf16_run_raises_reward(tier, train, tmp_path, restore_torch_globa
     sampling seed) rises by at least 4 points (measured: 0.38 -> 0.47; seed 1: 0.38 -> 0.43), and the last five steps' mean
     reward beats the first five's."""
     from fp8rl.engine.data import load_split
-    from fp8rl.engine.evaluate_policy import accuracy
     from fp8rl.engine.model import load_hf
+    from fp8rl.engine.policy_accuracy import accuracy
     from fp8rl.engine.tokenizer import load_tokenizer
 
     root, *_ = tier
@@ -132,10 +132,10 @@ def test_short_bf16_run_raises_reward(tier, train, tmp_path, restore_torch_globa
 
 
 def test_calibration_against_a_bf16_run_uses_its_clip_fractions(tier, train, tmp_path, restore_torch_globals):
-    from fp8rl.engine.rundir import reference_targets
+    from fp8rl.rundir import reference_targets_by_step
 
     _, _, ref_rows = train("grpo/tiny/bf16/none/seed0", tmp_path / "bf16", {"schedule.steps": 2})
-    targets = reference_targets(tmp_path / "bf16", "all")
+    targets = reference_targets_by_step(tmp_path / "bf16", "all")
     _, summary, rows = train("grpo/tiny/fp8_calib/tensorwise/seed0", tmp_path / "calib",
                              {"schedule.steps": 2, "calib.reference": "run"}, run_targets=targets)  # fmt: skip
     assert summary["status"] == "ok"

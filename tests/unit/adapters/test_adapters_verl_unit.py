@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 from pathlib import Path
 
@@ -21,7 +20,6 @@ from fp8rl.adapters.verl_overrides import (
     parallelism,
     verl_overrides,
 )
-from fp8rl.cli import main
 from fp8rl.config import StabilityConfig
 from fp8rl.config_loader import load_config
 from fp8rl.matrix import RunSpec
@@ -181,56 +179,6 @@ def test_job_script_is_valid_bash(tmp_path, image):
     assert ("apptainer exec --nv" in text) == (image is not None)
 
 
-def _data(tmp_path: Path) -> Path:
-    d = tmp_path / "data"
-    d.mkdir()
-    for split in ("train", "test"):
-        (d / f"{split}.jsonl").write_text(json.dumps({"id": "x", "prompt": "2+2?", "answer": "4"}) + "\n")
-    return d
-
-
-def test_cli_train_dry_run_with_run_reference(tmp_path, capsys):
-    ref = tmp_path / "ref"
-    ref.mkdir()
-    (ref / "metrics.jsonl").write_text(
-        '{"step": 1, "clip/low_all": 0.02}\n{"step": 2, "clip/low_all": 0.04}\n'
-    )
-    out = tmp_path / "run"
-    rc = main(["verl", "train", "--config", str(PAPER), "--set", "calib.reference=run",
-               "--run", "dapo/qwen2.5-32b/fp8_calib/blockwise/seed0", "--base", str(tmp_path / "nobase"),
-               "--data", str(_data(tmp_path)), "--out", str(out), "--reference", str(ref), "--dry-run"])  # fmt: skip
-    assert rc == 0
-    spec = json.loads((out / "verl_loss.json").read_text())
-    assert math.isclose(spec["calib"]["target_q"], 0.03)
-    ov = json.loads((out / "verl_overrides.json").read_text())["overrides"]
-    assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-32B" in ov
-    assert (out / "verl_data" / "train.parquet").is_file() and "WANT_NODES=4" in capsys.readouterr().out
-
-
-def test_cli_errors_exit_2(tmp_path, capsys):
-    base = [
-        "verl",
-        "train",
-        "--config",
-        str(PAPER),
-        "--base",
-        "b",
-        "--data",
-        str(_data(tmp_path)),
-        "--out",
-        str(tmp_path / "o"),
-    ]
-    assert main([*base, "--run", "dapo/qwen3-8b/fp8_calib/blockwise/seed0", "--dry-run"]) == 2
-    assert "calib.reference" in capsys.readouterr().err
-    assert (
-        main([*base, "--set", "calib.reference=run", "--run", "dapo/qwen3-8b/fp8_calib/blockwise/seed0"]) == 2
-    )
-    assert "--reference" in capsys.readouterr().err
-    assert main([*base, "--run", "dapo/qwen3-8b/fp8/rowwise/seed0"]) == 2
-    assert "not in the matrix" in capsys.readouterr().err
-    assert not (tmp_path / "o").exists()  # nothing written before the input was checked
-
-
 def test_slurm_resources_per_model(paper):
     from fp8rl.adapters.verl_launch import slurm_resources
 
@@ -244,65 +192,3 @@ def test_verl_plugins_entry_point_names_the_loss_module():
 
     eps = {ep.name: ep.value for ep in entry_points(group="verl.plugins")}
     assert eps.get("fp8rl") == "fp8rl.adapters.verl_loss"
-
-
-FAKE_PYTHON = r"""#!/usr/bin/env bash
-# Stands in for the image's python3: "trains" by writing verl's file-logger rows, then "merges".
-set -euo pipefail
-case " $* " in
-  *" verl.trainer.main_ppo "*)
-    [ "$VERL_USE_EXTERNAL_MODULES" = fp8rl.adapters.verl_loss ] || exit 3
-    [ -f "$FP8RL_VERL_LOSS" ] || exit 4
-    ckpt=$(printf '%s\n' "$@" | sed -n 's/^trainer.default_local_dir=//p')
-    for s in $(seq 1 "$FAKE_STEPS"); do
-      echo "{\"step\": $s, \"data\": {\"actor/entropy\": 0.8, \"critic/score/mean\": 0.$s, \"timing_s/gen\": 2.0,
-             \"timing_s/update_actor\": 1.0, \"actor/clip/low_neg\": 0.01}}" | tr -d '\n' >> "$VERL_FILE_LOGGER_PATH"
-      echo >> "$VERL_FILE_LOGGER_PATH"
-    done
-    mkdir -p "$ckpt" && echo "$FAKE_STEPS" > "$ckpt/latest_checkpointed_iteration.txt"
-    exit "${FAKE_RC:-0}" ;;
-  *" verl.model_merger "*)
-    target=${@: -1}; mkdir -p "$target"; echo '{}' > "$target/config.json" ;;
-  *) exit 9 ;;
-esac
-"""
-
-
-FAKE_APPTAINER = """#!/usr/bin/env bash
-# apptainer exec --nv --bind DIR IMAGE CMD...: note the image, run CMD on the host.
-echo "$5" >> "$FAKE_APPTAINER_LOG"
-shift 5
-exec "$@"
-"""
-
-
-@pytest.mark.parametrize(
-    ("steps", "rc", "status", "exit_code", "mode"),
-    [(12, 0, "ok", 0, "none"), (5, 1, "failed", 1, "none"), (12, 0, "ok", 0, "build")],
-)
-def test_cli_train_runs_the_job_script_and_imports(tmp_path, monkeypatch, steps, rc, status, exit_code, mode):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, text in (("python3", FAKE_PYTHON), ("apptainer", FAKE_APPTAINER)):
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("FAKE_APPTAINER_LOG", str(tmp_path / "apptainer.log"))
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
-    monkeypatch.setenv("FAKE_STEPS", str(steps))
-    monkeypatch.setenv("FAKE_RC", str(rc))
-    out = tmp_path / "run"
-    code = main(["verl", "train", "--config", str(PAPER), "--set", "schedule.steps=12", "--set", f"containers.mode={mode}",
-                 "--run", "grpo/qwen3-8b/fp8_tis/tensorwise/seed1", "--base", str(tmp_path / "b"),
-                 "--data", str(_data(tmp_path)), "--out", str(out), "--no-progress"])  # fmt: skip
-    assert code == exit_code
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == status and summary["step"] == steps and summary["backend"] == "verl"
-    assert summary["final"]["clip/low_neg"] == 0.01 and "provenance" in summary
-    rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == list(range(1, steps + 1)) and rows[0]["time/rollout_s"] == 2.0
-    tp = json.loads((out / "throughput.json").read_text())
-    assert tp["fp8_backend"] == "transformer_engine" and tp["phases"]["rollout"]["seconds"] == 2.0 * steps
-    assert (out / "checkpoint" / "config.json").is_file() == (rc == 0)
-    images = (tmp_path / "apptainer.log").read_text().split() if mode == "build" else []
-    assert len(images) == (2 if mode == "build" else 0)  # trainer and merger ran in the train image
-    assert all(i.endswith("/results/containers/train.sif") for i in images)

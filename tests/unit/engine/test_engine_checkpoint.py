@@ -1,6 +1,5 @@
-"""Kill-safe checkpoints and the run directory's metrics file."""
+"""Kill-safe checkpoints."""
 
-import json
 import random
 
 import pytest
@@ -10,7 +9,6 @@ from transformers import AutoModelForCausalLM
 from fp8rl.config import ArchConfig
 from fp8rl.engine.checkpoint import CheckpointError, has_checkpoint, load_checkpoint, save_checkpoint
 from fp8rl.engine.model import build_model
-from fp8rl.engine.rundir import RunDir, reference_targets
 from fp8rl.engine.tokenizer import build_char_tokenizer
 
 ARCH = ArchConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=16)
@@ -68,28 +66,3 @@ def test_kill_between_renames_recovers_the_previous_checkpoint(saved):
     assert has_checkpoint(ckpt)
     assert load_checkpoint(ckpt)[0]["step"] == 4
     assert not (ckpt.parent / ".checkpoint.abc.tmp").exists()
-
-
-def test_metrics_are_truncated_to_the_checkpoint_offset(tmp_path):
-    run = RunDir(tmp_path / "run")
-    run.reset_metrics(0)
-    run.append_metrics({"step": 1, "x": 1.0})
-    offset = run.append_metrics({"step": 2, "x": float("nan"), "y": 2.0})
-    run.append_metrics({"step": 3, "x": 3.0})
-    with open(run.metrics, "a") as fh:
-        fh.write('{"step": 4, "x"')  # a line cut by SIGKILL
-    run.reset_metrics(offset)
-    assert run.read_metrics() == [
-        {"step": 1, "x": 1.0},
-        {"step": 2, "y": 2.0},
-    ]  # NaN is absent, never written
-
-
-def test_reference_targets_read_the_bf16_clip_fractions(tmp_path):
-    rows = [{"step": 1, "clip/low_all": 0.1, "clip/high_all": 0.02, "clip/low_neg": 0.3, "clip/high_pos": 0.05},
-            {"step": 2, "reward/mean": 0.5}]  # fmt: skip
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert reference_targets(tmp_path, "all") == {1: (0.1, 0.02)}
-    assert reference_targets(tmp_path, "neg") == {1: (0.3, 0.05)}
-    with pytest.raises(ValueError, match="no metrics.jsonl"):
-        reference_targets(tmp_path / "nope", "all")

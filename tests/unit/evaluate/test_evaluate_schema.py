@@ -7,9 +7,9 @@ from lm_eval.api.metrics import mean_stderr
 
 from fp8rl.config_loader import validate_config
 from fp8rl.evaluate import bfcl
+from fp8rl.evaluate.eval_tasks import EvalInputError
 from fp8rl.evaluate.lm_eval_runner import model_spec
 from fp8rl.evaluate.schema import TaskResult, eval_document, normalise_lm_eval, write_eval
-from fp8rl.evaluate.tasks import EvalInputError
 
 # The shape of `lm_eval.simple_evaluate(...)` output for a two-filter task, a one-filter task and a group.
 RAW = {

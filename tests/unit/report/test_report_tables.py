@@ -23,7 +23,7 @@ from fp8rl.report.comparison import comparison_table
 from fp8rl.report.load import load_tier
 from fp8rl.report.markdown import comparison_markdown, comparison_view
 from fp8rl.report.summaries import eval_keys
-from fp8rl.report.throughput import throughput_table
+from fp8rl.report.throughput_table import throughput_table
 
 KEY = "arith_gen/exact_match"
 

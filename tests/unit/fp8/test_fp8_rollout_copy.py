@@ -8,7 +8,7 @@ from transformers import LlamaForCausalLM
 
 from fp8rl.fp8 import convert_to_fp8, fake_quantize, get_recipe, quantization_disabled
 from fp8rl.fp8.kv_cache import FP8DynamicCache, KVCacheQuantizer
-from fp8rl.fp8.rollout import RolloutLinear, make_rollout_policy
+from fp8rl.fp8.rollout_copy import RolloutLinear, make_rollout_policy
 
 
 def _ids(b: int = 3, t: int = 10) -> torch.Tensor:

@@ -32,7 +32,7 @@ def image_for_role(role: str) -> str:
         ) from None
 
 
-CONTAINERS_DIR = Path(__file__).resolve().parents[2] / "containers"
+CONTAINERS_DIR = Path(__file__).resolve().parents[1] / "containers"
 
 _FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?\s*$", re.IGNORECASE)
 _ARG = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S+))?\s*$", re.IGNORECASE)

@@ -3,8 +3,8 @@
 import torch
 
 from fp8rl.config import ArchConfig, DAPOConfig, GRPOConfig, ScheduleConfig
+from fp8rl.engine.collect import collect_rollouts, concat_batches
 from fp8rl.engine.model import build_model
-from fp8rl.engine.rollout import collect_rollouts, concat_batches
 from fp8rl.engine.sampler import generate
 from fp8rl.engine.tokenizer import build_char_tokenizer
 

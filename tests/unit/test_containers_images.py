@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fp8rl.adapters.images import (
+from fp8rl.config import ContainersConfig
+from fp8rl.containers import (
     CONTAINERS_DIR,
     IMAGES,
     base_images,
@@ -20,7 +21,6 @@ from fp8rl.adapters.images import (
     lock_entries,
     sif_command,
 )
-from fp8rl.config import ContainersConfig
 
 
 def test_every_image_is_defined_and_pinned():
@@ -128,8 +128,8 @@ def test_cpu_lock_covers_every_runtime_dependency():
 
 
 def test_container_for_each_role():
-    from fp8rl.adapters.images import container_for, container_inputs
     from fp8rl.config_loader import load_config
+    from fp8rl.containers import container_for, container_inputs
 
     root = CONTAINERS_DIR.parent
     paper = load_config(root / "config" / "paper.yaml")  # backend verl, containers.mode build, apptainer

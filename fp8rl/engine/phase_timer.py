@@ -1,12 +1,12 @@
-"""Per-phase wall time and tokens of a run, and the `throughput.json` report (docs/interfaces.md).
+"""The per-run phase timer: wall time and tokens per phase, and the run's `throughput.json` content.
 
 Phases: `rollout` (sampling; tokens = generated response tokens), `logprob` (the trainer's recompute of
 the old log-probs; tokens = real prompt+response tokens scored), `train` (forward+backward+optimizer of
 every update; tokens = real tokens forwarded), `calib` (the BF16 shadow pass and the calibrator; tokens
-= real tokens re-scored); a phase the run never ran is absent. Figures are summed from the per-step `time/*` and `tok/*` metrics of
-metrics.jsonl, so a resumed run reports every step once. Peak memory is the process's max RSS (CPU) or
-the CUDA allocator's peak (a run on CUDA). On CUDA each phase waits for the device's queued kernels at
-its start and end, so its wall time is the GPU's. `fp8_gemms` counts the trainer-side FP8 GEMMs of the
+= real tokens re-scored); a phase the run never ran is absent. Figures are summed from the per-step
+`time/*` and `tok/*` metrics of the run, so a resumed run reports every step once. Peak memory is the
+process's max RSS (CPU) or the CUDA allocator's peak (a run on CUDA). On CUDA each phase waits for the
+device's queued kernels at its start and end, so its wall time is the GPU's. `fp8_gemms` counts the trainer-side FP8 GEMMs of the
 process that finished the run by path (`scaled_mm`: real FP8 GEMMs; `emulated`): what really ran.
 """
 
@@ -21,8 +21,7 @@ import torch
 
 from fp8rl.engine.device import synchronize
 from fp8rl.fp8.backend import gemm_counts
-
-PHASES = ("rollout", "logprob", "train", "calib")
+from fp8rl.rundir import PHASES, throughput_record
 
 
 @dataclass
@@ -65,30 +64,15 @@ def peak_mem_mb(device: torch.device | None = None) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
 
-def throughput_report(rows: list[dict], prec, timer: PhaseTimer | None = None) -> dict:
-    """The `throughput.json` content from the run's metrics rows and its precision set-up."""
-    phases = {}
-    for ph in PHASES:
-        if not any(f"time/{ph}_s" in r for r in rows):
-            continue  # a phase this run never has (calib in bf16 runs) is absent
-        secs = sum(r.get(f"time/{ph}_s", 0.0) for r in rows)
-        toks = sum(r.get(f"tok/{ph}", 0.0) for r in rows)
-        phases[ph] = {
-            "seconds": round(secs, 4),
-            "tokens": int(toks),
-            "tokens_per_s": round(toks / secs, 2) if secs > 0 else None,
-        }
-    step_times = [r["time/step_s"] for r in rows if "time/step_s" in r]
-    report = {
-        "emulated": bool(prec.emulated),
-        "device": torch.cuda.get_device_name(prec.device) if prec.device.type == "cuda" else "cpu",
-        "fp8_backend": prec.backend,
-        "steps": len(rows),
-        "step_time_s": round(sum(step_times) / len(step_times), 4) if step_times else None,
-        "peak_mem_mb": round(peak_mem_mb(prec.device), 1),
-        "threads": torch.get_num_threads(),
-        "phases": phases,
-    }
-    if prec.fp8:
-        report["fp8_gemms"] = gemm_counts()
-    return report
+def throughput_report(rows: list[dict], prec) -> dict:
+    """The `throughput.json` content (fp8rl.rundir.throughput_record) from the run's metrics rows and
+    its precision set-up, with this process's peak memory, thread count and FP8 GEMM counts."""
+    return throughput_record(
+        rows,
+        emulated=prec.emulated,
+        device=torch.cuda.get_device_name(prec.device) if prec.device.type == "cuda" else "cpu",
+        fp8_backend=prec.backend,
+        peak_mem_mb=peak_mem_mb(prec.device),
+        threads=torch.get_num_threads(),
+        fp8_gemms=gemm_counts() if prec.fp8 else None,
+    )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8rl.evaluate.tasks import EVALS_DIR, EvalInputError, plan_tasks
+from fp8rl.evaluate.eval_tasks import EVALS_DIR, EvalInputError, plan_tasks
 
 
 def test_shipped_smoke_tasks_bind_to_the_data_dir(data_dir, tmp_path):

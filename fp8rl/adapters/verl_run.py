@@ -1,0 +1,155 @@
+"""One verl training run's directory: what `fp8rl verl train` writes before and after verl runs.
+
+Before (`write_run_files`): the data splits as verl's parquet (`verl_data/{split}.parquet`), the loss
+spec (`verl_loss.json`; a `calib.reference: run` cell's targets are the bf16 run's clip fractions
+averaged over its steps, `fp8rl.rundir.reference_targets_mean`), the overrides with the deviations and
+the image (`verl_overrides.json`) and the job script (`verl_launch.sh`). Bad input raises ValueError
+(AdapterError) before anything is written.
+
+After (`finish_run`): verl's file-logger log (`verl_log.jsonl`) is imported into the run's metrics,
+then `throughput.json` and `summary.json` are written through fp8rl.rundir, with the reference
+trainer's schema (plus `backend: verl` and the deviations in the summary).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from fp8rl.adapters.verl_data import write_parquet
+from fp8rl.adapters.verl_launch import render_script
+from fp8rl.adapters.verl_metrics import import_log, run_status
+from fp8rl.adapters.verl_overrides import AdapterError, VerlPaths, deviations, loss_spec, verl_overrides
+from fp8rl.config import ExperimentConfig
+from fp8rl.containers import image_location
+from fp8rl.io import atomic_write_json, atomic_write_text
+from fp8rl.matrix import RunSpec
+from fp8rl.provenance import provenance
+from fp8rl.rundir import RunDir, build_summary, reference_targets_mean, throughput_record
+
+VERL_DATA_DIR = "verl_data"
+LOSS_FILE = "verl_loss.json"
+OVERRIDES_FILE = "verl_overrides.json"
+SCRIPT_FILE = "verl_launch.sh"
+LOG_FILE = "verl_log.jsonl"  # VERL_FILE_LOGGER_PATH of the job script
+SPLITS = ("train", "test")
+
+
+def verl_paths(cfg: ExperimentConfig, spec: RunSpec, out: str | Path, base: str | Path | None) -> VerlPaths:
+    """The paths verl's overrides point at: the base model (the directory when it holds an HF model,
+    else the model's hf_id), the parquet splits and the run directory (all absolute)."""
+    out = Path(out).resolve()
+    model = cfg.model(spec.model)
+    base = Path(base).resolve() if base else None
+    model_path = str(base) if base and (base / "config.json").is_file() else (model.hf_id or str(base))
+    data = out / VERL_DATA_DIR
+    return VerlPaths(model_path, str(data / "train.parquet"), str(data / "test.parquet"), str(out))
+
+
+def calib_targets(
+    cfg: ExperimentConfig, spec: RunSpec, reference: Path | None
+) -> tuple[float | None, float | None]:
+    """The loss's fixed calibration targets `(q, q_high)`: the bf16 run's mean clip fractions for a
+    `*_calib` cell with `calib.reference: run`, else `(None, None)` (the loss computes its own)."""
+    if not (spec.spec.calib and cfg.calib.reference.mode == "run"):
+        return None, None
+    if reference is None:
+        raise AdapterError(
+            "calib.reference is 'run': pass --reference RUN_DIR (the matching finished bf16 run)"
+        )
+    try:
+        return reference_targets_mean(
+            reference, cfg.calib.population, need_high=cfg.calib.upper == "quantile"
+        )
+    except ValueError as exc:
+        raise AdapterError(f"--reference {exc}") from None
+
+
+def train_image(cfg: ExperimentConfig) -> str | None:
+    """The train image the job script runs verl in (a `.sif` as an absolute path), or None."""
+    image = image_location(cfg.containers, cfg.results_dir, "train")
+    if image and image.endswith(".sif"):
+        image = str(Path(image).resolve())
+    return image
+
+
+def write_run_files(
+    cfg: ExperimentConfig,
+    spec: RunSpec,
+    paths: VerlPaths,
+    *,
+    data: Path,
+    reference: Path | None = None,
+    extra_overrides: list[str] | tuple[str, ...] = (),
+) -> Path:
+    """Write everything verl needs into the run directory `paths.out`; returns the job script's path.
+    ValueError (missing split, unusable reference) before any file is written."""
+    for split in SPLITS:
+        if not (data / f"{split}.jsonl").is_file():
+            raise AdapterError(f"--data {data}: no {split}.jsonl (run `fp8rl data` first)")
+    target_q, target_q_high = calib_targets(cfg, spec, reference)
+    out = Path(paths.out)
+    model = cfg.model(spec.model)
+    overrides = verl_overrides(cfg, spec, paths) + list(extra_overrides)
+    image = train_image(cfg)
+
+    for split in SPLITS:
+        write_parquet(
+            data / f"{split}.jsonl", out / VERL_DATA_DIR / f"{split}.parquet", task=cfg.task.name, split=split
+        )
+    atomic_write_json(out / LOSS_FILE, loss_spec(cfg, spec, target_q=target_q, target_q_high=target_q_high))
+    atomic_write_json(
+        out / OVERRIDES_FILE,
+        {"run_id": spec.run_id, "overrides": overrides, "deviations": deviations(cfg, spec), "image": image},
+    )
+    script = out / SCRIPT_FILE
+    atomic_write_text(
+        script,
+        render_script(
+            run_id=spec.run_id, overrides=overrides, out=str(out), nodes=model.nodes,
+            gpus_per_node=model.gpus_per_node, image=image,
+        ),
+    )  # fmt: skip
+    return script
+
+
+def run_script(script: Path) -> int:
+    """Run the job script (Ray across the allocation, verl, the HF checkpoint); returns its exit code."""
+    return subprocess.run(["bash", str(script)], check=False).returncode
+
+
+def throughput(rows: list[dict], fp8: bool) -> dict:
+    """`throughput.json` of a verl run: phase seconds from verl's timings, on CUDA, FP8 through
+    Transformer Engine (peak memory, threads and GEMM counts are not known here, so absent)."""
+    return throughput_record(
+        rows, emulated=False, device="cuda", fp8_backend="transformer_engine" if fp8 else "none"
+    )
+
+
+def _container_id(cfg: ExperimentConfig, image: str | None) -> str | None:
+    """The train image's id as the container rule recorded it (`{results_dir}/containers/train.json`)."""
+    record = Path(cfg.results_dir) / "containers" / "train.json"
+    if image and record.is_file():
+        return json.loads(record.read_text()).get("id")
+    return None
+
+
+def finish_run(cfg: ExperimentConfig, spec: RunSpec, out: str | Path, *, exit_code: int) -> dict:
+    """Import verl's log into the run's metrics (none when verl logged nothing), then write
+    `throughput.json` and `summary.json`; returns the summary."""
+    run = RunDir(out)
+    log = run.root / LOG_FILE
+    rows = import_log(log, run.metrics) if log.is_file() else []
+    status, reason, step = run_status(
+        rows, steps_planned=cfg.schedule.steps, exit_code=exit_code, stability=cfg.stability
+    )
+    run.write_throughput(throughput(rows, spec.spec.fp8))
+    final = {k: v for k, v in (rows[-1] if rows else {}).items() if k != "step"}
+    summary = build_summary(
+        spec.run_id, status, reason, step, cfg.schedule.steps, final,
+        provenance(cfg.digest(), _container_id(cfg, train_image(cfg))),
+        backend="verl", deviations=deviations(cfg, spec),
+    )  # fmt: skip
+    run.write_summary(summary)
+    return summary

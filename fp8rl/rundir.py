@@ -1,0 +1,308 @@
+"""The run directory: where a run lives, what each of its files is called, and their writers and readers.
+
+A run of tier `T` lives in `{results_dir}/T/runs/{run id}/` (`runs_dir`, `RunDir.of`):
+
+- `config.yaml`: the resolved config;
+- `metrics.jsonl`: one JSON object per optimizer step, appended and fsynced, truncated back to the
+  checkpoint's byte offset on resume (`RunDir.append_metrics`, `RunDir.reset_metrics`), or written
+  whole by the verl import (fp8rl.adapters.verl_metrics); non-finite values are absent, never written;
+- `summary.json`: written last, so its presence means the run finished (`build_summary` makes it);
+- `throughput.json`: per-phase seconds and tokens, one schema for both trainers (`throughput_record`);
+- `ratio_hist.json`: an FP8 run's FP8 vs BF16-shadow ratio histogram;
+- `checkpoint/`: the HF model (+ trainer state); `eval/lm_eval.json`, `eval/agent.json`: `fp8rl eval`.
+
+Every other module takes these names from here; docs/interfaces.md documents the formats. Files are
+written atomically (fp8rl.io) except `metrics.jsonl`'s appends. The bf16 run's clip fractions are the
+targets of a `calib.reference: run` cell: per step for the reference trainer
+(`reference_targets_by_step`), as the mean over steps for verl (`reference_targets_mean`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from fp8rl.io import atomic_write_json, atomic_write_text, read_jsonl
+
+RUNS_DIR = "runs"
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+THROUGHPUT_FILE = "throughput.json"
+RATIO_HIST_FILE = "ratio_hist.json"
+CHECKPOINT_DIR = "checkpoint"
+EVAL_DIR = "eval"
+# eval suite -> its result file, relative to the run directory
+EVAL_FILES = {"lm_eval": f"{EVAL_DIR}/lm_eval.json", "agent": f"{EVAL_DIR}/agent.json"}
+STATUSES = ("ok", "diverged", "failed")
+# throughput.json's phases, in report order (time/{phase}_s and tok/{phase} in metrics.jsonl)
+PHASES = ("rollout", "logprob", "train", "calib")
+
+
+def runs_dir(results_dir: str | Path, tier: str) -> Path:
+    """`{results_dir}/{tier}/runs`: the folder holding every run directory of a tier."""
+    return Path(results_dir) / tier / RUNS_DIR
+
+
+class RunDir:
+    """Paths, writers and strict readers of one run directory."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    @classmethod
+    def of(cls, runs: str | Path, run_id: str) -> RunDir:
+        """The run directory of `run_id` under a tier's runs folder (`runs_dir(...)`)."""
+        return cls(Path(runs) / run_id)
+
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / METRICS_FILE
+
+    @property
+    def summary(self) -> Path:
+        return self.root / SUMMARY_FILE
+
+    @property
+    def throughput(self) -> Path:
+        return self.root / THROUGHPUT_FILE
+
+    @property
+    def ratio_hist(self) -> Path:
+        return self.root / RATIO_HIST_FILE
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / CHECKPOINT_DIR
+
+    def eval_file(self, suite: str) -> Path:
+        """`eval/{suite}.json`; ValueError naming the known suites for another one."""
+        if suite not in EVAL_FILES:
+            raise ValueError(
+                f"no eval result file for suite {suite!r}; known suites: {', '.join(EVAL_FILES)}"
+            )
+        return self.root / EVAL_FILES[suite]
+
+    # ----------------------------------------------------------------------------------- writers
+
+    def write_config(self, resolved: dict) -> None:
+        import yaml
+
+        atomic_write_text(self.config, yaml.safe_dump(resolved, sort_keys=False))
+
+    def reset_metrics(self, offset: int) -> None:
+        """Keep the first `offset` bytes of metrics.jsonl (what the checkpoint had written)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        if offset == 0 or not self.metrics.exists():
+            atomic_write_text(self.metrics, "")
+            return
+        size = self.metrics.stat().st_size
+        if size < offset:
+            raise ValueError(f"{self.metrics}: {size} bytes, shorter than the checkpoint's offset {offset}")
+        with open(self.metrics, "r+b") as fh:
+            fh.truncate(offset)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def append_metrics(self, row: dict) -> int:
+        """Append one step's metrics (non-finite values dropped: absent, never NaN); returns the new size."""
+        with open(self.metrics, "a") as fh:
+            fh.write(json.dumps(_finite_only(row), allow_nan=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        return self.metrics.stat().st_size
+
+    def write_summary(self, summary: dict) -> None:
+        atomic_write_json(self.summary, summary)
+
+    def write_throughput(self, throughput: dict) -> None:
+        atomic_write_json(self.throughput, throughput)
+
+    def write_ratio_hist(self, hist: dict) -> None:
+        """`ratio_hist.json`: FP8 vs BF16-shadow ratio counts of the shadow tokens (fp8rl.rl.ratio_hist)."""
+        atomic_write_json(self.ratio_hist, hist, indent=None)
+
+    # ----------------------------------------------------------------------------------- readers
+
+    def metrics_size(self) -> int:
+        return self.metrics.stat().st_size if self.metrics.exists() else 0
+
+    def read_metrics(self) -> list[dict]:
+        """Every row of metrics.jsonl ([] when there is none); ValueError naming the file and line of a
+        malformed one (the report reads it leniently instead: fp8rl.report.load)."""
+        return read_jsonl(self.metrics) if self.metrics.exists() else []
+
+    def read_summary(self) -> dict:
+        return _read_object(self.summary)
+
+    def read_throughput(self) -> dict:
+        return _read_object(self.throughput)
+
+
+def _finite_only(row: dict) -> dict:
+    return {k: v for k, v in row.items() if not (isinstance(v, float) and not math.isfinite(v))}
+
+
+def _read_object(path: Path) -> dict:
+    """A JSON object from `path`; ValueError naming the file when it is missing, unreadable or not one."""
+    try:
+        obj = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: unreadable JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return obj
+
+
+# --------------------------------------------------------------------------------- summary.json
+
+
+def build_summary(
+    run_id: str,
+    status: str,
+    reason: str | None,
+    step: int,
+    steps_planned: int,
+    final: dict[str, Any],
+    provenance: dict[str, Any],
+    *,
+    backend: str | None = None,
+    deviations: list | None = None,
+) -> dict:
+    """The `summary.json` object of a finished run. `step` is the last step written (for `diverged`,
+    the step where it was detected); `final` the last step's metrics the writer chose to keep.
+    `backend` and `deviations` (what verl runs differently from the reference trainer) are written only
+    when given."""
+    if status not in STATUSES:
+        raise ValueError(f"summary status {status!r} for {run_id}; allowed: {', '.join(STATUSES)}")
+    summary = {
+        "run_id": run_id,
+        "status": status,
+        "reason": reason,
+        "step": step,
+        "steps_planned": steps_planned,
+        "final": final,
+    }
+    if backend is not None:
+        summary["backend"] = backend
+    if deviations is not None:
+        summary["deviations"] = deviations
+    summary["provenance"] = provenance
+    return summary
+
+
+# ------------------------------------------------------------------------------ throughput.json
+
+
+def throughput_record(
+    rows: list[dict],
+    *,
+    emulated: bool,
+    device: str,
+    fp8_backend: str,
+    peak_mem_mb: float | None = None,
+    threads: int | None = None,
+    fp8_gemms: dict[str, int] | None = None,
+) -> dict:
+    """The `throughput.json` object, from a run's metrics rows and what the writer knows of its machine.
+
+    Per phase of `PHASES` that any row timed (`time/{phase}_s`): `seconds` summed over the rows, and,
+    where the rows count tokens (`tok/{phase}`), `tokens` and `tokens_per_s`. `step_time_s` is the mean
+    `time/step_s`, or, for a log without it, the phases' seconds over the steps. `peak_mem_mb`,
+    `threads` and `fp8_gemms` are written only when given: unknown is absent, never 0.
+    """
+    phases = {}
+    for ph in PHASES:
+        if not any(f"time/{ph}_s" in r for r in rows):
+            continue  # a phase this run never has (calib in bf16 runs) is absent
+        secs = sum(float(r.get(f"time/{ph}_s", 0.0)) for r in rows)
+        phases[ph] = {"seconds": round(secs, 4)}
+        if any(f"tok/{ph}" in r for r in rows):
+            toks = sum(float(r.get(f"tok/{ph}", 0.0)) for r in rows)
+            phases[ph] |= {"tokens": int(toks), "tokens_per_s": round(toks / secs, 2) if secs > 0 else None}
+    step_times = [float(r["time/step_s"]) for r in rows if "time/step_s" in r]
+    if step_times:
+        step_time = round(sum(step_times) / len(step_times), 4)
+    else:
+        step_time = round(sum(p["seconds"] for p in phases.values()) / len(rows), 4) if rows else None
+    record: dict[str, Any] = {
+        "emulated": bool(emulated),
+        "device": device,
+        "fp8_backend": fp8_backend,
+        "steps": len(rows),
+        "step_time_s": step_time,
+    }
+    if peak_mem_mb is not None:
+        record["peak_mem_mb"] = round(peak_mem_mb, 1)
+    if threads is not None:
+        record["threads"] = threads
+    record["phases"] = phases
+    if fp8_gemms is not None:
+        record["fp8_gemms"] = fp8_gemms
+    return record
+
+
+# ---------------------------------------------------------------- a bf16 run's calibration targets
+
+
+def _target_keys(population: str) -> tuple[str, str]:
+    """(lower, upper) clip-fraction metrics of a bf16 run for a calibration population: `all` valid
+    tokens (`clip/low_all`, `clip/high_all`) or the A<0 / A>0 ones (`clip/low_neg`, `clip/high_pos`)."""
+    return ("clip/low_all", "clip/high_all") if population == "all" else ("clip/low_neg", "clip/high_pos")
+
+
+def _reference_rows(run_dir: str | Path) -> tuple[Path, list[dict]]:
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        raise ValueError(f"{run_dir}: no {METRICS_FILE} (is it a finished bf16 run directory?)")
+    return path, read_jsonl(path)
+
+
+def reference_targets_by_step(run_dir: str | Path, population: str) -> dict[int, tuple[float, float | None]]:
+    """Per-step calibration targets from a finished bf16 run (the reference trainer's `calib.reference:
+    run`): `{step: (q_low, q_high)}`, the bf16 run's clip fractions under its fixed bounds for
+    `population`, `q_high` None where that step did not log it. ValueError naming the file if it is
+    missing or no step has `q_low`."""
+    path, rows = _reference_rows(run_dir)
+    lo_key, hi_key = _target_keys(population)
+    out = {}
+    for row in rows:
+        if "step" in row and lo_key in row:
+            out[int(row["step"])] = (float(row[lo_key]), row.get(hi_key))
+    if not out:
+        raise ValueError(f"{path}: no step records {lo_key!r}; not a usable reference run")
+    return out
+
+
+def reference_targets_mean(
+    run_dir: str | Path, population: str, *, need_high: bool = False
+) -> tuple[float, float | None]:
+    """One calibration target pair from a finished bf16 run (verl's `calib.reference: run`, whose loss
+    takes a fixed target): `(q_low, q_high)`, the bf16 run's clip fractions for `population` averaged
+    over the steps that logged them; `q_high` only with `need_high` (`calib.upper: quantile`), else
+    None. ValueError naming the file if it is missing or lacks the values."""
+    path, rows = _reference_rows(run_dir)
+    lo_key, hi_key = _target_keys(population)
+
+    def mean(key: str) -> float | None:
+        vals = [float(r[key]) for r in rows if key in r]
+        return sum(vals) / len(vals) if vals else None
+
+    q = mean(lo_key)
+    if q is None:
+        raise ValueError(f"{path}: no {lo_key!r} values to calibrate against")
+    if not need_high:
+        return q, None
+    q_high = mean(hi_key)
+    if q_high is None:
+        raise ValueError(f"{path}: no {hi_key!r} values for calib.upper: quantile")
+    return q, q_high
