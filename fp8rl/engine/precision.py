@@ -86,7 +86,7 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
         impl=f.optimizer,
     )
     device = module_device(model)
-    backend = fp8.fp8_backend(device) if spec.fp8 else "none"
+    backend = fp8.gemm_backend(device) if spec.fp8 else "none"
     # bf16 is emulated on every device (BF16Linear); FP8 is real only through `_scaled_mm` on FP8 hardware
     # for a recipe it computes exactly (blockwise and MX are emulated on the GPU too).
     emulated = not (spec.fp8 and f.gemms and backend == "scaled_mm" and recipe.scaled_mm_exact)

@@ -4,7 +4,7 @@ rollout quantization. Never imports `fp8rl.rl`.
 `make_rollout_policy`, `KVCacheQuantizer`, `FP8DynamicCache` and `RolloutLinear` import `transformers`,
 so they are loaded on first access (a few seconds), not with the package."""
 
-from fp8rl.fp8.backend import fp8_backend, gemm_backend, is_fp8_hardware
+from fp8rl.fp8.backend import gemm_backend, is_fp8_hardware
 from fp8rl.fp8.convert import (
     convert_to_bf16_emulation,
     convert_to_fp8,
@@ -41,7 +41,6 @@ __all__ = [
     "convert_to_fp8",
     "dequantize",
     "fake_quantize",
-    "fp8_backend",
     "fp8_state_dict",
     "gemm_backend",
     "get_format",

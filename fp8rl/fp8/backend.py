@@ -42,11 +42,6 @@ def gemm_backend(device: torch.device | str | None = None) -> str:
     return "scaled_mm" if is_fp8_hardware(device) else "emulated"
 
 
-def fp8_backend(device: torch.device | str | None = None) -> str:
-    """What the throughput report states for fp8rl's own FP8 linears on `device`."""
-    return gemm_backend(device)
-
-
 GEMM_COUNTS = dict.fromkeys(BACKENDS, 0)
 
 
