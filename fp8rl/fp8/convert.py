@@ -26,7 +26,9 @@ def _skipped(name: str, skip: Iterable[str]) -> bool:
     return any(s == name or s in parts for s in skip)
 
 
-def _swap(model: nn.Module, make, skip: Iterable[str]) -> nn.Module:
+def swap_linears(model: nn.Module, make, skip: Iterable[str]) -> nn.Module:
+    """Replace every `nn.Linear` of `model` whose qualified name has no component in `skip` by
+    `make(linear)`, in place; returns `model` (a bare `nn.Linear` is returned as `make(model)`)."""
     skip = tuple(skip)
     if isinstance(model, nn.Linear):
         return make(model)
@@ -49,12 +51,12 @@ def convert_to_fp8(
     `model` (a bare `nn.Linear` is returned converted). Already converted layers are re-converted."""
     if not isinstance(recipe, Recipe):
         raise ValueError(f"recipe: expected a Recipe (fp8rl.fp8.get_recipe), got {type(recipe).__name__}")
-    return _swap(model, lambda lin: FP8Linear.from_linear(lin, recipe, backend=backend), skip)
+    return swap_linears(model, lambda lin: FP8Linear.from_linear(lin, recipe, backend=backend), skip)
 
 
 def convert_to_bf16_emulation(model: nn.Module, skip: Iterable[str] = DEFAULT_SKIP) -> nn.Module:
     """Replace the linears of `model` (not those in `skip`) by bf16-emulation `BF16Linear`s."""
-    return _swap(model, BF16Linear.from_linear, skip)
+    return swap_linears(model, BF16Linear.from_linear, skip)
 
 
 def quantized_linears(model: nn.Module) -> Iterator[tuple[str, QuantizedLinearBase]]:

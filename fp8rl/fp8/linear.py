@@ -23,7 +23,7 @@ from torch import nn
 
 from fp8rl.fp8.backend import count_gemm, gemm_backend
 from fp8rl.fp8.formats import round_to_bf16
-from fp8rl.fp8.quantize import _abs_max, fake_quantize, quantize
+from fp8rl.fp8.quantize import abs_max, fake_quantize, quantize
 from fp8rl.fp8.recipe import GemmSpec, OperandSpec, Recipe
 from fp8rl.fp8.scaling import AmaxHistory
 
@@ -36,7 +36,7 @@ def delayed_scale(t: torch.Tensor, spec: OperandSpec, hist: AmaxHistory | None) 
     if hist is None or not spec.delayed:
         return None
     scale = hist.scale(spec.fmt, t.device)
-    hist.record(_abs_max(t.detach()))
+    hist.record(abs_max(t.detach()))
     return scale
 
 

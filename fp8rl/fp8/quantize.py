@@ -68,7 +68,7 @@ def mx_scale(amax: torch.Tensor, fmt: str | FP8Format) -> torch.Tensor:
     return torch.where(torch.isnan(amax), torch.full_like(scale, float("nan")), scale)
 
 
-def _abs_max(x: torch.Tensor, dim: int | tuple[int, ...] | None = None) -> torch.Tensor:
+def abs_max(x: torch.Tensor, dim: int | tuple[int, ...] | None = None) -> torch.Tensor:
     """max |x| (over `dim`, keepdim) without materialising |x|: max(-min, max). NaN propagates."""
     if dim is None:
         lo, hi = torch.aminmax(x)
@@ -127,12 +127,12 @@ def compute_scale(
     """The scale `quantize` would use for `x` (shapes as in the module docstring)."""
     _check_args(x, granularity, block)
     if granularity == "tensorwise":
-        amax = _abs_max(x)
+        amax = abs_max(x)
     elif granularity == "rowwise":
-        amax = _abs_max(x, -1)
+        amax = abs_max(x, -1)
     else:
         tiles = _tiles(x, granularity, _block_of(granularity, block))
-        amax = _abs_max(tiles, (1, 3)) if granularity == "block2d" else _abs_max(tiles, -1)
+        amax = abs_max(tiles, (1, 3)) if granularity == "block2d" else abs_max(tiles, -1)
         amax = amax[:, 0, :, 0] if granularity == "block2d" else amax.squeeze(-1)
     if granularity == "mx":
         return mx_scale(amax, fmt)

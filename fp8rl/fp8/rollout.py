@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache
 
-from fp8rl.fp8.convert import DEFAULT_SKIP, _swap
+from fp8rl.fp8.convert import DEFAULT_SKIP, swap_linears
 from fp8rl.fp8.formats import round_to_bf16
 from fp8rl.fp8.kv_cache import FP8DynamicCache, KVCacheQuantizer
 from fp8rl.fp8.linear import QuantizedLinearBase, quantize_operand
@@ -124,7 +124,7 @@ def make_rollout_policy(
     for p in rollout.parameters():
         p.requires_grad_(False)
         p.grad = None
-    _swap(rollout, lambda lin: RolloutLinear.from_linear(lin, recipe), skip)
+    swap_linears(rollout, lambda lin: RolloutLinear.from_linear(lin, recipe), skip)
     rollout.eval()
     rollout.__class__ = _rollout_class(type(policy))
     rollout.rollout_recipe = recipe
