@@ -47,7 +47,6 @@ from fp8rl.engine.shadow import ShadowPass
 from fp8rl.engine.throughput import PHASES, PhaseTimer, throughput_report
 from fp8rl.engine.tokenizer import load_tokenizer
 from fp8rl.fp8 import fp8_state_dict, load_fp8_state_dict
-from fp8rl.fp8.backend import gemm_counts
 from fp8rl.provenance import provenance
 
 FINAL_KEYS = ("reward/mean", "acc/mean", "entropy", "resp_len/mean", "gibberish/rate", "mismatch/kl_k3")
@@ -140,7 +139,6 @@ class Trainer:
         self.prompt_ids = [self.tokenizer(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
         self.answers = [r["answer"] for r in rows]
         self.verifier = tasks.reward_fn(cfg.task.name)
-        gemm_counts(reset=True)  # throughput.json counts this run's FP8 GEMMs per path
 
     def _trainer_state(self) -> dict:
         return {

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp8rl.fp8 import dequantize, fake_quantize, quantize
+from fp8rl.fp8 import GRANULARITIES, dequantize, fake_quantize, quantize
 from fp8rl.fp8.formats import get_format
-from fp8rl.fp8.quantize import GRANULARITIES, compute_scale, set_compile
+from fp8rl.fp8.quantize import compute_scale, fake_quantize_tiled
+from fp8rl.fp8.tiling import Tiling
 
 torchao_float8 = pytest.importorskip("torchao.float8.float8_utils")
 
@@ -161,11 +162,7 @@ def test_compiled_fake_quant_is_identical():
     x = _outliers()
     x[0, :3] = torch.tensor([float("nan"), float("inf"), -0.0])
     eager = {k: fake_quantize(x, "e4m3", k, scale=torch.tensor(2.0)) for k in ("tensorwise", "block1d")}
-    set_compile(True)
-    try:
-        for k, ref in eager.items():
-            got = fake_quantize(x, "e4m3", k, scale=torch.tensor(2.0))
-            assert torch.equal(got[1:], ref[1:]) and torch.equal(got[0, 1:], ref[0, 1:]), k
-            assert torch.isnan(got[0, 0])
-    finally:
-        set_compile(False)
+    for k, ref in eager.items():
+        got = fake_quantize_tiled(x, "e4m3", Tiling(k), scale=torch.tensor(2.0), compiled=True)
+        assert torch.equal(got[1:], ref[1:]) and torch.equal(got[0, 1:], ref[0, 1:]), k
+        assert torch.isnan(got[0, 0])
