@@ -24,8 +24,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from fp8rl.fp8 import BF16Linear, FP8Linear, fake_quantize, get_recipe
-from fp8rl.fp8.quantize import GRANULARITIES, set_compile
+from fp8rl.fp8 import TILE_GRANULARITIES, BF16Linear, FP8Linear, Tiling, get_recipe
+from fp8rl.fp8.quantize import fake_quantize_tiled
 
 
 def _time_pair(f: Callable[[], object], g: Callable[[], object], repeats: int) -> tuple[float, float]:
@@ -42,16 +42,14 @@ def _time_pair(f: Callable[[], object], g: Callable[[], object], repeats: int) -
 
 def bench_fake_quant(sizes: list[int], repeats: int, compiled: bool = False) -> list[dict]:
     rows = []
-    set_compile(compiled)
-    try:
-        for n in sizes:
-            x = torch.randn(n, n)
-            for g in GRANULARITIES:
-                t_fq, t_copy = _time_pair(lambda g=g, x=x: fake_quantize(x, "e4m3", g), x.clone, repeats)
-                rows.append({"n": n, "granularity": g, "mode": "compiled" if compiled else "eager",
-                             "fq_ms": 1e3 * t_fq, "copy_ms": 1e3 * t_copy, "ratio": t_fq / t_copy})  # fmt: skip
-    finally:
-        set_compile(False)
+    for n in sizes:
+        x = torch.randn(n, n)
+        for g in TILE_GRANULARITIES:
+            tiling = Tiling(g)
+            fq = lambda t=tiling, x=x: fake_quantize_tiled(x, "e4m3", t, compiled=compiled)  # noqa: E731
+            t_fq, t_copy = _time_pair(fq, x.clone, repeats)
+            rows.append({"n": n, "granularity": g, "mode": "compiled" if compiled else "eager",
+                         "fq_ms": 1e3 * t_fq, "copy_ms": 1e3 * t_copy, "ratio": t_fq / t_copy})  # fmt: skip
     return rows
 
 

@@ -7,7 +7,8 @@ every update; tokens = real tokens forwarded), `calib` (the BF16 shadow pass and
 `time/*` and `tok/*` metrics of the run, so a resumed run reports every step once. Peak memory is the
 process's max RSS (CPU) or the CUDA allocator's peak (a run on CUDA). On CUDA each phase waits for the
 device's queued kernels at its start and end, so its wall time is the GPU's. `fp8_gemms` counts the trainer-side FP8 GEMMs of the
-process that finished the run by path (`scaled_mm`: real FP8 GEMMs; `emulated`): what really ran.
+process that finished the run by path (`scaled_mm`: real FP8 GEMMs; `emulated`): what really ran, as
+the policy's `FP8Runtime` counted them (`prec.runtime.gemms`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from dataclasses import dataclass
 import torch
 
 from fp8rl.engine.device import synchronize
-from fp8rl.fp8.backend import gemm_counts
 from fp8rl.rundir import PHASES, throughput_record
 
 
@@ -74,5 +74,5 @@ def throughput_report(rows: list[dict], prec) -> dict:
         fp8_backend=prec.backend,
         peak_mem_mb=peak_mem_mb(prec.device),
         threads=torch.get_num_threads(),
-        fp8_gemms=gemm_counts() if prec.fp8 else None,
+        fp8_gemms=prec.runtime.gemms.counts() if prec.fp8 else None,
     )

@@ -9,7 +9,8 @@ variant's precision.
   (`fp8.optimizer_state`, implementation `fp8.optimizer`).
 Embeddings and `lm_head` stay high precision (as torchao and Transformer Engine recipes do).
 `unquantized()` switches the policy's quantization off: inside it the linears compute the exact
-unquantized path (what the BF16 shadow pass scores with).
+unquantized path (what the BF16 shadow pass scores with). `runtime` is the FP8 layers' state (compile switch, GEMM
+counts per path) that the trainer owns through its `Precision`.
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from fp8rl.config import ExperimentConfig
 from fp8rl.engine.device import module_device
 from fp8rl.matrix import RunSpec
+
+if TYPE_CHECKING:
+    from fp8rl.fp8 import FP8Runtime
 
 SKIP = ("embed_tokens", "lm_head")
 
@@ -49,6 +54,7 @@ class Precision:
     emulated: bool
     unquantized: Callable[[], AbstractContextManager]
     device: torch.device
+    runtime: FP8Runtime
 
     def refresh_rollout(self) -> None:
         """Copy the trainer's current weights into the rollout copy (once per rollout batch)."""
@@ -70,12 +76,15 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
             amax_history_len=f.amax_history_len,
             amax_compute_algo=f.amax_compute_algo,
         )
+    runtime = fp8.FP8Runtime.from_env()
     if spec.fp8 and f.gemms:
-        fp8.convert_to_fp8(model, recipe, skip=SKIP)
+        fp8.convert_to_fp8(model, recipe, skip=SKIP, runtime=runtime)
     else:
         fp8.convert_to_bf16_emulation(model, skip=SKIP)
     rollout_recipe = recipe if (spec.fp8 and f.rollout) else None
-    rollout = fp8.make_rollout_policy(model, rollout_recipe, kv_cache_fp8=bool(spec.fp8 and f.kv_cache))
+    rollout = fp8.make_rollout_policy(
+        model, rollout_recipe, kv_cache_fp8=bool(spec.fp8 and f.kv_cache), runtime=runtime
+    )
     s = cfg.schedule
     optimizer = fp8.build_adamw(
         [p for p in model.parameters() if p.requires_grad],
@@ -87,7 +96,7 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
         impl=f.optimizer,
     )
     device = module_device(model)
-    backend = fp8.fp8_backend(device) if spec.fp8 else "none"
+    backend = fp8.gemm_backend(device) if spec.fp8 else "none"
     # bf16 is emulated on every device (BF16Linear); FP8 is real only through `_scaled_mm` on FP8 hardware
     # for a recipe it computes exactly (blockwise and MX are emulated on the GPU too).
     emulated = not (spec.fp8 and f.gemms and backend == "scaled_mm" and recipe.scaled_mm_exact)
@@ -95,4 +104,6 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
     def unquantized() -> AbstractContextManager:
         return fp8.quantization_disabled(model)
 
-    return Precision(model, rollout, optimizer, recipe, spec.fp8, backend, emulated, unquantized, device)
+    return Precision(
+        model, rollout, optimizer, recipe, spec.fp8, backend, emulated, unquantized, device, runtime
+    )

@@ -48,7 +48,6 @@ from fp8rl.engine.shadow import ShadowPass
 from fp8rl.engine.tokenizer import load_tokenizer
 from fp8rl.engine.update_batch import MiniBatch, StepMeans, StepScores
 from fp8rl.fp8 import fp8_state_dict, load_fp8_state_dict
-from fp8rl.fp8.backend import gemm_counts
 from fp8rl.matrix import RunSpec
 from fp8rl.provenance import provenance
 from fp8rl.rl import (
@@ -162,7 +161,6 @@ class Trainer:
         self.prompt_ids = [self.tokenizer(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
         self.answers = [r["answer"] for r in rows]
         self.verifier = tasks.reward_fn(cfg.task.name)
-        gemm_counts(reset=True)  # throughput.json counts this run's FP8 GEMMs per path
 
     # ------------------------------------------------------------------------------------- checkpoints
 

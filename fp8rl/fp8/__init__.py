@@ -1,10 +1,11 @@
 """FP8 numerics (DESIGN.md §4): formats, scaled quantization, recipes, FP8 linear, FP8 optimizer state,
-rollout quantization. Never imports `fp8rl.rl`.
+rollout quantization. Never imports `fp8rl.rl`. The mutable state of converted layers (compile switch,
+GEMM counts) lives in the `FP8Runtime` their owner passes to `convert_to_fp8`, not in module globals.
 
 `make_rollout_policy`, `KVCacheQuantizer`, `FP8DynamicCache` and `RolloutLinear` import `transformers`,
 so they are loaded on first access (a few seconds), not with the package."""
 
-from fp8rl.fp8.backend import fp8_backend, gemm_backend, is_fp8_hardware
+from fp8rl.fp8.backend import gemm_backend, is_fp8_hardware
 from fp8rl.fp8.convert import (
     convert_to_bf16_emulation,
     convert_to_fp8,
@@ -16,14 +17,16 @@ from fp8rl.fp8.convert import (
 from fp8rl.fp8.formats import E4M3, E5M2, FP8Format, get_format, round_to_bf16, saturating_cast
 from fp8rl.fp8.linear import BF16Linear, FP8Linear
 from fp8rl.fp8.optim import BlockwiseFP8AdamW, build_adamw
-from fp8rl.fp8.quantize import GRANULARITIES, dequantize, fake_quantize, quantize
+from fp8rl.fp8.quantize import dequantize, fake_quantize, quantize
 from fp8rl.fp8.recipe import RECIPES, GemmSpec, OperandSpec, Recipe, get_recipe
+from fp8rl.fp8.runtime import FP8Runtime, GemmCounter
 from fp8rl.fp8.scaling import AmaxHistory
+from fp8rl.fp8.tiling import TILE_GRANULARITIES, Granularity, Tiling
 
 __all__ = [
     "E4M3",
     "E5M2",
-    "GRANULARITIES",
+    "TILE_GRANULARITIES",
     "RECIPES",
     "AmaxHistory",
     "BF16Linear",
@@ -33,15 +36,18 @@ __all__ = [
     "RolloutLinear",
     "FP8Format",
     "FP8Linear",
+    "FP8Runtime",
+    "GemmCounter",
+    "Granularity",
     "GemmSpec",
     "OperandSpec",
     "Recipe",
+    "Tiling",
     "build_adamw",
     "convert_to_bf16_emulation",
     "convert_to_fp8",
     "dequantize",
     "fake_quantize",
-    "fp8_backend",
     "fp8_state_dict",
     "gemm_backend",
     "get_format",

@@ -1,4 +1,4 @@
-"""Which GEMM path FP8 linears take on this machine, for the linears and the throughput report.
+"""Which GEMM path FP8 linears take on this machine: per layer (`gemm_backend`) and per GEMM (`gemm_path`).
 
 - `scaled_mm`: real FP8 GEMMs through `torch._scaled_mm` (tensorwise / rowwise scales), the default on an
   FP8-capable CUDA device (compute capability ≥ 8.9: Ada, Hopper, Blackwell).
@@ -15,6 +15,9 @@ from __future__ import annotations
 import os
 
 import torch
+
+from fp8rl.fp8.recipe import GemmSpec
+from fp8rl.fp8.tiling import Granularity
 
 BACKENDS = ("emulated", "scaled_mm")
 
@@ -42,25 +45,20 @@ def gemm_backend(device: torch.device | str | None = None) -> str:
     return "scaled_mm" if is_fp8_hardware(device) else "emulated"
 
 
-def fp8_backend(device: torch.device | str | None = None) -> str:
-    """What the throughput report states for fp8rl's own FP8 linears on `device`."""
-    return gemm_backend(device)
+def scaled_mm_computes(spec: GemmSpec, device: torch.device | str) -> bool:
+    """True when `torch._scaled_mm` on `device` computes the GEMM `spec` exactly: tensorwise or rowwise
+    scales on both operands, not both e5m2, and on CUDA no rowwise scales with an e5m2 operand (cuBLASLt's
+    rowwise-scaled FP8 GEMM takes e4m3 only)."""
+    a, b = spec.a, spec.b
+    if a.tiling.tiled or b.tiling.tiled:
+        return False
+    if a.fmt == "e5m2" and b.fmt == "e5m2":
+        return False
+    rowwise = Granularity.ROWWISE in (a.tiling.granularity, b.tiling.granularity)
+    return not (torch.device(device).type == "cuda" and rowwise and "e5m2" in (a.fmt, b.fmt))
 
 
-GEMM_COUNTS = dict.fromkeys(BACKENDS, 0)
-
-
-def count_gemm(path: str) -> None:
-    """Record that one FP8 GEMM ran on `path` (`scaled_mm` or `emulated`): a recipe `_scaled_mm` computes
-    can still fall back to emulation for one GEMM (cuBLASLt needs dims that are multiples of 16), and the
-    throughput report says how many did."""
-    GEMM_COUNTS[path] += 1
-
-
-def gemm_counts(reset: bool = False) -> dict[str, int]:
-    """FP8 GEMMs run per path in this process since the last reset."""
-    out = dict(GEMM_COUNTS)
-    if reset:
-        for k in GEMM_COUNTS:
-            GEMM_COUNTS[k] = 0
-    return out
+def gemm_path(spec: GemmSpec, backend: str, device: torch.device | str) -> str:
+    """The path one GEMM of a layer whose backend is `backend` takes on `device`: `scaled_mm` where that
+    backend is `scaled_mm` and `_scaled_mm` computes `spec` exactly, `emulated` otherwise."""
+    return "scaled_mm" if backend == "scaled_mm" and scaled_mm_computes(spec, device) else "emulated"

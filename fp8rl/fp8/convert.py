@@ -6,6 +6,8 @@ precision by default, as torchao's and TE's FP8 recipes leave the output head al
 layer sharing its Parameters, so optimizers, state dicts and Hugging Face checkpoints see the same
 tensors under the same names. `quantization_disabled(model)` makes every converted layer compute exactly
 `F.linear(x, weight, bias)` inside the block: the BF16 shadow pass of calibrated clipping (DESIGN.md §5).
+The FP8 layers of one `convert_to_fp8` call share one `FP8Runtime` (fp8rl.fp8.runtime): the caller's, or
+a fresh one.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torch import nn
 
 from fp8rl.fp8.linear import BF16Linear, FP8Linear, QuantizedLinearBase
 from fp8rl.fp8.recipe import Recipe
+from fp8rl.fp8.runtime import FP8Runtime
 
 DEFAULT_SKIP = ("embed_tokens", "lm_head")
 
@@ -26,7 +29,9 @@ def _skipped(name: str, skip: Iterable[str]) -> bool:
     return any(s == name or s in parts for s in skip)
 
 
-def _swap(model: nn.Module, make, skip: Iterable[str]) -> nn.Module:
+def swap_linears(model: nn.Module, make, skip: Iterable[str]) -> nn.Module:
+    """Replace every `nn.Linear` of `model` whose qualified name has no component in `skip` by
+    `make(linear)`, in place; returns `model` (a bare `nn.Linear` is returned as `make(model)`)."""
     skip = tuple(skip)
     if isinstance(model, nn.Linear):
         return make(model)
@@ -43,18 +48,27 @@ def _swap(model: nn.Module, make, skip: Iterable[str]) -> nn.Module:
 
 
 def convert_to_fp8(
-    model: nn.Module, recipe: Recipe, skip: Iterable[str] = DEFAULT_SKIP, *, backend: str | None = None
+    model: nn.Module,
+    recipe: Recipe,
+    skip: Iterable[str] = DEFAULT_SKIP,
+    *,
+    backend: str | None = None,
+    runtime: FP8Runtime | None = None,
 ) -> nn.Module:
-    """Replace the linears of `model` (not those in `skip`) by `FP8Linear`s running `recipe`; returns
-    `model` (a bare `nn.Linear` is returned converted). Already converted layers are re-converted."""
+    """Replace the linears of `model` (not those in `skip`) by `FP8Linear`s running `recipe`, all sharing
+    `runtime` (default: a fresh `FP8Runtime.from_env()`); returns `model` (a bare `nn.Linear` is returned
+    converted). Already converted layers are re-converted."""
     if not isinstance(recipe, Recipe):
         raise ValueError(f"recipe: expected a Recipe (fp8rl.fp8.get_recipe), got {type(recipe).__name__}")
-    return _swap(model, lambda lin: FP8Linear.from_linear(lin, recipe, backend=backend), skip)
+    rt = runtime if runtime is not None else FP8Runtime.from_env()
+    return swap_linears(
+        model, lambda lin: FP8Linear.from_linear(lin, recipe, backend=backend, runtime=rt), skip
+    )
 
 
 def convert_to_bf16_emulation(model: nn.Module, skip: Iterable[str] = DEFAULT_SKIP) -> nn.Module:
     """Replace the linears of `model` (not those in `skip`) by bf16-emulation `BF16Linear`s."""
-    return _swap(model, BF16Linear.from_linear, skip)
+    return swap_linears(model, BF16Linear.from_linear, skip)
 
 
 def quantized_linears(model: nn.Module) -> Iterator[tuple[str, QuantizedLinearBase]]:

@@ -10,13 +10,14 @@ memory is not saved, only the numerics reproduced.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
 
 from fp8rl.fp8.formats import get_format
-from fp8rl.fp8.quantize import fake_quantize
+from fp8rl.fp8.quantize import fake_quantize_tiled
+from fp8rl.fp8.tiling import Tiling
 
 KV_GRANULARITIES = ("rowwise", "tensorwise")
 
@@ -27,6 +28,7 @@ class KVCacheQuantizer:
 
     fmt: str = "e4m3"
     granularity: str = "rowwise"
+    tiling: Tiling = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         get_format(self.fmt)
@@ -35,9 +37,10 @@ class KVCacheQuantizer:
                 f"granularity: unknown KV-cache granularity {self.granularity!r}; "
                 f"allowed: {', '.join(KV_GRANULARITIES)}"
             )
+        object.__setattr__(self, "tiling", Tiling(self.granularity))
 
     def __call__(self, states: torch.Tensor) -> torch.Tensor:
-        return fake_quantize(states, self.fmt, self.granularity)
+        return fake_quantize_tiled(states, self.fmt, self.tiling)
 
 
 class FP8DynamicCache(DynamicCache):

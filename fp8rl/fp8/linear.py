@@ -5,7 +5,9 @@ quantized per the recipe along that GEMM's contraction dim (fp8rl.fp8.recipe):
 output `x·Wᵀ`, grad-input `dy·W`, grad-weight `dyᵀ·x`. A GEMM whose two operands have tensorwise or
 rowwise scales runs as a real FP8 GEMM through `torch._scaled_mm` when the backend is `scaled_mm`
 (fp8rl.fp8.backend; on CUDA every dim is zero-padded to a multiple of 16, which leaves the product
-unchanged); otherwise it is emulated: operands fake-quantized, fp32 matmul (DESIGN.md §8).
+unchanged); otherwise it is emulated: operands fake-quantized, fp32 matmul (DESIGN.md §8). The layer
+picks each GEMM's path once, when it is made and whenever it is moved (`.to()`, `.cuda()`), not per
+call, and counts the GEMMs it runs per path in its `FP8Runtime` (fp8rl.fp8.runtime).
 Outputs and input gradients are rounded to bf16, as FP8 GEMMs emit bf16; weight gradients stay fp32
 (the fp32 main-grad accumulation of Megatron/TE). `BF16Linear` is the bf16 variant's layer: operands
 rounded to bf16, fp32 compute, bf16-rounded outputs.
@@ -21,13 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fp8rl.fp8.backend import count_gemm, gemm_backend
+from fp8rl.fp8.backend import gemm_backend, gemm_path
 from fp8rl.fp8.formats import round_to_bf16
-from fp8rl.fp8.quantize import _abs_max, fake_quantize, quantize
+from fp8rl.fp8.quantize import fake_quantize_tiled, quantize_tiled, tensor_to_amax
 from fp8rl.fp8.recipe import GemmSpec, OperandSpec, Recipe
+from fp8rl.fp8.runtime import FP8Runtime, GemmCounter
 from fp8rl.fp8.scaling import AmaxHistory
-
-_SCALED_MM_OK = ("tensorwise", "rowwise")
 
 
 def delayed_scale(t: torch.Tensor, spec: OperandSpec, hist: AmaxHistory | None) -> torch.Tensor | None:
@@ -36,28 +37,16 @@ def delayed_scale(t: torch.Tensor, spec: OperandSpec, hist: AmaxHistory | None) 
     if hist is None or not spec.delayed:
         return None
     scale = hist.scale(spec.fmt, t.device)
-    hist.record(_abs_max(t.detach()))
+    hist.record(tensor_to_amax(t.detach()))
     return scale
 
 
 def quantize_operand(
-    t: torch.Tensor, spec: OperandSpec, *, scale: torch.Tensor | None = None
+    t: torch.Tensor, spec: OperandSpec, *, scale: torch.Tensor | None = None, compiled: bool = False
 ) -> torch.Tensor:
     """`t` (contraction along its last dim) fake-quantized per `spec` in fp32; `scale` overrides the
-    dynamic scale (delayed scaling)."""
-    return fake_quantize(
-        t.float(), spec.fmt, spec.granularity, block=spec.block, pow2_scales=spec.pow2_scales, scale=scale
-    )
-
-
-def _scaled_mm_ok(a: torch.Tensor, b: torch.Tensor, spec: GemmSpec) -> bool:
-    if spec.a.granularity not in _SCALED_MM_OK or spec.b.granularity not in _SCALED_MM_OK:
-        return False
-    if spec.a.fmt == "e5m2" and spec.b.fmt == "e5m2":
-        return False
-    # cuBLASLt's rowwise-scaled FP8 GEMM takes e4m3 operands only (its dims are padded: _scaled_mm_padded)
-    rowwise = "rowwise" in (spec.a.granularity, spec.b.granularity)
-    return not (a.is_cuda and rowwise and "e5m2" in (spec.a.fmt, spec.b.fmt))
+    dynamic scale (delayed scaling); `compiled` uses the `torch.compile`d kernel (same values)."""
+    return fake_quantize_tiled(t.float(), spec.format, spec.tiling, scale=scale, compiled=compiled)
 
 
 CUBLAS_MULTIPLE = 16  # cuBLASLt's FP8 GEMM needs every dim to be a multiple of 16
@@ -96,24 +85,24 @@ def fp8_gemm(
     b: torch.Tensor,
     spec: GemmSpec,
     *,
-    backend: str = "emulated",
+    path: str = "emulated",
     scale_a: torch.Tensor | None = None,
     scale_b: torch.Tensor | None = None,
     a_quantized: torch.Tensor | None = None,
     b_quantized: torch.Tensor | None = None,
+    counter: GemmCounter | None = None,
+    compiled: bool = False,
 ) -> torch.Tensor:
     """`a · bᵀ` (a: [M, K], b: [N, K]) with both operands quantized along K per `spec`, fp32 result.
 
-    `scale_a`/`scale_b` are given scales (delayed scaling; None: computed from the operand);
-    `a_quantized`/`b_quantized` are already fake-quantized operands to reuse (emulated path)."""
+    `path` is the GEMM's path (fp8rl.fp8.backend.gemm_path: `scaled_mm` only for a `spec` that
+    `_scaled_mm` computes); `scale_a`/`scale_b` are given scales (delayed scaling; None: computed from
+    the operand); `a_quantized`/`b_quantized` are already fake-quantized operands to reuse, which makes
+    the GEMM emulated. `counter` records the path that ran; `compiled` as in `quantize_operand`."""
     reused = a_quantized is not None or b_quantized is not None
-    if backend == "scaled_mm" and not reused and _scaled_mm_ok(a, b, spec):
-        qa, sa = quantize(
-            a.float(), spec.a.fmt, spec.a.granularity, pow2_scales=spec.a.pow2_scales, scale=scale_a
-        )
-        qb, sb = quantize(
-            b.float(), spec.b.fmt, spec.b.granularity, pow2_scales=spec.b.pow2_scales, scale=scale_b
-        )
+    if path == "scaled_mm" and not reused:
+        qa, sa = quantize_tiled(a.float(), spec.a.format, spec.a.tiling, scale=scale_a)
+        qb, sb = quantize_tiled(b.float(), spec.b.format, spec.b.tiling, scale=scale_b)
         inv_a, inv_b = sa.reciprocal(), sb.reciprocal().reshape(1, -1) if sb.dim() else sb.reciprocal()
         if inv_a.dim() != inv_b.dim():  # one rowwise, one tensorwise: expand the tensorwise one
             inv_a = inv_a.expand(a.shape[0], 1).contiguous() if inv_a.dim() == 0 else inv_a
@@ -121,12 +110,17 @@ def fp8_gemm(
         # cuBLASLt's rowwise-scaled FP8 GEMM emits bf16 only; tensorwise (and the CPU kernel) emit fp32
         rowwise = "rowwise" in (spec.a.granularity, spec.b.granularity)
         out_dtype = torch.bfloat16 if a.is_cuda and rowwise else torch.float32
-        count_gemm("scaled_mm")
+        if counter is not None:
+            counter.add("scaled_mm")
         multiple = CUBLAS_MULTIPLE if a.is_cuda else 1
         return _scaled_mm_padded(qa, qb, inv_a, inv_b, out_dtype, multiple).float()
-    fa = a_quantized if a_quantized is not None else quantize_operand(a, spec.a, scale=scale_a)
-    fb = b_quantized if b_quantized is not None else quantize_operand(b, spec.b, scale=scale_b)
-    count_gemm("emulated")
+    fa, fb = a_quantized, b_quantized
+    if fa is None:
+        fa = quantize_operand(a, spec.a, scale=scale_a, compiled=compiled)
+    if fb is None:
+        fb = quantize_operand(b, spec.b, scale=scale_b, compiled=compiled)
+    if counter is not None:
+        counter.add("emulated")
     return fa @ fb.t()
 
 
@@ -140,15 +134,17 @@ class _FP8LinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, layer):  # type: ignore[override]
         out, gi, gw = layer.recipe.gemms()
+        path = layer.gemm_paths[0]
+        rt: FP8Runtime = layer.runtime
         h: dict[str, AmaxHistory] = layer.amax_histories
         x2 = x.reshape(-1, x.shape[-1])
         sx = delayed_scale(x2, out.a, h.get("input"))
         sw = delayed_scale(weight, out.b, h.get("weight"))
-        emulate = layer.backend == "emulated" or not _scaled_mm_ok(x2, weight, out)
-        x_q = quantize_operand(x2, out.a, scale=sx) if emulate else None
-        w_q = quantize_operand(weight, out.b, scale=sw) if emulate else None
-        y = fp8_gemm(x2, weight, out, backend=layer.backend, scale_a=sx, scale_b=sw, a_quantized=x_q,
-                     b_quantized=w_q)  # fmt: skip
+        emulate = path == "emulated"
+        x_q = quantize_operand(x2, out.a, scale=sx, compiled=rt.compiled) if emulate else None
+        w_q = quantize_operand(weight, out.b, scale=sw, compiled=rt.compiled) if emulate else None
+        y = fp8_gemm(x2, weight, out, path=path, scale_a=sx, scale_b=sw, a_quantized=x_q, b_quantized=w_q,
+                     counter=rt.gemms, compiled=rt.compiled)  # fmt: skip
         if bias is not None:
             y = y + bias.float()
         keep_x = x_q if x_q is not None and _reusable(out.a, gw.b) else None
@@ -162,22 +158,25 @@ class _FP8LinearFn(torch.autograd.Function):
         x2, weight, x_q, w_q, sx, sw = ctx.saved_tensors
         layer = ctx.layer
         _, gi, gw = layer.recipe.gemms()
-        backend = layer.backend
+        _, gi_path, gw_path = layer.gemm_paths
+        rt: FP8Runtime = layer.runtime
         dy2 = dy.reshape(-1, dy.shape[-1]).float()
         sdy = delayed_scale(dy2, gi.a, layer.amax_histories.get("grad_output"))
         dy_q = None
-        if backend == "emulated" and _reusable(gi.a, gw.a):
-            dy_q = quantize_operand(dy2, gi.a, scale=sdy)
+        if gi_path == gw_path == "emulated" and _reusable(gi.a, gw.a):
+            dy_q = quantize_operand(dy2, gi.a, scale=sdy, compiled=rt.compiled)
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx2 = fp8_gemm(dy2, weight.t(), gi, backend=backend, scale_a=sdy, scale_b=sw, a_quantized=dy_q,
-                           b_quantized=None if w_q is None else w_q.t())  # fmt: skip
+            dx2 = fp8_gemm(dy2, weight.t(), gi, path=gi_path, scale_a=sdy, scale_b=sw, a_quantized=dy_q,
+                           b_quantized=None if w_q is None else w_q.t(), counter=rt.gemms,
+                           compiled=rt.compiled)  # fmt: skip
             dx = round_to_bf16(dx2).reshape(ctx.x_shape).to(dy.dtype)
         if ctx.needs_input_grad[1]:
             xt = x_q.t() if x_q is not None else x2.t()
-            dw = fp8_gemm(dy2.t(), xt, gw, backend=backend, scale_a=sdy, scale_b=sx,
+            dw = fp8_gemm(dy2.t(), xt, gw, path=gw_path, scale_a=sdy, scale_b=sx,
                           a_quantized=None if dy_q is None else dy_q.t(),
-                          b_quantized=None if x_q is None else xt)  # fmt: skip
+                          b_quantized=None if x_q is None else xt, counter=rt.gemms,
+                          compiled=rt.compiled)  # fmt: skip
             dw = dw.to(weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2.sum(0).to(weight.dtype)
@@ -238,19 +237,34 @@ class QuantizedLinearBase(nn.Linear):
 
 
 class FP8Linear(QuantizedLinearBase):
-    """Linear layer whose three GEMMs run in FP8 per `recipe` (module docstring)."""
+    """Linear layer whose three GEMMs run in FP8 per `recipe` (module docstring).
+
+    `backend` is the layer's GEMM backend: the one asked for, else `gemm_backend` of the weight's device
+    for a recipe `_scaled_mm` computes exactly and `emulated` otherwise; `gemm_paths` is each GEMM's path
+    (output, grad-input, grad-weight) under it. Both are resolved when the layer is made and again
+    whenever it is moved to another device. `runtime` holds the compile switch and the GEMM counter."""
 
     recipe: Recipe
     backend: str
+    gemm_paths: tuple[str, str, str]
+    runtime: FP8Runtime
     amax_histories: dict[str, AmaxHistory]
+    _asked_backend: str | None
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, recipe: Recipe, *, backend: str | None = None) -> FP8Linear:
+    def from_linear(
+        cls,
+        linear: nn.Linear,
+        recipe: Recipe,
+        *,
+        backend: str | None = None,
+        runtime: FP8Runtime | None = None,
+    ) -> FP8Linear:
         new = cls._wrap(linear)
         new.recipe = recipe
-        new.backend = backend or (
-            gemm_backend(linear.weight.device) if recipe.scaled_mm_exact else "emulated"
-        )
+        new.runtime = runtime if runtime is not None else FP8Runtime.from_env()
+        new._asked_backend = backend
+        new._resolve_paths()
         roles = ("input", "weight", "grad_output")
         new.amax_histories = (
             {r: AmaxHistory(recipe.amax_history_len, recipe.amax_compute_algo) for r in roles}
@@ -258,6 +272,19 @@ class FP8Linear(QuantizedLinearBase):
             else {}
         )
         return new
+
+    def _resolve_paths(self) -> None:
+        device = self.weight.device
+        auto = gemm_backend(device) if self.recipe.scaled_mm_exact else "emulated"
+        self.backend = self._asked_backend or auto
+        out, gi, gw = (gemm_path(g, self.backend, device) for g in self.recipe.gemms())
+        self.gemm_paths = (out, gi, gw)
+
+    def _apply(self, fn, *args, **kwargs):
+        """`nn.Module`'s hook behind `.to()`/`.cuda()`/`.cpu()`: the GEMM paths follow the new device."""
+        module = super()._apply(fn, *args, **kwargs)
+        self._resolve_paths()
+        return module
 
     def quantized_forward(self, x: torch.Tensor) -> torch.Tensor:
         return _FP8LinearFn.apply(x, self.weight, self.bias, self)

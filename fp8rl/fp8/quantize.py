@@ -1,4 +1,5 @@
-"""Scaled FP8 quantization at five granularities: amax → scale → saturated cast (torchao's split).
+"""Scaled FP8 quantization at five granularities: amax → scale → saturated cast (torchao's split:
+`tensor_to_amax` → `amax_to_scale` → the saturating cast).
 
 `quantize(x, fmt, granularity)` returns `(q, scale)` with `q` in the FP8 dtype and `scale` in fp32 such
 that `x ≈ q / scale` (torchao's convention; `torch._scaled_mm` takes the reciprocal). Granularities:
@@ -16,33 +17,25 @@ Shapes the block does not divide are zero-padded for the amax and the scale and 
 exactly as `torchao.float8.float8_utils.amax_to_scale`; `pow2_scales` rounds them down to a power of two
 (`exp2(floor(log2(scale)))`, torchao's `round_scales_to_power_of_2`). A caller may pass `scale=` (delayed
 scaling) instead of having it computed from `x`.
+
+The public functions take the granularity by name and resolve it into a `Tiling` (fp8rl.fp8.tiling);
+`quantize_tiled`, `fake_quantize_tiled` and `dequantize_tiled` take an already resolved one (an
+`OperandSpec`'s), and `fake_quantize_tiled(..., compiled=True)` runs the fake quantization as one
+`torch.compile`d kernel.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-import os
 
 import torch
 
-from fp8rl.fp8.formats import FP8Format, check_float, get_format, round_to_grid_
+from fp8rl.fp8.formats import FP8Format, get_format, round_to_grid_
+from fp8rl.fp8.tiling import TENSORWISE, Granularity, Tiling
 
-GRANULARITIES = ("tensorwise", "rowwise", "block1d", "block2d", "mx")
 EPS = 1e-12  # torchao.float8.float8_utils.EPS
-MX_BLOCK = 32
 _EMAX = {"e4m3": 8, "e5m2": 15}  # OCP MX v1.0 Table 1: exponent of the element format's largest normal
-
-
-def _check_args(x: torch.Tensor, granularity: str, block: int) -> None:
-    check_float(x, "x")
-    if granularity not in GRANULARITIES:
-        raise ValueError(f"granularity: unknown {granularity!r}; allowed: {', '.join(GRANULARITIES)}")
-    if not isinstance(block, int) or block <= 0:
-        raise ValueError(f"block: must be a positive int, got {block!r}")
-    if granularity == "block2d" and x.dim() != 2:
-        raise ValueError(f"x: granularity 'block2d' needs a 2-D tensor, got shape {tuple(x.shape)}")
-    if granularity in ("rowwise", "block1d", "mx") and x.dim() < 1:
-        raise ValueError(f"x: granularity {granularity!r} needs at least 1 dim, got a scalar")
 
 
 def amax_to_scale(amax: torch.Tensor, fmt: str | FP8Format, *, pow2_scales: bool = False) -> torch.Tensor:
@@ -77,43 +70,26 @@ def _abs_max(x: torch.Tensor, dim: int | tuple[int, ...] | None = None) -> torch
     return torch.maximum(-lo, hi)
 
 
-def _pad_last(x: torch.Tensor, block: int) -> torch.Tensor:
-    k = x.shape[-1]
-    pad = (-k) % block
-    return torch.nn.functional.pad(x, (0, pad)) if pad else x
+def tensor_to_amax(x: torch.Tensor, tiling: Tiling = TENSORWISE) -> torch.Tensor:
+    """max |x| per scale group of `tiling` (shaped as the scale, module docstring); the default is the
+    whole tensor's amax, a 0-d tensor. NaN propagates."""
+    g = tiling.granularity
+    if g is Granularity.TENSORWISE:
+        return _abs_max(x)
+    if g is Granularity.ROWWISE:
+        return _abs_max(x, -1)
+    tiles = tiling.tiles(x)
+    if g is Granularity.BLOCK2D:
+        return _abs_max(tiles, (1, 3))[:, 0, :, 0]
+    return _abs_max(tiles, -1).squeeze(-1)
 
 
-def _tiles(x: torch.Tensor, granularity: str, block: int) -> torch.Tensor:
-    """A padded view of `x` whose amax over the tile dims gives one value per scale:
-    block1d/mx → `[..., nb, block]`; block2d → `[mb, block, nb, block]`."""
-    if granularity == "block2d":
-        m, n = x.shape
-        pm, pn = (-m) % block, (-n) % block
-        if pm or pn:
-            x = torch.nn.functional.pad(x, (0, pn, 0, pm))
-        return x.reshape(x.shape[0] // block, block, x.shape[1] // block, block)
-    x = _pad_last(x, block)
-    return x.reshape(*x.shape[:-1], x.shape[-1] // block, block)
-
-
-def _untile(t: torch.Tensor, shape: torch.Size, granularity: str) -> torch.Tensor:
-    """Inverse of `_tiles`: back to the padded 2-D/N-D layout, cropped to `shape`."""
-    if granularity == "block2d":
-        t = t.reshape(t.shape[0] * t.shape[1], t.shape[2] * t.shape[3])
-        return t[: shape[0], : shape[1]]
-    t = t.reshape(*t.shape[:-2], t.shape[-2] * t.shape[-1])
-    return t[..., : shape[-1]]
-
-
-def _tile_scale(scale: torch.Tensor, granularity: str) -> torch.Tensor:
-    """Scale shaped to broadcast against `_tiles`' view."""
-    if granularity == "block2d":
-        return scale[:, None, :, None]
-    return scale.unsqueeze(-1)
-
-
-def _block_of(granularity: str, block: int) -> int:
-    return MX_BLOCK if granularity == "mx" else block
+def tensor_to_scale(x: torch.Tensor, fmt: str | FP8Format, tiling: Tiling) -> torch.Tensor:
+    """The scale `quantize_tiled` computes for `x`: `amax_to_scale` of its amaxes, or `mx_scale` for MX."""
+    amax = tensor_to_amax(x, tiling)
+    if tiling.granularity is Granularity.MX:
+        return mx_scale(amax, fmt)
+    return amax_to_scale(amax, fmt, pow2_scales=tiling.pow2_scales)
 
 
 def compute_scale(
@@ -125,39 +101,23 @@ def compute_scale(
     pow2_scales: bool = False,
 ) -> torch.Tensor:
     """The scale `quantize` would use for `x` (shapes as in the module docstring)."""
-    _check_args(x, granularity, block)
-    if granularity == "tensorwise":
-        amax = _abs_max(x)
-    elif granularity == "rowwise":
-        amax = _abs_max(x, -1)
-    else:
-        tiles = _tiles(x, granularity, _block_of(granularity, block))
-        amax = _abs_max(tiles, (1, 3)) if granularity == "block2d" else _abs_max(tiles, -1)
-        amax = amax[:, 0, :, 0] if granularity == "block2d" else amax.squeeze(-1)
-    if granularity == "mx":
-        return mx_scale(amax, fmt)
-    return amax_to_scale(amax, fmt, pow2_scales=pow2_scales)
+    tiling = Tiling(granularity, block, pow2_scales)
+    tiling.check(x)
+    return tensor_to_scale(x, fmt, tiling)
 
 
-_NATIVE_SATURATION: dict[tuple[str, str], bool] = {}
-
-
-def _saturates_natively(f: FP8Format, device: torch.device) -> bool:
+@functools.cache
+def _saturates_natively(f: FP8Format, device_type: str) -> bool:
     """Whether torch's own cast to `f` on this device type already saturates (overflow and ±inf to
     ±max, as torch's CPU cast to float8_e4m3fn does); then the explicit clamp pass is skipped. Checked
     once per (format, device type) on values the clamp would change."""
-    key = (f.name, device.type)
-    if key not in _NATIVE_SATURATION:
-        probe = torch.tensor([f.max * 1.04, f.max * 1.1, -1e30, float("inf"), float("-inf")], device=device)
-        _NATIVE_SATURATION[key] = torch.equal(
-            probe.to(f.dtype).float(), probe.clamp(-f.max, f.max).to(f.dtype).float()
-        )
-    return _NATIVE_SATURATION[key]
+    probe = torch.tensor([f.max * 1.04, f.max * 1.1, -1e30, float("inf"), float("-inf")], device=device_type)
+    return torch.equal(probe.to(f.dtype).float(), probe.clamp(-f.max, f.max).to(f.dtype).float())
 
 
 def _cast(y: torch.Tensor, f: FP8Format) -> torch.Tensor:
     """Saturating RNE cast of the fp32 tensor `y` (which may be modified in place)."""
-    if not _saturates_natively(f, y.device):
+    if not _saturates_natively(f, y.device.type):
         y = y.clamp_(-f.max, f.max)
     return y.to(f.dtype)
 
@@ -172,43 +132,79 @@ def _fused_fake_quant(
     return ((y + c) - c) / s
 
 
-_compiled_fused = None
-_use_compile = os.environ.get("FP8RL_FP8_COMPILE", "0") == "1"
+@functools.cache
+def _fused_kernel():
+    """`_fused_fake_quant` compiled by `torch.compile` (inductor, C++ on CPU), built on first use: measured
+    ~1.3-1.7x a copy at 2048²-4096² instead of ~1.7-5.5x eagerly (benchmarks/fp8_quant.py --compile),
+    for a compile of a few seconds per process and shape."""
+    return torch.compile(_fused_fake_quant)
 
 
-def set_compile(enabled: bool) -> None:
-    """Fuse fake quantization into one `torch.compile`d kernel (inductor, C++ on CPU): measured ~1.3-1.7x
-    a copy at 2048²-4096² instead of ~1.7-5.5x eagerly (benchmarks/fp8_quant.py --compile), for a
-    compile of a few seconds per process and shape. Off by default (the smoke tier's tensors are small
-    and its runs short); `FP8RL_FP8_COMPILE=1` turns it on."""
-    global _use_compile
-    _use_compile = bool(enabled)
-
-
-def _apply(x: torch.Tensor, scale: torch.Tensor, granularity: str, block: int, f: FP8Format, back: bool):
+def _apply(
+    x: torch.Tensor, scale: torch.Tensor, f: FP8Format, tiling: Tiling, *, back: bool, compiled: bool = False
+) -> torch.Tensor:
     """Scale, saturate and cast `x` to FP8 (`back=False`), or scale, round to the FP8 grid in fp32 and
-    divide by the scale again (`back=True`: fake quantization, `round_to_grid_`)."""
-    global _compiled_fused
-    tiled = granularity not in ("tensorwise", "rowwise")
-    y = _tiles(x.to(torch.float32), granularity, block) if tiled else x.to(torch.float32)
-    s = _tile_scale(scale, granularity) if tiled else scale
-    if back and _use_compile:
-        if _compiled_fused is None:
-            _compiled_fused = torch.compile(_fused_fake_quant)
+    divide by the scale again (`back=True`: fake quantization, `round_to_grid_`, or the compiled kernel
+    with `compiled`)."""
+    tiled = tiling.tiled
+    y = tiling.tiles(x.to(torch.float32)) if tiled else x.to(torch.float32)
+    s = tiling.tile_scale(scale) if tiled else scale
+    if back and compiled:
         floor_bits = (127 + round(math.log2(f.min_normal))) << 23
-        y = _compiled_fused(y, s, f.max, floor_bits, (23 - f.mantissa_bits) << 23)
+        y = _fused_kernel()(y, s, f.max, floor_bits, (23 - f.mantissa_bits) << 23)
     else:
         y = y * s
         y = round_to_grid_(y, f).div_(s) if back else _cast(y, f)
-    return _untile(y, x.shape, granularity) if tiled else y
+    return tiling.untile(y, x.shape) if tiled else y
 
 
-def _inner_contiguous(x: torch.Tensor, granularity: str) -> torch.Tensor:
+def _inner_contiguous(x: torch.Tensor, tiling: Tiling) -> torch.Tensor:
     """`x` with a unit-stride last dim for the per-row / per-tile reductions: reducing over a strided
     dim (a transposed operand in the backward GEMMs) is ~10x slower on CPU than one copy first."""
-    if granularity != "tensorwise" and x.dim() and x.stride(-1) != 1:
+    if tiling.granularity is not Granularity.TENSORWISE and x.dim() and x.stride(-1) != 1:
         return x.contiguous()
     return x
+
+
+def quantize_tiled(
+    x: torch.Tensor, fmt: str | FP8Format, tiling: Tiling, *, scale: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`quantize` with the granularity already resolved into `tiling`."""
+    f = get_format(fmt)
+    tiling.check(x)
+    x = _inner_contiguous(x, tiling)
+    if scale is None:
+        scale = tensor_to_scale(x, f, tiling)
+    q = _apply(x, scale, f, tiling, back=False)
+    return q.contiguous(), scale
+
+
+def fake_quantize_tiled(
+    x: torch.Tensor,
+    fmt: str | FP8Format,
+    tiling: Tiling,
+    *,
+    scale: torch.Tensor | None = None,
+    compiled: bool = False,
+) -> torch.Tensor:
+    """`fake_quantize` with the granularity already resolved into `tiling`; `compiled` runs the rounding
+    as one `torch.compile`d kernel (same values)."""
+    f = get_format(fmt)
+    tiling.check(x)
+    x = _inner_contiguous(x, tiling)
+    if scale is None:
+        scale = tensor_to_scale(x, f, tiling)
+    return _apply(x, scale, f, tiling, back=True, compiled=compiled).to(x.dtype)
+
+
+def dequantize_tiled(
+    q: torch.Tensor, scale: torch.Tensor, tiling: Tiling, *, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """`dequantize` with the granularity already resolved into `tiling`."""
+    if not tiling.tiled:
+        return (q.to(torch.float32) / scale).to(dtype)
+    tiles = tiling.tiles(q.to(torch.float32))
+    return tiling.untile(tiles / tiling.tile_scale(scale), q.shape).to(dtype)
 
 
 def quantize(
@@ -222,12 +218,7 @@ def quantize(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize `x` to FP8: returns `(q, scale)`, `q` in the FP8 dtype with x's shape, `scale` fp32."""
     f = get_format(fmt)
-    _check_args(x, granularity, block)
-    x = _inner_contiguous(x, granularity)
-    if scale is None:
-        scale = compute_scale(x, f, granularity, block=block, pow2_scales=pow2_scales)
-    q = _apply(x, scale, granularity, _block_of(granularity, block), f, back=False)
-    return q.contiguous(), scale
+    return quantize_tiled(x, f, Tiling(granularity, block, pow2_scales), scale=scale)
 
 
 def dequantize(
@@ -239,12 +230,7 @@ def dequantize(
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """`q / scale` in `dtype`, the scale broadcast over its tiles."""
-    if granularity not in GRANULARITIES:
-        raise ValueError(f"granularity: unknown {granularity!r}; allowed: {', '.join(GRANULARITIES)}")
-    if granularity in ("tensorwise", "rowwise"):
-        return (q.to(torch.float32) / scale).to(dtype)
-    tiles = _tiles(q.to(torch.float32), granularity, _block_of(granularity, block))
-    return _untile(tiles / _tile_scale(scale, granularity), q.shape, granularity).to(dtype)
+    return dequantize_tiled(q, scale, Tiling(granularity, block), dtype=dtype)
 
 
 def fake_quantize(
@@ -259,8 +245,4 @@ def fake_quantize(
     """`dequantize(quantize(x))` in x's dtype and shape, computed without the FP8 dtype round trip
     (`round_to_grid_`): equal values, except -0 may come back as +0."""
     f = get_format(fmt)
-    _check_args(x, granularity, block)
-    x = _inner_contiguous(x, granularity)
-    if scale is None:
-        scale = compute_scale(x, f, granularity, block=block, pow2_scales=pow2_scales)
-    return _apply(x, scale, granularity, _block_of(granularity, block), f, back=True).to(x.dtype)
+    return fake_quantize_tiled(x, f, Tiling(granularity, block, pow2_scales), scale=scale)

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fp8rl.fp8.formats import RECIPE_FORMATS, resolve_format
+from fp8rl.fp8.formats import RECIPE_FORMATS, FP8Format, get_format, resolve_format
+from fp8rl.fp8.tiling import Granularity, Tiling
 from fp8rl.vocabulary import AMAX_ALGOS
 from fp8rl.vocabulary import GRANULARITIES as RECIPES
 
@@ -31,19 +32,26 @@ from fp8rl.vocabulary import GRANULARITIES as RECIPES
 @dataclass(frozen=True)
 class OperandSpec:
     """How one GEMM operand is quantized: format, function-level granularity, tile size, pow2 scales,
-    and whether its scale comes from a delayed amax history (tensorwise only)."""
+    and whether its scale comes from a delayed amax history (tensorwise only). The names are resolved
+    once, when the spec is made, into `format` and `tiling` (an unknown one raises ValueError)."""
 
     fmt: str
     granularity: str
     block: int = 128
     pow2_scales: bool = False
     delayed: bool = False
+    format: FP8Format = field(init=False, repr=False, compare=False)
+    tiling: Tiling = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "format", get_format(self.fmt))
+        object.__setattr__(self, "tiling", Tiling(self.granularity, self.block, self.pow2_scales))
 
     @property
     def axis_free(self) -> bool:
         """True when the quantized tensor does not depend on which dim is contracted (so a weight
         quantized for the forward GEMM can be reused, transposed, for grad-input)."""
-        return self.granularity in ("tensorwise", "block2d")
+        return self.tiling.granularity in (Granularity.TENSORWISE, Granularity.BLOCK2D)
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,7 @@ class Recipe:
     def scaled_mm_exact(self) -> bool:
         """True when every operand has a tensorwise or rowwise scale, the layouts `torch._scaled_mm`
         computes exactly; blockwise and MX are emulated (DESIGN.md §8)."""
-        return all(op.granularity in ("tensorwise", "rowwise") for g in self.gemms() for op in (g.a, g.b))
+        return all(not op.tiling.tiled for g in self.gemms() for op in (g.a, g.b))
 
     def gemms(self) -> tuple[GemmSpec, GemmSpec, GemmSpec]:
         return (self.output, self.grad_input, self.grad_weight)

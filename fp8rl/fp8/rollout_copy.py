@@ -26,11 +26,12 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache
 
-from fp8rl.fp8.convert import DEFAULT_SKIP, _swap
+from fp8rl.fp8.convert import DEFAULT_SKIP, swap_linears
 from fp8rl.fp8.formats import round_to_bf16
 from fp8rl.fp8.kv_cache import FP8DynamicCache, KVCacheQuantizer
 from fp8rl.fp8.linear import QuantizedLinearBase, quantize_operand
 from fp8rl.fp8.recipe import OperandSpec, Recipe
+from fp8rl.fp8.runtime import FP8Runtime
 
 
 class RolloutLinear(QuantizedLinearBase):
@@ -38,10 +39,14 @@ class RolloutLinear(QuantizedLinearBase):
 
     act_spec: OperandSpec | None  # None: bf16 emulation
     weight_spec: OperandSpec | None
+    runtime: FP8Runtime
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, recipe: Recipe | None) -> RolloutLinear:
+    def from_linear(
+        cls, linear: nn.Linear, recipe: Recipe | None, *, runtime: FP8Runtime | None = None
+    ) -> RolloutLinear:
         new = cls._wrap(linear)
+        new.runtime = runtime if runtime is not None else FP8Runtime.from_env()
         if recipe is None:
             new.act_spec = new.weight_spec = None
         else:
@@ -55,12 +60,20 @@ class RolloutLinear(QuantizedLinearBase):
     def requantize(self) -> None:
         """Re-quantize the weight (after the Parameters changed)."""
         w = self.weight.detach()
+        compiled = self.runtime.compiled
         self.weight_q = (
-            round_to_bf16(w.float()) if self.weight_spec is None else quantize_operand(w, self.weight_spec)
+            round_to_bf16(w.float())
+            if self.weight_spec is None
+            else quantize_operand(w, self.weight_spec, compiled=compiled)
         )
 
     def quantized_forward(self, x: torch.Tensor) -> torch.Tensor:
-        xq = round_to_bf16(x.float()) if self.act_spec is None else quantize_operand(x, self.act_spec)
+        compiled = self.runtime.compiled
+        xq = (
+            round_to_bf16(x.float())
+            if self.act_spec is None
+            else quantize_operand(x, self.act_spec, compiled=compiled)
+        )
         y = F.linear(xq, self.weight_q, None if self.bias is None else self.bias.float())
         return round_to_bf16(y).to(x.dtype)
 
@@ -115,16 +128,19 @@ def make_rollout_policy(
     kv_cache_fp8: bool = False,
     kv_quantizer: KVCacheQuantizer | None = None,
     skip: Iterable[str] = DEFAULT_SKIP,
+    runtime: FP8Runtime | None = None,
 ) -> nn.Module:
     """A frozen FP8 (or, with `recipe=None`, bf16-emulated) copy of `policy` for the sampler, with
-    `.refresh_from(policy)` (module docstring)."""
+    `.refresh_from(policy)` (module docstring); its linears share `runtime` (default: a fresh
+    `FP8Runtime.from_env()`) for the compile switch."""
     if recipe is not None and not isinstance(recipe, Recipe):
         raise ValueError(f"recipe: expected a Recipe or None, got {type(recipe).__name__}")
     rollout = copy.deepcopy(policy)
     for p in rollout.parameters():
         p.requires_grad_(False)
         p.grad = None
-    _swap(rollout, lambda lin: RolloutLinear.from_linear(lin, recipe), skip)
+    rt = runtime if runtime is not None else FP8Runtime.from_env()
+    swap_linears(rollout, lambda lin: RolloutLinear.from_linear(lin, recipe, runtime=rt), skip)
     rollout.eval()
     rollout.__class__ = _rollout_class(type(policy))
     rollout.rollout_recipe = recipe

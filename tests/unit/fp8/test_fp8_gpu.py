@@ -8,9 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from fp8rl.fp8 import FP8Linear, fake_quantize, get_recipe, quantize
-from fp8rl.fp8.backend import gemm_counts
-from fp8rl.fp8.quantize import GRANULARITIES
+from fp8rl.fp8 import TILE_GRANULARITIES, FP8Linear, fake_quantize, get_recipe, quantize
 
 pytestmark = pytest.mark.gpu
 
@@ -25,7 +23,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm())
 
 
-@pytest.mark.parametrize("granularity", GRANULARITIES)
+@pytest.mark.parametrize("granularity", TILE_GRANULARITIES)
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
 def test_cuda_quantize_is_the_cpus_bit_for_bit(granularity, fmt):
     torch.manual_seed(0)
@@ -64,9 +62,10 @@ def test_scaled_mm_on_the_gpu_matches_the_emulation(name, tokens):
     for layer in (emu_layer, real_layer):  # delayed: seed the history with this input first
         _fwd_bwd(layer, x, dy)
     emu = _fwd_bwd(emu_layer, x, dy)
-    gemm_counts(reset=True)
+    real_layer.runtime.gemms.reset()
     real = _fwd_bwd(real_layer, x, dy)
-    assert gemm_counts() == {"emulated": 0, "scaled_mm": 3}  # output, grad-input, grad-weight
+    # output, grad-input, grad-weight
+    assert real_layer.runtime.gemms.counts() == {"emulated": 0, "scaled_mm": 3}
     for what, e, r, f in zip(("y", "dx", "dw"), emu, real, ref, strict=True):
         fp8_err = _rel(e, f)
         assert fp8_err > 1e-3, (what, "quantization had no effect")

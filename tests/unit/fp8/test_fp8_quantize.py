@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp8rl.fp8 import dequantize, fake_quantize, quantize
+from fp8rl.fp8 import TILE_GRANULARITIES, dequantize, fake_quantize, quantize
 from fp8rl.fp8.formats import get_format
-from fp8rl.fp8.quantize import GRANULARITIES, compute_scale, set_compile
+from fp8rl.fp8.quantize import compute_scale, fake_quantize_tiled
+from fp8rl.fp8.tiling import Tiling
 
 torchao_float8 = pytest.importorskip("torchao.float8.float8_utils")
 
@@ -74,7 +75,7 @@ def test_mx_matches_torchao_mx():
     assert torch.equal(1.0 / s, scale_e8m0.float().reshape(s.shape))
 
 
-@pytest.mark.parametrize("granularity", GRANULARITIES)
+@pytest.mark.parametrize("granularity", TILE_GRANULARITIES)
 def test_dequantize_of_quantize_is_fake_quantize(granularity):
     x = _gauss(130, 300, seed=4)  # the blocks do not divide either dim: padding
     q, s = quantize(x, "e4m3", granularity)
@@ -95,7 +96,7 @@ def test_padding_equals_explicit_zero_padding():
     assert torch.equal(s2[1, 1], compute_scale(w[128:, 128:], "e4m3", "tensorwise"))
 
 
-@pytest.mark.parametrize("granularity", GRANULARITIES)
+@pytest.mark.parametrize("granularity", TILE_GRANULARITIES)
 def test_all_zero_and_nan(granularity):
     z = torch.zeros(64, 256)
     q, s = quantize(z, "e4m3", granularity)
@@ -109,8 +110,8 @@ def test_all_zero_and_nan(granularity):
 def test_relative_error_bounds():
     g = _gauss(256, 512, seed=7)
     o = _outliers()
-    err = {k: _rel_err(o, fake_quantize(o, "e4m3", k)) for k in GRANULARITIES}
-    for k in GRANULARITIES:
+    err = {k: _rel_err(o, fake_quantize(o, "e4m3", k)) for k in TILE_GRANULARITIES}
+    for k in TILE_GRANULARITIES:
         assert _rel_err(g, fake_quantize(g, "e4m3", k)) < 0.035  # 3 mantissa bits: ~2^-4 / sqrt(3)
         assert _rel_err(g, fake_quantize(g, "e5m2", k)) < 0.07
     for k in ("rowwise", "block1d", "block2d"):
@@ -161,11 +162,7 @@ def test_compiled_fake_quant_is_identical():
     x = _outliers()
     x[0, :3] = torch.tensor([float("nan"), float("inf"), -0.0])
     eager = {k: fake_quantize(x, "e4m3", k, scale=torch.tensor(2.0)) for k in ("tensorwise", "block1d")}
-    set_compile(True)
-    try:
-        for k, ref in eager.items():
-            got = fake_quantize(x, "e4m3", k, scale=torch.tensor(2.0))
-            assert torch.equal(got[1:], ref[1:]) and torch.equal(got[0, 1:], ref[0, 1:]), k
-            assert torch.isnan(got[0, 0])
-    finally:
-        set_compile(False)
+    for k, ref in eager.items():
+        got = fake_quantize_tiled(x, "e4m3", Tiling(k), scale=torch.tensor(2.0), compiled=True)
+        assert torch.equal(got[1:], ref[1:]) and torch.equal(got[0, 1:], ref[0, 1:]), k
+        assert torch.isnan(got[0, 0])

@@ -1,0 +1,53 @@
+"""The mutable state of a model's FP8 linears, in one object its owner (the trainer) holds.
+
+`FP8Runtime` carries what used to be process-wide: whether fake quantization runs as one
+`torch.compile`d kernel (`compiled`), and how many FP8 GEMMs ran on each path (`gemms`, read by the
+throughput report). `convert_to_fp8(..., runtime=)` and `make_rollout_policy(..., runtime=)` hand it to
+every layer they make, so two models converted with two runtimes keep separate counts; a model
+converted without one gets its own `FP8Runtime.from_env()`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from fp8rl.fp8.backend import BACKENDS
+
+
+class GemmCounter:
+    """FP8 GEMMs run per path (`scaled_mm`: real FP8 GEMMs; `emulated`). A recipe `_scaled_mm` computes
+    can still emulate one GEMM (e.g. e5m2 × e5m2), and the throughput report says how many did."""
+
+    def __init__(self) -> None:
+        self._counts = dict.fromkeys(BACKENDS, 0)
+
+    def add(self, path: str) -> None:
+        """Record that one FP8 GEMM ran on `path`."""
+        if path not in self._counts:
+            raise ValueError(f"path: unknown GEMM path {path!r}; allowed: {', '.join(BACKENDS)}")
+        self._counts[path] += 1
+
+    def counts(self) -> dict[str, int]:
+        """GEMMs per path since this counter was made or last reset."""
+        return dict(self._counts)
+
+    def reset(self) -> None:
+        self._counts = dict.fromkeys(BACKENDS, 0)
+
+
+@dataclass
+class FP8Runtime:
+    """Switches and counters shared by the FP8 linears of one model (module docstring).
+
+    `compiled`: fuse fake quantization into one `torch.compile`d kernel (inductor, C++ on CPU; same
+    values), for a compile of a few seconds per process and shape. Off by default: the smoke tier's
+    tensors are small and its runs short."""
+
+    compiled: bool = False
+    gemms: GemmCounter = field(default_factory=GemmCounter)
+
+    @classmethod
+    def from_env(cls) -> FP8Runtime:
+        """A fresh runtime, `compiled` when the environment sets `FP8RL_FP8_COMPILE=1`."""
+        return cls(compiled=os.environ.get("FP8RL_FP8_COMPILE", "0") == "1")
