@@ -10,6 +10,7 @@ from fp8rl.rl.calibration import (
     Calibrator,
     bounds_from_quantiles,
     calibrated_bounds,
+    reference_counts,
     target_quantiles,
 )
 from fp8rl.rl.diagnostics import clip_stats, mismatch_kl, phantom_low_neg, ratio_quantiles
@@ -30,6 +31,7 @@ __all__ = [
     "Calibrator",
     "bounds_from_quantiles",
     "calibrated_bounds",
+    "reference_counts",
     "target_quantiles",
     "agg_loss",
     "clip_stats",
