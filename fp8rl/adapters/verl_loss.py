@@ -168,15 +168,9 @@ def calibrator(config: Any) -> Calibrator:
                 "(fp8rl verl train writes it)"
             )
         clip_low, clip_high = _clip_range(config)
-        _calibrator = Calibrator(
-            clip_low,
-            clip_high,
-            reference=calib["reference"],
-            population=calib.get("population", "all"),
-            upper=calib.get("upper", "proportional"),
-            low_range=tuple(calib.get("low_range", (0.5, 1.0))),
-            momentum=float(calib.get("momentum", 0.0)),
-        )
+        options = ("population", "upper", "low_range", "momentum")  # absent: the Calibrator's defaults
+        given = {key: calib[key] for key in options if calib.get(key) is not None}
+        _calibrator = Calibrator(clip_low, clip_high, reference=calib["reference"], **given)
     return _calibrator
 
 
