@@ -208,10 +208,17 @@ class CalibConfig(Strict):
     reference: CalibReferenceField = Field(
         CalibReference("shadow"), description="'shadow', 'run' or 'static:<q>'"
     )
-    population: Literal[CALIB_POPULATIONS] = "all"
+    population: Literal[CALIB_POPULATIONS] = Field(
+        "neg", description="tokens that set the target and the lower quantile: A<0 ones ('neg') or all"
+    )
     upper: Literal[CALIB_UPPER_MODES] = "proportional"
     low_range: tuple[float, float] = (0.5, 1.0)
-    momentum: float = Field(0.0, ge=0.0, lt=1.0, description="EMA momentum over updates; 0 = none")
+    # 0.9 pools the shadow reference counts over ~1/(1-0.9) = 10 updates: at q ~ 1 % a mini-batch's
+    # ~60 A<0 shadow tokens expect < 1 clipped one, ten of them ~6, while the target (a property of the
+    # BF16 update size) still follows the run within a few steps.
+    momentum: float = Field(
+        0.9, ge=0.0, lt=1.0, description="EMA of the shadow reference counts over updates; 0 = none"
+    )
     sample_frac: Fraction = Field(0.25, description="fraction of sequences re-scored by the shadow pass")
 
     @field_validator("low_range")

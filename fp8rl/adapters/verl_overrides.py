@@ -275,8 +275,6 @@ def deviations(cfg: ExperimentConfig, spec: RunSpec) -> list[str]:
         out.append("optimizer moments in bf16: verl's Megatron optimizer config exposes no FP8 Adam state")
     if spec.spec.calib and cfg.calib.reference.mode == "run":
         out.append("calibration target: the bf16 run's mean clip fraction over its steps, not per step")
-    if spec.spec.calib and cfg.calib.momentum > 0:
-        out.append("calibration EMA advances once per loss call (micro-batch), not per optimizer update")
     return out
 
 

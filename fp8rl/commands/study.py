@@ -40,6 +40,17 @@ SETUP_ARGS = {"tokens": "n_tokens", "seq_len": "seq_len", "mean_nll": "mean_nll"
               "update_std": "update_std", "drift": "drift", "seed": "seed"}  # fmt: skip
 
 
+# What the calibrated case does, in the study's JSON and under its table (the revised calibrator).
+CALIBRATION_NOTES = [
+    "population neg by default: the A<0 tokens set the target and the lower quantile "
+    "(with 'all', A>0 tokens below L count toward the target without being clipped: A<0 tokens under-clip)",
+    "pooled target: the reference fraction is counted over a large sample, here every reference token "
+    "of the population at once (the trainer pools the shadow counts over updates, calib.momentum)",
+    "upper bound from the clamped L: U = 1 + clip_high * (1 - L) / clip_low, and 1 + clip_high when the "
+    "reference clips nothing (then L sits just under min(R): nothing is clipped below)",
+]
+
+
 def cmd_ratio_noise(args: argparse.Namespace) -> int:
     from fp8rl.rl.ratio_noise import DEFAULT_LEVELS, RatioNoiseSetup, ratio_noise_study
 
@@ -60,6 +71,7 @@ def cmd_ratio_noise(args: argparse.Namespace) -> int:
     meta = {
         "algo": args.algo, "clip_low": algo.clip_low, "clip_high": algo.clip_high, "population": population,
         "upper": upper, "low_range": list(calib.low_range), "setup": setup.__dict__,
+        "calibration": CALIBRATION_NOTES,
     }  # fmt: skip
     if args.out:
         from fp8rl.io import atomic_write_json
@@ -78,14 +90,18 @@ def _print_table(rows: list[dict[str, float]], meta: dict) -> None:
     from rich.table import Table
 
     lo, hi = 1 - meta["clip_low"], 1 + meta["clip_high"]
+    ref_tokens = int(rows[0]["calib/ref_tokens"]) if rows else 0
     table = Table(
         title=f"PPO clipping under FP8-like ratio noise ({meta['algo']}, fixed [{lo:g}, {hi:g}])",
         caption=(
             f"low = clip/low_neg, % of A<0 tokens below L (zero gradient); high = clip/high_pos, % of A>0 "
-            f"tokens above U; phant = phantom/low_neg, A<0 tokens clipped under FP8 but not BF16. "
+            f"tokens above U; phant = phantom/low_neg, % of A<0 tokens clipped under FP8 but not BF16; "
+            f"miss = phantom/missed_neg, clipped under BF16 but not FP8 (phant - miss = net excess). "
             f"ref = BF16 ratios, fixed bounds; fixed = FP8 ratios, fixed bounds; calib = FP8 ratios, calibrated "
-            f"bounds (population {meta['population']}, upper {meta['upper']}, low_range {meta['low_range']}); "
-            f"noise = std of the per-logit error; "
+            f"bounds (population {meta['population']}, upper {meta['upper']}, low_range {meta['low_range']}, "
+            f"target from {ref_tokens:,} reference tokens). Calibration: "
+            + "; ".join(meta["calibration"])
+            + f". noise = std of the per-logit error; "
             f"{meta['setup']['n_tokens']:,} synthetic tokens, seed {meta['setup']['seed']}."
         ),
         box=box.SIMPLE_HEAD,
@@ -98,13 +114,15 @@ def _print_table(rows: list[dict[str, float]], meta: dict) -> None:
     for metric in ("low", "high"):
         for case in ("ref", "fixed", "calib"):
             table.add_column(f"{metric}\n{case}", justify="right")
-    table.add_column("phant\nfixed", justify="right")
-    table.add_column("phant\ncalib", justify="right")
+    for metric in ("phant", "miss"):
+        for case in ("fixed", "calib"):
+            table.add_column(f"{metric}\n{case}", justify="right")
     for r in rows:
         cells = [f"{r['noise']:g}", f"{r['calib/low']:.3f}", f"{r['calib/high']:.3f}"]
         for metric in ("clip/low_neg", "clip/high_pos"):
             cells += [f"{100 * r[f'{case} {metric}']:.1f}" for case in ("ref", "fixed", "calib")]
-        cells += [f"{100 * r[f'{case} phantom/low_neg']:.1f}" for case in ("fixed", "calib")]
+        for metric in ("phantom/low_neg", "phantom/missed_neg"):
+            cells += [f"{100 * r[f'{case} {metric}']:.1f}" for case in ("fixed", "calib")]
         table.add_row(*cells)
     console = Console()
     if not console.is_terminal:  # a pipe or file: no width to fit, don't squeeze to rich's default 80
@@ -127,7 +145,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--algo", choices=["grpo", "dapo"], default="grpo", help="whose clip_low/clip_high to use")
     p.add_argument("--levels", help="comma-separated logit-noise stds (default 0,0.05,0.1,0.2,0.3,0.5)")
-    p.add_argument("--population", choices=["all", "neg"], help="override calib.population")
+    p.add_argument("--population", choices=["all", "neg"], help="override calib.population (default neg)")
     p.add_argument("--upper", choices=["proportional", "quantile"], help="override calib.upper")
     # defaults: fp8rl.rl.ratio_noise.RatioNoiseSetup
     p.add_argument("--tokens", type=int, help="synthetic tokens (262144)")

@@ -8,8 +8,8 @@ variant's precision.
   (`fp8.rollout`, optional FP8 KV cache `fp8.kv_cache`), and AdamW keeps its moments in FP8
   (`fp8.optimizer_state`, implementation `fp8.optimizer`).
 Embeddings and `lm_head` stay high precision (as torchao and Transformer Engine recipes do).
-`unquantized()` switches the policy's quantization off: inside it the linears compute the exact
-unquantized path (what the BF16 shadow pass scores with). `runtime` is the FP8 layers' state (compile switch, GEMM
+`as_bf16()` switches the policy's FP8 quantization off: inside it the linears compute the bf16-emulated
+GEMMs of the bf16 variant (what the BF16 shadow pass scores with). `runtime` is the FP8 layers' state (compile switch, GEMM
 counts per path) that the trainer owns through its `Precision`.
 """
 
@@ -52,7 +52,7 @@ class Precision:
     fp8: bool
     backend: str
     emulated: bool
-    unquantized: Callable[[], AbstractContextManager]
+    as_bf16: Callable[[], AbstractContextManager]
     device: torch.device
     runtime: FP8Runtime
 
@@ -101,9 +101,7 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
     # for a recipe it computes exactly (blockwise and MX are emulated on the GPU too).
     emulated = not (spec.fp8 and f.gemms and backend == "scaled_mm" and recipe.scaled_mm_exact)
 
-    def unquantized() -> AbstractContextManager:
-        return fp8.quantization_disabled(model)
+    def as_bf16() -> AbstractContextManager:
+        return fp8.quantization_disabled(model, as_bf16=True)
 
-    return Precision(
-        model, rollout, optimizer, recipe, spec.fp8, backend, emulated, unquantized, device, runtime
-    )
+    return Precision(model, rollout, optimizer, recipe, spec.fp8, backend, emulated, as_bf16, device, runtime)

@@ -1,13 +1,14 @@
 """The BF16 shadow pass of the reference trainer: the calibration reference and the phantom diagnostic.
 
 In fp8 variants a random `calib.sample_frac` of each step's sequences (the shadow rows) is re-scored
-with the policy's quantization switched off (`Precision.unquantized`, the exact unquantized path): once for
-the old policy, right after the trainer's log-prob recompute, and once per mini-batch update for the
-current policy (no grad). Their ratio `π_θ / π_old` in BF16 is the reference ratio of those tokens:
-`*_calib` variants calibrate their clip bounds against it (`calib.reference: shadow`), and every fp8
-variant derives `phantom/low_neg` from it and counts both ratios in the run's `RatioHistogram`. In the
-first update of a step the policy is still the old one: the reference ratios are exactly 1 and no pass
-runs (nor does any when a step has a single update). Its time is the `calib` phase.
+with the policy's FP8 quantization switched off and its GEMMs bf16-emulated exactly as in the bf16
+variant (`Precision.as_bf16`): once for the old policy, right after the trainer's log-prob recompute,
+and once per mini-batch update for the current policy (no grad). Their ratio `π_θ / π_old` in BF16 is
+the reference ratio of those tokens: `*_calib` variants calibrate their clip bounds against it
+(`calib.reference: shadow`), and every fp8 variant derives `phantom/low_neg` and `phantom/missed_neg`
+from it and counts both ratios in the run's `RatioHistogram`. In the first update of a step the policy
+is still the old one: the reference ratios are exactly 1 and no pass runs (nor does any when a step
+has a single update). Its time is the `calib` phase.
 """
 
 from __future__ import annotations
@@ -26,17 +27,17 @@ class ShadowPass:
     """One run's shadow pass: `start_step` once per rollout batch, `ref_ratios` per mini-batch."""
 
     def __init__(
-        self, policy: torch.nn.Module, unquantized, timer: PhaseTimer, sample_frac: float, temperature: float
+        self, policy: torch.nn.Module, as_bf16, timer: PhaseTimer, sample_frac: float, temperature: float
     ):
-        """`unquantized()` is the context that switches `policy`'s quantization off (`Precision.unquantized`)."""
-        self.policy, self.unquantized, self.timer = policy, unquantized, timer
+        """`as_bf16()` is the context that makes `policy` compute in bf16 (`Precision.as_bf16`)."""
+        self.policy, self.as_bf16, self.timer = policy, as_bf16, timer
         self.sample_frac, self.temperature = sample_frac, temperature
         self.hist = RatioHistogram()
         self.pos: torch.Tensor | None = None  # [B]: row -> index among the shadow rows, -1 elsewhere
         self.ref_old: torch.Tensor | None = None  # [n_shadow, T] old-policy BF16 log-probs
 
     def _score(self, batch: RolloutBatch) -> torch.Tensor:
-        with self.timer.phase("calib") as ph, torch.no_grad(), self.unquantized():
+        with self.timer.phase("calib") as ph, torch.no_grad(), self.as_bf16():
             lp, _ = score(self.policy, batch, temperature=self.temperature)
             ph.tokens = float(batch.attention_mask.sum())
         return lp

@@ -150,7 +150,7 @@ class Trainer:
         if self.spec.fp8 and (self.spec.calib or shadow_diagnostics):
             self.shadow = ShadowPass(
                 self.policy,
-                self.prec.unquantized,
+                self.prec.as_bf16,
                 self.timer,
                 cfg.calib.sample_frac,
                 cfg.schedule.temperature,
@@ -400,6 +400,20 @@ class Trainer:
         lm["grad_norm"] = gnorm
         return {**lm, **metrics}, ratio
 
+    def _run_target(self, step: int) -> tuple[float | None, float | None]:
+        """This step's targets from the bf16 run (`calib.reference: run`) for the updates after the first.
+
+        The bf16 run's per-step clip fraction is the mean over its N updates, and its first update clips
+        nothing (the policy has not moved: the ratio is exactly 1). This run's first update clips nothing
+        too, so its N - 1 later updates carry the whole fraction: q * N / (N - 1), at most 1."""
+        n = self.cfg.schedule.ppo_epochs * self.cfg.schedule.mini_batches
+        scale = n / (n - 1) if n > 1 else 1.0
+        q, q_hi = self.run_targets.get(step, (None, None))
+        return (
+            None if q is None else min(1.0, q * scale),
+            None if q_hi is None else min(1.0, q_hi * scale),
+        )
+
     def _calibrate(
         self, step: int, mb: MiniBatch, ratio: torch.Tensor
     ) -> tuple[ClipBounds, dict[str, float]]:
@@ -418,10 +432,14 @@ class Trainer:
             if mode == "shadow":
                 kw = {"ref_ratio": ref_ratio, "ref_mask": ref_mask}
             elif mode == "run":
-                q, q_hi = self.run_targets.get(step, (None, None))
+                q, q_hi = self._run_target(step)
                 kw = {"target_q": q, "target_q_high": q_hi}
             with self.timer.phase("calib"):
-                bounds, cm = self.calibrator.bounds(ratio, mb.advantages, mb.mask, **kw)
+                # The step's first update scores the policy that produced the old log-probs: its
+                # reference ratio is identically 1, so it clips nothing below and leaves the pool alone.
+                bounds, cm = self.calibrator.bounds(
+                    ratio, mb.advantages, mb.mask, ref_unchanged=mb.first_update, **kw
+                )
             metrics.update(cm)
         if ref_ratio is not None and bool(ref_mask.any()):
             metrics.update(

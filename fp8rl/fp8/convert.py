@@ -79,18 +79,20 @@ def quantized_linears(model: nn.Module) -> Iterator[tuple[str, QuantizedLinearBa
 
 
 @contextmanager
-def quantization_disabled(model: nn.Module) -> Iterator[nn.Module]:
+def quantization_disabled(model: nn.Module, *, as_bf16: bool = False) -> Iterator[nn.Module]:
     """Inside the block every converted linear of `model` computes the plain `F.linear` (bit-identical
-    to the unconverted model) and records no amax; the previous state is restored on exit."""
+    to the unconverted model) or, with `as_bf16`, the bf16-emulated GEMM of `BF16Linear` (bit-identical
+    to the model converted for the bf16 variant), and records no amax; the previous state is restored
+    on exit."""
     layers = [m for _, m in quantized_linears(model)]
-    before = [m.quant_enabled for m in layers]
+    before = [(m.quant_enabled, m.disabled_as_bf16) for m in layers]
     for m in layers:
-        m.quant_enabled = False
+        m.quant_enabled, m.disabled_as_bf16 = False, as_bf16
     try:
         yield model
     finally:
-        for m, state in zip(layers, before, strict=True):
-            m.quant_enabled = state
+        for m, (enabled, as_bf16_before) in zip(layers, before, strict=True):
+            m.quant_enabled, m.disabled_as_bf16 = enabled, as_bf16_before
 
 
 def fp8_state_dict(model: nn.Module) -> dict[str, dict]:

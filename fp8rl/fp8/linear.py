@@ -13,7 +13,8 @@ Outputs and input gradients are rounded to bf16, as FP8 GEMMs emit bf16; weight 
 rounded to bf16, fp32 compute, bf16-rounded outputs.
 
 Both keep `nn.Linear`'s parameters (`weight`, `bias`: the same Parameter objects, the same state-dict
-keys) and compute exactly `F.linear(x, weight, bias)` while `quant_enabled` is False
+keys) and compute exactly `F.linear(x, weight, bias)` while `quant_enabled` is False (or the
+bf16-emulated GEMM of `BF16Linear` when `disabled_as_bf16` is set too)
 (fp8rl.fp8.convert.quantization_disabled).
 """
 
@@ -215,6 +216,8 @@ class QuantizedLinearBase(nn.Linear):
     `F.linear`."""
 
     quant_enabled: bool
+    # With quantization off: the plain fp32 `F.linear`, or the bf16-emulated GEMM (`BF16Linear`'s).
+    disabled_as_bf16: bool = False
 
     @classmethod
     def _wrap(cls, linear: nn.Linear) -> QuantizedLinearBase:
@@ -224,11 +227,14 @@ class QuantizedLinearBase(nn.Linear):
         new.weight = linear.weight
         new.bias = linear.bias
         new.quant_enabled = True
+        new.disabled_as_bf16 = False
         new.train(linear.training)
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.quant_enabled:
+            if self.disabled_as_bf16:
+                return _BF16LinearFn.apply(x, self.weight, self.bias)
             return F.linear(x, self.weight, self.bias)
         return self.quantized_forward(x)
 

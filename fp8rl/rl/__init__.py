@@ -11,6 +11,7 @@ from fp8rl.rl.calibration import (
     Calibrator,
     bounds_from_quantiles,
     calibrated_bounds,
+    reference_counts,
     target_quantiles,
 )
 from fp8rl.rl.diagnostics import clip_stats, mismatch_kl, phantom_low_neg, ratio_quantiles
@@ -33,6 +34,7 @@ __all__ = [
     "ClipBounds",
     "bounds_from_quantiles",
     "calibrated_bounds",
+    "reference_counts",
     "target_quantiles",
     "agg_loss",
     "clip_stats",

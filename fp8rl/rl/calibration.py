@@ -1,20 +1,33 @@
-"""Calibrated Clipping (DESIGN.md §5): move the FP8 clip bounds so that the fraction of tokens clipped
-matches what a BF16 reference would clip.
+"""Calibrated Clipping: move the FP8 lower clip bound so that FP8 zeroes as many negative-advantage
+gradients as a BF16 reference would, no more, and rebalance the upper bound to match.
 
 `calibrated_bounds` is the definition, in one place (`bounds_from_quantiles` does the work, so a later
-correction is one change); `Calibrator` adds the reference modes (`shadow`, `run`, `static:<q>`), EMA
-momentum over updates, the `calib/*` metrics and checkpointable state.
+correction is one change); `Calibrator` adds the reference modes (`shadow`, `run`, `static:<q>`), the
+pooled target, the `calib/*` metrics and checkpointable state.
 
-Populations: the lower target and the lower quantile are taken over `all` valid tokens or only the
-negative-advantage ones (`neg`). The upper quantile (`upper="quantile"`) uses all valid tokens for
-`all` and the positive-advantage tokens for `neg` (the tokens whose gradient the upper bound zeroes;
-§5 leaves this open). The bounds always satisfy L <= 1 <= U.
+1. Target `q`: the fraction of reference ratios below `1 - clip_low` over the population: `neg`
+   (negative-advantage valid tokens, the default: PPO-clip's lower bound only zeroes their gradient) or
+   `all` (every valid token; an ablation that under-clips A<0 tokens, because A>0 tokens below L count
+   toward the matched fraction without being clipped).
+2. Lower bound `L`: the q-quantile of the FP8 ratios over the same population, clamped to `low_range`.
+   "Quantile" is read as: among the bounds that clip exactly round(q * n) tokens (an interval between
+   two order statistics) take `1 - clip_low` when it is one of them (so R = R_ref gives back the fixed
+   bound), else the interval's midpoint. With q = 0 nothing is clipped below: L sits just under min(R)
+   (a relative 1e-6, so the same ratios recomputed a few float32 ulps apart are not clipped either),
+   below the clamp floor if min(R) is, and at most the clamp ceiling.
+3. Upper bound: `proportional`: `U = 1 + clip_high * (1 - L) / clip_low` with the clamped L, and
+   `U = 1 + clip_high` when q = 0 (nothing to rebalance); `quantile`: U matches
+   `q_hi = mean(R_ref > 1 + clip_high)` over the upper population (all valid tokens for `all`, the
+   positive-advantage ones for `neg`: the tokens whose gradient the upper bound zeroes), chosen the
+   same way, at least 1.
+The bounds satisfy L <= 1 <= U.
 
-"L = quantile(R, q)" is read as: among the bounds that clip exactly round(q * n) tokens (an interval
-between two order statistics of R) take 1 - clip_low when it is one of them, else the interval's
-midpoint. This makes R = R_ref return the fixed bounds exactly (issue 4's test). For q = 0 that gives
-L = min(clamp(1 - clip_low), min(R)) where §5 says min(clamp floor, min(R)): both clip nothing, but §5's
-choice would also widen the proportional upper bound (to 1.7 for 0.2/0.2) when nothing needs calibrating.
+4. Pooled target (`Calibrator`, `shadow` reference): at q ~ 1 % a mini-batch's few hundred shadow
+   tokens hold 0 to 3 clipped ones, so the reference counts are pooled over updates as an EMA of the
+   numerator and the denominator separately (`momentum`); the pooled denominator is the effective
+   sample size, logged as `calib/ref_tokens`. An update whose reference ratio is identically 1 (the
+   policy has not moved since the old log-probs: the first update of a step) clips nothing below and
+   leaves the pool alone.
 """
 
 from __future__ import annotations
@@ -28,6 +41,8 @@ from fp8rl.rl.bounds import ClipBounds
 from fp8rl.vocabulary import CALIB_POPULATIONS as POPULATIONS
 from fp8rl.vocabulary import CALIB_UPPER_MODES as UPPER_MODES
 from fp8rl.vocabulary import CalibReference
+
+NOTHING_BELOW_MARGIN = 1e-6  # q = 0: L = min(R) * (1 - margin)
 
 
 def _populations(adv: torch.Tensor, m: torch.Tensor, population: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,6 +64,28 @@ def _check_options(clip_low: float, clip_high: float, upper: str, low_range: tup
         raise ValueError(f"calibration: low_range must satisfy 0 < low <= high <= 1, got {low_range}")
 
 
+def reference_counts(
+    ref_ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    population: str = "neg",
+) -> tuple[int, int, int, int]:
+    """The reference's clip counts `(k, n, k_hi, n_hi)`: `k` tokens with `R_ref < 1 - clip_low` among the
+    `n` of the lower population, `k_hi` with `R_ref > 1 + clip_high` among the `n_hi` of the upper one."""
+    m = check_mask(mask, "reference_counts", "mask")
+    check_same_shape("reference_counts", "mask", m, ref_ratio=ref_ratio)
+    adv = per_token("reference_counts", "advantages", advantages, m)
+    check_finite("reference_counts", "ref_ratio", ref_ratio, m)
+    pop_lo, pop_hi = _populations(adv, m, population)
+    r = ref_ratio.detach()
+    k = int(((r < 1.0 - clip_low) & pop_lo).sum())
+    k_hi = int(((r > 1.0 + clip_high) & pop_hi).sum())
+    return k, int(pop_lo.sum()), k_hi, int(pop_hi.sum())
+
+
 def target_quantiles(
     ref_ratio: torch.Tensor,
     advantages: torch.Tensor,
@@ -56,32 +93,25 @@ def target_quantiles(
     *,
     clip_low: float,
     clip_high: float,
-    population: str = "all",
+    population: str = "neg",
 ) -> tuple[float | None, float | None]:
     """The reference's clip fractions `(q, q_hi)`: `q = mean(R_ref < 1 - clip_low)` over the lower
     population, `q_hi = mean(R_ref > 1 + clip_high)` over the upper one; None where a population is empty.
     """
-    m = check_mask(mask, "target_quantiles", "mask")
-    check_same_shape("target_quantiles", "mask", m, ref_ratio=ref_ratio)
-    adv = per_token("target_quantiles", "advantages", advantages, m)
-    check_finite("target_quantiles", "ref_ratio", ref_ratio, m)
-    pop_lo, pop_hi = _populations(adv, m, population)
-    fixed = ClipBounds.fixed(clip_low, clip_high)
-    r = ref_ratio.detach()
-    n_lo, n_hi = int(pop_lo.sum()), int(pop_hi.sum())
-    q = int(((r < fixed.low) & pop_lo).sum()) / n_lo if n_lo else None
-    q_hi = int(((r > fixed.high) & pop_hi).sum()) / n_hi if n_hi else None
-    return q, q_hi
+    k, n, k_hi, n_hi = reference_counts(
+        ref_ratio, advantages, mask, clip_low=clip_low, clip_high=clip_high, population=population
+    )
+    return (k / n if n else None), (k_hi / n_hi if n_hi else None)
 
 
 def _lower_bound(s: torch.Tensor, k: int, target: float, low_range: tuple[float, float]) -> float:
     """A bound with exactly `k` of the ascending values `s` strictly below it (ties aside): `target`
     itself when it qualifies, else the midpoint of the gap between the k-th and (k+1)-th values; then
-    clamped to `low_range`. For k = 0 nothing is clipped, even below the clamp floor."""
+    clamped to `low_range`. For k = 0: just under min(s), even below the clamp floor, at most its ceiling."""
     floor, ceil = low_range
-    target = min(max(target, floor), ceil)
     if k == 0:
-        return min(target, float(s[0]))
+        return min(float(s[0]) * (1.0 - NOTHING_BELOW_MARGIN), ceil)
+    target = min(max(target, floor), ceil)
     below, above = float(s[k - 1]), (float(s[k]) if k < s.numel() else float("inf"))
     bound = target if below < target <= above else (below + above) / 2 if k < s.numel() else ceil
     return min(max(bound, floor), ceil)
@@ -108,20 +138,17 @@ def bounds_from_quantiles(
     q_high: float | None = None,
     clip_low: float,
     clip_high: float,
-    population: str = "all",
+    population: str = "neg",
     upper: str = "proportional",
     low_range: tuple[float, float] = (0.5, 1.0),
 ) -> ClipBounds:
     """Bounds (L, U) under which a fraction `q` of the population's ratios lies strictly below L and
-    (quantile mode) a fraction `q_high` strictly above U, to the nearest token.
+    (quantile mode) a fraction `q_high` strictly above U, to the nearest token (steps 2 and 3 of the
+    module docstring).
 
-    L is the empirical q-quantile of R, chosen within the gap of values that clip exactly
-    `round(q * n)` tokens: `1 - clip_low` itself when it lies in that gap (so R = R_ref gives back the
-    fixed bounds exactly), else the gap's midpoint; clamped to `low_range`. With `q = 0` nothing is
-    clipped: `L = min(clamp(1 - clip_low), min(R))`, below the clamp floor if min(R) is.
-    `upper="proportional"`: `U = 1 + clip_high * (1 - L) / clip_low`; `"quantile"`: U chosen the same way
-    so that a fraction `q_high` lies above it (`1 + clip_high` when it qualifies), and at least 1.
     With `q` None or an empty population, the fixed bounds `(1 - clip_low, 1 + clip_high)` are returned.
+    A `q` that rounds to no token counts as q = 0: nothing is clipped below, and the proportional U is
+    `1 + clip_high`.
     """
     _check_options(clip_low, clip_high, upper, low_range)
     fixed = ClipBounds.fixed(clip_low, clip_high)
@@ -135,9 +162,10 @@ def bounds_from_quantiles(
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"calibrated_bounds: target quantile q must be in [0, 1], got {q}")
     r_lo, _ = torch.sort(ratio.detach()[pop_lo].to(torch.float64))
-    low = _lower_bound(r_lo, round(q * r_lo.numel()), fixed.low, low_range)
+    k = round(q * r_lo.numel())
+    low = _lower_bound(r_lo, k, fixed.low, low_range)
     if upper == "proportional":
-        return ClipBounds(low, 1.0 + clip_high * (1.0 - low) / clip_low)
+        return ClipBounds(low, fixed.high if k == 0 else 1.0 + clip_high * (1.0 - low) / clip_low)
     if q_high is None or int(pop_hi.sum()) == 0:
         return ClipBounds(low, fixed.high)
     if not 0.0 <= q_high <= 1.0:
@@ -154,14 +182,15 @@ def calibrated_bounds(
     *,
     clip_low: float,
     clip_high: float,
-    population: str = "all",
+    population: str = "neg",
     upper: str = "proportional",
     low_range: tuple[float, float] = (0.5, 1.0),
     ref_mask: torch.Tensor | None = None,
 ) -> ClipBounds:
-    """Calibrated (L, U) for FP8 ratios `ratio` given BF16 reference ratios `ref_ratio` of the same tokens
-    (DESIGN.md §5): the target `q` is the fraction of reference ratios below `1 - clip_low`, `L` the q-th
-    quantile of `ratio`, and `U` follows from L (proportional) or from the matching upper fraction.
+    """Calibrated (L, U) for FP8 ratios `ratio` given BF16 reference ratios `ref_ratio` of the same tokens:
+    the target `q` is the fraction of reference ratios below `1 - clip_low`, `L` the q-th quantile of
+    `ratio` (clamped), and `U` follows from the clamped L (proportional) or from the matching upper
+    fraction; see the module docstring. One sample, no pooling (`Calibrator` pools over updates).
 
     `ref_mask` (default `response_mask`) restricts the tokens that set the target, e.g. to the shadow
     subsample, while the quantiles of `ratio` are taken over `response_mask`.
@@ -179,17 +208,29 @@ def calibrated_bounds(
 
 
 class Calibrator:
-    """Stateful calibrated clipping for a training run: reference mode, EMA, metrics, checkpoint state.
+    """Stateful calibrated clipping for a training run: reference mode, pooled target, metrics, state.
 
-    `reference`: `shadow` (pass `ref_ratio` from the BF16 shadow pass each update), `run` (pass the
-    BF16 run's clip fractions of the same step as `target_q`, and `target_q_high` for
-    `upper="quantile"`: its `clip/low_all` / `clip/high_all` for population `all`, `clip/low_neg` /
-    `clip/high_pos` for `neg`), or `static:<q>` (a fixed target; proportional upper only).
-    A `run` step without `target_q_high` in quantile mode keeps the fixed upper bound for that update.
-    `momentum` m: the bounds returned are `m * previous + (1 - m) * new` after the first update. An
-    update without a target (empty population, or `target_q=None` in `run` mode) returns the previous
-    bounds (the fixed ones before any update) and leaves the state unchanged.
+    `reference`: `shadow` (pass `ref_ratio` and `ref_mask` from the BF16 shadow pass each update: its
+    counts are pooled, step 4 of the module docstring), `run` (pass the BF16 run's clip fractions of the
+    same step as `target_q`, and `target_q_high` for `upper="quantile"`: its `clip/low_all` /
+    `clip/high_all` for population `all`, `clip/low_neg` / `clip/high_pos` for `neg`; already means over
+    every token of that step, used as given), or `static:<q>` (a fixed target; proportional upper only).
+
+    `momentum` m (shadow only): after each update with reference tokens, `num = m * num + k` and
+    `den = m * den + n` for the lower and the upper population; the target is `num / den`, pooled over
+    about 1 / (1 - m) updates, and `den` is `calib/ref_tokens`. m = 0 uses each update's counts alone.
+    An update without reference tokens uses the pool as it is.
+
+    `ref_unchanged=True` (the policy has not moved since the old log-probs, so the reference ratio is
+    identically 1; a `shadow` update whose reference tokens all have ratio exactly 1 counts as such too):
+    nothing is clipped below, `U = 1 + clip_high` (proportional), the pool is left alone, and
+    `calib/target_q` is 0 for that update. An update without any target (empty pool, or `target_q=None`
+    in `run` mode) gets the fixed bounds and no `calib/target_q`. A `run` step without `target_q_high`
+    in quantile mode keeps the fixed upper bound for that update.
     """
+
+    # the pooled reference counts (shadow): clipped tokens and population, lower and upper
+    STATE_KEYS = ("lo_num", "lo_den", "hi_num", "hi_den")
 
     def __init__(
         self,
@@ -197,10 +238,10 @@ class Calibrator:
         clip_high: float,
         *,
         reference: str | CalibReference = "shadow",
-        population: str = "all",
+        population: str = "neg",
         upper: str = "proportional",
         low_range: tuple[float, float] = (0.5, 1.0),
-        momentum: float = 0.0,
+        momentum: float = 0.9,
     ) -> None:
         _check_options(clip_low, clip_high, upper, tuple(low_range))
         if population not in POPULATIONS:
@@ -218,13 +259,10 @@ class Calibrator:
                 "Calibrator: reference 'static:<q>' has no upper target; use upper='proportional'"
             )
         self.clip_low, self.clip_high = float(clip_low), float(clip_high)
-        self.fixed = ClipBounds.fixed(self.clip_low, self.clip_high)
         self.population, self.upper = population, upper
         self.low_range = (float(low_range[0]), float(low_range[1]))
         self.momentum = float(momentum)
-        self.low: float | None = None
-        self.high: float | None = None
-        self.updates = 0
+        self.lo_num = self.lo_den = self.hi_num = self.hi_den = 0.0
 
     @classmethod
     def from_config(cls, calib: Any, *, clip_low: float, clip_high: float) -> Calibrator:
@@ -242,64 +280,75 @@ class Calibrator:
         response_mask: torch.Tensor,
         *,
         ref_ratio: torch.Tensor | None = None,
+        ref_mask: torch.Tensor | None = None,
         target_q: float | None = None,
         target_q_high: float | None = None,
-        ref_mask: torch.Tensor | None = None,
+        ref_unchanged: bool = False,
     ) -> tuple[ClipBounds, dict[str, float]]:
-        """Update with this mini-batch's FP8 ratios; returns `(bounds, metrics)` with `calib/low`,
-        `calib/high` (the bounds to use), and `calib/target_q` (+ `calib/target_q_high` in quantile mode)
-        when a target was available."""
-        q, q_hi = self._targets(
-            ratio, advantages, response_mask, ref_ratio, target_q, target_q_high, ref_mask
-        )
+        """The bounds for this mini-batch's FP8 ratios; returns `(bounds, metrics)` with `calib/low`,
+        `calib/high` (the bounds to use), `calib/target_q` (+ `calib/target_q_high` in quantile mode)
+        when a target was available, and `calib/ref_tokens` (the pooled denominator) for `shadow`."""
+        if self.reference.mode == "shadow":
+            q, q_hi, ref_unchanged = self._pooled_targets(
+                ratio, advantages, response_mask, ref_ratio, ref_mask, ref_unchanged
+            )
+        elif self.reference.mode == "run":
+            q, q_hi = target_q, target_q_high
+        else:
+            q, q_hi = self.reference.q, None
+        if ref_unchanged:
+            q, q_hi = 0.0, (0.0 if self.upper == "quantile" else None)
         metrics: dict[str, float] = {}
+        bounds = bounds_from_quantiles(
+            ratio, advantages, response_mask, q, q_high=q_hi, clip_low=self.clip_low,
+            clip_high=self.clip_high, population=self.population, upper=self.upper,
+            low_range=self.low_range,
+        )  # fmt: skip
         if q is not None:
-            low, high = bounds_from_quantiles(
-                ratio, advantages, response_mask, q, q_high=q_hi, clip_low=self.clip_low,
-                clip_high=self.clip_high, population=self.population, upper=self.upper,
-                low_range=self.low_range,
-            )  # fmt: skip
-            if self.updates and self.momentum > 0 and self.low is not None and self.high is not None:
-                low = self.momentum * self.low + (1.0 - self.momentum) * low
-                high = self.momentum * self.high + (1.0 - self.momentum) * high
-            self.low, self.high, self.updates = low, high, self.updates + 1
             metrics["calib/target_q"] = float(q)
             if self.upper == "quantile" and q_hi is not None:
                 metrics["calib/target_q_high"] = float(q_hi)
-        bounds = self.current()
+        if self.reference.mode == "shadow" and self.lo_den > 0:
+            metrics["calib/ref_tokens"] = self.lo_den
         metrics["calib/low"], metrics["calib/high"] = bounds
         return bounds, metrics
 
-    def current(self) -> ClipBounds:
-        """The bounds in force: the last calibrated ones, or the fixed ones before the first update."""
-        if self.low is None or self.high is None:
-            return self.fixed
-        return ClipBounds(self.low, self.high)
-
-    def _targets(self, ratio, advantages, mask, ref_ratio, target_q, target_q_high, ref_mask):
-        if self.reference.mode == "shadow":
-            if ref_ratio is None:
-                raise ValueError("Calibrator(reference='shadow').bounds needs ref_ratio from the shadow pass")
-            m = check_mask(mask, "Calibrator.bounds")
-            rm = m if ref_mask is None else check_mask(ref_mask, "Calibrator.bounds", "ref_mask")
-            check_same_shape(
-                "Calibrator.bounds", "response_mask", m, ratio=ratio, ref_ratio=ref_ratio, ref_mask=rm
-            )
-            return target_quantiles(
+    def _pooled_targets(self, ratio, advantages, mask, ref_ratio, ref_mask, ref_unchanged):
+        """`(q, q_hi, unchanged)` from the pool, after adding this update's reference counts unless the
+        reference ratio is identically 1."""
+        if ref_ratio is None:
+            raise ValueError("Calibrator(reference='shadow').bounds needs ref_ratio from the shadow pass")
+        m = check_mask(mask, "Calibrator.bounds")
+        rm = m if ref_mask is None else check_mask(ref_mask, "Calibrator.bounds", "ref_mask")
+        check_same_shape(
+            "Calibrator.bounds", "response_mask", m, ratio=ratio, ref_ratio=ref_ratio, ref_mask=rm
+        )
+        if not ref_unchanged and bool(rm.any()):
+            ref_unchanged = bool((ref_ratio.detach()[rm] == 1.0).all())
+        if not ref_unchanged:
+            k, n, k_hi, n_hi = reference_counts(
                 ref_ratio, advantages, rm, clip_low=self.clip_low, clip_high=self.clip_high,
                 population=self.population,
             )  # fmt: skip
-        if self.reference.mode == "run":
-            return target_q, target_q_high
-        return self.reference.q, None
+            mom = self.momentum
+            if n:
+                self.lo_num, self.lo_den = mom * self.lo_num + k, mom * self.lo_den + n
+            if n_hi:
+                self.hi_num, self.hi_den = mom * self.hi_num + k_hi, mom * self.hi_den + n_hi
+        q = self.lo_num / self.lo_den if self.lo_den > 0 else None
+        q_hi = self.hi_num / self.hi_den if self.hi_den > 0 else None
+        return q, q_hi, ref_unchanged
 
     def state_dict(self) -> dict[str, Any]:
-        return {"low": self.low, "high": self.high, "updates": self.updates}
+        """The pooled reference counts: all the state that later bounds depend on."""
+        return {key: getattr(self, key) for key in self.STATE_KEYS}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        missing = {"low", "high", "updates"} - set(state)
+        missing = set(self.STATE_KEYS) - set(state)
         if missing:
-            raise ValueError(f"Calibrator.load_state_dict: missing keys {sorted(missing)}")
-        self.low = None if state["low"] is None else float(state["low"])
-        self.high = None if state["high"] is None else float(state["high"])
-        self.updates = int(state["updates"])
+            raise ValueError(
+                f"Calibrator.load_state_dict: missing keys {sorted(missing)} (a checkpoint from before the "
+                "pooled target cannot resume a calibrated run)"
+            )
+        for key in self.STATE_KEYS:
+            setattr(self, key, float(state[key]))

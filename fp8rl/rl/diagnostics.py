@@ -131,9 +131,13 @@ def phantom_low_neg(
     low: float | torch.Tensor,
     ref_low: float | torch.Tensor,
 ) -> dict[str, float]:
-    """`phantom/low_neg`: A<0 tokens clipped below under the FP8 ratio (r < low) but not under the BF16
-    reference ratio (r_ref >= ref_low), among valid A<0 tokens: the gradients lost to quantization noise
-    alone. Pass the shadow subsample's tokens as `mask`. Absent when there is no valid A<0 token.
+    """Paired lower-bound clipping of A<0 tokens, FP8 (`ratio < low`) against the BF16 reference
+    (`ref_ratio < ref_low`), as fractions of the valid A<0 tokens of `mask` (pass the shadow subsample):
+
+    - `phantom/low_neg`: clipped under FP8 but not under BF16: gradients lost to quantization noise;
+    - `phantom/missed_neg`: clipped under BF16 but not under FP8: gradients FP8 keeps that BF16 zeroes.
+
+    Their difference is the net excess clipping. Both absent when there is no valid A<0 token.
     """
     fn = "phantom_low_neg"
     m = check_mask(mask, fn, "mask")
@@ -142,7 +146,10 @@ def phantom_low_neg(
     check_finite(fn, "ratio", ratio, m)
     check_finite(fn, "ref_ratio", ref_ratio, m)
     with torch.no_grad():
-        hit = (ratio.detach() < float(low)) & (ref_ratio.detach() >= float(ref_low))
+        fp8_clips = ratio.detach() < float(low)
+        bf16_clips = ref_ratio.detach() < float(ref_low)
+        neg = m & (adv < 0)
         out: dict[str, float] = {}
-        _put(out, "phantom/low_neg", _frac(hit, m & (adv < 0)))
+        _put(out, "phantom/low_neg", _frac(fp8_clips & ~bf16_clips, neg))
+        _put(out, "phantom/missed_neg", _frac(bf16_clips & ~fp8_clips, neg))
     return out

@@ -11,9 +11,12 @@ token's log-prob moves by `e_i - sum_j p_j e_j`, whose std is `level * (1 - p_i)
 probability mass is spread thin: small on confident tokens, largest on low-probability ones. pi_theta
 and pi_old carry independent errors, so the FP8 log-ratio is `delta + sqrt(2) * level * (1 - p) * z`.
 
-For each noise level the study reports `clip/low_neg` (and `clip/high_pos`, `phantom/low_neg`) under
-the fixed bounds (1 - clip_low, 1 + clip_high) and under `calibrated_bounds`, next to the noise-free
-reference.
+For each noise level the study reports `clip/low_neg` (and `clip/high_pos`, `phantom/low_neg`,
+`phantom/missed_neg`) under the fixed bounds (1 - clip_low, 1 + clip_high) and under `calibrated_bounds`,
+next to the noise-free reference. The calibrated bounds use the calibrator's defaults: population `neg`,
+the proportional U from the clamped L (`1 + clip_high` when the reference clips nothing), and a target
+pooled over one large sample (every reference token of the population, `calib/ref_tokens`), the
+one-shot counterpart of the trainer's pooling over updates.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fp8rl.rl.calibration import calibrated_bounds
+from fp8rl.rl.calibration import calibrated_bounds, reference_counts
 from fp8rl.rl.diagnostics import clip_stats, phantom_low_neg
 
 
@@ -63,14 +66,15 @@ def ratio_noise_study(
     *,
     clip_low: float,
     clip_high: float,
-    population: str = "all",
+    population: str = "neg",
     upper: str = "proportional",
     low_range: tuple[float, float] = (0.5, 1.0),
     setup: RatioNoiseSetup = RatioNoiseSetup(),
 ) -> list[dict[str, float]]:
-    """One row per noise level: `noise`, the calibrated `calib/low` / `calib/high`, and for `ref` (BF16,
-    fixed bounds), `fixed` (FP8, fixed bounds) and `calib` (FP8, calibrated bounds) the metrics
-    `clip/low_neg`, `clip/high_pos` and, for the FP8 rows, `phantom/low_neg`, keyed `"{case} {metric}"`.
+    """One row per noise level: `noise`, the calibrated `calib/low` / `calib/high`, `calib/ref_tokens`
+    (the reference tokens that set the target), and for `ref` (BF16, fixed bounds), `fixed` (FP8, fixed
+    bounds) and `calib` (FP8, calibrated bounds) the metrics `clip/low_neg`, `clip/high_pos` and, for
+    the FP8 cases, `phantom/low_neg` and `phantom/missed_neg`, keyed `"{case} {metric}"`.
     """
     if any(not math.isfinite(lv) or lv < 0 for lv in levels):
         raise ValueError(f"ratio_noise_study: noise levels must be finite and >= 0, got {list(levels)}")
@@ -79,6 +83,9 @@ def ratio_noise_study(
     r_ref = torch.exp(delta)
     fixed = (1.0 - clip_low, 1.0 + clip_high)
     ref = clip_stats(r_ref, adv, mask, *fixed)
+    _, ref_tokens, _, _ = reference_counts(
+        r_ref, adv, mask, clip_low=clip_low, clip_high=clip_high, population=population
+    )
     rows = []
     for level in levels:
         noise = (
@@ -89,7 +96,12 @@ def ratio_noise_study(
             r, r_ref, adv, mask, clip_low=clip_low, clip_high=clip_high, population=population,
             upper=upper, low_range=low_range,
         )  # fmt: skip
-        row = {"noise": float(level), "calib/low": low, "calib/high": high}
+        row = {
+            "noise": float(level),
+            "calib/low": low,
+            "calib/high": high,
+            "calib/ref_tokens": float(ref_tokens),
+        }
         for case, (lo, _hi), stats in (
             ("ref", fixed, ref),
             ("fixed", fixed, clip_stats(r, adv, mask, *fixed)),
@@ -98,8 +110,7 @@ def ratio_noise_study(
             for name in ("clip/low_neg", "clip/high_pos"):
                 row[f"{case} {name}"] = stats[name]
             if case != "ref":
-                row[f"{case} phantom/low_neg"] = phantom_low_neg(r, r_ref, adv, mask, lo, fixed[0])[
-                    "phantom/low_neg"
-                ]
+                for name, value in phantom_low_neg(r, r_ref, adv, mask, lo, fixed[0]).items():
+                    row[f"{case} {name}"] = value
         rows.append(row)
     return rows

@@ -140,7 +140,9 @@ def test_calibrated_clip_through_registry_equals_fp8rl(registry):
     ref = torch.ones_like(ratio)
     idx = mask.bool().flatten().nonzero().flatten()[: round(q * n)]
     ref.view(-1)[idx] = 0.5
-    low, high = calibrated_bounds(ratio, ref, adv, mask.bool(), clip_low=0.2, clip_high=0.28)
+    low, high = calibrated_bounds(
+        ratio, ref, adv, mask.bool(), clip_low=0.2, clip_high=0.28, population="all"
+    )
     expect, _ = policy_loss(
         new,
         old,

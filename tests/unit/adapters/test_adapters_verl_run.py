@@ -109,7 +109,8 @@ def test_cli_train_dry_run_with_run_reference(tmp_path, capsys):
     ref = tmp_path / "ref"
     ref.mkdir()
     (ref / "metrics.jsonl").write_text(
-        '{"step": 1, "clip/low_all": 0.02}\n{"step": 2, "clip/low_all": 0.04}\n'
+        '{"step": 1, "clip/low_all": 0.01, "clip/low_neg": 0.02}\n'
+        '{"step": 2, "clip/low_all": 0.03, "clip/low_neg": 0.04}\n'
     )
     out = tmp_path / "run"
     rc = main(["verl", "train", "--config", str(PAPER), "--set", "calib.reference=run",
@@ -117,7 +118,7 @@ def test_cli_train_dry_run_with_run_reference(tmp_path, capsys):
                "--data", str(_data(tmp_path)), "--out", str(out), "--reference", str(ref), "--dry-run"])  # fmt: skip
     assert rc == 0
     spec = json.loads((out / "verl_loss.json").read_text())
-    assert math.isclose(spec["calib"]["target_q"], 0.03)
+    assert math.isclose(spec["calib"]["target_q"], 0.03)  # population neg: the mean clip/low_neg
     ov = json.loads((out / "verl_overrides.json").read_text())["overrides"]
     assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-32B" in ov
     assert (out / "verl_data" / "train.parquet").is_file() and "WANT_NODES=4" in capsys.readouterr().out

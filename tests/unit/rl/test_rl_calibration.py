@@ -1,5 +1,5 @@
-"""Calibrated clipping (DESIGN.md §5): identity when R = R_ref, quantile matching, upper modes, clamping,
-q = 0, EMA, reference modes and checkpoint state."""
+"""Calibrated clipping: identity when R = R_ref, quantile matching, upper modes, clamping, q = 0, the
+default population, the pooled target, reference modes and checkpoint state."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fp8rl.config import CalibConfig, DAPOConfig
-from fp8rl.rl import Calibrator, calibrated_bounds, clip_stats, policy_loss
+from fp8rl.rl import Calibrator, bounds_from_quantiles, calibrated_bounds, clip_stats, policy_loss
 
 CL, CH = 0.2, 0.28
 
@@ -24,9 +24,6 @@ def _batch(seed=0, b=64, t=32, sigma=0.1):
 
 
 def test_equal_ratios_give_the_fixed_bounds():
-    r, adv, mask, _ = _batch(sigma=0.05)  # nothing outside [0.8, 1.28]: q = 0 and q_hi = 0
-    low, high = calibrated_bounds(r, r, adv, mask, clip_low=CL, clip_high=CH)
-    assert (low, high) == pytest.approx((1 - CL, 1 + CH))
     r, adv, mask, _ = _batch(sigma=0.2)  # plenty of tokens clipped by the reference, above and below
     for population in ("all", "neg"):
         for upper in ("proportional", "quantile"):
@@ -34,6 +31,9 @@ def test_equal_ratios_give_the_fixed_bounds():
                 r, r, adv, mask, clip_low=CL, clip_high=CH, population=population, upper=upper
             )
             assert got == (1 - CL, 1 + CH)
+    r, adv, mask, _ = _batch(sigma=0.05)  # nothing outside [0.8, 1.28]: q = 0, nothing to rebalance
+    low, high = calibrated_bounds(r, r, adv, mask, clip_low=CL, clip_high=CH)
+    assert high == 1 + CH and int(((r < low) & mask & (adv[:, None] < 0)).sum()) == 0
 
 
 @pytest.mark.parametrize("population", ["all", "neg"])
@@ -84,18 +84,43 @@ def test_clamping_to_low_range():
     assert low == 0.9
 
 
-def test_q_zero_clips_nothing():
+def test_q_zero_clips_nothing_below_and_keeps_the_fixed_upper_bound():
     r_ref, adv, mask, g = _batch(5, sigma=0.02)  # reference clips nothing
-    r = (r_ref.log() * 40).exp()  # FP8 ratios spread far below 0.5
-    low, high = calibrated_bounds(r, r_ref, adv, mask, clip_low=CL, clip_high=CH)
-    assert low == pytest.approx(float(r[mask].min())) and low < 0.5
-    assert int(((r < low) & mask).sum()) == 0
-    r_mid = (r_ref.log() * 4).exp()  # min(R) between the clamp floor and 1 - clip_low
-    assert 0.5 < float(r_mid[mask].min()) < 1 - CL
-    low, _ = calibrated_bounds(r_mid, r_ref, adv, mask, clip_low=CL, clip_high=CH)
-    assert low == pytest.approx(float(r_mid[mask].min()))
-    r_tight = (r_ref.log() * 2).exp()  # nothing below 1 - clip_low either: the fixed bounds stay
-    assert calibrated_bounds(r_tight, r_ref, adv, mask, clip_low=CL, clip_high=CH) == (1 - CL, 1 + CH)
+    neg = mask & (adv[:, None] < 0)
+    for scale, case in ((40, "min(R) far below the clamp floor"), (4, "min(R) inside low_range"),
+                        (2, "nothing below 1 - clip_low either")):  # fmt: skip
+        r = (r_ref.log() * scale).exp()
+        low, high = calibrated_bounds(r, r_ref, adv, mask, clip_low=CL, clip_high=CH)
+        r_min = float(r[neg].min())
+        assert high == 1 + CH, case  # not 1 + CH * (1 - min(R)) / CL: no looser trust region
+        assert r_min * (1 - 1e-5) < low < r_min, case  # just under min(R): nothing clipped below
+        assert int(((r < low) & neg).sum()) == 0, case
+        assert int(((r.float() < low) & neg).sum()) == 0, case  # also for the same ratios in float32
+    assert float((r_ref.log() * 40).exp()[neg].min()) < 0.5
+    r_high = (r_ref.log() * 0.5).exp() * 1.5  # every A<0 ratio above 1: L stops at the clamp ceiling
+    assert calibrated_bounds(r_high, r_ref, adv, mask, clip_low=CL, clip_high=CH) == (1.0, 1 + CH)
+
+
+def test_proportional_upper_bound_comes_from_the_clamped_lower_bound():
+    r_ref, adv, mask, g = _batch(4, sigma=0.15)
+    r = (r_ref.log() * 5).exp()  # the unclamped quantile would be far below the floor
+    for low_range in ((0.5, 1.0), (0.7, 1.0)):
+        low, high = calibrated_bounds(r, r_ref, adv, mask, clip_low=CL, clip_high=CH, low_range=low_range)
+        assert low == low_range[0] and high == pytest.approx(1 + CH * (1 - low_range[0]) / CL)
+
+
+def test_neg_is_the_default_population():
+    assert CalibConfig().population == "neg"
+    assert Calibrator(CL, CH).population == "neg"
+    r_ref, adv, mask, g = _batch(11, sigma=0.15)
+    r = (r_ref.log() * 1.5).exp() * torch.where(adv[:, None] < 0, 1.0, 1.1).double()
+    neg = calibrated_bounds(r, r_ref, adv, mask, clip_low=CL, clip_high=CH, population="neg")
+    assert calibrated_bounds(r, r_ref, adv, mask, clip_low=CL, clip_high=CH) == neg
+    every = calibrated_bounds(r, r_ref, adv, mask, clip_low=CL, clip_high=CH, population="all")
+    assert every != neg
+    # with 'neg' the A<0 tokens clipped under FP8 match those clipped under BF16 to the token
+    pop = mask & (adv[:, None] < 0)
+    assert abs(int(((r < neg[0]) & pop).sum()) - int(((r_ref < 1 - CL) & pop).sum())) <= 1
 
 
 def test_empty_population_falls_back_to_fixed_bounds():
@@ -104,20 +129,97 @@ def test_empty_population_falls_back_to_fixed_bounds():
     assert calibrated_bounds(r, r, adv, mask, clip_low=CL, clip_high=CH, population="neg") == (1 - CL, 1 + CH)
 
 
-def test_calibrator_ema_and_state_roundtrip():
-    cal = Calibrator(CL, CH, reference="static:0.1", momentum=0.5)
-    r1, adv, mask, g = _batch(7, sigma=0.3)
-    (l1, h1), m1 = cal.bounds(r1, adv, mask)
-    assert m1["calib/target_q"] == 0.1 and m1["calib/low"] == l1 and m1["calib/high"] == h1
-    r2 = (r1.log() * 0.5).exp()
-    raw2 = Calibrator(CL, CH, reference="static:0.1").bounds(r2, adv, mask)[0]
+def _shadow_update(seed, n_rows=8, t=16, sigma=0.12, wide=1.5):
+    """One mini-batch: FP8 ratios, BF16 reference ratios, advantages, mask, and the shadow rows' mask."""
+    r_ref, adv, mask, g = _batch(seed, b=n_rows * 4, t=t, sigma=sigma)
+    r = (r_ref.log() * wide).exp()
+    ref_mask = mask & (torch.arange(n_rows * 4) < n_rows)[:, None]  # the first quarter: shadow rows
+    return r, r_ref, adv, mask, ref_mask
+
+
+def _neg_counts(r_ref, adv, ref_mask):
+    neg = ref_mask & (adv[:, None] < 0)
+    return int(((r_ref < 1 - CL) & neg).sum()), int(neg.sum())
+
+
+def test_calibrator_pools_the_reference_counts_over_updates():
+    cal = Calibrator(CL, CH, momentum=0.5)
+    num = den = 0.0
+    for seed in range(4):
+        r, r_ref, adv, mask, ref_mask = _shadow_update(20 + seed)
+        k, n = _neg_counts(r_ref, adv, ref_mask)
+        num, den = 0.5 * num + k, 0.5 * den + n  # EMA of the numerator and the denominator separately
+        (low, high), m = cal.bounds(r, adv, mask, ref_ratio=r_ref, ref_mask=ref_mask)
+        assert m["calib/target_q"] == pytest.approx(num / den) and m["calib/ref_tokens"] == pytest.approx(den)
+        assert (low, high) == bounds_from_quantiles(r, adv, mask, num / den, clip_low=CL, clip_high=CH)
+    # a mini-batch without shadow rows uses the pool as it is
     state = cal.state_dict()
-    (l2, h2), _ = cal.bounds(r2, adv, mask)
-    assert l2 == pytest.approx(0.5 * l1 + 0.5 * raw2[0])
-    assert h2 == pytest.approx(0.5 * h1 + 0.5 * raw2[1])
-    resumed = Calibrator(CL, CH, reference="static:0.1", momentum=0.5)
-    resumed.load_state_dict(state)
-    assert resumed.bounds(r2, adv, mask)[0] == (l2, h2)
+    r, r_ref, adv, mask, ref_mask = _shadow_update(30)
+    (_, _), m = cal.bounds(r, adv, mask, ref_ratio=r_ref, ref_mask=torch.zeros_like(ref_mask))
+    assert m["calib/target_q"] == pytest.approx(num / den) and cal.state_dict() == state
+    # before any reference token: the fixed bounds, no target
+    (lo, hi), m = Calibrator(CL, CH).bounds(
+        r, adv, mask, ref_ratio=r_ref, ref_mask=torch.zeros_like(ref_mask)
+    )
+    assert (lo, hi) == (1 - CL, 1 + CH) and "calib/target_q" not in m and "calib/ref_tokens" not in m
+
+
+def test_pooling_makes_a_small_sample_target_accurate():
+    """~60 A<0 shadow tokens per update at q ~ 1 %: one update's target is mostly 0 or 1/60, the pooled
+    one (default momentum) is within a fraction of q."""
+    g = torch.Generator().manual_seed(0)
+    q_true, n_updates = 0.01, 400
+    errors = {}
+    for momentum in (0.0, CalibConfig().momentum):
+        cal = Calibrator(CL, CH, momentum=momentum)
+        targets = []
+        for _ in range(n_updates):
+            r_ref = torch.where(torch.rand(1, 60, generator=g) < q_true, 0.7, 1.05).double()
+            r = r_ref * (1 + 0.05 * torch.randn(1, 60, generator=g, dtype=torch.float64))
+            adv, mask = -torch.ones(1, dtype=torch.float64), torch.ones(1, 60, dtype=torch.bool)
+            targets.append(cal.bounds(r, adv, mask, ref_ratio=r_ref)[1]["calib/target_q"])
+        t = torch.tensor(targets[50:], dtype=torch.float64)
+        errors[momentum] = float(((t - q_true) ** 2).mean().sqrt()) / q_true
+    assert errors[0.0] > 1.0  # a single update's estimate is off by more than q itself
+    assert errors[CalibConfig().momentum] < 0.5 * errors[0.0]
+
+
+def test_an_update_whose_reference_ratio_is_one_clips_nothing_and_leaves_the_pool():
+    cal = Calibrator(CL, CH)
+    r, r_ref, adv, mask, ref_mask = _shadow_update(40)
+    cal.bounds(r, adv, mask, ref_ratio=r_ref, ref_mask=ref_mask)
+    state = cal.state_dict()
+    neg = mask & (adv[:, None] < 0)
+    r2, _, _, _, _ = _shadow_update(41, wide=3.0)
+    ones = torch.ones_like(r_ref)
+    for kw in (
+        {"ref_ratio": ones, "ref_mask": ref_mask},  # detected: the shadow tokens' ratio is exactly 1
+        {"ref_ratio": ones, "ref_mask": torch.zeros_like(ref_mask), "ref_unchanged": True},  # told
+    ):
+        (low, high), m = cal.bounds(r2, adv, mask, **kw)
+        assert int(((r2 < low) & neg).sum()) == 0 and high == 1 + CH
+        assert m["calib/target_q"] == 0.0 and cal.state_dict() == state
+    # the same holds with a run or static target: the policy has not moved, BF16 clips nothing
+    for cal in (Calibrator(CL, CH, reference="run"), Calibrator(CL, CH, reference="static:0.1")):
+        (low, high), _ = cal.bounds(r2, adv, mask, target_q=0.1, ref_unchanged=True)
+        assert int(((r2 < low) & neg).sum()) == 0 and high == 1 + CH
+
+
+def test_calibrator_state_resumes_bit_exactly(tmp_path):
+    updates = [_shadow_update(50 + i) for i in range(6)]
+    for upper in ("proportional", "quantile"):
+        full = Calibrator(CL, CH, upper=upper)
+        head = Calibrator(CL, CH, upper=upper)
+        outs = [full.bounds(r, adv, m, ref_ratio=rr, ref_mask=rm) for r, rr, adv, m, rm in updates]
+        for r, rr, adv, m, rm in updates[:3]:
+            head.bounds(r, adv, m, ref_ratio=rr, ref_mask=rm)
+        torch.save(head.state_dict(), tmp_path / "cal.pt")
+        resumed = Calibrator(CL, CH, upper=upper)
+        resumed.load_state_dict(torch.load(tmp_path / "cal.pt"))
+        for (r, rr, adv, m, rm), out in zip(updates[3:], outs[3:], strict=True):
+            assert resumed.bounds(r, adv, m, ref_ratio=rr, ref_mask=rm) == out
+    with pytest.raises(ValueError, match="missing keys.*lo_den"):
+        Calibrator(CL, CH).load_state_dict({"low": 0.8, "high": 1.2, "updates": 3})
 
 
 def test_calibrator_reference_modes():
@@ -139,9 +241,8 @@ def test_calibrator_reference_modes():
     (lo, hi), m = quant.bounds(r, adv, mask, target_q=0.1)  # the bf16 run lacked an upper target this step
     assert hi == 1.28 and lo < 0.8 and "calib/target_q_high" not in m
     (lo, hi), m = quant.bounds(r, adv, mask, target_q=0.1, target_q_high=0.05)
-    assert (
-        abs(int(((r > hi) & mask).sum()) - 0.05 * int(mask.sum())) <= 1 and m["calib/target_q_high"] == 0.05
-    )
+    pos = mask & (adv[:, None] > 0)  # population neg: the upper target is over A>0 tokens
+    assert abs(int(((r > hi) & pos).sum()) - 0.05 * int(pos.sum())) <= 1 and m["calib/target_q_high"] == 0.05
     with pytest.raises(ValueError, match="static"):
         Calibrator(0.2, 0.28, reference="static:0.1", upper="quantile")
     with pytest.raises(ValueError, match="reference"):
@@ -174,7 +275,7 @@ def test_property_clipped_counts_match_the_reference_to_the_token(n, ref_scale, 
     r_ref, r = (z * ref_scale).exp(), (torch.randn(1, n, generator=g, dtype=torch.float64) * fp8_scale).exp()
     mask, adv = torch.ones(1, n, dtype=torch.bool), torch.ones(1, dtype=torch.float64)
     low, high = calibrated_bounds(
-        r, r_ref, adv, mask, clip_low=CL, clip_high=CH, upper=upper, low_range=(1e-6, 1.0)
+        r, r_ref, adv, mask, clip_low=CL, clip_high=CH, upper=upper, low_range=(1e-6, 1.0), population="all"
     )
     assert low <= 1.0 <= high
     k_ref = int((r_ref < 1 - CL).sum())

@@ -60,13 +60,20 @@ def test_mismatch_kl_k1_k3():
     assert same == {"mismatch/kl_k1": 0.0, "mismatch/kl_k3": 0.0}
 
 
-def test_phantom_low_neg():
-    ratio = torch.tensor([[0.7, 0.7, 0.9, 0.7]])
-    ref = torch.tensor([[0.9, 0.7, 0.9, 0.9]])
-    adv = torch.tensor([[-1.0, -1.0, -1.0, 1.0]])
-    got = phantom_low_neg(ratio, ref, adv, torch.ones(1, 4), 0.8, 0.8)
-    assert got == {"phantom/low_neg": 1 / 3}  # only token 0: FP8 clips it, BF16 does not; token 3 has A>0
-    assert phantom_low_neg(ratio, ref, -adv.abs() * 0 + 1, torch.ones(1, 4), 0.8, 0.8) == {}
+def test_phantom_low_neg_and_missed_neg():
+    ratio = torch.tensor([[0.7, 0.7, 0.7, 0.9, 0.9, 0.7]])
+    ref = torch.tensor([[0.9, 0.9, 0.7, 0.7, 0.9, 0.9]])
+    adv = torch.tensor([[-1.0, -1.0, -1.0, -1.0, -1.0, 1.0]])
+    got = phantom_low_neg(ratio, ref, adv, torch.ones(1, 6), 0.8, 0.8)
+    # tokens 0, 1: FP8 clips, BF16 does not; token 3: BF16 clips, FP8 does not; token 2 both; 5 has A>0
+    assert got == {"phantom/low_neg": 2 / 5, "phantom/missed_neg": 1 / 5}
+    fp8_rate, bf16_rate = 3 / 5, 2 / 5  # the difference is the net excess clipping
+    assert got["phantom/low_neg"] - got["phantom/missed_neg"] == pytest.approx(fp8_rate - bf16_rate)
+    assert phantom_low_neg(ratio, ref, adv, torch.ones(1, 6), 0.8, 0.6) == {
+        "phantom/low_neg": 3 / 5,
+        "phantom/missed_neg": 0.0,
+    }  # separate bounds: BF16 clips nothing below 0.6
+    assert phantom_low_neg(ratio, ref, -adv.abs() * 0 + 1, torch.ones(1, 6), 0.8, 0.8) == {}
 
 
 def test_entropy_matches_torch_distributions_and_masks():
