@@ -14,12 +14,14 @@ from fp8rl.config import (
     expand_matrix,
     reference_run,
 )
-from fp8rl.config_loader import ConfigError, validate_config
+from fp8rl.config_loader import ConfigError, parse_yaml, validate_config
 from fp8rl.io import atomic_write_text
 
 # ------------------------------------------------------------------------------------------ config
 
 try:
+    for _file in workflow.configfiles:  # duplicate keys, alias bombs, non-UTF-8 text
+        parse_yaml(Path(_file))
     CFG = validate_config(config, source=" + ".join(str(f) for f in workflow.configfiles) or "config")
 except ConfigError as exc:
     print(f"error: {exc}", file=sys.stderr)
