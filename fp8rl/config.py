@@ -36,6 +36,8 @@ TRAIN_SECTIONS = (
 VARIANTS = ("bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib")
 GRANULARITIES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
 TIERS = ("smoke", "cpu", "paper")
+# The `resources` keys: the rules that read them (eval_lm and eval_agent share `eval`) and the fallback.
+RESOURCE_RULES = ("default", "data", "sft", "train", "eval", "report")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
 AlgoName = Literal["grpo", "dapo"]
@@ -47,7 +49,7 @@ Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
 class Strict(BaseModel):
     """Base: unknown keys are errors, assignments are validated."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -67,6 +69,11 @@ class ArchConfig(Strict):
     def _heads_divide(self) -> ArchConfig:
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if (self.hidden_size // self.num_heads) % 2:
+            raise ValueError(
+                f"hidden_size / num_heads = {self.hidden_size // self.num_heads} must be even "
+                "(rotary position embeddings rotate pairs of dimensions)"
+            )
         kv = self.num_kv_heads or self.num_heads
         if self.num_heads % kv:
             raise ValueError(f"num_heads {self.num_heads} is not divisible by num_kv_heads {kv}")
@@ -188,6 +195,13 @@ class TISConfig(Strict):
     level: Literal["token", "sequence"] = "token"
     icepop: tuple[float, float] | None = Field(None, description="zero weights outside [low, high]")
 
+    @field_validator("icepop")
+    @classmethod
+    def _icepop(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and not 0.0 <= v[0] < v[1]:
+            raise ValueError(f"icepop must be [low, high] with 0 <= low < high, got {list(v)}")
+        return v
+
 
 class CalibConfig(Strict):
     """Calibrated clipping options (DESIGN.md §5)."""
@@ -307,7 +321,7 @@ class MatrixConfig(Strict):
     models: list[str] = Field(min_length=1)
     variants: list[VariantName] = Field(min_length=1)
     granularities: list[GranularityName] = Field(["tensorwise"], min_length=1)
-    seeds: list[int] = Field(min_length=1)
+    seeds: list[Annotated[int, Field(strict=True, ge=0)]] = Field(min_length=1)
     variant_granularities: dict[VariantName, list[str]] = Field(
         {}, description="per-variant override of `granularities`"
     )
@@ -360,11 +374,18 @@ class ExperimentConfig(Strict):
     sft: SFTConfig = SFTConfig()
     stability: StabilityConfig = StabilityConfig()
     eval: EvalConfig = EvalConfig()
-    resources: dict[str, Resources] = {"default": Resources()}
+    resources: dict[str, Resources] = Field(
+        {"default": Resources()}, description=f"per rule: {', '.join(RESOURCE_RULES)}"
+    )
     containers: ContainersConfig = ContainersConfig()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> ExperimentConfig:
+        unknown = [k for k in self.resources if k not in RESOURCE_RULES]
+        if unknown:
+            raise ValueError(
+                f"resources.{unknown[0]}: unknown key; allowed keys here: {', '.join(RESOURCE_RULES)}"
+            )
         names = [m.name for m in self.models]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
