@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +28,21 @@ class ConfigError(Exception):
         super().__init__("\n".join([head, *(f"  - {p}" for p in problems)]))
 
 
-def load_config(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentConfig:
-    """Parse and validate a config file; `overrides` are `dotted.key=yaml_value` strings applied on top."""
+# A check beyond the schema (e.g. what a task needs of the model): `(key path, message)` per problem.
+Check = Callable[[ExperimentConfig], list[tuple[tuple, str]]]
+
+
+def load_config(
+    path: str | Path, overrides: Iterable[str] = (), checks: Iterable[Check] = ()
+) -> ExperimentConfig:
+    """Parse and validate a config file; `overrides` are `dotted.key=yaml_value` strings applied on top,
+    `checks` run on the validated config and report like schema errors (with the key's line)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(str(path), [f"file not found: {path}"])
     node, data = parse_yaml(path)
-    lines = _key_lines(node) if node is not None else {}
-    return validate_config(data, source=str(path), lines=lines, overrides=overrides)
+    lines = key_lines(node) if node is not None else {}
+    return validate_config(data, source=str(path), lines=lines, overrides=overrides, checks=checks)
 
 
 def parse_yaml(path: Path) -> tuple[yaml.Node | None, Any]:
@@ -77,15 +84,24 @@ def validate_config(
     source: str = "<config>",
     lines: Mapping[tuple, int] | None = None,
     overrides: Iterable[str] = (),
+    checks: Iterable[Check] = (),
 ) -> ExperimentConfig:
     """Validate an already-parsed mapping (the Snakefile passes its `config` dict here)."""
     if not isinstance(data, dict):
         raise ConfigError(source, [f"the top level must be a mapping of keys, got {type(data).__name__}"])
     data = apply_overrides(data, overrides, source)
     try:
-        return ExperimentConfig.model_validate(data)
+        cfg = ExperimentConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(source, [_describe(err, lines or {}) for err in exc.errors()]) from None
+    problems = [
+        _describe({"loc": loc, "msg": msg, "type": "value_error"}, lines or {})
+        for check in checks
+        for loc, msg in check(cfg)
+    ]
+    if problems:
+        raise ConfigError(source, problems)
+    return cfg
 
 
 def apply_overrides(data: dict, overrides: Iterable[str], source: str = "<config>") -> dict:
@@ -171,17 +187,17 @@ class _Unbounded(Exception):
     pass
 
 
-def _key_lines(node: yaml.Node, prefix: tuple = ()) -> dict[tuple, int]:
-    """Map every key path in a composed YAML tree to its 1-based line."""
+def key_lines(node: yaml.Node, prefix: tuple = ()) -> dict[tuple, int]:
+    """Map every key path in a composed YAML tree (one `parse_yaml` accepted) to its 1-based line."""
     out: dict[tuple, int] = {prefix: node.start_mark.line + 1}
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             path = (*prefix, key_node.value)
-            out.update(_key_lines(value_node, path))
+            out.update(key_lines(value_node, path))
             out[path] = key_node.start_mark.line + 1
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            out.update(_key_lines(item, (*prefix, i)))
+            out.update(key_lines(item, (*prefix, i)))
     return out
 
 

@@ -14,15 +14,23 @@ from fp8rl.config import (
     expand_matrix,
     reference_run,
 )
-from fp8rl.config_loader import ConfigError, parse_yaml, validate_config
+from fp8rl.config_loader import ConfigError, key_lines, parse_yaml, validate_config
+from fp8rl.engine.tasks import config_problems
 from fp8rl.io import atomic_write_text
 
 # ------------------------------------------------------------------------------------------ config
 
 try:
-    for _file in workflow.configfiles:  # duplicate keys, alias bombs, non-UTF-8 text
-        parse_yaml(Path(_file))
-    CFG = validate_config(config, source=" + ".join(str(f) for f in workflow.configfiles) or "config")
+    _lines = {}
+    for _file in workflow.configfiles:  # duplicate keys, alias bombs, non-UTF-8 text; key lines
+        _node = parse_yaml(Path(_file))[0]
+        _lines.update(key_lines(_node) if _node is not None else {})
+    CFG = validate_config(
+        config,
+        source=" + ".join(str(f) for f in workflow.configfiles) or "config",
+        lines=_lines,
+        checks=[config_problems],
+    )
 except ConfigError as exc:
     print(f"error: {exc}", file=sys.stderr)
     sys.exit(2)
