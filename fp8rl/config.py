@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -44,6 +45,8 @@ AlgoName = Literal["grpo", "dapo"]
 VariantName = Literal["bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib"]
 GranularityName = Literal["tensorwise", "delayed", "rowwise", "blockwise", "mxfp8"]
 Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
+# Paths the DAG puts into shell commands: relative to the project, or absolute when they start with '/'.
+SAFE_PATH = re.compile(r"/?[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*/?")
 
 
 class Strict(BaseModel):
@@ -313,6 +316,25 @@ class ContainersConfig(Strict):
     tag: str = "latest"
     apptainer: bool = Field(True, description="convert images to Apptainer .sif files for clusters")
 
+    @field_validator("registry")
+    @classmethod
+    def _registry(cls, v: str) -> str:
+        if not re.fullmatch(
+            r"[a-z0-9]([a-z0-9._-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*", v
+        ):
+            raise ValueError(
+                f"registry {v!r} is not an image registry path (lower-case letters, digits, '.', '_', '-', "
+                "'/' between parts, an optional :port), e.g. 'ghcr.io/fp8rl'"
+            )
+        return v
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", v):
+            raise ValueError(f"tag {v!r} is not an image tag (letters, digits, '_', '.', '-'; at most 128)")
+        return v
+
 
 class MatrixConfig(Strict):
     """The axes whose product is the run matrix."""
@@ -362,7 +384,9 @@ class ExperimentConfig(Strict):
     backend: Literal["reference", "verl"] = Field(
         "reference", description="reference: fp8rl's own trainer; verl: the cluster path"
     )
-    results_dir: str = "results"
+    results_dir: str = Field(
+        "results", description="output root, relative to the project unless it starts with '/'"
+    )
     models: list[ModelConfig] = Field(min_length=1)
     algorithms: AlgorithmsConfig = AlgorithmsConfig()
     matrix: MatrixConfig
@@ -378,6 +402,17 @@ class ExperimentConfig(Strict):
         {"default": Resources()}, description=f"per rule: {', '.join(RESOURCE_RULES)}"
     )
     containers: ContainersConfig = ContainersConfig()
+
+    @field_validator("results_dir")
+    @classmethod
+    def _results_dir(cls, v: str) -> str:
+        if not SAFE_PATH.fullmatch(v) or ".." in v.split("/"):
+            raise ValueError(
+                f"{v!r} is not a safe path: use letters, digits, '_', '.', '-' and '/' between parts "
+                "(no spaces, quotes, '$' or '..'; each part starts with a letter, digit or '_'), "
+                "relative to the project or absolute"
+            )
+        return v
 
     @model_validator(mode="after")
     def _cross_checks(self) -> ExperimentConfig:
