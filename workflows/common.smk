@@ -46,22 +46,20 @@ RUNS = expand_matrix(CFG)
 RUN = "{algo}/{model}/{variant}/{granularity}/seed{seed}"
 
 
-def resolved_config_file():
-    """The validated config with every default filled in, as one YAML file that each `fp8rl` command
-    reads. Content-addressed (`{R}/config/{digest}.yaml`): written once, never changed under a job.
+# The validated config with every default filled in, as one YAML file that each `fp8rl` command reads.
+# Content-addressed (`{R}/config/{digest}.yaml`): written once, never changed under a job. A Path on
+# purpose: Snakemake's params trigger records only plain values (str, int, ...), so the file's name, a
+# digest of the whole config, does not rerun every rule on any change; each rule's `digest` param names
+# the config sections it depends on instead.
+CONFIG_FILE = Path(R) / "config" / f"{CFG.digest()}.yaml"
 
-    Returned as a Path on purpose: Snakemake's params trigger records only plain values (str, int, ...),
-    so the file's name, a digest of the whole config, does not rerun every rule on any change; each
-    rule's `digest` param names the config sections it depends on instead."""
+
+onstart:
+    # Written when jobs are about to run, never while planning: `snakemake -n` writes nothing.
     import yaml
 
-    path = Path(R) / "config" / f"{CFG.digest()}.yaml"
-    if not path.is_file():
-        atomic_write_text(path, yaml.safe_dump(CFG.model_dump(mode="json"), sort_keys=False))
-    return path
-
-
-CONFIG_FILE = resolved_config_file()
+    if not CONFIG_FILE.is_file():
+        atomic_write_text(CONFIG_FILE, yaml.safe_dump(CFG.model_dump(mode="json"), sort_keys=False))
 
 
 wildcard_constraints:
