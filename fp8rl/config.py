@@ -331,8 +331,11 @@ class ContainersConfig(Strict):
     @field_validator("tag")
     @classmethod
     def _tag(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", v):
-            raise ValueError(f"tag {v!r} is not an image tag (letters, digits, '_', '.', '-'; at most 128)")
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|sha256:[0-9a-f]{64}", v):
+            raise ValueError(
+                f"tag {v!r} is neither an image tag (letters, digits, '_', '.', '-'; at most 128) "
+                "nor a digest (sha256:<64 hex digits>)"
+            )
         return v
 
 
