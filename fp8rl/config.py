@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
@@ -61,6 +62,8 @@ TRAIN_SECTIONS = (
     "sft",
     "stability",
 )
+# The `resources` keys: the rules that read them (eval_lm and eval_agent share `eval`) and the fallback.
+RESOURCE_RULES = ("default", "data", "sft", "train", "eval", "report")
 
 AlgoName = Literal[ALGORITHMS]
 VariantName = Literal[VARIANTS]
@@ -74,12 +77,14 @@ CalibReferenceField = Annotated[
     PlainSerializer(str, return_type=str),
     WithJsonSchema({"type": "string", "description": "'shadow', 'run' or 'static:<q>' with 0 <= q < 1"}),
 ]
+# Paths the DAG puts into shell commands: relative to the project, or absolute when they start with '/'.
+SAFE_PATH = re.compile(r"/?[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*/?")
 
 
 class Strict(BaseModel):
     """Base: unknown keys are errors, assignments are validated."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -99,6 +104,11 @@ class ArchConfig(Strict):
     def _heads_divide(self) -> ArchConfig:
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if (self.hidden_size // self.num_heads) % 2:
+            raise ValueError(
+                f"hidden_size / num_heads = {self.hidden_size // self.num_heads} must be even "
+                "(rotary position embeddings rotate pairs of dimensions)"
+            )
         kv = self.num_kv_heads or self.num_heads
         if self.num_heads % kv:
             raise ValueError(f"num_heads {self.num_heads} is not divisible by num_kv_heads {kv}")
@@ -200,6 +210,13 @@ class TISConfig(Strict):
     cap: float = Field(2.0, gt=0.0)
     level: Literal[TIS_LEVELS] = "token"
     icepop: tuple[float, float] | None = Field(None, description="zero weights outside [low, high]")
+
+    @field_validator("icepop")
+    @classmethod
+    def _icepop(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and not 0.0 <= v[0] < v[1]:
+            raise ValueError(f"icepop must be [low, high] with 0 <= low < high, got {list(v)}")
+        return v
 
 
 class CalibConfig(Strict):
@@ -307,6 +324,28 @@ class ContainersConfig(Strict):
     tag: str = "latest"
     apptainer: bool = Field(True, description="convert images to Apptainer .sif files for clusters")
 
+    @field_validator("registry")
+    @classmethod
+    def _registry(cls, v: str) -> str:
+        if not re.fullmatch(
+            r"[a-z0-9]([a-z0-9._-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*", v
+        ):
+            raise ValueError(
+                f"registry {v!r} is not an image registry path (lower-case letters, digits, '.', '_', '-', "
+                "'/' between parts, an optional :port), e.g. 'ghcr.io/fp8rl'"
+            )
+        return v
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|sha256:[0-9a-f]{64}", v):
+            raise ValueError(
+                f"tag {v!r} is neither an image tag (letters, digits, '_', '.', '-'; at most 128) "
+                "nor a digest (sha256:<64 hex digits>)"
+            )
+        return v
+
 
 class MatrixConfig(Strict):
     """The axes whose product is the run matrix."""
@@ -315,7 +354,7 @@ class MatrixConfig(Strict):
     models: list[str] = Field(min_length=1)
     variants: list[VariantName] = Field(min_length=1)
     granularities: list[GranularityName] = Field(["tensorwise"], min_length=1)
-    seeds: list[int] = Field(min_length=1)
+    seeds: list[Annotated[int, Field(strict=True, ge=0)]] = Field(min_length=1)
     variant_granularities: dict[VariantName, list[str]] = Field(
         {}, description="per-variant override of `granularities`"
     )
@@ -359,7 +398,9 @@ class ExperimentConfig(Strict):
     backend: Literal["reference", "verl"] = Field(
         "reference", description="reference: fp8rl's own trainer; verl: the cluster path"
     )
-    results_dir: str = "results"
+    results_dir: str = Field(
+        "results", description="output root, relative to the project unless it starts with '/'"
+    )
     models: list[ModelConfig] = Field(min_length=1)
     algorithms: AlgorithmsConfig = AlgorithmsConfig()
     matrix: MatrixConfig
@@ -371,11 +412,29 @@ class ExperimentConfig(Strict):
     sft: SFTConfig = SFTConfig()
     stability: StabilityConfig = StabilityConfig()
     eval: EvalConfig = EvalConfig()
-    resources: dict[str, Resources] = {"default": Resources()}
+    resources: dict[str, Resources] = Field(
+        {"default": Resources()}, description=f"per rule: {', '.join(RESOURCE_RULES)}"
+    )
     containers: ContainersConfig = ContainersConfig()
+
+    @field_validator("results_dir")
+    @classmethod
+    def _results_dir(cls, v: str) -> str:
+        if not SAFE_PATH.fullmatch(v) or ".." in v.split("/"):
+            raise ValueError(
+                f"{v!r} is not a safe path: use letters, digits, '_', '.', '-' and '/' between parts "
+                "(no spaces, quotes, '$' or '..'; each part starts with a letter, digit or '_'), "
+                "relative to the project or absolute"
+            )
+        return v
 
     @model_validator(mode="after")
     def _cross_checks(self) -> ExperimentConfig:
+        unknown = [k for k in self.resources if k not in RESOURCE_RULES]
+        if unknown:
+            raise ValueError(
+                f"resources.{unknown[0]}: unknown key; allowed keys here: {', '.join(RESOURCE_RULES)}"
+            )
         names = [m.name for m in self.models]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,22 +28,54 @@ class ConfigError(Exception):
         super().__init__("\n".join([head, *(f"  - {p}" for p in problems)]))
 
 
-def load_config(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentConfig:
-    """Parse and validate a config file; `overrides` are `dotted.key=yaml_value` strings applied on top."""
+# A check beyond the schema (e.g. what a task needs of the model): `(key path, message)` per problem.
+Check = Callable[[ExperimentConfig], list[tuple[tuple, str]]]
+
+
+def load_config(
+    path: str | Path, overrides: Iterable[str] = (), checks: Iterable[Check] = ()
+) -> ExperimentConfig:
+    """Parse and validate a config file; `overrides` are `dotted.key=yaml_value` strings applied on top,
+    `checks` run on the validated config and report like schema errors (with the key's line)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(str(path), [f"file not found: {path}"])
-    text = path.read_text()
+    node, data = parse_yaml(path)
+    lines = key_lines(node) if node is not None else {}
+    return validate_config(data, source=str(path), lines=lines, overrides=overrides, checks=checks)
+
+
+def parse_yaml(path: Path) -> tuple[yaml.Node | None, Any]:
+    """`(composed tree, data)` of a YAML file that is safe to walk: UTF-8 text, no key twice in one
+    mapping, and aliases that neither refer to themselves nor expand the tree past `MAX_NODES` nodes
+    (a "billion laughs" file would otherwise take minutes and gigabytes to walk or validate)."""
+    source = str(path)
     try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        bad = raw[exc.start : exc.start + 1].hex()
+        raise ConfigError(
+            source, [f"line {line}: not UTF-8 text (byte 0x{bad} at offset {exc.start})"]
+        ) from None
+    except OSError as exc:
+        raise ConfigError(source, [f"cannot be read: {exc.strerror or exc}"]) from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(str(path), [f"{where}invalid YAML: {problem}"]) from None
-    lines = _key_lines(node) if node is not None else {}
-    return validate_config(data, source=str(path), lines=lines, overrides=overrides)
+        raise ConfigError(source, [f"{where}invalid YAML: {problem}"]) from None
+    except RecursionError:
+        raise ConfigError(source, ["invalid YAML: nested too deeply"]) from None
+    if node is None:
+        return None, None
+    problems = _tree_problems(node)
+    if problems:
+        raise ConfigError(source, problems)
+    return node, yaml.SafeLoader(text).construct_document(node)
 
 
 def validate_config(
@@ -52,15 +84,24 @@ def validate_config(
     source: str = "<config>",
     lines: Mapping[tuple, int] | None = None,
     overrides: Iterable[str] = (),
+    checks: Iterable[Check] = (),
 ) -> ExperimentConfig:
     """Validate an already-parsed mapping (the Snakefile passes its `config` dict here)."""
     if not isinstance(data, dict):
         raise ConfigError(source, [f"the top level must be a mapping of keys, got {type(data).__name__}"])
     data = apply_overrides(data, overrides, source)
     try:
-        return ExperimentConfig.model_validate(data)
+        cfg = ExperimentConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(source, [_describe(err, lines or {}) for err in exc.errors()]) from None
+    problems = [
+        _describe({"loc": loc, "msg": msg, "type": "value_error"}, lines or {})
+        for check in checks
+        for loc, msg in check(cfg)
+    ]
+    if problems:
+        raise ConfigError(source, problems)
+    return cfg
 
 
 def apply_overrides(data: dict, overrides: Iterable[str], source: str = "<config>") -> dict:
@@ -91,18 +132,72 @@ def apply_overrides(data: dict, overrides: Iterable[str], source: str = "<config
 
 # ---------------------------------------------------------------------------------------- internals
 
+MAX_NODES = 10_000  # a real config has a few hundred; aliases may not expand a file past this
 
-def _key_lines(node: yaml.Node, prefix: tuple = ()) -> dict[tuple, int]:
-    """Map every key path in a composed YAML tree to its 1-based line."""
+
+def _tree_problems(root: yaml.Node) -> list[str]:
+    """Duplicate keys, self-referring aliases and an expanded size over `MAX_NODES`, each with its line.
+
+    Walks every distinct node once (aliases share nodes, so sizes are memoized by identity)."""
+    problems: list[str] = []
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node, path: str) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in open_nodes:
+            raise _Unbounded(
+                f"line {node.start_mark.line + 1}: {path or '(top level)'}: an alias refers to itself"
+            )
+        open_nodes.add(id(node))
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for key_node, value_node in node.value:
+                key = str(key_node.value)
+                line = key_node.start_mark.line + 1
+                child = f"{path}.{key}" if path else key
+                if key in seen:
+                    problems.append(f"line {line}: {child}: duplicate key (first at line {seen[key]})")
+                seen.setdefault(key, line)
+                total += 1 + size(value_node, child)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                total += size(item, f"{path}.{i}" if path else str(i))
+        if total > MAX_NODES:
+            raise _Unbounded(
+                f"line {node.start_mark.line + 1}: {path or '(top level)'}: aliases expand the config past "
+                f"{MAX_NODES} nodes; write the values out instead"
+            )
+        open_nodes.discard(id(node))
+        sizes[id(node)] = total
+        return total
+
+    try:
+        size(root, "")
+    except _Unbounded as exc:
+        return [str(exc)]
+    except RecursionError:
+        return ["invalid YAML: nested too deeply"]
+    return problems
+
+
+class _Unbounded(Exception):
+    pass
+
+
+def key_lines(node: yaml.Node, prefix: tuple = ()) -> dict[tuple, int]:
+    """Map every key path in a composed YAML tree (one `parse_yaml` accepted) to its 1-based line."""
     out: dict[tuple, int] = {prefix: node.start_mark.line + 1}
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             path = (*prefix, key_node.value)
-            out.update(_key_lines(value_node, path))
+            out.update(key_lines(value_node, path))
             out[path] = key_node.start_mark.line + 1
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            out.update(_key_lines(item, (*prefix, i)))
+            out.update(key_lines(item, (*prefix, i)))
     return out
 
 

@@ -36,6 +36,29 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     return path
 
 
+def settle_dir(path: str | Path) -> None:
+    """Ready a directory built in a temp location for its rename into place: the usual modes under the
+    umask (mkdtemp makes it 0700), and every file and the directory itself fsynced, so the renamed
+    directory is complete on disk even after a power loss."""
+    path = Path(path)
+    os.chmod(path, 0o777 & ~_UMASK)
+    for f in path.iterdir():
+        if f.is_file():
+            os.chmod(f, 0o666 & ~_UMASK)
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    fsync_dir(path)
+
+
+def fsync_dir(path: str | Path) -> None:
+    """fsync a directory, making the creation, removal or rename of its entries durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write(path, lambda tmp: tmp.write_text(text))
 

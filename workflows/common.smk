@@ -8,14 +8,24 @@ from pathlib import Path
 from fp8rl.config import TRAIN_SECTIONS
 from fp8rl.matrix import RunSpec, expand_matrix, reference_run
 from fp8rl.vocabulary import ALGORITHMS, GRANULARITIES, NO_GRANULARITY, VARIANTS
-from fp8rl.config_loader import ConfigError, validate_config
+from fp8rl.config_loader import ConfigError, key_lines, parse_yaml, validate_config
+from fp8rl.engine.tasks import config_problems
 from fp8rl.io import atomic_write_text
 from fp8rl.rundir import RunDir, runs_dir
 
 # ------------------------------------------------------------------------------------------ config
 
 try:
-    CFG = validate_config(config, source=" + ".join(str(f) for f in workflow.configfiles) or "config")
+    _lines = {}
+    for _file in workflow.configfiles:  # duplicate keys, alias bombs, non-UTF-8 text; key lines
+        _node = parse_yaml(Path(_file))[0]
+        _lines.update(key_lines(_node) if _node is not None else {})
+    CFG = validate_config(
+        config,
+        source=" + ".join(str(f) for f in workflow.configfiles) or "config",
+        lines=_lines,
+        checks=[config_problems],
+    )
 except ConfigError as exc:
     print(f"error: {exc}", file=sys.stderr)
     sys.exit(2)
@@ -33,22 +43,20 @@ RUN = "{algo}/{model}/{variant}/{granularity}/seed{seed}"
 RUN_DIR = RunDir.of(runs_dir(CFG.results_dir, CFG.tier), RUN)
 
 
-def resolved_config_file():
-    """The validated config with every default filled in, as one YAML file that each `fp8rl` command
-    reads. Content-addressed (`{R}/config/{digest}.yaml`): written once, never changed under a job.
+# The validated config with every default filled in, as one YAML file that each `fp8rl` command reads.
+# Content-addressed (`{R}/config/{digest}.yaml`): written once, never changed under a job. A Path on
+# purpose: Snakemake's params trigger records only plain values (str, int, ...), so the file's name, a
+# digest of the whole config, does not rerun every rule on any change; each rule's `digest` param names
+# the config sections it depends on instead.
+CONFIG_FILE = Path(R) / "config" / f"{CFG.digest()}.yaml"
 
-    Returned as a Path on purpose: Snakemake's params trigger records only plain values (str, int, ...),
-    so the file's name, a digest of the whole config, does not rerun every rule on any change; each
-    rule's `digest` param names the config sections it depends on instead."""
+
+onstart:
+    # Written when jobs are about to run, never while planning: `snakemake -n` writes nothing.
     import yaml
 
-    path = Path(R) / "config" / f"{CFG.digest()}.yaml"
-    if not path.is_file():
-        atomic_write_text(path, yaml.safe_dump(CFG.model_dump(mode="json"), sort_keys=False))
-    return path
-
-
-CONFIG_FILE = resolved_config_file()
+    if not CONFIG_FILE.is_file():
+        atomic_write_text(CONFIG_FILE, yaml.safe_dump(CFG.model_dump(mode="json"), sort_keys=False))
 
 
 wildcard_constraints:

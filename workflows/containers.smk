@@ -42,7 +42,7 @@ rule container_image:
     conda:
         CONDA_ENV
     shell:
-        "fp8rl containers build {wildcards.image} --config {params.config} --out {output} > {log} 2>&1"
+        "fp8rl containers build {wildcards.image:q} --config {params.config:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule container_sif:
@@ -61,7 +61,7 @@ rule container_sif:
     conda:
         CONDA_ENV
     shell:
-        "fp8rl containers sif {wildcards.image} --config {params.config} --out {output} > {log} 2>&1"
+        "fp8rl containers sif {wildcards.image:q} --config {params.config:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule containers:

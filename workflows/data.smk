@@ -23,7 +23,7 @@ rule data:
     conda:
         CONDA_ENV
     shell:
-        "fp8rl data --config {params.config} --out {params.out} > {log} 2>&1"
+        "fp8rl data --config {params.config:q} --out {params.out:q} > {log:q} 2>&1"
 
 
 rule sft:
@@ -48,5 +48,5 @@ rule sft:
     conda:
         CONDA_ENV
     shell:
-        "fp8rl sft --config {params.config} --model {wildcards.model} --data {params.data}"
-        " --out {params.out} --no-progress > {log} 2>&1"
+        "fp8rl sft --config {params.config:q} --model {wildcards.model:q} --data {params.data:q}"
+        " --out {params.out:q} --no-progress > {log:q} 2>&1"

@@ -24,8 +24,8 @@ rule eval_lm:
     conda:
         CONDA_ENV
     shell:
-        "fp8rl eval lm-eval --config {params.config} --checkpoint {params.checkpoint}"
-        " --data {params.data} --out {output} > {log} 2>&1"
+        "fp8rl eval lm-eval --config {params.config:q} --checkpoint {params.checkpoint:q}"
+        " --data {params.data:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule eval_agent:
@@ -51,5 +51,5 @@ rule eval_agent:
     conda:
         CONDA_ENV
     shell:
-        "fp8rl eval agent --config {params.config} --checkpoint {params.checkpoint}"
-        " --data {params.data} --out {output} > {log} 2>&1"
+        "fp8rl eval agent --config {params.config:q} --checkpoint {params.checkpoint:q}"
+        " --data {params.data:q} --out {output:q} > {log:q} 2>&1"

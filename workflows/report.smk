@@ -24,4 +24,4 @@ rule report:
     conda:
         CONDA_ENV
     shell:
-        "fp8rl report --config {params.config} > {log} 2>&1"
+        "fp8rl report --config {params.config:q} > {log:q} 2>&1"

@@ -18,7 +18,7 @@ rule train:
         base=lambda wildcards, input: Path(input.base).parent,
         out=lambda wildcards, output: Path(output.summary).parent,
         reference=lambda wildcards, input: (
-            f"--reference {Path(input.reference).parent}" if "reference" in input.keys() else ""
+            ["--reference", str(Path(input.reference).parent)] if "reference" in input.keys() else []
         ),
         digest=lambda wildcards: section_digest(*TRAIN_SECTIONS, model=wildcards.model),
     log:
@@ -32,5 +32,5 @@ rule train:
     conda:
         CONDA_ENV
     shell:
-        TRAIN_COMMAND + " --config {params.config} --run {params.run} --base {params.base}"
-        " --data {params.data} --out {params.out} {params.reference} --no-progress > {log} 2>&1"
+        TRAIN_COMMAND + " --config {params.config:q} --run {params.run:q} --base {params.base:q}"
+        " --data {params.data:q} --out {params.out:q} {params.reference:q} --no-progress > {log:q} 2>&1"

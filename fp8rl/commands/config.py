@@ -6,14 +6,17 @@ import argparse
 import json
 from collections import Counter
 
-from fp8rl.commands.common import add_config_args
+from fp8rl.commands.common import UsageError, add_config_args
 from fp8rl.config_loader import load_config
+from fp8rl.engine.tasks import config_problems
+
+MATRIX_AXES = ("algo", "model", "variant", "granularity", "seed")  # the `fp8rl matrix` filters
 
 # ------------------------------------------------------------------------------------------ config
 
 
 def cmd_config_validate(args: argparse.Namespace) -> int:
-    cfg = load_config(args.file, args.set)
+    cfg = load_config(args.file, args.set, checks=[config_problems])
     n = len(cfg.runs())
     print(f"{args.file}: ok (tier {cfg.tier}, {n} runs, digest {cfg.digest()})")
     return 0
@@ -37,10 +40,24 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------ matrix
 
 
+def _check_filters(args: argparse.Namespace, runs: list) -> None:
+    """UsageError for a filter value that no run of the matrix has (a typo would list 0 runs)."""
+    for axis in MATRIX_AXES:
+        present = list(dict.fromkeys(str(getattr(r, axis)) for r in runs))
+        article = "an" if axis.startswith("a") else "a"
+        for value in getattr(args, axis) or []:
+            if value not in present:
+                raise UsageError(
+                    f"--{axis} {value}: {value!r} is not {article} {axis} of the matrix in {args.file}; "
+                    f"allowed: {', '.join(present)}"
+                )
+
+
 def cmd_matrix(args: argparse.Namespace) -> int:
     from fp8rl.matrix import expand_matrix
 
     cfg = load_config(args.file, args.set)
+    _check_filters(args, expand_matrix(cfg))
     runs = expand_matrix(
         cfg,
         algo=args.algo,
@@ -94,7 +111,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("matrix", help="list the run ids of a config's matrix")
     add_config_args(p)
-    for axis in ("algo", "model", "variant", "granularity", "seed"):
+    for axis in MATRIX_AXES:
         p.add_argument(f"--{axis}", action="append", help=f"keep only runs with this {axis} (repeatable)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--ids-only", action="store_true", help="one run id per line, nothing else")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from fp8rl.commands.common import UsageError, add_config_args
 from fp8rl.config_loader import load_config
+from fp8rl.engine.tasks import config_problems
 
 
 def _require_dir(path: str, what: str, flag: str) -> Path:
@@ -25,7 +26,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     from fp8rl.engine import tasks
     from fp8rl.engine.data import write_data
 
-    cfg = load_config(args.file, args.set)
+    cfg = load_config(args.file, args.set, checks=[config_problems])
     try:
         tasks.check_levels(cfg.task.levels)
         if cfg.task.name != "arithmetic":
@@ -43,7 +44,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 def cmd_sft(args: argparse.Namespace) -> int:
     from fp8rl.engine.sft import run_sft
 
-    cfg = load_config(args.file, args.set)
+    cfg = load_config(args.file, args.set, checks=[config_problems])
     try:
         mcfg = cfg.model(args.model)
     except KeyError:
@@ -68,7 +69,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from fp8rl.matrix import find_run
 
-    cfg = load_config(args.file, args.set)
+    cfg = load_config(args.file, args.set, checks=[config_problems])
     try:
         run = find_run(cfg, args.run)
     except ValueError as exc:

@@ -4,15 +4,21 @@
 it is), `trainer_state.pt` (policy and rollout-copy state dicts incl. any FP8 scaling buffers, optimizer
 state, calibrator and spike-detector state, every RNG) and `state.json` (step, the metrics.jsonl byte
 offset, run id, config digest, and the sha256 of each file), written last. The directory is built
-beside the target and renamed into place (`model.replace_dir`), so after a SIGKILL at any instant either
-the previous or the new checkpoint is complete. `load_checkpoint` checks the hashes and raises
-`CheckpointError` naming the file that is missing or corrupt.
+beside the target, given the usual modes, fsynced and renamed into place (`model.replace_dir`), so after
+a SIGKILL or a power loss at any instant either the previous or the new checkpoint is complete; what a
+kill leaves behind (`checkpoint.old`, `.checkpoint.*.tmp`) is cleaned up before the next resume.
+
+`trainer_state.pt` holds tensors and plain Python values only (the numpy RNG state is stored as a
+tensor and numbers), and is read with `torch.load(weights_only=True)`: a checkpoint can never run code
+when it is loaded (the hashes in state.json detect damage, they authenticate nothing).
+`load_checkpoint` raises `CheckpointError` naming the file that is missing, corrupt or holds objects.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import pickle
 import random
 import shutil
 import sys
@@ -23,7 +29,7 @@ import numpy as np
 import torch
 
 from fp8rl.engine.model import replace_dir, write_hf_files
-from fp8rl.io import sha256_file
+from fp8rl.io import fsync_dir, settle_dir, sha256_file
 
 STATE_FILE = "state.json"
 TRAINER_FILE = "trainer_state.pt"
@@ -34,13 +40,33 @@ class CheckpointError(Exception):
 
 
 def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    """Every global RNG, as tensors and plain values (numpy's MT19937 keys as an int64 tensor)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    numpy = {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+             "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}  # fmt: skip
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": numpy}
 
 
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    n = state["numpy"]
+    keys = n["keys"].numpy().astype(np.uint32)
+    np.random.set_state((n["kind"], keys, n["pos"], n["has_gauss"], n["cached_gaussian"]))
+
+
+def _plain(obj):
+    """`obj` with numpy scalars as Python numbers and arrays as tensors, so it loads `weights_only`."""
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_plain(v) for v in obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(obj.copy())
+    return obj
 
 
 def save_checkpoint(
@@ -53,21 +79,27 @@ def save_checkpoint(
     try:
         write_hf_files(model, tokenizer, tmp)
         buf = io.BytesIO()
-        torch.save({**trainer_state, "rng": rng_state()}, buf)
+        torch.save(_plain({**trainer_state, "rng": rng_state()}), buf)
         (tmp / TRAINER_FILE).write_bytes(buf.getvalue())
         files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         (tmp / STATE_FILE).write_text(json.dumps({**meta, "files": files}, indent=2) + "\n")
+        settle_dir(tmp)
         replace_dir(tmp, ckpt_dir)
+        fsync_dir(ckpt_dir.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
 def recover_dir(ckpt_dir: Path) -> None:
-    """After a kill between the two renames of `replace_dir`, only `checkpoint.old` exists: restore it."""
+    """Undo what a kill inside `replace_dir` leaves: only `checkpoint.old` (killed between the two
+    renames) is restored; `checkpoint.old` beside a complete `checkpoint` (killed before its removal)
+    and half-built `.checkpoint.*.tmp` directories are removed."""
     old = ckpt_dir.with_name(ckpt_dir.name + ".old")
     if not ckpt_dir.exists() and old.is_dir():
         old.rename(ckpt_dir)
+    elif old.exists():
+        shutil.rmtree(old, ignore_errors=True)
     for stale in ckpt_dir.parent.glob(f".{ckpt_dir.name}.*.tmp"):
         shutil.rmtree(stale, ignore_errors=True)
 
@@ -107,10 +139,17 @@ def load_checkpoint(ckpt_dir: str | Path) -> tuple[dict, dict]:
     ckpt_dir = Path(ckpt_dir)
     hint = f"delete {ckpt_dir} to restart the run from its base model"
     meta = verify_checkpoint(ckpt_dir)
+    path = ckpt_dir / TRAINER_FILE
     try:
-        trainer_state = torch.load(ckpt_dir / TRAINER_FILE, map_location="cpu", weights_only=False)
+        trainer_state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else exc.__class__.__name__
+        raise CheckpointError(
+            f"{path}: holds objects other than tensors and plain values, which are never unpickled "
+            f"({first}); {hint}"
+        ) from None
     except Exception as exc:
-        raise CheckpointError(f"{ckpt_dir / TRAINER_FILE}: cannot be loaded ({exc}); {hint}") from None
+        raise CheckpointError(f"{path}: cannot be loaded ({exc}); {hint}") from None
     return meta, trainer_state
 
 

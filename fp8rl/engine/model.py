@@ -19,6 +19,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from fp8rl.config import ArchConfig
+from fp8rl.io import settle_dir
 
 hf_logging.disable_progress_bar()  # no "Writing model shards" bars in every checkpoint's log lines
 
@@ -91,7 +92,7 @@ def save_hf(
         write_hf_files(model, tokenizer, tmp)
         for name, blob in (extra or {}).items():
             (tmp / name).write_bytes(blob)
-        _fsync_dir_files(tmp)
+        settle_dir(tmp)
         replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -117,13 +118,6 @@ def replace_dir(src: Path, dst: Path) -> None:
         os.replace(dst, old)
     os.replace(src, dst)
     shutil.rmtree(old, ignore_errors=True)
-
-
-def _fsync_dir_files(path: Path) -> None:
-    for f in path.iterdir():
-        if f.is_file():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
 
 
 def load_hf(path: str | Path) -> LlamaForCausalLM:

@@ -25,6 +25,10 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fp8rl.config import ExperimentConfig
 
 _INT = re.compile(r"-?\d+")
 _CALL = re.compile(r"calc\((add|sub|mul),(-?\d+),(-?\d+)\)")
@@ -33,10 +37,13 @@ TOOL_OPS = {"add": "+", "sub": "-"}
 
 @dataclass(frozen=True)
 class Level:
-    """How one difficulty level draws a problem: (prompt body without '=', integer answer)."""
+    """How one difficulty level draws a problem: (prompt body without '=', integer answer), and the
+    longest prompt (with its '=') and answer it can draw, in characters (tokens of the char tokenizer)."""
 
     name: str
     draw: Callable[[random.Random], tuple[str, int]]
+    longest_prompt: int
+    longest_answer: int
 
 
 def _binary(lo: int, hi: int, op: str) -> Callable[[random.Random], tuple[str, int]]:
@@ -53,13 +60,15 @@ def _two_step(rng: random.Random) -> tuple[str, int]:
 
 
 LEVELS: dict[str, Level] = {
-    "add1": Level("add1", _binary(0, 9, "+")),
-    "add2": Level("add2", _binary(10, 99, "+")),
-    "add3": Level("add3", _binary(100, 999, "+")),
-    "sub2": Level("sub2", _binary(10, 99, "-")),
-    "sub3": Level("sub3", _binary(100, 999, "-")),
-    "mixed2": Level("mixed2", _two_step),
+    "add1": Level("add1", _binary(0, 9, "+"), len("9+9="), len("18")),
+    "add2": Level("add2", _binary(10, 99, "+"), len("99+99="), len("198")),
+    "add3": Level("add3", _binary(100, 999, "+"), len("999+999="), len("1998")),
+    "sub2": Level("sub2", _binary(10, 99, "-"), len("99-99="), len("-89")),
+    "sub3": Level("sub3", _binary(100, 999, "-"), len("999-999="), len("-899")),
+    "mixed2": Level("mixed2", _two_step, len("99+99-99="), len("188")),
 }
+# The longest function-calling SFT example: prompt `tool:99+99=`, target `calc(add,99,99)`, `<eos>`.
+TOOL_EXAMPLE_TOKENS = len("tool:99+99=") + len("calc(add,99,99)") + 1
 
 
 def check_levels(levels: list[str]) -> None:
@@ -67,6 +76,40 @@ def check_levels(levels: list[str]) -> None:
     bad = [lv for lv in levels if lv not in LEVELS]
     if bad:
         raise ValueError(f"task.levels: unknown level {', '.join(bad)}; allowed: {', '.join(LEVELS)}")
+
+
+def positions_needed(levels: list[str], max_new_tokens: int) -> int:
+    """Positions a scratch model needs for the task: a rollout (the longest prompt of `levels` plus
+    `max_new_tokens`) and every SFT example (prompt, target and `<eos>`, the tool rows included)."""
+    check_levels(levels)
+    rollout = max(LEVELS[lv].longest_prompt for lv in levels) + max_new_tokens
+    sft = max(LEVELS[lv].longest_prompt + LEVELS[lv].longest_answer + 1 for lv in levels)
+    return max(rollout, sft, TOOL_EXAMPLE_TOKENS)
+
+
+def config_problems(cfg: ExperimentConfig) -> list[tuple[tuple, str]]:
+    """What the arithmetic task needs of a config beyond its schema, as `(key path, message)` pairs
+    (`load_config(..., checks=[config_problems])` reports them with their lines): known levels, and
+    scratch models with enough positions for the longest prompt and answer."""
+    if cfg.task.name != "arithmetic":
+        return []
+    try:
+        need = positions_needed(cfg.task.levels, cfg.schedule.max_new_tokens)
+    except ValueError as exc:
+        return [(("task", "levels"), str(exc).removeprefix("task.levels: "))]
+    problems = []
+    for i, model in enumerate(cfg.models):
+        have = model.arch.max_position_embeddings if model.arch else need
+        if model.source == "scratch" and have < need:
+            problems.append(
+                (
+                    ("models", i, "arch", "max_position_embeddings"),
+                    f"{have} positions, fewer than the {need} the task needs (the longest prompt of "
+                    f"task.levels plus schedule.max_new_tokens {cfg.schedule.max_new_tokens}, or the "
+                    "longest SFT example)",
+                )
+            )
+    return problems
 
 
 def generate_split(

@@ -101,10 +101,19 @@ def parse_call(text: str, tools: dict[str, ToolSpec]) -> dict:
     """Parse `text` (stripped) as one call: `{"name": str, "arguments": {param: value}}`.
 
     Raises UnparsableCall when the text is not a single call of a plain function name with literal
-    arguments. Positional arguments of a known tool bind to its parameters in order."""
+    arguments. Positional arguments of a known tool bind to its parameters in order. Pathological text
+    (hundreds of chained unary operators, deeply nested brackets) exhausts the parser's recursion or
+    memory: that too is an unparsable call, not a crash of the evaluation."""
+    try:
+        return _parse_call(text, tools)
+    except (RecursionError, MemoryError):
+        raise UnparsableCall("too deeply nested to parse") from None
+
+
+def _parse_call(text: str, tools: dict[str, ToolSpec]) -> dict:
     try:
         tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError:
+    except (SyntaxError, ValueError):
         raise UnparsableCall("not valid Python syntax") from None
     call = tree.body
     if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name):

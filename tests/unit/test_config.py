@@ -111,3 +111,29 @@ def test_cli_schema_is_the_models_schema(capsys):
     schema = json.loads(capsys.readouterr().out)
     assert {"tier", "models", "matrix", "calib"} <= set(schema["properties"])
     assert schema["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--variant", "fp9"], "--variant fp9: 'fp9' is not a variant of the matrix"),
+        (["--algo", "ppo"], "--algo ppo: 'ppo' is not an algo"),
+        (["--seed", "7"], "allowed: 0, 1"),
+        (["--model", "huge"], "allowed: tiny"),
+        (["--granularity", "rowwise"], "allowed: none, tensorwise"),
+    ],
+)
+def test_cli_matrix_filter_outside_the_matrix_exits_2(flags, message, capsys):
+    assert main(["matrix", str(ROOT / "config/smoke.yaml"), *flags]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and "0 runs" not in captured.out
+
+
+def test_sft_checks_model_positions_before_any_work(tmp_path, capsys):
+    """The char model must hold the longest prompt and answer: exit 2 before data is even read."""
+    bad = Path(__file__).parent.parent / "data" / "bad_configs" / "positions_below_prompt_and_answer.yaml"
+    out = tmp_path / "base"
+    args = ["sft", "--config", str(bad), "--model", "tiny", "--data", str(tmp_path), "--out", str(out)]
+    assert main(args) == 2
+    assert "max_position_embeddings" in capsys.readouterr().err
+    assert not out.exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ BAD = sorted((Path(__file__).resolve().parents[1] / "data" / "bad_configs").glob
 
 
 def expectations(path: Path) -> list[str]:
-    first = path.read_text().splitlines()[0]
+    first = path.read_bytes().splitlines()[0].decode()  # the rest may be deliberately not UTF-8
     assert first.startswith("# expect:"), f"{path.name} has no '# expect:' line"
     return [s.strip() for s in first.removeprefix("# expect:").split("|")]
 
@@ -42,3 +43,11 @@ def test_missing_file_through_the_installed_command(tmp_path):
     assert proc.returncode == 2
     assert "file not found" in proc.stderr and str(missing) in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["alias_bomb", "recursive_alias"])
+def test_alias_bombs_are_rejected_quickly(name, capsys):
+    start = time.monotonic()
+    assert main(["config", "validate", str(BAD[0].parent / f"{name}.yaml")]) == 2
+    assert time.monotonic() - start < 5.0
+    assert "Traceback" not in capsys.readouterr().err

@@ -115,3 +115,35 @@ def test_the_conda_env_installs_this_repository():
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     editable = next(p.split()[-1] for p in pip if p.startswith("-e"))
     assert (REPO / "workflows/envs" / editable / "pyproject.toml").resolve() == REPO / "pyproject.toml"
+
+
+def test_dry_run_writes_nothing(tmp_path):
+    """Planning only: no resolved config (or anything else) under results_dir."""
+    out = tmp_path / "out"
+    cfg_file = write_config(tmp_path / "cfg.yaml", "config/ci.yaml", f"results_dir={out}")
+    assert planned_jobs(tmp_path / "work", "--configfile", str(cfg_file))["train"] > 0
+    assert not out.exists()
+
+
+def test_every_shell_command_quotes_its_paths(tmp_path):
+    """Each `{...}` placeholder in a rule's shell command is shell-quoted (`:q`), and the planned
+    commands of a run whose results_dir needs no quoting still read as before."""
+    for smk in sorted((REPO / "workflows").glob("*.smk")):
+        text = smk.read_text()
+        for block in re.findall(r"shell:\n((?:\s+.*\"\n?)+)", text):
+            fields = re.findall(r"\{([^{}]*)\}", block)
+            assert fields, f"{smk.name}: no placeholders in {block!r}"
+            unquoted = [f for f in fields if not f.endswith(":q")]
+            assert not unquoted, f"{smk.name}: unquoted {unquoted} in {block!r}"
+    cfg_file = write_config(tmp_path / "cfg.yaml", "config/ci.yaml", "calib.reference=run")
+    out = snakemake(tmp_path, "-n", "-p", "--configfile", str(cfg_file)).stdout
+    assert "--reference results/ci/smoke/runs/grpo/tiny/bf16/none/seed0 --no-progress" in out
+    assert "fp8rl data --config results/ci/smoke/config/" in out
+
+
+def test_shell_metacharacters_in_results_dir_stop_the_dag(tmp_path):
+    marker = tmp_path / "pwned"
+    cfg_file = write_config(tmp_path / "cfg.yaml", "config/ci.yaml", f"results_dir=$(touch {marker})")
+    proc = snakemake(tmp_path, "--until", "data", "--cores", "1", "--configfile", str(cfg_file), check=False)
+    assert proc.returncode == 2 and "results_dir" in proc.stderr and "not a safe path" in proc.stderr
+    assert not marker.exists() and not list(tmp_path.glob("$*"))

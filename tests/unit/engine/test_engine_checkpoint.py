@@ -1,13 +1,24 @@
 """Kill-safe checkpoints."""
 
+import os
 import random
+import shutil
+import stat
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 from fp8rl.config import ArchConfig
-from fp8rl.engine.checkpoint import CheckpointError, has_checkpoint, load_checkpoint, save_checkpoint
+from fp8rl.engine.checkpoint import (
+    CheckpointError,
+    has_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    set_rng_state,
+)
 from fp8rl.engine.model import build_model
 from fp8rl.engine.tokenizer import build_char_tokenizer
 
@@ -38,8 +49,6 @@ def test_round_trip_restores_weights_optimizer_and_rngs(saved):
     for k, v in model.state_dict().items():
         assert torch.equal(state["policy"][k], v)
     assert state["optimizer"]["state"][0]["step"] == opt.state_dict()["state"][0]["step"]
-    from fp8rl.engine.checkpoint import set_rng_state
-
     set_rng_state(state["rng"])
     assert torch.equal(torch.rand(3), expected_torch) and random.random() == expected_py
     loaded = AutoModelForCausalLM.from_pretrained(ckpt)  # still a plain HF model directory
@@ -66,3 +75,59 @@ def test_kill_between_renames_recovers_the_previous_checkpoint(saved):
     assert has_checkpoint(ckpt)
     assert load_checkpoint(ckpt)[0]["step"] == 4
     assert not (ckpt.parent / ".checkpoint.abc.tmp").exists()
+
+
+class _Payload:
+    """Unpickling this would run code: it touches `marker`."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_checkpoint_holding_a_pickled_object_is_refused(saved, tmp_path):
+    ckpt, model, _ = saved
+    marker = tmp_path / "code-ran"
+    save_checkpoint(ckpt, model, build_char_tokenizer(), {"evil": _Payload(marker)}, {"step": 1})
+    with pytest.raises(CheckpointError, match=r"trainer_state\.pt: holds objects other than tensors"):
+        load_checkpoint(ckpt)
+    assert not marker.exists()
+
+
+def test_numpy_rng_round_trips_as_tensors_and_plain_values(saved):
+    ckpt, model, _ = saved
+    np.random.seed(11)
+    np.random.standard_normal()  # leaves a cached gaussian in the state
+    save_checkpoint(ckpt, model, build_char_tokenizer(), {}, {"step": 1})
+    expected = np.random.standard_normal(5)
+    np.random.seed(0)
+    _, state = load_checkpoint(ckpt)
+    set_rng_state(state["rng"])
+    assert np.array_equal(np.random.standard_normal(5), expected)
+
+
+def test_files_have_the_usual_modes_and_are_fsynced_before_the_rename(saved, tmp_path, monkeypatch):
+    ckpt, model, _ = saved
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(
+        os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd))
+    )
+    save_checkpoint(ckpt, model, build_char_tokenizer(), {}, {"step": 2})
+    names = {Path(p).name for p in synced}
+    assert {"trainer_state.pt", "state.json", "model.safetensors"} <= names
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(ckpt.stat().st_mode) == 0o777 & ~umask
+    for f in ckpt.iterdir():
+        assert stat.S_IMODE(f.stat().st_mode) == 0o666 & ~umask, f.name
+
+
+def test_a_leftover_old_checkpoint_is_removed_on_resume(saved):
+    ckpt, _, _ = saved
+    old = ckpt.with_name("checkpoint.old")
+    shutil.copytree(ckpt, old)  # killed after the new one arrived, before the old one was removed
+    assert has_checkpoint(ckpt)
+    assert not old.exists() and load_checkpoint(ckpt)[0]["step"] == 4

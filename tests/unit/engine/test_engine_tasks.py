@@ -65,3 +65,14 @@ def test_math_answers_are_checked_by_math_verify():
     assert tasks.reward_fn("arithmetic") is tasks.reward and tasks.reward_fn("math") is tasks.math_reward
     with pytest.raises(ValueError, match="no verifier for 'poetry'"):
         tasks.reward_fn("poetry")
+
+
+@pytest.mark.parametrize("level", list(tasks.LEVELS))
+def test_longest_prompt_and_answer_bound_every_drawn_problem(level):
+    rows = tasks.generate_split([level], 80, seed=3, split="train")
+    lv = tasks.LEVELS[level]
+    assert max(len(r["prompt"]) for r in rows) <= lv.longest_prompt
+    assert max(len(r["answer"]) for r in rows) <= lv.longest_answer
+    tool = tasks.generate_tool_split(200, seed=3, split="train")
+    longest_tool = max(len(r["prompt"]) + len(tasks.format_call(r["call"])) + 1 for r in tool)
+    assert longest_tool <= tasks.TOOL_EXAMPLE_TOKENS

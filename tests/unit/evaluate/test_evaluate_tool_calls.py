@@ -77,3 +77,18 @@ def test_bad_tools_file_names_the_file_and_entry(tmp_path):
     bad.write_text("tools:\n  - name: calc\n    params: [{name: a, type: complex}]\n")
     with pytest.raises(ValueError, match=r"tools\.yaml: tools\[0\]\.params\[0\]"):
         load_tools(bad)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "calc(add," + "-" * 500 + "1,45)",  # RecursionError in the literal walk
+        "calc(add," + "-" * 100_000 + "1,45)",  # MemoryError in the parser
+        "calc(add," + "(" * 300 + "12" + ")" * 300 + ",45)",
+        "calc(add,12,\x0045)",
+    ],
+    ids=["500-unary", "100k-unary", "nested-parens", "null-byte"],
+)
+def test_pathological_output_is_unparsable_not_a_crash(text):
+    s = score_response(text, GOLD, TOOLS)
+    assert (s.parsed, s.exact) == (False, False)
