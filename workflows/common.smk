@@ -155,3 +155,18 @@ def eval_targets(spec):
     if CFG.eval.agent:
         out.append(str(run_dir(spec).eval_file("agent")))
     return out
+
+
+def registered(path):
+    """A report rule output, flagged for `snakemake --report` when it is a table, a figure or the HTML
+    report (captions in workflows/report/, relative to the rule's file)."""
+    p = Path(path)
+    if p.suffix == ".csv":
+        kind, category = "table", "Tables"
+    elif p.suffix == ".png":
+        kind, category = "plot", "Plots"
+    elif p.name == "report.html":
+        return report(path, caption="report/html.rst", category="fp8rl report")
+    else:  # markdown tables, SVG copies, report.json: in the tier's folder, not Snakemake's report
+        return path
+    return report(path, caption=f"report/{kind}_{p.stem}.rst", category=category, labels={kind: p.stem})

@@ -1,6 +1,12 @@
 # The tier's tables, plots and report.html from every run (fp8rl.report.paths names the files).
+# The outputs are also registered for Snakemake's own report (`snakemake --report report.zip` after a
+# run): CSV tables, PNG figures and the project's report.html (`registered`, common.smk), with the
+# captions of workflows/report/.
 
 from fp8rl.report.paths import report_outputs
+
+
+report: "report/workflow.rst"
 
 
 rule report:
@@ -9,7 +15,7 @@ rule report:
         evals=[path for spec in RUNS for path in eval_targets(spec)],
         images=container_inputs("report"),
     output:
-        report_outputs(CFG.results_dir, CFG.tier),
+        [registered(path) for path in report_outputs(CFG.results_dir, CFG.tier)],
     params:
         config=CONFIG_FILE,
         digest=section_digest("matrix", "eval", "stability"),

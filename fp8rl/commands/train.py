@@ -58,8 +58,10 @@ def cmd_sft(args: argparse.Namespace) -> int:
     if not (data / "train.jsonl").is_file():
         raise UsageError(f"--data {args.data}: no train.jsonl (run `fp8rl data` first)")
     info = run_sft(cfg, args.model, data, args.out, progress=not args.no_progress)
+    # sft.steps: 0 saves the random-init model: there is no loss to report.
+    loss = "no SFT steps (random init)" if info["loss/final"] is None else f"loss {info['loss/final']:.3f}"
     print(
-        f"sft {args.model}: {info['parameters']} parameters, loss {info['loss/final']:.3f}, "
+        f"sft {args.model}: {info['parameters']} parameters, {loss}, "
         f"test accuracy greedy {info['acc/test_greedy']:.3f} sampled {info['acc/test_sampled']:.3f}, "
         f"{info['seconds']:.1f}s -> {args.out}"
     )

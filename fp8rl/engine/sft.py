@@ -126,6 +126,7 @@ def run_sft(
         "lr": s.lr,
         "precision": precision,
         "examples": len(train) + len(tool),
+        # None with `sft.steps: 0` (the random-init model is saved as the base).
         "loss/first": losses[0] if losses else None,
         "loss/final": sum(tail) / len(tail) if tail else None,
         "acc/test_greedy": acc_greedy,

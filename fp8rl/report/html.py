@@ -16,11 +16,13 @@ import pandas as pd
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; font-size: 12px; margin-bottom: 1.5em; }
+/* a table wider than the window scrolls inside its own box instead of widening the page */
+table { display: block; max-width: 100%; overflow-x: auto; }
 th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: right; }
 th { background: #f0f0f0; } td:first-child, th:first-child { text-align: left; }
 .status-diverged { color: #b35900; font-weight: bold; } .status-failed { color: #b00; font-weight: bold; }
 .status-missing { color: #777; font-style: italic; }
-img { max-width: 100%; border: 1px solid #eee; margin-bottom: 1.5em; }
+img { max-width: 100%; height: auto; border: 1px solid #eee; margin-bottom: 1.5em; }
 .notes { font-size: 12px; color: #555; }
 """
 

@@ -1,0 +1,49 @@
+"""The repository documents itself: README.md and docs/*.md link only to files inside the repository,
+every `#anchor` they use names a heading of its target, and nothing points to the design notes outside
+it (a user who clones the project has no `../shared/`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+# The headings other text (and the code's docstrings) may link to: keep them stable.
+ARCHITECTURE_ANCHORS = {
+    "names", "fp8-numerics-contract", "rl-objectives-contract", "calibrated-clipping", "metrics",
+    "run-directory", "emulation-on-cpu", "pieces-and-layering", "data-flow", "tiers",
+}  # fmt: skip
+
+
+def anchors(md: Path) -> set[str]:
+    """GitHub's heading slugs: lower case, punctuation dropped, spaces to hyphens."""
+    out = set()
+    for line in md.read_text().splitlines():
+        if m := re.match(r"#{1,6}\s+(.*)", line):
+            out.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+    return out
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_links_stay_inside_the_repository_and_resolve(doc):
+    text = doc.read_text()
+    assert "../shared" not in text and "DESIGN.md" not in text, (
+        f"{doc.name} refers to the external design notes"
+    )
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+://", target):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (doc.parent / path).resolve() if path else doc
+        assert dest.is_relative_to(REPO), f"{doc.name}: link {target} leaves the repository"
+        assert dest.exists(), f"{doc.name}: link {target} points to a missing file"
+        if anchor:
+            assert anchor in anchors(dest), f"{doc.name}: link {target}: no such heading in {dest.name}"
+
+
+def test_architecture_keeps_its_section_anchors():
+    assert anchors(REPO / "docs" / "architecture.md") >= ARCHITECTURE_ANCHORS
