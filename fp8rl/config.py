@@ -5,7 +5,7 @@ the precision variants, FP8 granularities and seeds whose product is the run mat
 evaluation suites and the per-rule resources. Everything else (the CLI, the Snakefile, the trainer,
 the verl adapter) reads it through these pydantic models; `fp8rl config schema` exports their JSON schema.
 
-Names follow DESIGN.md §3; a run id is `{algo}/{model}/{variant}/{granularity}/seed{seed}` and `bf16`
+Names follow docs/architecture.md#names; a run id is `{algo}/{model}/{variant}/{granularity}/seed{seed}` and `bf16`
 runs use granularity `none`.
 """
 
@@ -220,7 +220,7 @@ class TISConfig(Strict):
 
 
 class CalibConfig(Strict):
-    """Calibrated clipping options (DESIGN.md §5)."""
+    """Calibrated clipping options (docs/architecture.md#calibrated-clipping)."""
 
     reference: CalibReferenceField = Field(
         CalibReference("shadow"), description="'shadow', 'run' or 'static:<q>'"

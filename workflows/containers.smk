@@ -1,4 +1,4 @@
-# Pinned images for the rules (containers/, DESIGN.md §2): build them with docker buildx or podman,
+# Pinned images for the rules (containers/, docs/architecture.md#pieces-and-layering): build them with docker buildx or podman,
 # record each image's id in {results_dir}/containers/{name}.json, convert it to an Apptainer .sif for
 # clusters, or pull prebuilt registry images instead (`containers.mode`: none | build | prebuilt).
 #

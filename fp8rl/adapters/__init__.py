@@ -3,7 +3,7 @@
 - `verl_overrides`: one matrix cell of the typed config -> verl's Hydra overrides (`ppo_megatron_trainer`).
 - `verl_loss`: the `fp8rl_clip` and `calibrated_clip` policy losses, registered in verl's loss registry
   on import (every Ray worker imports it through `VERL_USE_EXTERNAL_MODULES`), built on `fp8rl.rl`.
-- `verl_metrics`: verl's file-logger JSONL -> `metrics.jsonl` with DESIGN.md §6 names.
+- `verl_metrics`: verl's file-logger JSONL -> `metrics.jsonl` with the names of docs/architecture.md#metrics.
 - `verl_data`: the task's JSONL splits -> the parquet files verl's RL dataset reads.
 - `verl_launch`: the Slurm job script that starts Ray across the allocation and runs verl.
 - `verl_run`: one verl run's directory: its inputs and job script before, summary and throughput after.

@@ -6,11 +6,11 @@ loss_agg_mode, config, rollout_is_weights)` and expects `(loss, metrics)`. Both 
 weights as `is_weights`:
 
 - `fp8rl_clip`: fixed bounds `(1 - clip_ratio_low, 1 + clip_ratio_high)` from verl's actor config: the
-  PPO-clip objective of verl's `vanilla`, plus the DESIGN.md §6 `clip/*` diagnostics on every run (the
+  PPO-clip objective of verl's `vanilla`, plus the docs/architecture.md#metrics `clip/*` diagnostics on every run (the
   bf16 runs' clip fractions are what `calib.reference: run` reads).
-- `calibrated_clip`: bounds from `fp8rl.rl.Calibrator` (DESIGN.md §5), one per worker process.
+- `calibrated_clip`: bounds from `fp8rl.rl.Calibrator` (docs/architecture.md#calibrated-clipping), one per worker process.
 
-Both log the §6 `clip/*` and `ratio/p01|p50|p99` of each micro-batch (verl averages them over the
+Both log the `clip/*` and `ratio/p01|p50|p99` of each micro-batch (verl averages them over the
 micro-batches of an update, so the quantiles are means of per-micro-batch quantiles).
 
 The dual clip `clip_c` and the calibration options come from the JSON file named by the
@@ -152,7 +152,7 @@ def fp8rl_clip_loss(
     config: Any = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO-clip with fixed bounds through `fp8rl.rl.policy_loss` (verl's `vanilla` + §6 diagnostics)."""
+    """PPO-clip with fixed bounds through `fp8rl.rl.policy_loss` (verl's `vanilla` + fp8rl's clip diagnostics)."""
     if config is None:
         raise ValueError("fp8rl_clip: verl passes the actor config; got None")
     return _run(
@@ -189,7 +189,7 @@ def calibrated_clip_loss(
     config: Any = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO-clip whose bounds come from calibrated clipping (DESIGN.md §5) on this micro-batch's ratios."""
+    """PPO-clip whose bounds come from calibrated clipping (docs/architecture.md#calibrated-clipping) on this micro-batch's ratios."""
     if config is None:
         raise ValueError("calibrated_clip: verl passes the actor config; got None")
     cal = calibrator(config)

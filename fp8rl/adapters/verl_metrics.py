@@ -1,8 +1,8 @@
-"""verl's logged metrics -> fp8rl's `metrics.jsonl` (DESIGN.md §6 names) and the run's `summary.json`.
+"""verl's logged metrics -> fp8rl's `metrics.jsonl` (docs/architecture.md#metrics) and the run's `summary.json`.
 
 verl's file logger (`trainer.logger` with `file`, path from `VERL_FILE_LOGGER_PATH`) writes one line per
-step: `{"step": N, "data": {name: value}}`. `import_rows` renames verl's metrics to §6 names (`VERL_TO_FP8RL`),
-keeps the ones fp8rl's own losses already log under §6 names (with or without verl's `actor/` prefix),
+step: `{"step": N, "data": {name: value}}`. `import_rows` renames verl's metrics to fp8rl's metric names (`VERL_TO_FP8RL`),
+keeps the ones fp8rl's own losses already log under fp8rl's metric names (with or without verl's `actor/` prefix),
 and drops everything else. A metric verl did not log, or logged as NaN, is absent, never 0.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-# verl name -> DESIGN.md §6 name. Directions checked against verl's rollout_corr_helper:
+# verl name -> docs/architecture.md#metrics name. Directions checked against verl's rollout_corr_helper:
 # `kl` = mean(rollout - old) and `k3_kl` = mean(exp(old - rollout) - (old - rollout) - 1), the same
 # estimators as fp8rl.rl.mismatch_kl(trainer=old, rollout=rollout).
 VERL_TO_FP8RL = {
@@ -29,7 +29,7 @@ VERL_TO_FP8RL = {
     "timing_s/update_actor": "time/train_s",
 }
 
-# §6 names that fp8rl's verl losses (verl_loss) log themselves.
+# Metric names that fp8rl's verl losses (verl_loss) log themselves.
 PASSTHROUGH = (
     "acc/mean",
     "clip/low_neg",
@@ -54,7 +54,7 @@ def _number(value: Any) -> float | None:
 
 
 def convert_row(step: int, data: dict[str, Any]) -> dict[str, float | int]:
-    """One verl log row -> one fp8rl metrics row (`step` first, then the §6 metrics present)."""
+    """One verl log row -> one fp8rl metrics row (`step` first, then the metrics present)."""
     out: dict[str, float | int] = {"step": int(step)}
     for src, dst in VERL_TO_FP8RL.items():
         if (v := _number(data.get(src))) is not None:

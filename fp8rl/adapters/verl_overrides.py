@@ -104,7 +104,7 @@ def fp8_transformer_overrides(cfg: ExperimentConfig, granularity: str) -> dict[s
         )
     recipe = MEGATRON_RECIPES[granularity]
     if recipe in ("blockwise", "mxfp8"):
-        fmt = "e4m3"  # block-scaled recipes are e4m3 in both directions (DESIGN.md §3)
+        fmt = "e4m3"  # block-scaled recipes are e4m3 in both directions (docs/architecture.md#names)
     elif cfg.fp8.format in MEGATRON_FORMATS:
         fmt = MEGATRON_FORMATS[cfg.fp8.format]
     else:

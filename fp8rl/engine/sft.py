@@ -3,7 +3,7 @@ every RL run of a tier.
 
 Supervised next-token training on `prompt -> target<eos>` pairs (arithmetic answers and, for the agent
 benchmark, `calc(op,a,b)` calls), loss on the target tokens only, AdamW with linear warm-up and cosine
-decay, linears emulating bf16 (operands rounded to bf16, fp32 compute: DESIGN.md §8). The step count
+decay, linears emulating bf16 (operands rounded to bf16, fp32 compute: docs/architecture.md#emulation-on-cpu). The step count
 and learning rate in `sft` are tuned per tier so that the base model is useful but imperfect on the RL
 task (greedy test accuracy roughly 20-60 %), leaving reward for RL to gain. Writes the model in Hugging
 Face format plus `sft.json` (loss curve summary, test accuracies, seconds, provenance).

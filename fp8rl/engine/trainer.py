@@ -11,7 +11,7 @@ One optimizer step (`step` = 1..schedule.steps), as nanochat-style straight-line
 3. `ppo_epochs` × `mini_batches` updates with `fp8rl.rl.policy_loss`; `*_calib` variants take the
    bounds of `Calibrator` (shadow ratios of the current policy vs the old one, or the bf16 run's
    per-step clip fractions with `calib.reference: run`, or a static target);
-4. one line of metrics (DESIGN.md §6) in metrics.jsonl; a checkpoint every `checkpoint_every` steps.
+4. one line of metrics (docs/architecture.md#metrics) in metrics.jsonl; a checkpoint every `checkpoint_every` steps.
 A metric that averages over updates (`clip/*`, `calib/*`, `phantom/*`, `loss/*`) is the mean over the
 step's mini-batch updates; `ratio/*` are quantiles over all of them.
 

@@ -1,4 +1,4 @@
-"""FP8 numerics (DESIGN.md §4): formats, scaled quantization, recipes, FP8 linear, FP8 optimizer state,
+"""FP8 numerics (docs/architecture.md#fp8-numerics-contract): formats, scaled quantization, recipes, FP8 linear, FP8 optimizer state,
 rollout quantization. Never imports `fp8rl.rl`. The mutable state of converted layers (compile switch,
 GEMM counts) lives in the `FP8Runtime` their owner passes to `convert_to_fp8`, not in module globals.
 

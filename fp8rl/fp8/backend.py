@@ -3,7 +3,7 @@
 - `scaled_mm`: real FP8 GEMMs through `torch._scaled_mm` (tensorwise / rowwise scales), the default on an
   FP8-capable CUDA device (compute capability ≥ 8.9: Ada, Hopper, Blackwell).
 - `emulated`: operands fake-quantized (rounded to FP8 with their scales) and multiplied in fp32
-  (DESIGN.md §8): the default on CPU and for blockwise/MX recipes, which `_scaled_mm` cannot compute.
+  (docs/architecture.md#emulation-on-cpu): the default on CPU and for blockwise/MX recipes, which `_scaled_mm` cannot compute.
   `torch._scaled_mm` also runs on CPU, but measured ~1.8x slower than the fp32 GEMM of the emulation
   there (benchmarks/fp8_quant.py), so CPU uses it only when asked (`FP8RL_FP8_BACKEND=scaled_mm`).
 (`transformer_engine`, the verl path's GEMMs, is reported by the verl adapter, not here: the reference

@@ -5,7 +5,7 @@ whose qualified name has no component in `skip` (embeddings are not linears; `lm
 precision by default, as torchao's and TE's FP8 recipes leave the output head alone) is replaced by a
 layer sharing its Parameters, so optimizers, state dicts and Hugging Face checkpoints see the same
 tensors under the same names. `quantization_disabled(model)` makes every converted layer compute exactly
-`F.linear(x, weight, bias)` inside the block: the BF16 shadow pass of calibrated clipping (DESIGN.md §5).
+`F.linear(x, weight, bias)` inside the block: the BF16 shadow pass of calibrated clipping (docs/architecture.md#calibrated-clipping).
 The FP8 layers of one `convert_to_fp8` call share one `FP8Runtime` (fp8rl.fp8.runtime): the caller's, or
 a fresh one.
 """

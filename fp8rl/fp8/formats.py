@@ -1,6 +1,6 @@
 """FP8 formats and the saturating, round-to-nearest-even cast.
 
-Two OCP FP8 formats (DESIGN.md §3): `e4m3` (torch `float8_e4m3fn`: no infinities, max 448, one NaN code)
+Two OCP FP8 formats (docs/architecture.md#names): `e4m3` (torch `float8_e4m3fn`: no infinities, max 448, one NaN code)
 and `e5m2` (torch `float8_e5m2`: IEEE-like, max 57344). `hybrid` is not a format but a recipe choice
 (e4m3 forward, e5m2 gradients); `resolve_format` maps it to the format of one operand role.
 
@@ -115,7 +115,7 @@ def round_to_grid_(y: torch.Tensor, fmt: str | FP8Format = "e4m3") -> torch.Tens
 
 
 def round_to_bf16(x: torch.Tensor) -> torch.Tensor:
-    """`x` rounded to bfloat16 (RNE) and returned in x's dtype: the bf16-emulation primitive (DESIGN §8)."""
+    """`x` rounded to bfloat16 (RNE) and returned in x's dtype: the bf16-emulation primitive (docs/architecture.md#emulation-on-cpu)."""
     if x.dtype == torch.bfloat16:
         return x
     return x.to(torch.bfloat16).to(x.dtype)

@@ -4,7 +4,7 @@
 scale per token and head (`rowwise` over head_dim: vLLM's dynamic per-token-head KV scales) or one per
 tensor (`tensorwise`). `FP8DynamicCache` is a `transformers.DynamicCache` whose `update` stores (and
 returns to attention) the quantized states, as an FP8 KV cache does: attention reads keys and values
-back from the cache. Values are kept dequantized in the cache's dtype (emulation, DESIGN.md §8), so
+back from the cache. Values are kept dequantized in the cache's dtype (emulation, docs/architecture.md#emulation-on-cpu), so
 memory is not saved, only the numerics reproduced.
 """
 

@@ -5,7 +5,7 @@ quantized per the recipe along that GEMM's contraction dim (fp8rl.fp8.recipe):
 output `x·Wᵀ`, grad-input `dy·W`, grad-weight `dyᵀ·x`. A GEMM whose two operands have tensorwise or
 rowwise scales runs as a real FP8 GEMM through `torch._scaled_mm` when the backend is `scaled_mm`
 (fp8rl.fp8.backend; on CUDA every dim is zero-padded to a multiple of 16, which leaves the product
-unchanged); otherwise it is emulated: operands fake-quantized, fp32 matmul (DESIGN.md §8). The layer
+unchanged); otherwise it is emulated: operands fake-quantized, fp32 matmul (docs/architecture.md#emulation-on-cpu). The layer
 picks each GEMM's path once, when it is made and whenever it is moved (`.to()`, `.cuda()`), not per
 call, and counts the GEMMs it runs per path in its `FP8Runtime` (fp8rl.fp8.runtime).
 Outputs and input gradients are rounded to bf16, as FP8 GEMMs emit bf16; weight gradients stay fp32

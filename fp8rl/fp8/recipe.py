@@ -83,7 +83,7 @@ class Recipe:
     @property
     def scaled_mm_exact(self) -> bool:
         """True when every operand has a tensorwise or rowwise scale, the layouts `torch._scaled_mm`
-        computes exactly; blockwise and MX are emulated (DESIGN.md §8)."""
+        computes exactly; blockwise and MX are emulated (docs/architecture.md#emulation-on-cpu)."""
         return all(not op.tiling.tiled for g in self.gemms() for op in (g.a, g.b))
 
     def gemms(self) -> tuple[GemmSpec, GemmSpec, GemmSpec]:
@@ -106,7 +106,7 @@ def get_recipe(
     amax_history_len: int = 16,
     amax_compute_algo: str = "max",
 ) -> Recipe:
-    """The recipe named `granularity` (DESIGN.md §3). `fmt` applies to tensorwise/delayed; rowwise,
+    """The recipe named `granularity` (docs/architecture.md#names). `fmt` applies to tensorwise/delayed; rowwise,
     blockwise and mxfp8 are e4m3 throughout (as torchao rowwise, DeepSeek-V3 and OCP MX)."""
     if granularity not in RECIPES:
         raise ValueError(f"granularity: unknown recipe {granularity!r}; allowed: {', '.join(RECIPES)}")

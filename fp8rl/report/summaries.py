@@ -2,7 +2,7 @@
 
 `run_summaries(runset)` gives one row per run: the run id columns, `status`, the stability
 diagnostics reduced over that run's steps (`DIAGNOSTICS`), and the final eval scores (`{task}/{metric}`
-columns). A metric a run never logged stays NaN ("absent, never 0", DESIGN.md §6).
+columns). A metric a run never logged stays NaN ("absent, never 0", docs/architecture.md#metrics).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ One row per (algo, model, variant, granularity), averaged over the seeds whose r
 `throughput.json` (any status: a run that diverged still measured its speed). Columns:
 
 - `runs_measured`: how many seeds have a throughput.json.
-- `execution`: `emulated` (low precision rounded in software, DESIGN.md §8) or `hardware` (FP8, or bf16,
+- `execution`: `emulated` (low precision rounded in software, docs/architecture.md#emulation-on-cpu) or `hardware` (FP8, or bf16,
   units), `mixed` if seeds disagree; `device` and `fp8_backend` as written by the trainer.
 - `step_time_s`; `speedup_vs_bf16` = mean bf16 step time of the same algo/model ÷ this step time.
 - `{phase} tok/s` for rollout, logprob, train, calib (`tokens_per_s` of throughput.json).

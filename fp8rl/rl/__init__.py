@@ -1,4 +1,4 @@
-"""RL objectives (DESIGN.md §4–§6): advantages, policy losses, TIS, calibrated clipping, diagnostics.
+"""RL objectives (docs/architecture.md#fp8-numerics-contract): advantages, policy losses, TIS, calibrated clipping, diagnostics.
 
 Pure torch functions with no trainer state (plus a small stateful calibrator and spike detector), so the
 reference trainer and the verl adapter compute exactly the same objective. Never imports `fp8rl.fp8`.

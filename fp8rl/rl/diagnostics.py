@@ -1,11 +1,11 @@
-"""Trust-region diagnostics of DESIGN.md §6: clip fractions, ratio quantiles, rollout/trainer mismatch
+"""Trust-region diagnostics of docs/architecture.md#metrics: clip fractions, ratio quantiles, rollout/trainer mismatch
 KL, phantom clipping.
 
-Each function returns a dict of python floats keyed by the metric names of DESIGN.md §6. A metric whose
+Each function returns a dict of python floats keyed by the metric names of docs/architecture.md#metrics. A metric whose
 population is empty (no valid token, no negative-advantage token, no dual clip configured) is absent
 from the dict, never 0.
 
-Denominators, so that a BF16 run's metrics are directly the targets of calibrated clipping (§5):
+Denominators, so that a BF16 run's metrics are directly the targets of calibrated clipping (docs/architecture.md#calibrated-clipping):
 `clip/low_neg` and `clip/dual` count among valid A<0 tokens, `clip/high_pos` among valid A>0 tokens,
 `clip/low_all` and `clip/high_all` among all valid tokens.
 """
@@ -49,7 +49,7 @@ def clip_stats(
     zeroes, among valid A<0 tokens. `clip/high_pos`: A>0 tokens with r > U among valid A>0 tokens.
     `clip/dual`: A<0 tokens with r > clip_c among valid A<0 tokens (only when `clip_c` is given).
     `clip/low_all` / `clip/high_all`: tokens with r < L / r > U among all valid tokens (`clip/high_all`
-    is an addition to §6: the upper target of `calib.upper: quantile` with a `run` reference).
+    is an addition to the core metrics: the upper target of `calib.upper: quantile` with a `run` reference).
     """
     fn = "clip_stats"
     m = check_mask(response_mask, fn)

@@ -1,4 +1,4 @@
-"""Synthetic run directories in the exact on-disk format of DESIGN.md §6–§7 and docs/interfaces.md.
+"""Synthetic run directories in the exact on-disk format of docs/architecture.md#metrics and docs/interfaces.md.
 
 `write_tier(tmp_path)` writes the smoke matrix (grpo, dapo × tiny × bf16, fp8, fp8_tis, fp8_calib ×
 tensorwise × seeds 0, 1) under `tmp_path/results/smoke/runs/`, with these special cases:

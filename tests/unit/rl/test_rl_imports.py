@@ -1,4 +1,4 @@
-"""fp8rl.rl stays independent of the FP8 numerics (DESIGN.md §2: `rl` and `fp8` never import each other)."""
+"""fp8rl.rl stays independent of the FP8 numerics (docs/architecture.md#pieces-and-layering: `rl` and `fp8` never import each other)."""
 
 from __future__ import annotations
 
