@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -36,6 +36,7 @@ from fp8rl.vocabulary import (
     GRANULARITIES,
     KL_TYPES,
     LOSS_AGG_MODES,
+    NO_CONDITION,
     NO_GRANULARITY,
     RECIPE_FORMATS,
     TIERS,
@@ -189,7 +190,9 @@ class FP8Config(Strict):
     gemms: bool = True
     optimizer_state: bool = True
     rollout: bool = True
-    kv_cache: bool = False
+    kv_cache: bool = Field(
+        True, description="the rollout copy keeps its KV cache in FP8, as an FP8 rollout engine does"
+    )
     format: Literal[RECIPE_FORMATS] = Field(
         "hybrid", description="tensorwise/delayed operand formats; blockwise and mxfp8 are always e4m3"
     )
@@ -202,6 +205,23 @@ class FP8Config(Strict):
             "'torchao' (torchao.optim.AdamWFp8; compiles its step, ~1 min per process on CPU)"
         ),
     )
+    noise_scale: float = Field(
+        1.0,
+        gt=0.0,
+        le=64.0,
+        description=(
+            "dose of FP8 noise: every quantized operand (GEMM operands, optimizer moments, rollout weights, "
+            "activations and KV cache) becomes x + s * (Q(x) - x); 1 is plain FP8. s != 1 is emulated"
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _noise_needs_blockwise_optimizer(self) -> FP8Config:
+        if self.noise_scale != 1.0 and self.optimizer_state and self.optimizer == "torchao":
+            raise ValueError(
+                "noise_scale != 1 needs optimizer: 'blockwise' (torchao's AdamWFp8 has no noise dose)"
+            )
+        return self
 
 
 class TISConfig(Strict):
@@ -347,6 +367,21 @@ class ContainersConfig(Strict):
         return v
 
 
+class ConditionConfig(Strict):
+    """A named FP8 setting of a study tier: overrides of the `fp8` section for the fp8 variants' runs
+    (e.g. `{name: e5m2_s2, fp8: {format: e5m2, noise_scale: 2}}`). bf16 runs have condition `none`."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    fp8: dict[str, Any] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _known_keys(self) -> ConditionConfig:
+        FP8Config.model_validate(self.fp8)  # unknown keys and bad values fail here, under this condition
+        if self.name == NO_CONDITION:
+            raise ValueError(f"name: {NO_CONDITION!r} is reserved for the bf16 runs of a conditions matrix")
+        return self
+
+
 class MatrixConfig(Strict):
     """The axes whose product is the run matrix."""
 
@@ -355,6 +390,9 @@ class MatrixConfig(Strict):
     variants: list[VariantName] = Field(min_length=1)
     granularities: list[GranularityName] = Field(["tensorwise"], min_length=1)
     seeds: list[Annotated[int, Field(strict=True, ge=0)]] = Field(min_length=1)
+    conditions: list[ConditionConfig] = Field(
+        [], description="named fp8 settings; each fp8 run is repeated under each (its run id gains the name)"
+    )
     variant_granularities: dict[VariantName, list[str]] = Field(
         {}, description="per-variant override of `granularities`"
     )
@@ -384,6 +422,23 @@ class MatrixConfig(Strict):
                     f"allowed: {', '.join(GRANULARITIES)}"
                 )
         return self
+
+    @field_validator("conditions")
+    @classmethod
+    def _unique_conditions(cls, v: list[ConditionConfig]) -> list[ConditionConfig]:
+        names = [c.name for c in v]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"duplicate condition names: {', '.join(dup)}")
+        return v
+
+    def conditions_for(self, variant: str) -> list[str | None]:
+        """The condition names of `variant`'s runs: None when the matrix has no conditions."""
+        if not self.conditions:
+            return [None]
+        if not VARIANT_SPECS[variant].fp8:
+            return [NO_CONDITION]
+        return [c.name for c in self.conditions]
 
     def granularities_for(self, variant: str) -> list[str]:
         if not VARIANT_SPECS[variant].fp8:
@@ -468,6 +523,15 @@ class ExperimentConfig(Strict):
                 return m
         raise KeyError(f"no model named {name!r}")
 
+    def fp8_for(self, condition: str | None) -> FP8Config:
+        """The `fp8` section a run under `condition` uses: the tier's, with the condition's overrides."""
+        if condition is None or condition == NO_CONDITION:
+            return self.fp8
+        for c in self.matrix.conditions:
+            if c.name == condition:
+                return FP8Config.model_validate({**self.fp8.model_dump(), **c.fp8})
+        raise KeyError(f"no condition named {condition!r}")
+
     def algorithm(self, name: str) -> GRPOConfig | DAPOConfig:
         return getattr(self.algorithms, name)
 
@@ -484,12 +548,15 @@ class ExperimentConfig(Strict):
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
-    def section_digest(self, *sections: str, model: str | None = None) -> str:
-        """A short hash of some top-level sections (plus one model's entry): what a step's output
-        depends on. The DAG reruns a rule when its digest changes; the trainer resumes a checkpoint only
-        when its `TRAIN_SECTIONS` digest still matches."""
+    def section_digest(self, *sections: str, model: str | None = None, condition: str | None = None) -> str:
+        """A short hash of some top-level sections (plus one model's entry, plus the FP8 settings of one
+        condition of a study matrix): what a step's output depends on. The DAG reruns a rule when its
+        digest changes; the trainer resumes a checkpoint only when its `TRAIN_SECTIONS` digest still
+        matches."""
         full = self.model_dump(mode="json")
         picked = {s: full[s] for s in sections}
         if model is not None:
             picked["model"] = self.model(model).model_dump(mode="json")
+        if condition is not None and condition != NO_CONDITION:
+            picked["condition"] = self.fp8_for(condition).model_dump(mode="json")
         return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]

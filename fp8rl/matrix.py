@@ -1,7 +1,9 @@
-"""The run matrix: one `RunSpec` per cell (algorithm × model × variant × granularity × seed).
+"""The run matrix: one `RunSpec` per cell (algorithm × model × variant × granularity × seed, and in
+study tiers × FP8 condition).
 
-A run id is `{algo}/{model}/{variant}/{granularity}/seed{seed}` (bf16 runs use granularity `none`);
-`RunSpec.parse` is its inverse. `expand_matrix` lists a config's cells in a stable order, `find_run`
+A run id is `{algo}/{model}/{variant}/{granularity}/seed{seed}` (bf16 runs use granularity `none`); in a
+matrix with `conditions` it is `{algo}/{model}/{variant}/{granularity}/{condition}/seed{seed}` (bf16 runs
+use condition `none`). `RunSpec.parse` is its inverse. `expand_matrix` lists a config's cells in a stable order, `find_run`
 checks that a run id belongs to a config, `reference_run` names the bf16 run a calibrated run reads.
 """
 
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from fp8rl.vocabulary import (
     ALGORITHMS,
+    NO_CONDITION,
     NO_GRANULARITY,
     VARIANT_SPECS,
     VARIANTS,
@@ -22,7 +25,7 @@ from fp8rl.vocabulary import (
 if TYPE_CHECKING:
     from fp8rl.config import ExperimentConfig
 
-AXES = ("algo", "model", "variant", "granularity", "seed")
+AXES = ("algo", "model", "variant", "granularity", "seed", "condition")
 
 
 @dataclass(frozen=True, order=True)
@@ -34,10 +37,12 @@ class RunSpec:
     variant: str
     granularity: str
     seed: int
+    condition: str | None = None  # the FP8 condition of a study tier's run; None outside such tiers
 
     @property
     def run_id(self) -> str:
-        return f"{self.algo}/{self.model}/{self.variant}/{self.granularity}/seed{self.seed}"
+        cond = "" if self.condition is None else f"{self.condition}/"
+        return f"{self.algo}/{self.model}/{self.variant}/{self.granularity}/{cond}seed{self.seed}"
 
     @property
     def spec(self) -> VariantSpec:
@@ -47,9 +52,12 @@ class RunSpec:
     def parse(cls, run_id: str) -> RunSpec:
         """Inverse of `run_id`; raises ValueError naming the part that is wrong."""
         parts = run_id.strip("/").split("/")
-        if len(parts) != 5 or not parts[4].startswith("seed"):
-            raise ValueError(f"run id {run_id!r} is not of the form algo/model/variant/granularity/seedN")
-        algo, model, variant, gran, seed = parts
+        if len(parts) not in (5, 6) or not parts[-1].startswith("seed"):
+            raise ValueError(
+                f"run id {run_id!r} is not of the form algo/model/variant/granularity/[condition/]seedN"
+            )
+        algo, model, variant, gran, *cond, seed = parts
+        condition = cond[0] if cond else None
         if algo not in ALGORITHMS:
             raise ValueError(
                 f"run id {run_id!r}: unknown algorithm {algo!r}; allowed: {', '.join(ALGORITHMS)}"
@@ -61,11 +69,13 @@ class RunSpec:
         allowed = granularities_of(variant)
         if gran not in allowed:
             raise ValueError(f"run id {run_id!r}: granularity {gran!r}; allowed: {', '.join(allowed)}")
+        if condition is not None and not VARIANT_SPECS[variant].fp8 and condition != NO_CONDITION:
+            raise ValueError(f"run id {run_id!r}: {variant} runs have condition {NO_CONDITION!r}")
         try:
             seed_n = int(seed[4:])
         except ValueError:
             raise ValueError(f"run id {run_id!r}: seed {seed!r} is not seed<integer>") from None
-        return cls(algo, model, variant, gran, seed_n)
+        return cls(algo, model, variant, gran, seed_n, condition)
 
 
 def expand_matrix(cfg: ExperimentConfig, **filters: list[str] | None) -> list[RunSpec]:
@@ -75,11 +85,12 @@ def expand_matrix(cfg: ExperimentConfig, **filters: list[str] | None) -> list[Ru
     """
     m = cfg.matrix
     runs = [
-        RunSpec(algo, model, variant, gran, seed)
+        RunSpec(algo, model, variant, gran, seed, cond)
         for algo in m.algorithms
         for model in m.models
         for variant in m.variants
         for gran in m.granularities_for(variant)
+        for cond in m.conditions_for(variant)
         for seed in m.seeds
     ]
     for axis, keep in filters.items():
@@ -101,4 +112,5 @@ def find_run(cfg: ExperimentConfig, run_id: str) -> RunSpec:
 
 def reference_run(spec: RunSpec) -> RunSpec:
     """The bf16 run that a `calib.reference: run` cell reads its target quantiles from."""
-    return RunSpec(spec.algo, spec.model, "bf16", NO_GRANULARITY, spec.seed)
+    cond = None if spec.condition is None else NO_CONDITION
+    return RunSpec(spec.algo, spec.model, "bf16", NO_GRANULARITY, spec.seed, cond)

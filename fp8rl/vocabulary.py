@@ -11,12 +11,15 @@ from dataclasses import dataclass
 
 # ------------------------------------------------------------------------------------------ the matrix
 
-TIERS = ("smoke", "cpu", "paper")
+TIERS = ("smoke", "mechanism", "stress", "small", "paper")
 ALGORITHMS = ("grpo", "dapo")
 VARIANTS = ("bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib")
 # Recipe-level FP8 granularities (a run id's granularity); `bf16` runs use NO_GRANULARITY.
 GRANULARITIES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
 NO_GRANULARITY = "none"
+# A study tier's matrix may repeat every fp8 run under named FP8 conditions (format, noise dose, KV cache):
+# the condition is then part of the run id, and bf16 runs have condition NO_CONDITION.
+NO_CONDITION = "none"
 
 
 @dataclass(frozen=True)

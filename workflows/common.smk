@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fp8rl.config import TRAIN_SECTIONS
 from fp8rl.matrix import RunSpec, expand_matrix, reference_run
-from fp8rl.vocabulary import ALGORITHMS, GRANULARITIES, NO_GRANULARITY, VARIANTS
+from fp8rl.vocabulary import ALGORITHMS, GRANULARITIES, NO_CONDITION, NO_GRANULARITY, VARIANTS
 from fp8rl.config_loader import ConfigError, key_lines, parse_yaml, validate_config
 from fp8rl.engine.tasks import config_problems
 from fp8rl.io import atomic_write_text
@@ -38,7 +38,12 @@ R = f"{CFG.results_dir}/{CFG.tier}"
 # The software of host-run rules for `--software-deployment-method conda` (relative to workflows/).
 CONDA_ENV = "envs/fp8rl.yaml"
 RUNS = expand_matrix(CFG)
-RUN = "{algo}/{model}/{variant}/{granularity}/seed{seed}"
+# A matrix with FP8 conditions (study tiers) has the condition in its run ids (fp8rl.matrix).
+RUN = (
+    "{algo}/{model}/{variant}/{granularity}/{condition}/seed{seed}"
+    if CFG.matrix.conditions
+    else "{algo}/{model}/{variant}/{granularity}/seed{seed}"
+)
 # The run directory of the wildcards' run (fp8rl.rundir names its files).
 RUN_DIR = RunDir.of(runs_dir(CFG.results_dir, CFG.tier), RUN)
 
@@ -64,6 +69,7 @@ wildcard_constraints:
     model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     variant="|".join(VARIANTS),
     granularity="|".join((NO_GRANULARITY, *GRANULARITIES)),
+    condition="|".join((NO_CONDITION, *(c.name for c in CFG.matrix.conditions))) or NO_CONDITION,
     seed=r"\d+",
 
 
@@ -111,10 +117,10 @@ TRAIN_COMMAND = "fp8rl verl train" if CFG.backend == "verl" else "fp8rl train"
 # ----------------------------------------------------------------------------------- rerun triggers
 
 
-def section_digest(*sections, model=None):
+def section_digest(*sections, model=None, condition=None):
     """A short hash of the config sections a rule's output depends on. Passed as a param, so changing
     one of them reruns that rule (Snakemake's params trigger) and changing anything else does not."""
-    return CFG.section_digest(*sections, model=model)
+    return CFG.section_digest(*sections, model=model, condition=condition)
 
 
 # ------------------------------------------------------------------------------------------ runs
@@ -122,7 +128,12 @@ def section_digest(*sections, model=None):
 
 def run_spec(wildcards):
     return RunSpec(
-        wildcards.algo, wildcards.model, wildcards.variant, wildcards.granularity, int(wildcards.seed)
+        wildcards.algo,
+        wildcards.model,
+        wildcards.variant,
+        wildcards.granularity,
+        int(wildcards.seed),
+        wildcards.get("condition"),
     )
 
 

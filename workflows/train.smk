@@ -20,7 +20,9 @@ rule train:
         reference=lambda wildcards, input: (
             ["--reference", str(Path(input.reference).parent)] if "reference" in input.keys() else []
         ),
-        digest=lambda wildcards: section_digest(*TRAIN_SECTIONS, model=wildcards.model),
+        digest=lambda wildcards: section_digest(
+            *TRAIN_SECTIONS, model=wildcards.model, condition=wildcards.get("condition")
+        ),
     log:
         f"{R}/logs/train/{RUN}.log",
     benchmark:

@@ -6,7 +6,8 @@ variant's precision.
 - `fp8*`: the linears run the run's FP8 recipe (granularity, `fp8.format`) in the forward and both
   backward GEMMs (`fp8.gemms`), the rollout copy quantizes weights and activations per recipe
   (`fp8.rollout`, optional FP8 KV cache `fp8.kv_cache`), and AdamW keeps its moments in FP8
-  (`fp8.optimizer_state`, implementation `fp8.optimizer`).
+  (`fp8.optimizer_state`, implementation `fp8.optimizer`). `fp8.noise_scale` s scales the quantization
+  error of every one of those operands (x + s * (Q(x) - x)), the dose knob of the study tiers.
 Embeddings and `lm_head` stay high precision (as torchao and Transformer Engine recipes do).
 `as_bf16()` switches the policy's FP8 quantization off: inside it the linears compute the bf16-emulated
 GEMMs of the bf16 variant (what the BF16 shadow pass scores with). `runtime` is the FP8 layers' state (compile switch, GEMM
@@ -67,7 +68,7 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
     from fp8rl import fp8
 
     spec = run.spec
-    f = cfg.fp8
+    f = cfg.fp8_for(run.condition)
     recipe = None
     if spec.fp8:
         recipe = fp8.get_recipe(
@@ -77,6 +78,7 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
             amax_compute_algo=f.amax_compute_algo,
         )
     runtime = fp8.FP8Runtime.from_env()
+    runtime.noise_scale = f.noise_scale if spec.fp8 else 1.0
     if spec.fp8 and f.gemms:
         fp8.convert_to_fp8(model, recipe, skip=SKIP, runtime=runtime)
     else:
@@ -94,12 +96,17 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
         eps=1e-8,
         fp8_state=bool(spec.fp8 and f.optimizer_state),
         impl=f.optimizer,
+        noise_scale=runtime.noise_scale,
     )
     device = module_device(model)
     backend = fp8.gemm_backend(device) if spec.fp8 else "none"
     # bf16 is emulated on every device (BF16Linear); FP8 is real only through `_scaled_mm` on FP8 hardware
     # for a recipe it computes exactly (blockwise and MX are emulated on the GPU too).
-    emulated = not (spec.fp8 and f.gemms and backend == "scaled_mm" and recipe.scaled_mm_exact)
+    # A noise dose other than 1 is emulated too.
+    real = (
+        backend == "scaled_mm" and recipe is not None and recipe.scaled_mm_exact and runtime.noise_scale == 1
+    )
+    emulated = not (spec.fp8 and f.gemms and real)
 
     def as_bf16() -> AbstractContextManager:
         return fp8.quantization_disabled(model, as_bf16=True)

@@ -189,7 +189,9 @@ class Trainer:
 
     def _train_digest(self) -> str:
         """What the run's result depends on: a checkpoint resumes only while this still matches."""
-        return self.cfg.section_digest(*TRAIN_SECTIONS, model=self.run_spec.model)
+        return self.cfg.section_digest(
+            *TRAIN_SECTIONS, model=self.run_spec.model, condition=self.run_spec.condition
+        )
 
     def _save(self, step: int) -> None:
         meta = {

@@ -28,6 +28,7 @@ class KVCacheQuantizer:
 
     fmt: str = "e4m3"
     granularity: str = "rowwise"
+    noise_scale: float = 1.0  # the FP8 noise dose (fp8rl.fp8.quantize.amplify_error)
     tiling: Tiling = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -40,7 +41,7 @@ class KVCacheQuantizer:
         object.__setattr__(self, "tiling", Tiling(self.granularity))
 
     def __call__(self, states: torch.Tensor) -> torch.Tensor:
-        return fake_quantize_tiled(states, self.fmt, self.tiling)
+        return fake_quantize_tiled(states, self.fmt, self.tiling, noise_scale=self.noise_scale)
 
 
 class FP8DynamicCache(DynamicCache):

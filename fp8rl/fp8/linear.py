@@ -43,11 +43,19 @@ def delayed_scale(t: torch.Tensor, spec: OperandSpec, hist: AmaxHistory | None) 
 
 
 def quantize_operand(
-    t: torch.Tensor, spec: OperandSpec, *, scale: torch.Tensor | None = None, compiled: bool = False
+    t: torch.Tensor,
+    spec: OperandSpec,
+    *,
+    scale: torch.Tensor | None = None,
+    compiled: bool = False,
+    noise_scale: float = 1.0,
 ) -> torch.Tensor:
     """`t` (contraction along its last dim) fake-quantized per `spec` in fp32; `scale` overrides the
-    dynamic scale (delayed scaling); `compiled` uses the `torch.compile`d kernel (same values)."""
-    return fake_quantize_tiled(t.float(), spec.format, spec.tiling, scale=scale, compiled=compiled)
+    dynamic scale (delayed scaling); `compiled` uses the `torch.compile`d kernel (same values);
+    `noise_scale` scales the quantization error (fp8rl.fp8.quantize.amplify_error)."""
+    return fake_quantize_tiled(
+        t.float(), spec.format, spec.tiling, scale=scale, compiled=compiled, noise_scale=noise_scale
+    )
 
 
 CUBLAS_MULTIPLE = 16  # cuBLASLt's FP8 GEMM needs every dim to be a multiple of 16
@@ -93,14 +101,18 @@ def fp8_gemm(
     b_quantized: torch.Tensor | None = None,
     counter: GemmCounter | None = None,
     compiled: bool = False,
+    noise_scale: float = 1.0,
 ) -> torch.Tensor:
     """`a · bᵀ` (a: [M, K], b: [N, K]) with both operands quantized along K per `spec`, fp32 result.
 
     `path` is the GEMM's path (fp8rl.fp8.backend.gemm_path: `scaled_mm` only for a `spec` that
     `_scaled_mm` computes); `scale_a`/`scale_b` are given scales (delayed scaling; None: computed from
     the operand); `a_quantized`/`b_quantized` are already fake-quantized operands to reuse, which makes
-    the GEMM emulated. `counter` records the path that ran; `compiled` as in `quantize_operand`."""
+    the GEMM emulated. `counter` records the path that ran; `compiled` and `noise_scale` as in
+    `quantize_operand` (`noise_scale` != 1 needs the emulated path)."""
     reused = a_quantized is not None or b_quantized is not None
+    if path == "scaled_mm" and noise_scale != 1.0:
+        raise ValueError("fp8_gemm: noise_scale != 1 is emulated only; use path='emulated'")
     if path == "scaled_mm" and not reused:
         qa, sa = quantize_tiled(a.float(), spec.a.format, spec.a.tiling, scale=scale_a)
         qb, sb = quantize_tiled(b.float(), spec.b.format, spec.b.tiling, scale=scale_b)
@@ -117,9 +129,9 @@ def fp8_gemm(
         return _scaled_mm_padded(qa, qb, inv_a, inv_b, out_dtype, multiple).float()
     fa, fb = a_quantized, b_quantized
     if fa is None:
-        fa = quantize_operand(a, spec.a, scale=scale_a, compiled=compiled)
+        fa = quantize_operand(a, spec.a, scale=scale_a, compiled=compiled, noise_scale=noise_scale)
     if fb is None:
-        fb = quantize_operand(b, spec.b, scale=scale_b, compiled=compiled)
+        fb = quantize_operand(b, spec.b, scale=scale_b, compiled=compiled, noise_scale=noise_scale)
     if counter is not None:
         counter.add("emulated")
     return fa @ fb.t()
@@ -142,10 +154,19 @@ class _FP8LinearFn(torch.autograd.Function):
         sx = delayed_scale(x2, out.a, h.get("input"))
         sw = delayed_scale(weight, out.b, h.get("weight"))
         emulate = path == "emulated"
-        x_q = quantize_operand(x2, out.a, scale=sx, compiled=rt.compiled) if emulate else None
-        w_q = quantize_operand(weight, out.b, scale=sw, compiled=rt.compiled) if emulate else None
+        noise = rt.noise_scale
+        x_q = (
+            quantize_operand(x2, out.a, scale=sx, compiled=rt.compiled, noise_scale=noise)
+            if emulate
+            else None
+        )
+        w_q = (
+            quantize_operand(weight, out.b, scale=sw, compiled=rt.compiled, noise_scale=noise)
+            if emulate
+            else None
+        )
         y = fp8_gemm(x2, weight, out, path=path, scale_a=sx, scale_b=sw, a_quantized=x_q, b_quantized=w_q,
-                     counter=rt.gemms, compiled=rt.compiled)  # fmt: skip
+                     counter=rt.gemms, compiled=rt.compiled, noise_scale=noise)  # fmt: skip
         if bias is not None:
             y = y + bias.float()
         keep_x = x_q if x_q is not None and _reusable(out.a, gw.b) else None
@@ -165,19 +186,19 @@ class _FP8LinearFn(torch.autograd.Function):
         sdy = delayed_scale(dy2, gi.a, layer.amax_histories.get("grad_output"))
         dy_q = None
         if gi_path == gw_path == "emulated" and _reusable(gi.a, gw.a):
-            dy_q = quantize_operand(dy2, gi.a, scale=sdy, compiled=rt.compiled)
+            dy_q = quantize_operand(dy2, gi.a, scale=sdy, compiled=rt.compiled, noise_scale=rt.noise_scale)
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
             dx2 = fp8_gemm(dy2, weight.t(), gi, path=gi_path, scale_a=sdy, scale_b=sw, a_quantized=dy_q,
                            b_quantized=None if w_q is None else w_q.t(), counter=rt.gemms,
-                           compiled=rt.compiled)  # fmt: skip
+                           compiled=rt.compiled, noise_scale=rt.noise_scale)  # fmt: skip
             dx = round_to_bf16(dx2).reshape(ctx.x_shape).to(dy.dtype)
         if ctx.needs_input_grad[1]:
             xt = x_q.t() if x_q is not None else x2.t()
             dw = fp8_gemm(dy2.t(), xt, gw, path=gw_path, scale_a=sdy, scale_b=sx,
                           a_quantized=None if dy_q is None else dy_q.t(),
                           b_quantized=None if x_q is None else xt, counter=rt.gemms,
-                          compiled=rt.compiled)  # fmt: skip
+                          compiled=rt.compiled, noise_scale=rt.noise_scale)  # fmt: skip
             dw = dw.to(weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2.sum(0).to(weight.dtype)
@@ -281,7 +302,10 @@ class FP8Linear(QuantizedLinearBase):
 
     def _resolve_paths(self) -> None:
         device = self.weight.device
-        auto = gemm_backend(device) if self.recipe.scaled_mm_exact else "emulated"
+        # `_scaled_mm` computes real FP8 products: a recipe it cannot compute exactly, or a noise dose
+        # other than 1, is emulated.
+        exact = self.recipe.scaled_mm_exact and self.runtime.noise_scale == 1.0
+        auto = gemm_backend(device) if exact else "emulated"
         self.backend = self._asked_backend or auto
         out, gi, gw = (gemm_path(g, self.backend, device) for g in self.recipe.gemms())
         self.gemm_paths = (out, gi, gw)

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 import torch
 
-from fp8rl.fp8.quantize import dequantize, quantize
+from fp8rl.fp8.quantize import amplify_error, dequantize, quantize
 from fp8rl.vocabulary import FP8_OPTIMIZERS as IMPLS
 
 
@@ -56,6 +56,7 @@ class BlockwiseFP8AdamW(torch.optim.Optimizer):
         weight_decay: float = 0.0,
         *,
         block: int = 128,
+        noise_scale: float = 1.0,
     ) -> None:
         if lr <= 0:
             raise ValueError(f"lr: must be positive, got {lr}")
@@ -67,8 +68,13 @@ class BlockwiseFP8AdamW(torch.optim.Optimizer):
             )
         if block <= 0:
             raise ValueError(f"block: must be positive, got {block}")
+        if not noise_scale > 0:
+            raise ValueError(f"noise_scale: must be > 0, got {noise_scale}")
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
         self.block = block
+        # The FP8 noise dose: with s != 1 the moments are kept as fp32 values m + s * (Q(m) - m) (scale 1)
+        # instead of e4m3 codes (emulation; fp8rl.fp8.quantize.amplify_error).
+        self.noise_scale = float(noise_scale)
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[override]
@@ -100,9 +106,21 @@ class BlockwiseFP8AdamW(torch.optim.Optimizer):
                     p.mul_(1.0 - lr * wd)
                 denom = (v / (1.0 - b2**t)).sqrt_().add_(eps)
                 p.addcdiv_((m / (1.0 - b1**t)).to(p.dtype), denom.to(p.dtype), value=-lr)
-                state["exp_avg"], state["exp_avg_scale"] = _quantize_state(m, self.block)
-                state["exp_avg_sq"], state["exp_avg_sq_scale"] = _quantize_state(v.sqrt_(), self.block)
+                state["exp_avg"], state["exp_avg_scale"] = self._store(m)
+                state["exp_avg_sq"], state["exp_avg_sq_scale"] = self._store(v.sqrt_(), nonnegative=True)
         return loss
+
+    def _store(self, t: torch.Tensor, *, nonnegative: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(codes, scales) of a moment: e4m3 tiles, or with a noise dose s != 1 the fp32 values
+        t + s * (Q(t) - t) with unit scales (clamped at 0 for sqrt(v), which cannot be negative)."""
+        q, scale = _quantize_state(t, self.block)
+        if self.noise_scale == 1.0:
+            return q, scale
+        noisy = amplify_error(t, _dequantize_state(q, scale, t), self.noise_scale)
+        if nonnegative:
+            noisy = noisy.clamp_(min=0.0)
+        tiles = _to_tiles(noisy, self.block)
+        return tiles, torch.ones(tiles.shape[0], 1, dtype=torch.float32, device=tiles.device)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """As `Optimizer.load_state_dict`, which casts floating state to the parameter's dtype; the e4m3
@@ -110,7 +128,7 @@ class BlockwiseFP8AdamW(torch.optim.Optimizer):
         super().load_state_dict(state_dict)
         for state in self.state.values():
             for key in ("exp_avg", "exp_avg_sq"):
-                if key in state:
+                if key in state and self.noise_scale == 1.0:
                     state[key] = state[key].to(torch.float8_e4m3fn)
             for key in ("exp_avg_scale", "exp_avg_sq_scale", "step"):
                 if key in state:
@@ -126,15 +144,21 @@ def build_adamw(
     eps: float = 1e-8,
     fp8_state: bool,
     impl: str = "torchao",
+    noise_scale: float = 1.0,
 ) -> torch.optim.Optimizer:
-    """AdamW for the trainer: fp32 moments, or FP8 moments through `impl` (module docstring)."""
+    """AdamW for the trainer: fp32 moments, or FP8 moments through `impl` (module docstring), with the
+    FP8 noise dose `noise_scale` (blockwise only)."""
     if impl not in IMPLS:
         raise ValueError(f"impl: unknown FP8 AdamW implementation {impl!r}; allowed: {', '.join(IMPLS)}")
     betas = (float(betas[0]), float(betas[1]))
     if not fp8_state:
         return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
     if impl == "blockwise":
-        return BlockwiseFP8AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        return BlockwiseFP8AdamW(
+            params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, noise_scale=noise_scale
+        )
+    if noise_scale != 1.0:
+        raise ValueError("noise_scale != 1 needs impl='blockwise' (torchao's AdamWFp8 has no noise dose)")
     try:
         from torchao.optim import AdamWFp8
     except ImportError as exc:  # pragma: no cover - torchao is a dependency

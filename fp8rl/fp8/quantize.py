@@ -186,15 +186,30 @@ def fake_quantize_tiled(
     *,
     scale: torch.Tensor | None = None,
     compiled: bool = False,
+    noise_scale: float = 1.0,
 ) -> torch.Tensor:
     """`fake_quantize` with the granularity already resolved into `tiling`; `compiled` runs the rounding
-    as one `torch.compile`d kernel (same values)."""
+    as one `torch.compile`d kernel (same values); `noise_scale` s returns x + s * (Q(x) - x)
+    (`amplify_error`)."""
     f = get_format(fmt)
     tiling.check(x)
     x = _inner_contiguous(x, tiling)
     if scale is None:
         scale = tensor_to_scale(x, f, tiling)
-    return _apply(x, scale, f, tiling, back=True, compiled=compiled).to(x.dtype)
+    return amplify_error(
+        x, _apply(x, scale, f, tiling, back=True, compiled=compiled).to(x.dtype), noise_scale
+    )
+
+
+def amplify_error(x: torch.Tensor, x_q: torch.Tensor, noise_scale: float) -> torch.Tensor:
+    """The FP8 noise dose of the mechanism and stress studies: `x + s * (x_q - x)`, the quantization
+    error of `x_q` scaled by `s` (`x_q` itself, bit for bit, at s = 1). Not a real FP8 value for s != 1:
+    those runs are emulated."""
+    if noise_scale == 1.0:
+        return x_q
+    if not noise_scale > 0.0:
+        raise ValueError(f"noise_scale: must be > 0, got {noise_scale}")
+    return x + noise_scale * (x_q - x)
 
 
 def dequantize_tiled(

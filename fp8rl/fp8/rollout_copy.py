@@ -64,7 +64,9 @@ class RolloutLinear(QuantizedLinearBase):
         self.weight_q = (
             round_to_bf16(w.float())
             if self.weight_spec is None
-            else quantize_operand(w, self.weight_spec, compiled=compiled)
+            else quantize_operand(
+                w, self.weight_spec, compiled=compiled, noise_scale=self.runtime.noise_scale
+            )
         )
 
     def quantized_forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -72,7 +74,7 @@ class RolloutLinear(QuantizedLinearBase):
         xq = (
             round_to_bf16(x.float())
             if self.act_spec is None
-            else quantize_operand(x, self.act_spec, compiled=compiled)
+            else quantize_operand(x, self.act_spec, compiled=compiled, noise_scale=self.runtime.noise_scale)
         )
         y = F.linear(xq, self.weight_q, None if self.bias is None else self.bias.float())
         return round_to_bf16(y).to(x.dtype)
@@ -144,7 +146,8 @@ def make_rollout_policy(
     rollout.eval()
     rollout.__class__ = _rollout_class(type(policy))
     rollout.rollout_recipe = recipe
-    rollout.kv_quantizer = (kv_quantizer or KVCacheQuantizer()) if kv_cache_fp8 else None
+    default_kv = KVCacheQuantizer(noise_scale=rt.noise_scale)
+    rollout.kv_quantizer = (kv_quantizer or default_kv) if kv_cache_fp8 else None
     if kv_cache_fp8:
         rollout.register_forward_pre_hook(_fp8_cache_hook, with_kwargs=True)
     return rollout

@@ -1,8 +1,8 @@
 """The mutable state of a model's FP8 linears, in one object its owner (the trainer) holds.
 
 `FP8Runtime` carries what used to be process-wide: whether fake quantization runs as one
-`torch.compile`d kernel (`compiled`), and how many FP8 GEMMs ran on each path (`gemms`, read by the
-throughput report). `convert_to_fp8(..., runtime=)` and `make_rollout_policy(..., runtime=)` hand it to
+`torch.compile`d kernel (`compiled`), how many FP8 GEMMs ran on each path (`gemms`, read by the
+throughput report), and the FP8 noise dose of the study tiers (`noise_scale`). `convert_to_fp8(..., runtime=)` and `make_rollout_policy(..., runtime=)` hand it to
 every layer they make, so two models converted with two runtimes keep separate counts; a model
 converted without one gets its own `FP8Runtime.from_env()`.
 """
@@ -46,6 +46,9 @@ class FP8Runtime:
 
     compiled: bool = False
     gemms: GemmCounter = field(default_factory=GemmCounter)
+    # The FP8 noise dose s: every operand these layers quantize becomes x + s * (Q(x) - x)
+    # (fp8rl.fp8.quantize.amplify_error); s != 1 forces the emulated GEMM path.
+    noise_scale: float = 1.0
 
     @classmethod
     def from_env(cls) -> FP8Runtime:
