@@ -373,6 +373,9 @@ class ConditionConfig(Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     fp8: dict[str, Any] = Field(min_length=1)
+    granularities: list[GranularityName] | None = Field(
+        None, description="the granularities this condition applies to (default: all of the matrix's)"
+    )
 
     @model_validator(mode="after")
     def _known_keys(self) -> ConditionConfig:
@@ -432,13 +435,25 @@ class MatrixConfig(Strict):
             raise ValueError(f"duplicate condition names: {', '.join(dup)}")
         return v
 
-    def conditions_for(self, variant: str) -> list[str | None]:
-        """The condition names of `variant`'s runs: None when the matrix has no conditions."""
+    @model_validator(mode="after")
+    def _conditions_apply(self) -> MatrixConfig:
+        fp8_grans = {g for v in self.variants if VARIANT_SPECS[v].fp8 for g in self.granularities_for(v)}
+        for c in self.conditions:
+            if c.granularities is not None and not set(c.granularities) & fp8_grans:
+                raise ValueError(
+                    f"conditions: {c.name!r} applies to granularities {c.granularities}, none of which an "
+                    f"fp8 run of this matrix has ({', '.join(sorted(fp8_grans)) or 'no fp8 variant'})"
+                )
+        return self
+
+    def conditions_for(self, variant: str, granularity: str) -> list[str | None]:
+        """The condition names of `variant`'s runs at `granularity`: None when the matrix has no
+        conditions, `none` for bf16 runs."""
         if not self.conditions:
             return [None]
         if not VARIANT_SPECS[variant].fp8:
             return [NO_CONDITION]
-        return [c.name for c in self.conditions]
+        return [c.name for c in self.conditions if c.granularities is None or granularity in c.granularities]
 
     def granularities_for(self, variant: str) -> list[str]:
         if not VARIANT_SPECS[variant].fp8:

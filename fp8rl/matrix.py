@@ -90,7 +90,7 @@ def expand_matrix(cfg: ExperimentConfig, **filters: list[str] | None) -> list[Ru
         for model in m.models
         for variant in m.variants
         for gran in m.granularities_for(variant)
-        for cond in m.conditions_for(variant)
+        for cond in m.conditions_for(variant, gran)
         for seed in m.seeds
     ]
     for axis, keep in filters.items():

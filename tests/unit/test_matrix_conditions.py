@@ -8,7 +8,10 @@ from fp8rl.config_loader import ConfigError, load_config
 from fp8rl.matrix import RunSpec, expand_matrix, find_run, reference_run
 
 ROOT = Path(__file__).resolve().parents[2]
-CONDITIONS = "[{name: s2, fp8: {noise_scale: 2.0}}, {name: e5m2, fp8: {format: e5m2, kv_cache: false}}]"
+CONDITIONS = (
+    "[{name: s2, fp8: {noise_scale: 2.0}},"
+    " {name: e5m2, fp8: {format: e5m2, kv_cache: false}, granularities: [tensorwise, delayed]}]"
+)
 
 
 def _cfg(*extra):
@@ -34,6 +37,10 @@ def test_each_fp8_run_is_repeated_per_condition_and_bf16_runs_have_none():
     spec = find_run(cfg, "grpo/tiny/fp8_calib/tensorwise/e5m2/seed1")
     assert reference_run(spec).run_id == "grpo/tiny/bf16/none/none/seed1"
     assert [r.condition for r in expand_matrix(cfg, condition=["s2"])] == ["s2"] * 4
+    # a condition limited to some granularities: e5m2 only where the recipe's format applies
+    both = _cfg("matrix.granularities=[tensorwise,blockwise]")
+    conds = {(r.granularity, r.condition) for r in expand_matrix(both) if r.spec.fp8}
+    assert conds == {("tensorwise", "s2"), ("tensorwise", "e5m2"), ("blockwise", "s2")}
 
 
 def test_a_condition_overrides_the_fp8_section_and_the_digest():
