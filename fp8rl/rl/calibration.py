@@ -80,9 +80,9 @@ def reference_counts(
     adv = per_token("reference_counts", "advantages", advantages, m)
     check_finite("reference_counts", "ref_ratio", ref_ratio, m)
     pop_lo, pop_hi = _populations(adv, m, population)
-    r = ref_ratio.detach()
-    k = int(((r < 1.0 - clip_low) & pop_lo).sum())
-    k_hi = int(((r > 1.0 + clip_high) & pop_hi).sum())
+    fixed, r = ClipBounds.fixed(clip_low, clip_high), ref_ratio.detach()
+    k = int(((r < fixed.low) & pop_lo).sum())
+    k_hi = int(((r > fixed.high) & pop_hi).sum())
     return k, int(pop_lo.sum()), k_hi, int(pop_hi.sum())
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fp8rl.rl.bounds import ClipBounds
 from fp8rl.rl.calibration import calibrated_bounds, reference_counts
 from fp8rl.rl.diagnostics import clip_stats, phantom_low_neg
 
@@ -81,7 +82,7 @@ def ratio_noise_study(
     p, adv, delta, g = _synthetic_batch(setup)
     mask = torch.ones(delta.shape, dtype=torch.bool)
     r_ref = torch.exp(delta)
-    fixed = (1.0 - clip_low, 1.0 + clip_high)
+    fixed = ClipBounds.fixed(clip_low, clip_high)
     ref = clip_stats(r_ref, adv, mask, *fixed)
     _, ref_tokens, _, _ = reference_counts(
         r_ref, adv, mask, clip_low=clip_low, clip_high=clip_high, population=population
@@ -110,7 +111,7 @@ def ratio_noise_study(
             for name in ("clip/low_neg", "clip/high_pos"):
                 row[f"{case} {name}"] = stats[name]
             if case != "ref":
-                for name, value in phantom_low_neg(r, r_ref, adv, mask, lo, fixed[0]).items():
+                for name, value in phantom_low_neg(r, r_ref, adv, mask, lo, fixed.low).items():
                     row[f"{case} {name}"] = value
         rows.append(row)
     return rows
