@@ -9,7 +9,8 @@ A run of tier `T` lives in `{results_dir}/T/runs/{run id}/` (`runs_dir`, `RunDir
 - `summary.json`: written last, so its presence means the run finished (`build_summary` makes it);
 - `throughput.json`: per-phase seconds and tokens, one schema for both trainers (`throughput_record`);
 - `ratio_hist.json`: an FP8 run's FP8 vs BF16-shadow ratio histogram;
-- `checkpoint/`: the HF model (+ trainer state); `eval/lm_eval.json`, `eval/agent.json`: `fp8rl eval`.
+- `checkpoint/`: the HF model (+ trainer state); `eval/lm_eval.json`, `eval/agent.json`: `fp8rl eval`;
+- `run.lock`: present while a trainer holds the directory (`RunDir.lock`): one writer per run.
 
 Every other module takes these names from here; docs/interfaces.md documents the formats. Files are
 written atomically (fp8rl.io) except `metrics.jsonl`'s appends. The bf16 run's clip fractions are the
@@ -19,9 +20,14 @@ targets of a `calib.reference: run` cell: per step for the reference trainer
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +40,17 @@ SUMMARY_FILE = "summary.json"
 THROUGHPUT_FILE = "throughput.json"
 RATIO_HIST_FILE = "ratio_hist.json"
 CHECKPOINT_DIR = "checkpoint"
+LOCK_FILE = "run.lock"
 EVAL_DIR = "eval"
 # eval suite -> its result file, relative to the run directory
 EVAL_FILES = {"lm_eval": f"{EVAL_DIR}/lm_eval.json", "agent": f"{EVAL_DIR}/agent.json"}
 STATUSES = ("ok", "diverged", "failed")
 # throughput.json's phases, in report order (time/{phase}_s and tok/{phase} in metrics.jsonl)
 PHASES = ("rollout", "logprob", "train", "calib")
+
+
+class RunDirLocked(Exception):
+    """Another process holds the run directory's lock; the message names the directory and the holder."""
 
 
 def runs_dir(results_dir: str | Path, tier: str) -> Path:
@@ -82,6 +93,10 @@ class RunDir:
     def checkpoint(self) -> Path:
         return self.root / CHECKPOINT_DIR
 
+    @property
+    def lock_file(self) -> Path:
+        return self.root / LOCK_FILE
+
     def eval_file(self, suite: str) -> Path:
         """`eval/{suite}.json`; ValueError naming the known suites for another one."""
         if suite not in EVAL_FILES:
@@ -89,6 +104,34 @@ class RunDir:
                 f"no eval result file for suite {suite!r}; known suites: {', '.join(EVAL_FILES)}"
             )
         return self.root / EVAL_FILES[suite]
+
+    # -------------------------------------------------------------------------------------- lock
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the run directory exclusively for the body: one writer per run.
+
+        An exclusive `fcntl.flock` on `run.lock` (created, with its parent folders, when missing), taken
+        without waiting: if another process holds it, `RunDirLocked` names the holder (the pid, host and
+        start time it wrote into the file) and nothing else is touched. The kernel releases the lock
+        when the holder's process ends, however it ends; a lock file left by a killed holder is simply
+        taken over. On exit the lock file is removed, and so are the folders this call created if they
+        are still empty (a run refused before it wrote anything leaves nothing behind).
+        """
+        first_new = _first_missing(self.root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = _acquire(self.lock_file)
+        try:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()} since {stamp}\n".encode())
+            yield
+        finally:
+            # unlink before unlocking: a process that opened the old file then sees it is stale (_acquire)
+            self.lock_file.unlink(missing_ok=True)
+            os.close(fd)
+            if first_new is not None:
+                _remove_empty(self.root, up_to=first_new)
 
     # ----------------------------------------------------------------------------------- writers
 
@@ -144,6 +187,49 @@ class RunDir:
 
     def read_throughput(self) -> dict:
         return _read_object(self.throughput)
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of `path` (itself included) that does not exist yet, or None."""
+    missing = None
+    for p in (path, *path.parents):
+        if p.exists():
+            break
+        missing = p
+    return missing
+
+
+def _remove_empty(path: Path, *, up_to: Path) -> None:
+    """Remove `path` and its parents up to `up_to` (included) while they are empty."""
+    for p in (path, *path.parents):
+        try:
+            p.rmdir()
+        except OSError:  # not empty (or gone): what is left belongs to someone
+            return
+        if p == up_to:
+            return
+
+
+def _acquire(path: Path) -> int:
+    """An open descriptor of `path` holding its exclusive flock; `RunDirLocked` if another process has it."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 512).decode(errors="replace").strip() or "a process that has not said who"
+            os.close(fd)
+            raise RunDirLocked(
+                f"{path.parent}: already in use by another writer ({holder}; lock file {path}); "
+                "wait for that run to end or stop it, or use another --out"
+            ) from None
+        try:
+            current = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            return fd
+        os.close(fd)  # the holder removed this file as we locked it: lock the new one
 
 
 def _finite_only(row: dict) -> dict:

@@ -1,8 +1,11 @@
 """`fp8rl data`, `fp8rl sft`, `fp8rl train`: the reference trainer's commands (docs/interfaces.md).
 
 Arguments are checked before any work starts (a missing directory, a run id outside the config's
-matrix, an unknown task level: exit 2 with the problem named). `fp8rl train` exits 0 for a finished or
-a diverged run (summary.json says which) and non-zero when it crashes (status `failed`).
+matrix, an unknown task level: exit 2 with the problem named). `fp8rl train` holds its run directory
+locked for the whole run (`RunDir.lock`: a second trainer on the same `--out` exits 2 naming the
+holder), and refuses with exit 2 to resume a checkpoint whose `metrics.jsonl` is gone or damaged
+(`fp8rl.run_checks.resume_problem`). It exits 0 for a finished or a diverged run (summary.json says
+which) and non-zero when it crashes (status `failed`).
 """
 
 from __future__ import annotations
@@ -95,11 +98,28 @@ def cmd_train(args: argparse.Namespace) -> int:
             run_targets = reference_targets_by_step(args.reference, cfg.calib.population)
         except ValueError as exc:
             raise UsageError(f"--reference {exc}") from None
+    from fp8rl.rundir import RunDir, RunDirLocked
+
+    out = RunDir(args.out)
+    try:
+        with out.lock():
+            summary = _train_locked(args, cfg, run, out, base, data, run_targets)
+    except RunDirLocked as exc:
+        raise UsageError(str(exc)) from None
+    print(
+        f"{run.run_id}: {summary['status']} at step {summary['step']}/{summary['steps_planned']}"
+        + (f" ({summary['reason']})" if summary["reason"] else "")
+    )
+    return 0 if summary["status"] in ("ok", "diverged") else 1
+
+
+def _train_locked(args: argparse.Namespace, cfg, run, out, base: Path, data: Path, run_targets) -> dict:
+    """The run, with its directory locked: check that a checkpoint there can be resumed, then train."""
     from fp8rl.engine.checkpoint import CheckpointError, has_checkpoint, verify_checkpoint
     from fp8rl.engine.trainer import Trainer
-    from fp8rl.rundir import RunDir
+    from fp8rl.run_checks import resume_problem
 
-    ckpt = RunDir(args.out).checkpoint
+    ckpt = out.checkpoint
     if has_checkpoint(ckpt):
         try:
             meta = verify_checkpoint(ckpt)
@@ -109,26 +129,22 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"{ckpt}: holds run {meta.get('run_id')!r}, not {run.run_id!r}; use another --out"
             )
-
+        if problem := resume_problem(out, meta):
+            raise UsageError(problem)
     try:
         trainer = Trainer(
             cfg,
             run,
             base_dir=base,
             data_dir=data,
-            out_dir=Path(args.out),
+            out_dir=out.root,
             run_targets=run_targets,
             progress=not args.no_progress,
             device=args.device,
         )
     except ValueError as exc:  # e.g. CUDA asked for and none visible
         raise UsageError(str(exc)) from None
-    summary = trainer.run()
-    print(
-        f"{run.run_id}: {summary['status']} at step {summary['step']}/{summary['steps_planned']}"
-        + (f" ({summary['reason']})" if summary["reason"] else "")
-    )
-    return 0 if summary["status"] in ("ok", "diverged") else 1
+    return trainer.run()
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -3,7 +3,9 @@
 `fp8rl verl train` takes the arguments of `fp8rl train` (docs/interfaces.md) and writes the same run
 directory: it checks that verl can run the cell, writes verl's inputs and job script, runs the script
 (Ray across the Slurm allocation, verl, the HF checkpoint), then imports verl's log and writes the
-summary and throughput files (fp8rl.adapters.verl_run). `--dry-run` stops before running it.
+summary and throughput files (fp8rl.adapters.verl_run). `--dry-run` stops before running it. Like
+`fp8rl train`, it holds the run directory locked throughout (`RunDir.lock`): a second one on the same
+`--out` exits 2 naming the holder.
 """
 
 from __future__ import annotations
@@ -61,10 +63,21 @@ def cmd_import_metrics(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from fp8rl.adapters.verl_run import finish_run, run_script, write_run_files
+    from fp8rl.rundir import RunDir, RunDirLocked
 
     cfg, spec = _setup(args)
     paths = _paths(cfg, spec, args)
+    try:
+        with RunDir(paths.out).lock():
+            return _train_locked(args, cfg, spec, paths)
+    except RunDirLocked as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _train_locked(args: argparse.Namespace, cfg, spec, paths) -> int:
+    """Write verl's inputs, run the job script and import its log, with the run directory locked."""
+    from fp8rl.adapters.verl_run import finish_run, run_script, write_run_files
+
     try:
         script = write_run_files(
             cfg, spec, paths, data=Path(args.data),

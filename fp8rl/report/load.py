@@ -7,7 +7,9 @@ docs/interfaces.md): `summary.json`, `metrics.jsonl`, `throughput.json`, `eval/l
 - `runs`: one row per matrix cell: the run id columns, `status` (`ok` | `diverged` | `failed` |
   `missing`), `reason`, `step`, `steps_planned`, `malformed_lines`, and the throughput labels
   (`emulated`, `device`, `fp8_backend`). A cell with no readable `summary.json` is `missing`, with the
-  reason; a run is never dropped.
+  reason; so is a run whose files contradict each other (a `summary.json` of the wrong types, or
+  `metrics.jsonl` cut short, with a step twice or out of order, or not ending where the summary says:
+  fp8rl.run_checks), whose numbers therefore never enter a mean. A run is never dropped.
 - `values`: the tidy frame: run id columns + `status`, `source`, `step`, `metric`, `value`, `stderr`.
   `source` is `train` (one row per metric per step of `metrics.jsonl`; `step` set), `lm_eval` / `agent`
   (`metric` = `{task}/{metric}`, `stderr` where given) or `throughput` (`step_time_s`, `peak_mem_mb`,
@@ -15,10 +17,11 @@ docs/interfaces.md): `summary.json`, `metrics.jsonl`, `throughput.json`, `eval/l
 - `problems`: one line per piece of data that could not be used, naming the file (and line).
 - `ratio_hists`: run id → its FP8 vs BF16-shadow ratio histogram (`fp8rl.rl.ratio_hist`).
 
-Malformed `metrics.jsonl` lines are **skipped and counted**, not fatal: a line that is not JSON, not an
-object, lacks an integer `step`, or holds a value that is not a number is left out, counted in the run's
+Malformed `metrics.jsonl` lines are **skipped and counted**, not fatal: a line that is not UTF-8 or not
+JSON, not an object, lacks an integer `step`, or holds a value that is not a number is left out, counted in the run's
 `malformed_lines`, and listed in `problems` as `path:line: why`; the report shows both. A report is the
-DAG's last rule and must still describe the runs that are fine. Metric values may be NaN or ±inf
+DAG's last rule and must still describe the runs that are fine: a run file that is not UTF-8, not JSON
+or holds a value of the wrong type is a named problem, never a crash. Metric values may be NaN or ±inf
 (`NaN`/`Infinity` tokens, as a diverging run logs them); `null` means absent.
 """
 
@@ -34,6 +37,8 @@ import pandas as pd
 
 from fp8rl.config import ExperimentConfig
 from fp8rl.matrix import RunSpec
+from fp8rl.rl.ratio_hist import KEYS as HIST_KEYS
+from fp8rl.run_checks import history_problems, summary_problems
 from fp8rl.rundir import EVAL_FILES, RunDir
 from fp8rl.rundir import STATUSES as RUN_STATUSES
 from fp8rl.rundir import runs_dir as tier_runs_dir
@@ -66,30 +71,34 @@ def read_metrics(path: Path) -> tuple[list[dict], list[str]]:
     """Parse metrics.jsonl, skipping malformed lines; returns (rows, problems with file:line)."""
     rows: list[dict] = []
     problems: list[str] = []
-    with open(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                problems.append(f"{where}: malformed JSON ({exc.msg}, column {exc.colno}); line skipped")
-                continue
-            if not isinstance(obj, dict):
-                problems.append(f"{where}: not a JSON object; line skipped")
-                continue
-            step = obj.get("step")
-            if not isinstance(step, int) or isinstance(step, bool):
-                problems.append(f"{where}: no integer 'step'; line skipped")
-                continue
-            bad = [k for k, v in obj.items() if v is not None and not _is_number(v)]
-            if bad:
-                problems.append(f"{where}: non-numeric value for {', '.join(map(repr, bad))}; line skipped")
-                continue
-            rows.append(
-                {k: float(v) for k, v in obj.items() if v is not None and k != "step"} | {"step": step}
-            )
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return [], [f"{path}: unreadable ({exc.strerror or exc}); file ignored"]
+    for lineno, raw in enumerate(data.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            problems.append(f"{where}: not UTF-8 text (corrupt bytes); line skipped")
+            continue
+        except json.JSONDecodeError as exc:
+            problems.append(f"{where}: malformed JSON ({exc.msg}, column {exc.colno}); line skipped")
+            continue
+        if not isinstance(obj, dict):
+            problems.append(f"{where}: not a JSON object; line skipped")
+            continue
+        step = obj.get("step")
+        if not isinstance(step, int) or isinstance(step, bool):
+            problems.append(f"{where}: no integer 'step'; line skipped")
+            continue
+        bad = [k for k, v in obj.items() if v is not None and not _is_number(v)]
+        if bad:
+            problems.append(f"{where}: non-numeric value for {', '.join(map(repr, bad))}; line skipped")
+            continue
+        rows.append({k: float(v) for k, v in obj.items() if v is not None and k != "step"} | {"step": step})
     return rows, problems
 
 
@@ -97,8 +106,8 @@ def _read_json(path: Path, problems: list[str]) -> dict | None:
     if not path.is_file():
         return None
     try:
-        obj = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        obj = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError or UnicodeDecodeError
         problems.append(f"{path}: unreadable JSON ({exc}); file ignored")
         return None
     if not isinstance(obj, dict):
@@ -107,24 +116,20 @@ def _read_json(path: Path, problems: list[str]) -> dict | None:
     return obj
 
 
-def _summary_status(run: RunDir, problems: list[str]) -> dict:
-    """status, reason, step, steps_planned from summary.json (`missing` when there is none to trust)."""
+def _summary_status(run: RunDir, problems: list[str]) -> tuple[dict, dict | None]:
+    """(status, reason, step, steps_planned from summary.json, the summary when it is usable): `missing`
+    when there is none to trust."""
     if not run.root.is_dir():
-        return {"status": "missing", "reason": "no run directory"}
+        return {"status": "missing", "reason": "no run directory"}, None
     summary = _read_json(run.summary, problems)
     name = run.summary.name
     if summary is None:
-        return {"status": "missing", "reason": f"no readable {name}"}
-    status = summary.get("status")
-    if status not in RUN_STATUSES:
-        problems.append(f"{run.summary}: unknown status {status!r}; run counted as missing")
-        return {"status": "missing", "reason": f"unknown status {status!r} in {name}"}
-    return {
-        "status": status,
-        "reason": summary.get("reason"),
-        "step": summary.get("step"),
-        "steps_planned": summary.get("steps_planned"),
-    }
+        return {"status": "missing", "reason": f"no readable {name}"}, None
+    if wrong := summary_problems(summary):
+        problems += [f"{run.summary}: {w}; run counted as missing" for w in wrong]
+        return {"status": "missing", "reason": f"{name}: {wrong[0]}"}, None
+    row = {k: summary[k] for k in ("status", "reason", "step", "steps_planned")}
+    return row, summary
 
 
 def _eval_values(path: Path, suite: str, problems: list[str]) -> list[dict]:
@@ -132,7 +137,11 @@ def _eval_values(path: Path, suite: str, problems: list[str]) -> list[dict]:
     if obj is None:
         return []
     out = []
-    for i, res in enumerate(obj.get("results") or []):
+    results = obj.get("results")
+    if not isinstance(results, list):
+        problems.append(f"{path}: 'results' is not a list; file ignored")
+        return []
+    for i, res in enumerate(results):
         ok = isinstance(res, dict) and res.get("task") and res.get("metric") and _is_number(res.get("value"))
         if not ok:
             problems.append(f"{path}: results[{i}] lacks task/metric/numeric value; entry ignored")
@@ -155,18 +164,38 @@ def _throughput(path: Path, problems: list[str]) -> tuple[dict, list[dict]]:
     if obj is None:
         return {}, []
     labels = {k: obj.get(k) for k in ("emulated", "device", "fp8_backend")}
+    phases = obj.get("phases") or {}
+    wrong = [k for k in ("device", "fp8_backend") if not isinstance(labels[k], str | None)]
+    wrong += ["emulated"] if not isinstance(labels["emulated"], bool | None) else []
+    wrong += ["phases"] if not isinstance(phases, dict) else []
+    if wrong:
+        problems.append(f"{path}: wrong type for {', '.join(map(repr, wrong))}; file ignored")
+        return {}, []
     vals = [
         {"source": "throughput", "metric": k, "value": float(obj[k])}
         for k in ("step_time_s", "peak_mem_mb")
         if _is_number(obj.get(k))
     ]
-    for phase, d in (obj.get("phases") or {}).items():
+    for phase, d in phases.items():
         if not isinstance(d, dict):
             continue
         for k in ("seconds", "tokens", "tokens_per_s"):
             if _is_number(d.get(k)):
                 vals.append({"source": "throughput", "metric": f"{phase}/{k}", "value": float(d[k])})
     return labels, vals
+
+
+def _hist_ok(hist: dict) -> bool:
+    """`ratio_hist.json` has numeric `edges` and, per key, one numeric count per bucket (len(edges) + 1)."""
+    edges, counts = hist.get("edges"), hist.get("counts")
+    if not (isinstance(edges, list) and edges and all(_is_number(e) for e in edges)):
+        return False
+    if not (isinstance(counts, dict) and all(k in counts for k in HIST_KEYS)):
+        return False
+    return all(
+        isinstance(c, list) and len(c) == len(edges) + 1 and all(_is_number(x) for x in c)
+        for c in (counts[k] for k in HIST_KEYS)
+    )
 
 
 def load_run(spec: RunSpec, runs_dir: Path) -> tuple[dict, pd.DataFrame, list[str]]:
@@ -181,18 +210,22 @@ def load_run(spec: RunSpec, runs_dir: Path) -> tuple[dict, pd.DataFrame, list[st
         "granularity": spec.granularity,
         "seed": spec.seed,
     }
-    row = ids | _summary_status(run, problems) | {"malformed_lines": 0}
+    status, summary = _summary_status(run, problems)
+    row = ids | status | {"malformed_lines": 0}
     frames: list[pd.DataFrame] = []
 
-    if run.metrics.is_file():
-        rows, bad = read_metrics(run.metrics)
-        row["malformed_lines"] = len(bad)
-        problems += bad
-        if rows:
-            # long form straight from the lines: a logged NaN stays, an absent metric has no row
-            items = [(r["step"], k, v) for r in rows for k, v in r.items() if k != "step"]
-            long = pd.DataFrame(items, columns=["step", "metric", "value"])
-            frames.append(long.assign(source="train", stderr=math.nan))
+    rows, bad = read_metrics(run.metrics) if run.metrics.is_file() else ([], [])
+    row["malformed_lines"] = len(bad)
+    problems += bad
+    if summary is not None and (contradictions := history_problems(summary, rows, len(bad))):
+        was = row["status"]
+        problems += [f"{run.root}: {c}; run ({was}) counted as missing" for c in contradictions]
+        row |= {"status": "missing", "reason": f"inconsistent run files: {contradictions[0]}"}
+    if rows:
+        # long form straight from the lines: a logged NaN stays, an absent metric has no row
+        items = [(r["step"], k, v) for r in rows for k, v in r.items() if k != "step"]
+        long = pd.DataFrame(items, columns=["step", "metric", "value"])
+        frames.append(long.assign(source="train", stderr=math.nan))
 
     other: list[dict] = []
     for suite in EVAL_FILES:
@@ -220,7 +253,12 @@ def load_tier(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> RunS
         rows.append(row)
         hist_path = RunDir.of(runs_dir, spec.run_id).ratio_hist
         if hist_path.is_file() and (hist := _read_json(hist_path, probs)) is not None:
-            hists[spec.run_id] = hist
+            if _hist_ok(hist):
+                hists[spec.run_id] = hist
+            else:
+                probs.append(
+                    f"{hist_path}: not a ratio histogram (edges, counts per {', '.join(HIST_KEYS)}); file ignored"
+                )
         if not values.empty:
             frames.append(values)
         problems += probs

@@ -208,3 +208,23 @@ def test_cli_train_runs_the_job_script_and_imports(tmp_path, monkeypatch, steps,
     images = (tmp_path / "apptainer.log").read_text().split() if mode == "build" else []
     assert len(images) == (2 if mode == "build" else 0)  # trainer and merger ran in the train image
     assert all(i.endswith("/results/containers/train.sif") for i in images)
+
+
+def test_cli_train_refuses_a_run_directory_another_process_holds(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    hold = "import sys; from fp8rl.rundir import RunDir\nwith RunDir(sys.argv[1]).lock():\n print('held', flush=True); sys.stdin.read()"
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code = main(["verl", "train", "--config", str(PAPER), "--run", "grpo/qwen3-8b/fp8_tis/tensorwise/seed1",
+                     "--base", str(tmp_path / "b"), "--data", str(_data(tmp_path)), "--out", str(out), "--dry-run"])  # fmt: skip
+        assert code == 2
+        assert f"pid {holder.pid} on host" in capsys.readouterr().err
+        assert sorted(p.name for p in out.iterdir()) == ["run.lock"]  # no verl file written
+    finally:
+        holder.kill()
+        holder.wait()

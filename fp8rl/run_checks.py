@@ -1,0 +1,152 @@
+"""Does a run directory agree with itself? The checks that keep a damaged run from passing as a good one.
+
+Two readers need them:
+
+- the report (fp8rl.report.load): `summary_problems` checks the types of `summary.json`, and
+  `history_problems` checks `metrics.jsonl` against it: steps 1..N, strictly increasing, no step
+  twice; the summary's `step` is the last step written (a diverged run may stop one step past it, or,
+  through verl, be detected before it); the summary's `final` metrics are the last row's. A run that
+  fails them is not counted as a result;
+- `fp8rl train` before it resumes (`resume_problem`): the checkpoint remembers how many bytes of
+  `metrics.jsonl` it had written; if that history is gone or damaged, resuming would silently lose it
+  (or crash at the end, leaving no `summary.json`), so the command refuses and says what to do.
+
+The file formats are those of fp8rl.rundir and docs/interfaces.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from typing import Any
+
+from fp8rl.rundir import STATUSES, SUMMARY_FILE, RunDir
+
+AFRESH = "delete the run directory {root} to start the run afresh"
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+# ------------------------------------------------------------------------------------- the report
+
+
+def summary_problems(summary: dict) -> list[str]:
+    """What is wrong with the types of a `summary.json` object (empty when nothing is): `status` one of
+    the statuses, `reason` a string or null, `step` and `steps_planned` non-negative integers, `final` an
+    object of numbers (or nulls)."""
+    out = []
+    if summary.get("status") not in STATUSES:
+        out.append(f"status {summary.get('status')!r} is not one of {', '.join(STATUSES)}")
+    if not (summary.get("reason") is None or isinstance(summary.get("reason"), str)):
+        out.append(f"reason {summary.get('reason')!r} is not a string or null")
+    for key in ("step", "steps_planned"):
+        if not (_is_int(summary.get(key)) and summary[key] >= 0):
+            out.append(f"{key} {summary.get(key)!r} is not a non-negative integer")
+    final = summary.get("final")
+    if not isinstance(final, dict):
+        out.append(f"final {final!r} is not an object")
+    else:
+        bad = [k for k, v in final.items() if v is not None and not _is_number(v)]
+        if bad:
+            out.append(f"final has non-numeric values for {', '.join(map(repr, bad))}")
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if not (_is_number(a) and _is_number(b)):
+        return a == b
+    a, b = float(a), float(b)
+    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
+
+
+def history_problems(summary: dict, rows: list[dict], skipped: int = 0) -> list[str]:
+    """How `metrics.jsonl`'s rows (in file order, each with an integer `step`) contradict a type-checked
+    `summary.json` (empty when they agree). `skipped`: lines the reader left out as malformed; that
+    many steps may be absent without a word (they are counted as malformed already)."""
+    steps = [int(r["step"]) for r in rows]
+    out = []
+    twice = sorted(s for s, n in Counter(steps).items() if n > 1)
+    if twice:
+        out.append(f"{'steps' if len(twice) > 1 else 'step'} {_listed(twice)} written more than once")
+    back = next(((a, b) for a, b in zip(steps, steps[1:], strict=False) if b < a), None)
+    if back:
+        out.append(f"steps out of order: {back[1]} after {back[0]}")
+    last = steps[-1] if steps else 0
+    if steps and min(steps) < 1:
+        out.append(f"step {min(steps)} is not a step (steps count from 1)")
+    absent = sorted(set(range(1, max([last, *steps]) + 1)) - set(steps))
+    if len(absent) > skipped:
+        out.append(f"{'steps' if len(absent) > 1 else 'step'} {_listed(absent)} missing")
+    step, status = summary["step"], summary["status"]
+    # the reference trainer's diverged run stops at the step that went non-finite, which it never writes;
+    # verl's divergence is detected on the imported log, at or before its last step
+    fits = last >= step - 1 if status == "diverged" else last == step
+    if not fits:
+        where = f"ends at step {last}" if steps else "has no steps"
+        out.append(f"{SUMMARY_FILE} says step {step} ({status}) but the metrics {where}")
+    final = summary["final"]
+    if final and rows:
+        differ = [k for k, v in final.items() if v is not None and not _same(v, rows[-1].get(k))]
+        if differ:
+            shown = ", ".join(f"{k} {final[k]!r} vs {rows[-1].get(k)!r}" for k in differ[:3])
+            out.append(f"{SUMMARY_FILE}'s final metrics differ from the last step ({last}): {shown}")
+    elif final and any(v is not None for v in final.values()):
+        out.append(f"{SUMMARY_FILE} has final metrics but the metrics have no steps")
+    return out
+
+
+def _listed(steps: list[int], most: int = 5) -> str:
+    head = ", ".join(map(str, steps[:most]))
+    return head + (f" (+{len(steps) - most} more)" if len(steps) > most else "")
+
+
+# ------------------------------------------------------------------------------------ resuming
+
+
+def resume_problem(run: RunDir, meta: dict) -> str | None:
+    """Why a run directory cannot resume from its (verified) checkpoint, whose `state.json` is `meta`, or
+    None. The checkpoint recorded `step` and `metrics_offset`, the bytes of metrics.jsonl written by
+    then; those bytes must still be there and hold steps 1..step, one JSON object each. Bytes past the
+    offset (a line cut by a kill) are not checked: resuming cuts them off."""
+    afresh = AFRESH.format(root=run.root)
+    ckpt = run.checkpoint
+    step, offset = meta.get("step"), meta.get("metrics_offset")
+    if not (_is_int(step) and step >= 0 and _is_int(offset) and offset >= 0):
+        return f"{ckpt}: state.json lacks a valid step and metrics_offset; {afresh}"
+    if not run.metrics.is_file():
+        if offset == 0:
+            return None
+        return (
+            f"{run.metrics}: missing, but the checkpoint in {ckpt} was saved after step {step}; resuming "
+            f"would continue the run without its first {step} steps' metrics; {afresh}"
+        )
+    size = run.metrics.stat().st_size
+    if size < offset:
+        return (
+            f"{run.metrics}: {size} bytes, shorter than the {offset} bytes written by step {step} (the "
+            f"checkpoint in {ckpt}); the run's history is damaged; {afresh}"
+        )
+    with open(run.metrics, "rb") as fh:
+        kept = fh.read(offset)
+    for lineno, line in enumerate(kept.split(b"\n"), start=1):
+        if lineno > step:
+            if line.strip():
+                return f"{run.metrics}:{lineno}: more lines than the {step} steps of the checkpoint; {afresh}"
+            continue
+        try:
+            obj = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            obj = None
+        if not isinstance(obj, dict) or obj.get("step") != lineno or not _is_int(obj.get("step")):
+            return (
+                f"{run.metrics}:{lineno}: corrupt (expected the JSON record of step {lineno}); "
+                f"the run's history is damaged; {afresh}"
+            )
+    return None

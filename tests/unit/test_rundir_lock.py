@@ -1,0 +1,68 @@
+"""`RunDir.lock()`: one writer per run directory, held by a real second process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fp8rl.rundir import RunDir, RunDirLocked
+
+HOLD = (
+    "import sys; from fp8rl.rundir import RunDir\n"
+    "with RunDir(sys.argv[1]).lock():\n"
+    "    print('held', flush=True); sys.stdin.read()\n"
+)
+
+
+@pytest.fixture
+def holder(tmp_path):
+    """Start a process that holds `tmp_path/run`'s lock until killed; yields (run dir, process)."""
+    root = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(root)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout.readline().strip() == "held"
+    yield root, proc
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_second_holder_is_refused_with_the_first_named(holder):
+    root, proc = holder
+    with pytest.raises(RunDirLocked) as exc, RunDir(root).lock():
+        pass
+    msg = str(exc.value)
+    assert f"pid {proc.pid} on host " in msg and str(root) in msg and "run.lock" in msg
+    assert (root / "run.lock").is_file()  # the holder's lock is left as it was
+
+
+def test_a_killed_holder_releases_the_lock(holder):
+    root, proc = holder
+    os.kill(proc.pid, signal.SIGKILL)  # no cleanup runs: the lock file stays, the kernel drops the lock
+    proc.wait()
+    assert (root / "run.lock").is_file()
+    with RunDir(root).lock():
+        assert f"pid {os.getpid()} " in (root / "run.lock").read_text()
+    assert not (root / "run.lock").exists()
+
+
+def test_the_lock_is_released_on_an_exception_and_leaves_nothing_it_created(tmp_path):
+    root = tmp_path / "a" / "b" / "run"
+    with pytest.raises(RuntimeError), RunDir(root).lock():
+        assert (root / "run.lock").is_file()
+        raise RuntimeError("crash")
+    assert not (tmp_path / "a").exists()  # the folders it made are gone again: they stayed empty
+    with RunDir(root).lock():
+        (root / "metrics.jsonl").write_text("")
+    assert sorted(p.name for p in root.iterdir()) == ["metrics.jsonl"]  # a run's files stay
+
+
+def test_one_process_cannot_take_its_own_lock_twice(tmp_path):
+    run = RunDir(tmp_path / "run")
+    with run.lock(), pytest.raises(RunDirLocked, match=f"pid {os.getpid()}"), RunDir(Path(run.root)).lock():
+        pass
