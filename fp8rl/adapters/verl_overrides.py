@@ -246,7 +246,8 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
         ov["reward.reward_manager.name"] = "dapo"
         ov["algorithm.filter_groups.enable"] = algo.dynamic_sampling
         ov["algorithm.filter_groups.metric"] = "acc"
-        ov["algorithm.filter_groups.max_num_gen_batches"] = algo.max_resample_rounds + 1
+        # verl 0.9.1's v1 trainer ignores max_num_gen_batches; it bounds the generation batches in flight
+        ov["algorithm.filter_groups.max_inflight_gen_batches"] = algo.max_resample_rounds + 1
         ov["+reward.reward_kwargs.max_resp_len"] = sched.max_new_tokens
         ov["+reward.reward_kwargs.overlong_buffer_cfg.enable"] = algo.overlong_buffer_len > 0
         ov["+reward.reward_kwargs.overlong_buffer_cfg.len"] = algo.overlong_buffer_len
@@ -268,13 +269,26 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
 
 
 def deviations(cfg: ExperimentConfig, spec: RunSpec) -> list[str]:
-    """Where a verl run differs from the reference trainer's reading of the same config (recorded in
-    the run's summary so tables can say so)."""
+    """Every way a verl run differs from the variant the config asks for (as the reference trainer reads
+    it): recorded in the run's `verl_overrides.json` and `summary.json`, and listed by the report."""
     out = []
-    if spec.spec.fp8 and cfg.fp8.optimizer_state:
+    variant, algo = spec.spec, cfg.algorithm(spec.algo)
+    if variant.fp8 and cfg.fp8.rollout and spec.granularity != "blockwise":
+        out.append(
+            f"rollout FP8 is blockwise: verl quantizes vLLM's weights in 128x128 blocks (e4m3) whatever "
+            f"the training granularity ({spec.granularity})"
+        )
+    if variant.fp8 and cfg.fp8.rollout and cfg.fp8.format != "e4m3":
+        out.append(f"rollout FP8 format e4m3 (vLLM), not fp8.format {cfg.fp8.format!r}")
+    if variant.fp8 and cfg.fp8.optimizer_state:
         out.append("optimizer moments in bf16: verl's Megatron optimizer config exposes no FP8 Adam state")
-    if spec.spec.calib and cfg.calib.reference.mode == "run":
+    if variant.calib and cfg.calib.reference.mode == "run":
         out.append("calibration target: the bf16 run's mean clip fraction over its steps, not per step")
+    if isinstance(algo, DAPOConfig) and algo.dynamic_sampling:
+        out.append(
+            f"dynamic sampling refills dropped groups without a round cap: verl's v1 trainer bounds the "
+            f"generation batches in flight ({algo.max_resample_rounds + 1}), not max_resample_rounds"
+        )
     return out
 
 
