@@ -25,6 +25,7 @@ LOSS_MODULE = "fp8rl.adapters.verl_loss"
 LOSS_SPEC_ENV = "FP8RL_VERL_LOSS"
 CONFIG_NAME = "ppo_megatron_trainer"
 MAX_PROMPT_LENGTH = 2048
+VANILLA_MBRIDGE = True  # mbridge (verl's `mcore` extra) instead of Megatron-Bridge (its `megatron` extra)
 
 # fp8rl granularity -> Megatron `fp8_recipe` (TransformerConfig); rowwise has none.
 MEGATRON_RECIPES = {
@@ -210,6 +211,9 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
         f"{A}.megatron.tensor_model_parallel_size": par.tp,
         f"{A}.megatron.pipeline_model_parallel_size": par.pp,
         f"{A}.megatron.seed": spec.seed,
+        # verl 0.9.1 imports Megatron-Bridge (`megatron.bridge`) unless told to use mbridge, which the
+        # train image's lock holds (containers/train/requirements.lock; checked by the tests)
+        f"{A}.megatron.vanilla_mbridge": VANILLA_MBRIDGE,
         f"{A}.ppo_mini_batch_size": max(1, sched.prompts_per_step // sched.mini_batches),
         f"{A}.ppo_epochs": sched.ppo_epochs,
         f"{A}.use_dynamic_bsz": True,
