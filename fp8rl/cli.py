@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "fp8rl.commands.config",
     "fp8rl.commands.report",
     "fp8rl.commands.evaluate",
+    "fp8rl.commands.data",
     "fp8rl.commands.train",
     "fp8rl.commands.study",
     "fp8rl.commands.containers",

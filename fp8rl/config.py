@@ -129,6 +129,12 @@ class ModelConfig(Strict):
     params: str | None = Field(None, description="human-readable size, e.g. '8B'")
     nodes: int = Field(1, gt=0, description="cluster nodes for one training run")
     gpus_per_node: int = Field(0, ge=0)
+    revision: str | None = Field(
+        None, pattern=r"^[0-9a-f]{40}$", description="hub commit an `hf` model is pinned to (40 hex digits)"
+    )
+    bfcl_handler: str | None = Field(
+        None, description="bfcl-eval model handler for this model (paper tier: BFCL per model)"
+    )
 
     @model_validator(mode="after")
     def _source_fields(self) -> ModelConfig:
@@ -332,6 +338,26 @@ class Resources(Strict):
     mem_mb: int = Field(2000, gt=0)
     runtime: int = Field(30, gt=0, description="minutes")
     gpus: int = Field(0, ge=0)
+    partition: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]+$", description="Slurm partition; None = the site default"
+    )
+    retries: int = Field(
+        0, ge=0, description="resubmissions after a failure or time-out (a run resumes from its checkpoint)"
+    )
+
+
+class HubConfig(Strict):
+    """The shared Hugging Face cache (`HF_HOME`) that the login-node fetch rules fill and every compute
+    job reads offline (bound into the images)."""
+
+    home: str = Field("hf_home", description="HF_HOME, relative to the project unless it starts with '/'")
+
+    @field_validator("home")
+    @classmethod
+    def _home(cls, v: str) -> str:
+        if not SAFE_PATH.fullmatch(v) or ".." in v.split("/"):
+            raise ValueError(f"{v!r} is not a safe path (letters, digits, '_', '.', '-', '/'; no '..')")
+        return v
 
 
 class ContainersConfig(Strict):
@@ -341,7 +367,7 @@ class ContainersConfig(Strict):
     mode: Literal["none", "build", "prebuilt"] = "none"
     engine: Literal["docker", "podman"] = "docker"
     registry: str = "ghcr.io/fp8rl"
-    tag: str = "latest"
+    tag: str = Field("local", description="tag of images built here; `prebuilt` needs a sha256: digest")
     apptainer: bool = Field(True, description="convert images to Apptainer .sif files for clusters")
 
     @field_validator("registry")
@@ -364,7 +390,17 @@ class ContainersConfig(Strict):
                 f"tag {v!r} is neither an image tag (letters, digits, '_', '.', '-'; at most 128) "
                 "nor a digest (sha256:<64 hex digits>)"
             )
+        if v == "latest":
+            raise ValueError("tag 'latest' moves: name a fixed tag, or a digest (sha256:<64 hex digits>)")
         return v
+
+    @model_validator(mode="after")
+    def _prebuilt_by_digest(self) -> ContainersConfig:
+        if self.mode == "prebuilt" and not self.tag.startswith("sha256:"):
+            raise ValueError(
+                f"mode 'prebuilt' pulls by digest: tag must be sha256:<64 hex digits>, got {self.tag!r}"
+            )
+        return self
 
 
 class ConditionConfig(Strict):
@@ -486,6 +522,7 @@ class ExperimentConfig(Strict):
         {"default": Resources()}, description=f"per rule: {', '.join(RESOURCE_RULES)}"
     )
     containers: ContainersConfig = ContainersConfig()
+    hub: HubConfig = HubConfig()
 
     @field_validator("results_dir")
     @classmethod

@@ -151,13 +151,35 @@ def image_location(cfg_containers: ContainersConfig, results_dir: str, name: str
     return "docker://" + image_ref(cc, name)
 
 
-def container_for(cfg, role: str) -> str | None:
-    """What a rule of `role` declares as `container:` (workflows/containers.smk): None to run on the host
-    (containers off; or the verl train rule, whose job script runs Ray and verl inside the train image on
-    every node itself), else the image's location (`image_location`)."""
+# Set in every image: the shared hub cache, read offline (the fetch rules filled it on the login node).
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def image_env(cfg) -> dict[str, str]:
+    """Environment of every job in an image: `HF_HOME` (config `hub.home`, absolute) and offline flags."""
+    return {"HF_HOME": str(Path(cfg.hub.home).resolve()), **OFFLINE_ENV}
+
+
+def apptainer_exec(cfg, image: str) -> str:
+    """`apptainer exec --nv` of `image` with the working directory and the hub cache bound and
+    `image_env` set, as a shell prefix (ends with a space)."""
+    import shlex
+
+    env = ",".join(f"{k}={v}" for k, v in image_env(cfg).items())
+    home = shlex.quote(image_env(cfg)["HF_HOME"])
+    return f'apptainer exec --nv --bind "$PWD" --bind {home} --env {shlex.quote(env)} {shlex.quote(image)} '
+
+
+def run_prefix(cfg, role: str) -> str:
+    """What a rule of `role` puts before its `fp8rl` command (workflows/containers.smk): nothing to run
+    on the host (containers off; or the verl train rule, whose job script enters the train image on every
+    node itself), else `apptainer exec` of the role's image. The rules enter their image themselves, so
+    Snakemake needs no container runtime to plan or submit (no `--software-deployment-method`), and no
+    job needs a Docker daemon: images are built or pulled by local rules on the login node."""
     if role == "train" and cfg.backend == "verl":
-        return None
-    return image_location(cfg.containers, cfg.results_dir, image_for_role(role))
+        return ""
+    loc = image_location(cfg.containers, cfg.results_dir, image_for_role(role))
+    return "" if loc is None else apptainer_exec(cfg, loc)
 
 
 def container_inputs(cfg, role: str) -> list[str]:

@@ -10,6 +10,7 @@ from fp8rl.matrix import RunSpec, expand_matrix, reference_run
 from fp8rl.vocabulary import ALGORITHMS, GRANULARITIES, NO_CONDITION, NO_GRANULARITY, VARIANTS
 from fp8rl.config_loader import ConfigError, key_lines, parse_yaml, validate_config
 from fp8rl.engine.tasks import config_problems
+from fp8rl.adapters.math_data import task_problems
 from fp8rl.io import atomic_write_text
 from fp8rl.rundir import RunDir, runs_dir
 
@@ -24,7 +25,7 @@ try:
         config,
         source=" + ".join(str(f) for f in workflow.configfiles) or "config",
         lines=_lines,
-        checks=[config_problems],
+        checks=[config_problems, task_problems],
     )
 except ConfigError as exc:
     print(f"error: {exc}", file=sys.stderr)
@@ -84,13 +85,20 @@ def threads_for(rule):
 
 
 def resources_for(rule):
-    """Snakemake resources of a rule: memory (MB), runtime (minutes) and GPUs (`gpu`, the name the
-    Slurm executor maps to --gpus)."""
+    """Snakemake resources of a rule: memory (MB), runtime (minutes), GPUs (`gpu`, the name the
+    Slurm executor maps to --gpus) and the Slurm partition when the config names one."""
     r = CFG.resources_for(RESOURCE_KEYS.get(rule, rule))
     out = {"mem_mb": r.mem_mb, "runtime": r.runtime}
     if r.gpus:
         out["gpu"] = r.gpus
+    if r.partition:
+        out["slurm_partition"] = r.partition
     return out
+
+
+def retries_for(rule):
+    """How often a failed or timed-out job of the rule is resubmitted (config `resources.*.retries`)."""
+    return CFG.resources_for(RESOURCE_KEYS.get(rule, rule)).retries
 
 
 def train_resources():
@@ -147,11 +155,18 @@ def needs_reference(spec):
     return spec.spec.calib and CFG.calib.reference.mode == "run"
 
 
+def base_record(model):
+    """The file that stands for a model's base checkpoint: `sft.json` of a scratch model's SFT, or the
+    `model.json` record of an `hf` model fetched into the hub cache (workflows/data.smk)."""
+    name = "model.json" if CFG.model(model).source == "hf" else "sft.json"
+    return f"{R}/base/{model}/{name}"
+
+
 def train_inputs(wildcards):
     spec = run_spec(wildcards)
     inputs = {
         "train": f"{R}/data/train.jsonl",
-        "base": f"{R}/base/{spec.model}/sft.json",
+        "base": base_record(spec.model),
     }
     if needs_reference(spec):
         inputs["reference"] = str(run_dir(reference_run(spec)).summary)

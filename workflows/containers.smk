@@ -2,12 +2,15 @@
 # record each image's id in {results_dir}/containers/{name}.json, convert it to an Apptainer .sif for
 # clusters, or pull prebuilt registry images instead (`containers.mode`: none | build | prebuilt).
 #
-# `container_for(role)` is what a rule's `container:` directive takes: None when containers are off
-# (the smoke/CI default: rules run on the host), the .sif path when `containers.apptainer` is on, else
-# the registry image. Rules that use a .sif made by this DAG list `container_inputs(role)` as an input
-# so that the image is built before them. The verl training launcher runs its Ray processes inside the
-# train image itself (`apptainer exec` on every node), so with `backend: verl` the train rule itself
-# runs on the host (`container_for("train")` is None) and the launcher finds the image on its own.
+# `in_image(role)` is the prefix a rule puts before its `fp8rl` command: empty when containers are off
+# (the smoke/CI default: rules run on the host), else `apptainer exec` of the role's image (the .sif when
+# `containers.apptainer` is on, else the registry image) with the hub cache bound and read offline.
+# Rules enter their image themselves, so Snakemake needs no container runtime to plan or submit. Rules
+# that use a .sif made by this DAG list `container_inputs(role)` as an input so that the image is built
+# before them. The verl training launcher runs its Ray processes inside the train image itself
+# (`apptainer exec` on every node), so with `backend: verl` the train rule's prefix is empty.
+# Building (docker buildx / podman) and converting images are local rules: they run on the login node
+# (or wherever a container engine is), never as cluster jobs.
 
 from functools import partial
 
@@ -16,13 +19,19 @@ import fp8rl.containers as images
 CONTAINER_DIR = f"{CFG.results_dir}/containers"
 IMAGES = images.IMAGES
 
-# container_for(role) -> image or None; container_inputs(role) -> [the .sif to wait for] or [].
-container_for = partial(images.container_for, CFG)
+# in_image(role) -> shell prefix or ""; container_inputs(role) -> [the .sif to wait for] or [].
+in_image = partial(images.run_prefix, CFG)
 container_inputs = partial(images.container_inputs, CFG)
 
 
 wildcard_constraints:
     image="|".join(IMAGES),
+
+
+localrules:
+    container_image,
+    container_sif,
+    containers,
 
 
 rule container_image:

@@ -1,8 +1,36 @@
 # Task data and the tier's base models.
+#
+# Hub downloads happen in local rules only (`fetch_data`, `fetch_model`: on the login node, the one
+# place with internet access), into the shared cache `hub.home`; every cluster job reads that cache
+# offline. The arithmetic task needs no download: `data` generates it.
+
+
+localrules:
+    fetch_data,
+    fetch_model,
+
+
+HUB_RECORD = f"{R}/data/hub.json"
+
+
+rule fetch_data:
+    """The training set and lm-eval's eval sets into hub.home, recorded with commits and file hashes."""
+    output:
+        HUB_RECORD,
+    params:
+        config=CONFIG_FILE,
+        digest=section_digest("task", "eval", "hub"),
+    log:
+        f"{R}/logs/fetch_data/fetch_data.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "fp8rl fetch data --config {params.config:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule data:
     input:
+        hub=[HUB_RECORD] if CFG.task.name != "arithmetic" else [],
         images=container_inputs("data"),
     output:
         train=f"{R}/data/train.jsonl",
@@ -11,6 +39,7 @@ rule data:
     params:
         config=CONFIG_FILE,
         out=lambda wildcards, output: Path(output.train).parent,
+        hub=lambda wildcards, input: ["--hub", input.hub[0]] if input.hub else [],
         digest=section_digest("task"),
     log:
         f"{R}/logs/data/data.log",
@@ -19,11 +48,27 @@ rule data:
     threads: threads_for("data")
     resources:
         **resources_for("data"),
-    container: container_for("data")
     conda:
         CONDA_ENV
     shell:
-        "fp8rl data --config {params.config:q} --out {params.out:q} > {log:q} 2>&1"
+        in_image("data") + "fp8rl data --config {params.config:q} --out {params.out:q} {params.hub:q}"
+        " > {log:q} 2>&1"
+
+
+rule fetch_model:
+    """A `source: hf` model at its pinned revision into hub.home; the record stands for its base model."""
+    output:
+        f"{R}/base/{{model}}/model.json",
+    params:
+        config=CONFIG_FILE,
+        digest=lambda wildcards: section_digest("hub", model=wildcards.model),
+    log:
+        f"{R}/logs/fetch_model/{{model}}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "fp8rl fetch model --config {params.config:q} --model {wildcards.model:q} --out {output:q}"
+        " > {log:q} 2>&1"
 
 
 rule sft:
@@ -44,9 +89,8 @@ rule sft:
     threads: threads_for("sft")
     resources:
         **resources_for("sft"),
-    container: container_for("train")
     conda:
         CONDA_ENV
     shell:
-        "fp8rl sft --config {params.config:q} --model {wildcards.model:q} --data {params.data:q}"
-        " --out {params.out:q} --no-progress > {log:q} 2>&1"
+        in_image("train") + "fp8rl sft --config {params.config:q} --model {wildcards.model:q}"
+        " --data {params.data:q} --out {params.out:q} --no-progress > {log:q} 2>&1"

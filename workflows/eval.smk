@@ -20,11 +20,11 @@ rule eval_lm:
     threads: threads_for("eval_lm")
     resources:
         **resources_for("eval_lm"),
-    container: container_for("eval")
+    retries: retries_for("eval_lm")
     conda:
         CONDA_ENV
     shell:
-        "fp8rl eval lm-eval --config {params.config:q} --checkpoint {params.checkpoint:q}"
+        in_image("eval") + "fp8rl eval lm-eval --config {params.config:q} --checkpoint {params.checkpoint:q}"
         " --data {params.data:q} --out {output:q} > {log:q} 2>&1"
 
 
@@ -47,9 +47,9 @@ rule eval_agent:
     threads: threads_for("eval_agent")
     resources:
         **resources_for("eval_agent"),
-    container: container_for("agent")
+    retries: retries_for("eval_agent")
     conda:
         CONDA_ENV
     shell:
-        "fp8rl eval agent --config {params.config:q} --checkpoint {params.checkpoint:q}"
+        in_image("agent") + "fp8rl eval agent --config {params.config:q} --checkpoint {params.checkpoint:q}"
         " --data {params.data:q} --out {output:q} > {log:q} 2>&1"

@@ -26,8 +26,7 @@ rule report:
     threads: threads_for("report")
     resources:
         **resources_for("report"),
-    container: container_for("report")
     conda:
         CONDA_ENV
     shell:
-        "fp8rl report --config {params.config:q} > {log:q} 2>&1"
+        in_image("report") + "fp8rl report --config {params.config:q} > {log:q} 2>&1"

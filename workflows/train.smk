@@ -30,9 +30,9 @@ rule train:
     threads: threads_for("train")
     resources:
         **train_resources(),
-    container: container_for("train")
     conda:
         CONDA_ENV
+    retries: retries_for("train")
     shell:
-        TRAIN_COMMAND + " --config {params.config:q} --run {params.run:q} --base {params.base:q}"
+        in_image("train") + TRAIN_COMMAND + " --config {params.config:q} --run {params.run:q} --base {params.base:q}"
         " --data {params.data:q} --out {params.out:q} {params.reference:q} --no-progress > {log:q} 2>&1"

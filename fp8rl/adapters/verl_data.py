@@ -2,7 +2,9 @@
 
 verl's `RLHFDataset` reads parquet rows with `prompt` (chat messages), `data_source` (which selects the
 rule-based scorer, see `verl_overrides.DATA_SOURCES`), `reward_model.ground_truth` and `extra_info`.
-fp8rl's data rows are `{"id", "level", "prompt", "answer"}` (docs/interfaces.md).
+fp8rl's data rows are `{"id", "level", "prompt", "answer"}` (docs/interfaces.md), plus `data_source` for
+rows converted from a hub dataset (fp8rl.adapters.math_data), which is kept. The prompt becomes one user
+message: verl applies the model's chat template to it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ def verl_rows(rows: list[dict], *, task: str, split: str) -> list[dict]:
             raise ValueError(f"{split} row {i + 1}: missing {', '.join(sorted(missing))}")
         out.append(
             {
-                "data_source": source,
+                "data_source": str(row.get("data_source") or source),
                 "prompt": [{"role": "user", "content": str(row["prompt"])}],
                 "ability": "math",
                 "reward_model": {"style": "rule", "ground_truth": str(row["answer"])},

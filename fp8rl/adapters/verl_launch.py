@@ -5,8 +5,14 @@ the script does what verl documents for multi-node training on Slurm: `ray start
 of `$SLURM_JOB_NODELIST`, `ray start --address` on the others (each through `srun --overlap` on that
 node), waits until every GPU has joined, then runs `python -m verl.trainer.main_ppo` on the head with
 `RAY_ADDRESS` set. Outside Slurm, or on one node, verl starts its own local Ray. With an image, each of
-those processes runs under `apptainer exec --nv`. Finally verl's model merger writes the last checkpoint
-in Hugging Face format to `{out}/checkpoint`.
+those processes runs under the given `apptainer exec` prefix (fp8rl.containers.apptainer_exec: the hub
+cache bound, read offline). Finally verl's model merger writes the last checkpoint in Hugging Face
+format to `{out}/checkpoint`.
+
+Each start of the script is one attempt with its own metrics log, `{out}/verl_logs/attempt-NNN.jsonl`:
+verl's file logger truncates the file it is given, and a resubmitted job resumes from the last
+checkpoint (`trainer.resume_mode: auto`), so earlier attempts' steps survive only in their own logs
+(merged on import, fp8rl.adapters.verl_metrics.import_logs).
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import shlex
 
 RAY_PORT = 6379
 RAY_JOIN_TIMEOUT_S = 600
+LOG_DIR = "verl_logs"  # one file-logger log per attempt, attempt-001.jsonl, attempt-002.jsonl, ...
+LOG_GLOB = "attempt-*.jsonl"
 
 
 def slurm_resources(nodes: int, gpus_per_node: int) -> dict[str, int | str]:
@@ -30,24 +38,32 @@ def render_script(
     out: str,
     nodes: int,
     gpus_per_node: int,
-    image: str | None = None,
+    prefix: str = "",
+    env: dict[str, str] | None = None,
     python: str = "python3",
     config_name: str = "ppo_megatron_trainer",
 ) -> str:
-    """The bash script that trains one run through verl (see the module docstring)."""
+    """The bash script that trains one run through verl (see the module docstring); `prefix` runs a
+    command in the image (empty: on the host), `env` is exported first (e.g. HF_HOME, offline flags)."""
     q = shlex.quote
-    prefix = f'apptainer exec --nv --bind "$PWD" {q(image)} ' if image else ""
+    log_env = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
     trainer = " \\\n    ".join(
-        [f"{prefix}{python} -m verl.trainer.main_ppo --config-name {config_name}"] + [q(o) for o in overrides]
+        [f"{prefix}{python} -m verl.trainer.main_ppo --config-name {config_name}"]
+        + [q(o) for o in overrides]
+        + [f'"{log_env}=$VERL_FILE_LOGGER_PATH"']
     )
+    exports = "".join(f"export {k}={q(v)}\n" for k, v in (env or {}).items())
+    logs = f"{out}/{LOG_DIR}"
     ckpt = f"{out}/verl_checkpoints"
     return f"""#!/usr/bin/env bash
 # fp8rl: verl training of {run_id} (written by `fp8rl verl train`; DO NOT EDIT, it is rewritten each run).
 set -euo pipefail
 export VERL_USE_EXTERNAL_MODULES=fp8rl.adapters.verl_loss
 export FP8RL_VERL_LOSS={q(out + "/verl_loss.json")}
-export VERL_FILE_LOGGER_PATH={q(out + "/verl_log.jsonl")}
 export HYDRA_FULL_ERROR=1
+{exports}mkdir -p {q(logs)}
+ATTEMPT=$(( $(find {q(logs)} -maxdepth 1 -name {q(LOG_GLOB)} | wc -l) + 1 ))
+export VERL_FILE_LOGGER_PATH={q(logs)}/attempt-$(printf %03d "$ATTEMPT").jsonl
 GPUS_PER_NODE={gpus_per_node}
 WANT_NODES={nodes}
 

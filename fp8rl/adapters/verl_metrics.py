@@ -81,9 +81,39 @@ def import_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, float | int]]:
 
 def import_log(verl_log: str | Path, out: str | Path) -> list[dict[str, float | int]]:
     """Read verl's file-logger JSONL and write fp8rl's `metrics.jsonl` (atomically); returns the rows."""
-    from fp8rl.io import atomic_write_jsonl, read_jsonl
+    return import_logs([verl_log], out)
 
-    rows = import_rows(read_jsonl(verl_log))
+
+def read_attempt_log(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of one attempt's log. A job killed mid-write leaves its last line cut short (no newline):
+    that line is dropped; any other malformed line raises ValueError naming the file and line."""
+    import json
+
+    text = Path(path).read_text()
+    lines = text.split("\n")
+    rows = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if lineno == len(lines) and not text.endswith("\n"):
+                break  # the cut-off last write of a killed attempt
+            raise ValueError(f"{path}:{lineno}: malformed JSON line ({exc.msg})") from None
+    return rows
+
+
+def import_logs(logs: Iterable[str | Path], out: str | Path) -> list[dict[str, float | int]]:
+    """Merge the logs of a run's attempts, oldest first, into one `metrics.jsonl`: every step any attempt
+    logged, once; a step logged again after a resume (the steps between the last checkpoint and the
+    end of the previous attempt are redone) keeps the later attempt's values."""
+    from fp8rl.io import atomic_write_jsonl
+
+    raw: list[dict[str, Any]] = []
+    for log in logs:
+        raw.extend(read_attempt_log(log))
+    rows = import_rows(raw)
     atomic_write_jsonl(out, rows)
     return rows
 

@@ -25,6 +25,7 @@ LOSS_MODULE = "fp8rl.adapters.verl_loss"
 LOSS_SPEC_ENV = "FP8RL_VERL_LOSS"
 CONFIG_NAME = "ppo_megatron_trainer"
 MAX_PROMPT_LENGTH = 2048
+VANILLA_MBRIDGE = True  # mbridge (verl's `mcore` extra) instead of Megatron-Bridge (its `megatron` extra)
 
 # fp8rl granularity -> Megatron `fp8_recipe` (TransformerConfig); rowwise has none.
 MEGATRON_RECIPES = {
@@ -210,6 +211,9 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
         f"{A}.megatron.tensor_model_parallel_size": par.tp,
         f"{A}.megatron.pipeline_model_parallel_size": par.pp,
         f"{A}.megatron.seed": spec.seed,
+        # verl 0.9.1 imports Megatron-Bridge (`megatron.bridge`) unless told to use mbridge, which the
+        # train image's lock holds (containers/train/requirements.lock; checked by the tests)
+        f"{A}.megatron.vanilla_mbridge": VANILLA_MBRIDGE,
         f"{A}.ppo_mini_batch_size": max(1, sched.prompts_per_step // sched.mini_batches),
         f"{A}.ppo_epochs": sched.ppo_epochs,
         f"{A}.use_dynamic_bsz": True,
@@ -246,7 +250,8 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
         ov["reward.reward_manager.name"] = "dapo"
         ov["algorithm.filter_groups.enable"] = algo.dynamic_sampling
         ov["algorithm.filter_groups.metric"] = "acc"
-        ov["algorithm.filter_groups.max_num_gen_batches"] = algo.max_resample_rounds + 1
+        # verl 0.9.1's v1 trainer ignores max_num_gen_batches; it bounds the generation batches in flight
+        ov["algorithm.filter_groups.max_inflight_gen_batches"] = algo.max_resample_rounds + 1
         ov["+reward.reward_kwargs.max_resp_len"] = sched.max_new_tokens
         ov["+reward.reward_kwargs.overlong_buffer_cfg.enable"] = algo.overlong_buffer_len > 0
         ov["+reward.reward_kwargs.overlong_buffer_cfg.len"] = algo.overlong_buffer_len
@@ -268,13 +273,26 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
 
 
 def deviations(cfg: ExperimentConfig, spec: RunSpec) -> list[str]:
-    """Where a verl run differs from the reference trainer's reading of the same config (recorded in
-    the run's summary so tables can say so)."""
+    """Every way a verl run differs from the variant the config asks for (as the reference trainer reads
+    it): recorded in the run's `verl_overrides.json` and `summary.json`, and listed by the report."""
     out = []
-    if spec.spec.fp8 and cfg.fp8.optimizer_state:
+    variant, algo = spec.spec, cfg.algorithm(spec.algo)
+    if variant.fp8 and cfg.fp8.rollout and spec.granularity != "blockwise":
+        out.append(
+            f"rollout FP8 is blockwise: verl quantizes vLLM's weights in 128x128 blocks (e4m3) whatever "
+            f"the training granularity ({spec.granularity})"
+        )
+    if variant.fp8 and cfg.fp8.rollout and cfg.fp8.format != "e4m3":
+        out.append(f"rollout FP8 format e4m3 (vLLM), not fp8.format {cfg.fp8.format!r}")
+    if variant.fp8 and cfg.fp8.optimizer_state:
         out.append("optimizer moments in bf16: verl's Megatron optimizer config exposes no FP8 Adam state")
-    if spec.spec.calib and cfg.calib.reference.mode == "run":
+    if variant.calib and cfg.calib.reference.mode == "run":
         out.append("calibration target: the bf16 run's mean clip fraction over its steps, not per step")
+    if isinstance(algo, DAPOConfig) and algo.dynamic_sampling:
+        out.append(
+            f"dynamic sampling refills dropped groups without a round cap: verl's v1 trainer bounds the "
+            f"generation batches in flight ({algo.max_resample_rounds + 1}), not max_resample_rounds"
+        )
     return out
 
 

@@ -6,9 +6,15 @@ averaged over its steps, `fp8rl.rundir.reference_targets_mean`), the overrides w
 the image (`verl_overrides.json`) and the job script (`verl_launch.sh`). Bad input raises ValueError
 (AdapterError) before anything is written.
 
-After (`finish_run`): verl's file-logger log (`verl_log.jsonl`) is imported into the run's metrics,
-then `throughput.json` and `summary.json` are written through fp8rl.rundir, with the reference
-trainer's schema (plus `backend: verl` and the deviations in the summary).
+After (`finish_run`): the file-logger logs of every attempt so far (`verl_logs/attempt-NNN.jsonl`, one
+per start of the job script: a resubmitted job resumes from verl's checkpoint) are merged into the run's
+metrics, then `throughput.json` and `summary.json` are written through fp8rl.rundir, with the
+reference trainer's schema (plus `backend: verl` and the deviations in the summary). The stability
+check and a later `*_calib` run's targets read that merged history.
+
+The base model is the directory `--base` names: a Hugging Face model directory, or one holding the
+`model.json` record of an `hf` model fetched into the hub cache (its snapshot path), else the model's
+`hf_id`.
 """
 
 from __future__ import annotations
@@ -17,12 +23,13 @@ import json
 import subprocess
 from pathlib import Path
 
+from fp8rl.adapters.hub import read_record
 from fp8rl.adapters.verl_data import write_parquet
-from fp8rl.adapters.verl_launch import render_script
-from fp8rl.adapters.verl_metrics import import_log, run_status
+from fp8rl.adapters.verl_launch import LOG_DIR, LOG_GLOB, render_script
+from fp8rl.adapters.verl_metrics import import_logs, run_status
 from fp8rl.adapters.verl_overrides import AdapterError, VerlPaths, deviations, loss_spec, verl_overrides
 from fp8rl.config import ExperimentConfig
-from fp8rl.containers import image_location
+from fp8rl.containers import apptainer_exec, image_env, image_location
 from fp8rl.io import atomic_write_json, atomic_write_text
 from fp8rl.matrix import RunSpec
 from fp8rl.provenance import provenance
@@ -32,17 +39,22 @@ VERL_DATA_DIR = "verl_data"
 LOSS_FILE = "verl_loss.json"
 OVERRIDES_FILE = "verl_overrides.json"
 SCRIPT_FILE = "verl_launch.sh"
-LOG_FILE = "verl_log.jsonl"  # VERL_FILE_LOGGER_PATH of the job script
+MODEL_RECORD = "model.json"  # written by `fp8rl fetch model` into base/{model}/
 SPLITS = ("train", "test")
 
 
 def verl_paths(cfg: ExperimentConfig, spec: RunSpec, out: str | Path, base: str | Path | None) -> VerlPaths:
-    """The paths verl's overrides point at: the base model (the directory when it holds an HF model,
-    else the model's hf_id), the parquet splits and the run directory (all absolute)."""
+    """The paths verl's overrides point at: the base model (module docstring), the parquet splits and
+    the run directory (all absolute). ValueError when a `model.json` record's snapshot is missing."""
     out = Path(out).resolve()
     model = cfg.model(spec.model)
     base = Path(base).resolve() if base else None
-    model_path = str(base) if base and (base / "config.json").is_file() else (model.hf_id or str(base))
+    if base and (base / "config.json").is_file():
+        model_path = str(base)
+    elif base and (base / MODEL_RECORD).is_file():
+        model_path = read_record(base / MODEL_RECORD)["path"]
+    else:
+        model_path = model.hf_id or str(base)
     data = out / VERL_DATA_DIR
     return VerlPaths(model_path, str(data / "train.parquet"), str(data / "test.parquet"), str(out))
 
@@ -108,7 +120,8 @@ def write_run_files(
         script,
         render_script(
             run_id=spec.run_id, overrides=overrides, out=str(out), nodes=model.nodes,
-            gpus_per_node=model.gpus_per_node, image=image,
+            gpus_per_node=model.gpus_per_node, prefix=apptainer_exec(cfg, image) if image else "",
+            env=image_env(cfg) if cfg.containers.mode != "none" else {},
         ),
     )  # fmt: skip
     return script
@@ -136,11 +149,11 @@ def _container_id(cfg: ExperimentConfig, image: str | None) -> str | None:
 
 
 def finish_run(cfg: ExperimentConfig, spec: RunSpec, out: str | Path, *, exit_code: int) -> dict:
-    """Import verl's log into the run's metrics (none when verl logged nothing), then write
+    """Merge every attempt's verl log into the run's metrics (none when verl logged nothing), then write
     `throughput.json` and `summary.json`; returns the summary."""
     run = RunDir(out)
-    log = run.root / LOG_FILE
-    rows = import_log(log, run.metrics) if log.is_file() else []
+    logs = sorted((run.root / LOG_DIR).glob(LOG_GLOB))
+    rows = import_logs(logs, run.metrics) if logs else []
     status, reason, step = run_status(
         rows, steps_planned=cfg.schedule.steps, exit_code=exit_code, stability=cfg.stability
     )

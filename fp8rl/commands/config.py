@@ -6,6 +6,7 @@ import argparse
 import json
 from collections import Counter
 
+from fp8rl.adapters.math_data import task_problems
 from fp8rl.commands.common import UsageError, add_config_args
 from fp8rl.config_loader import load_config
 from fp8rl.engine.tasks import config_problems
@@ -16,7 +17,7 @@ MATRIX_AXES = ("algo", "model", "variant", "granularity", "seed")  # the `fp8rl 
 
 
 def cmd_config_validate(args: argparse.Namespace) -> int:
-    cfg = load_config(args.file, args.set, checks=[config_problems])
+    cfg = load_config(args.file, args.set, checks=[config_problems, task_problems])
     n = len(cfg.runs())
     print(f"{args.file}: ok (tier {cfg.tier}, {n} runs, digest {cfg.digest()})")
     return 0

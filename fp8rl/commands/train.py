@@ -1,4 +1,4 @@
-"""`fp8rl data`, `fp8rl sft`, `fp8rl train`: the reference trainer's commands (docs/interfaces.md).
+"""`fp8rl sft`, `fp8rl train`: the reference trainer's commands (`fp8rl data`: fp8rl.commands.data) (docs/interfaces.md).
 
 Arguments are checked before any work starts (a missing directory, a run id outside the config's
 matrix, an unknown task level: exit 2 with the problem named). `fp8rl train` holds its run directory
@@ -23,25 +23,6 @@ def _require_dir(path: str, what: str, flag: str) -> Path:
     if not p.is_dir():
         raise UsageError(f"{flag} {path}: {what} not found")
     return p
-
-
-def cmd_data(args: argparse.Namespace) -> int:
-    from fp8rl.engine import tasks
-    from fp8rl.engine.data import write_data
-
-    cfg = load_config(args.file, args.set, checks=[config_problems])
-    try:
-        tasks.check_levels(cfg.task.levels)
-        if cfg.task.name != "arithmetic":
-            raise ValueError(
-                f"task.name: the reference trainer generates 'arithmetic' only, got {cfg.task.name!r}"
-            )
-    except ValueError as exc:
-        raise UsageError(f"{args.file}: {exc}") from None
-    info = write_data(cfg, args.out)
-    counts = ", ".join(f"{k} {v}" for k, v in info["counts"].items())
-    print(f"wrote {args.out}: {counts}")
-    return 0
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
@@ -148,11 +129,6 @@ def _train_locked(args: argparse.Namespace, cfg, run, out, base: Path, data: Pat
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("data", help="write the task splits (train/test/tool) of a tier")
-    add_config_args(p, positional=False)
-    p.add_argument("--out", required=True, help="output directory, e.g. results/smoke/data")
-    p.set_defaults(func=cmd_data)
-
     p = sub.add_parser("sft", help="train a scratch model's base checkpoint (BF16 warm start)")
     add_config_args(p, positional=False)
     p.add_argument("--model", required=True, help="a model name of the config")

@@ -6,8 +6,8 @@
 PATH; the eval container has it on PATH. It is run as two subprocesses (`bfcl generate` with the vLLM
 backend on the local checkpoint, then `bfcl evaluate`) with `BFCL_PROJECT_ROOT` pointing at a scratch
 folder, and the first line of each `score/**/BFCL_*_{category}_score.json` (`accuracy`,
-`correct_count`, `total_count`) becomes one result. BFCL's model handler is chosen by name: the run's
-model `hf_id` (prompt mode), or `$FP8RL_BFCL_MODEL`.
+`correct_count`, `total_count`) becomes one result. BFCL's model handler is chosen by name:
+`$FP8RL_BFCL_MODEL`, else the run's model `bfcl_handler` (config), else its `hf_id` (prompt mode).
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def find_bfcl() -> str:
 
 
 def bfcl_model_name(cfg: ExperimentConfig, checkpoint: Path) -> str:
-    """The BFCL handler to format prompts with: $FP8RL_BFCL_MODEL, else the run's model hf_id."""
+    """The BFCL handler to format prompts with: $FP8RL_BFCL_MODEL, else the run's model `bfcl_handler`,
+    else its hf_id."""
     if os.environ.get("FP8RL_BFCL_MODEL"):
         return os.environ["FP8RL_BFCL_MODEL"]
     model = None
@@ -55,11 +56,13 @@ def bfcl_model_name(cfg: ExperimentConfig, checkpoint: Path) -> str:
         model = RunSpec.parse(run.read_summary()["run_id"]).model
     elif len(cfg.models) == 1:
         model = cfg.models[0].name
-    if model is None or not cfg.model(model).hf_id:
+    handler = (cfg.model(model).bfcl_handler or cfg.model(model).hf_id) if model else None
+    if not handler:
         raise EvalInputError(
-            f"BFCL needs a model handler name: set FP8RL_BFCL_MODEL (no hf_id known for {checkpoint})"
+            f"BFCL needs a model handler name: set models[].bfcl_handler or FP8RL_BFCL_MODEL "
+            f"(none known for {checkpoint})"
         )
-    return cfg.model(model).hf_id
+    return handler
 
 
 def bfcl_categories(names: list[str]) -> list[str]:

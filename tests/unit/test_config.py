@@ -44,8 +44,8 @@ def test_overrides_apply_on_top_of_the_file():
 def test_smoke_matrix_counts_and_ids():
     cfg = load_config(ROOT / "config/smoke.yaml")
     runs = expand_matrix(cfg)
-    # 2 algos x (bf16 + 3 fp8 variants x tensorwise) x 2 seeds
-    assert len(runs) == 16
+    # 2 algos x (bf16 + 3 fp8 variants x tensorwise) x 3 seeds
+    assert len(runs) == 24
     ids = [r.run_id for r in runs]
     assert len(set(ids)) == len(ids)
     assert "grpo/tiny/bf16/none/seed0" in ids

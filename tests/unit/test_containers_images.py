@@ -102,11 +102,17 @@ def test_build_and_sif_commands():
 
 def test_image_location_per_mode():
     assert image_location(ContainersConfig(), "results", "train") is None
-    assert (
-        image_location(ContainersConfig(mode="prebuilt"), "results", "eval") == "results/containers/eval.sif"
-    )
-    loc = image_location(ContainersConfig(mode="prebuilt", apptainer=False, tag="t"), "results", "eval")
+    digest = "sha256:" + "d" * 64
+    prebuilt = ContainersConfig(mode="prebuilt", tag=digest)
+    assert image_location(prebuilt, "results", "eval") == "results/containers/eval.sif"
+    loc = image_location(ContainersConfig(mode="prebuilt", apptainer=False, tag=digest), "results", "eval")
+    assert loc == f"docker://ghcr.io/fp8rl/fp8rl-eval@{digest}"
+    loc = image_location(ContainersConfig(mode="build", apptainer=False, tag="t"), "results", "eval")
     assert loc == "docker://ghcr.io/fp8rl/fp8rl-eval:t"
+    with pytest.raises(ValueError, match="pulls by digest"):
+        ContainersConfig(mode="prebuilt", tag="v1")  # a tag can move under a published run
+    with pytest.raises(ValueError, match="'latest' moves"):
+        ContainersConfig(tag="latest")
 
 
 def test_cpu_lock_covers_every_runtime_dependency():
@@ -129,16 +135,17 @@ def test_cpu_lock_covers_every_runtime_dependency():
 
 def test_container_for_each_role():
     from fp8rl.config_loader import load_config
-    from fp8rl.containers import container_for, container_inputs
+    from fp8rl.containers import container_inputs
+    from fp8rl.containers import run_prefix as container_for
 
     root = CONTAINERS_DIR.parent
     paper = load_config(root / "config" / "paper.yaml")  # backend verl, containers.mode build, apptainer
-    assert container_for(paper, "train") is None  # the verl job script runs Ray in the image itself
+    assert container_for(paper, "train") == ""  # the verl job script runs Ray in the image itself
     assert container_inputs(paper, "train") == ["results/containers/train.sif"]
-    assert container_for(paper, "eval") == "results/containers/eval.sif"
-    assert container_for(paper, "agent") == "results/containers/bfcl.sif"
-    assert container_for(paper, "report") == "results/containers/cpu.sif"
+    assert container_for(paper, "eval").endswith("results/containers/eval.sif ")
+    assert container_for(paper, "agent").endswith("results/containers/bfcl.sif ")
+    assert container_for(paper, "report").startswith("apptainer exec --nv")
     smoke = load_config(root / "config" / "smoke.yaml")
-    assert container_for(smoke, "train") is None and container_inputs(smoke, "eval") == []
+    assert container_for(smoke, "train") == "" and container_inputs(smoke, "eval") == []
     with pytest.raises(KeyError, match="known roles"):
         container_for(paper, "nope")

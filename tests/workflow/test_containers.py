@@ -64,7 +64,7 @@ def test_paper_dry_run_on_slurm_plans_every_job(tmp_path, stub_apptainer):
 
 def test_prebuilt_images_are_pulled_not_built(tmp_path, stub_apptainer):
     proc = snakemake(None, "containers", "--configfile", str(PAPER), "-n", "--quiet", "rules", *in_repo(tmp_path),
-                     "containers={mode: prebuilt, tag: v1}")  # fmt: skip
+                     "containers={mode: prebuilt, tag: sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}")  # fmt: skip
     assert _job_counts(proc.stdout) == {"container_sif": 4, "containers": 1}
 
 

@@ -36,7 +36,10 @@ def test_dry_run_plans_every_job_of_the_matrix(config, tmp_path):
     assert jobs.pop("train") == n
     assert jobs.pop("eval_lm") == (n if cfg.eval.lm_eval_tasks else 0)
     assert jobs.pop("eval_agent") == (n if cfg.eval.agent else 0)
-    assert jobs.pop("sft") == len(cfg.matrix.models)
+    hf = [m for m in cfg.matrix.models if cfg.model(m).source == "hf"]
+    # scratch models are trained (sft), hub models fetched with the datasets (login node)
+    assert jobs.pop("sft", 0) == len(cfg.matrix.models) - len(hf)
+    assert jobs.pop("fetch_model", 0) == len(hf) and jobs.pop("fetch_data", 0) == (1 if hf else 0)
     images = {k: v for k, v in jobs.items() if k.startswith("container")}  # workflows/containers.smk
     assert bool(images) == (cfg.containers.mode != "none")
     assert {k: v for k, v in jobs.items() if k not in images} == {"data": 1, "report": 1, "all": 1}

@@ -12,7 +12,6 @@ import pytest
 
 from fp8rl.adapters.verl_overrides import AdapterError
 from fp8rl.adapters.verl_run import (
-    LOG_FILE,
     calib_targets,
     finish_run,
     throughput,
@@ -74,7 +73,7 @@ def test_finish_run_writes_the_reference_trainers_schemas(tmp_path):
     out.mkdir()
     log = [{"step": s, "data": {"actor/entropy": 0.8, "timing_s/gen": 2.0, "timing_s/update_actor": 1.5}}
            for s in (1, 2)]  # fmt: skip
-    (out / LOG_FILE).write_text("".join(json.dumps(r) + "\n" for r in log))
+    _attempt(out, 1, log)
     summary = finish_run(cfg, TIS, out, exit_code=0)
     run = RunDir(out)
     assert run.read_summary() == summary
@@ -85,6 +84,35 @@ def test_finish_run_writes_the_reference_trainers_schemas(tmp_path):
     assert tp == throughput(run.read_metrics(), fp8=True)
     assert tp["phases"] == {"rollout": {"seconds": 4.0}, "train": {"seconds": 3.0}}  # verl counts no tokens
     assert tp["step_time_s"] == 3.5 and "peak_mem_mb" not in tp and tp["fp8_backend"] == "transformer_engine"
+
+
+def _attempt(out: Path, n: int, rows: list[dict], tail: str = "") -> None:
+    logs = out / "verl_logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / f"attempt-{n:03d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + tail)
+
+
+def test_a_resumed_run_keeps_every_attempts_metrics(tmp_path):
+    """Attempt 1 logs steps 1-5 and is killed mid-write (checkpoint at step 4); attempt 2 resumes at
+    step 5 and ends at 8. The metrics hold steps 1-8 once (step 5 from attempt 2), the stability check
+    sees attempt 1's baseline and attempt 2's spike, and a calib run's targets average all steps."""
+    cfg = load_config(
+        PAPER, ["schedule.steps=8", "stability.baseline_steps=3", "stability.entropy_spike_m=2"]
+    )
+    out = tmp_path / "run"
+    bf16 = RunSpec.parse("grpo/qwen3-8b/bf16/none/seed1")
+    first = [{"step": s, "data": {"actor/entropy": 1.0, "actor/clip/low_neg": 0.01}} for s in range(1, 6)]
+    _attempt(out, 1, first, tail='{"step": 6, "data": {"actor/ent')  # SIGKILL mid-line
+    second = [{"step": s, "data": {"actor/entropy": 1.0 if s < 7 else 9.0, "actor/clip/low_neg": 0.03}}
+              for s in range(5, 9)]  # fmt: skip
+    _attempt(out, 2, second)
+    summary = finish_run(cfg, bf16, out, exit_code=0)
+    rows = RunDir(out).read_metrics()
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    assert [r["clip/low_neg"] for r in rows] == [0.01] * 4 + [0.03] * 4  # step 5: the later attempt
+    assert (summary["status"], summary["step"]) == ("diverged", 8)  # baseline from attempt 1
+    calib = load_config(PAPER, ["calib.reference=run", "calib.population=neg"])
+    assert calib_targets(calib, CALIB, out) == pytest.approx((0.02, None))
 
 
 def test_finish_run_without_a_log_is_failed(tmp_path):
@@ -171,9 +199,13 @@ esac
 
 
 FAKE_APPTAINER = """#!/usr/bin/env bash
-# apptainer exec --nv --bind DIR IMAGE CMD...: note the image, run CMD on the host.
-echo "$5" >> "$FAKE_APPTAINER_LOG"
-shift 5
+# apptainer exec [--nv] [--bind DIR]... [--env K=V,...] IMAGE CMD...: note the image, run CMD on the host.
+shift
+while [ "${1#--}" != "$1" ]; do
+  case "$1" in --nv) shift ;; --env) export ${2//,/ }; shift 2 ;; *) shift 2 ;; esac
+done
+echo "$1 HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-}" >> "$FAKE_APPTAINER_LOG"
+shift
 exec "$@"
 """
 
@@ -205,9 +237,12 @@ def test_cli_train_runs_the_job_script_and_imports(tmp_path, monkeypatch, steps,
     tp = json.loads((out / "throughput.json").read_text())
     assert tp["fp8_backend"] == "transformer_engine" and tp["phases"]["rollout"]["seconds"] == 2.0 * steps
     assert (out / "checkpoint" / "config.json").is_file() == (rc == 0)
-    images = (tmp_path / "apptainer.log").read_text().split() if mode == "build" else []
-    assert len(images) == (2 if mode == "build" else 0)  # trainer and merger ran in the train image
-    assert all(i.endswith("/results/containers/train.sif") for i in images)
+    calls = (tmp_path / "apptainer.log").read_text().splitlines() if mode == "build" else []
+    assert len(calls) == (2 if mode == "build" else 0)  # trainer and merger ran in the train image
+    for call in calls:  # ... offline, from the shared hub cache
+        image, offline = call.split()
+        assert image.endswith("/results/containers/train.sif") and offline == "HF_HUB_OFFLINE=1"
+    assert [p.name for p in (out / "verl_logs").iterdir()] == ["attempt-001.jsonl"]
 
 
 def test_cli_train_refuses_a_run_directory_another_process_holds(tmp_path, capsys):

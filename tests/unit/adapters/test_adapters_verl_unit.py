@@ -165,9 +165,12 @@ def test_data_rows_to_verl_parquet(tmp_path):
 
 
 @pytest.mark.parametrize("image", [None, "/img/train.sif"])
-def test_job_script_is_valid_bash(tmp_path, image):
+def test_job_script_is_valid_bash(tmp_path, image, paper):
+    from fp8rl.containers import apptainer_exec
+
+    prefix = apptainer_exec(paper, image) if image else ""
     text = render_script(run_id="dapo/m/fp8/blockwise/seed0", overrides=["a.b=1", "c='x y'"], out="/r/run",
-                         nodes=4, gpus_per_node=8, image=image)  # fmt: skip
+                         nodes=4, gpus_per_node=8, prefix=prefix, env={"HF_HOME": "/s/hf"})  # fmt: skip
     script = tmp_path / "s.sh"
     script.write_text(text)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
@@ -177,6 +180,26 @@ def test_job_script_is_valid_bash(tmp_path, image):
         and "'c='\"'\"'x y'\"'\"''" in text
     )
     assert ("apptainer exec --nv" in text) == (image is not None)
+    if image:  # every process in the image sees the shared hub cache
+        assert f"--bind {Path(paper.hub.home).resolve()}" in text and "HF_HUB_OFFLINE=1" in text
+    assert "export HF_HOME=/s/hf" in text
+
+
+def test_each_attempt_of_the_job_script_logs_to_its_own_file(tmp_path):
+    """verl's file logger truncates its file: a resubmitted job must not overwrite the last attempt's."""
+    text = render_script(run_id="grpo/m/bf16/none/seed0", overrides=[], out=str(tmp_path), nodes=1,
+                         gpus_per_node=8, python="echo")  # fmt: skip
+    text = text.split("STEP=")[0]  # up to verl's (here echoed) command, without the model merger
+    script = tmp_path / "s.sh"
+    script.write_text(text + 'echo "$VERL_FILE_LOGGER_PATH"\n')
+    logs = []
+    for _ in range(2):
+        out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True).stdout
+        path = Path(out.strip().splitlines()[-1])
+        assert f"VERL_FILE_LOGGER_PATH={path}" in out  # handed to verl's Ray workers as well
+        path.write_text("{}\n")  # what verl would log
+        logs.append(path.name)
+    assert logs == ["attempt-001.jsonl", "attempt-002.jsonl"]
 
 
 def test_slurm_resources_per_model(paper):

@@ -88,3 +88,19 @@ def test_tasks_dir_override_by_environment(evals_copy, data_dir, monkeypatch):
     monkeypatch.setenv("FP8RL_EVALS_DIR", str(evals_copy))
     assert plan_tasks("lm_eval", ["mine"], data_dir).lm_eval_specs[0]["task"] == "mine"
     assert Path(EVALS_DIR).name == "evals"
+
+
+def test_bfcl_handler_per_model_from_the_config(tmp_path, monkeypatch):
+    """bfcl-eval has no handler under Qwen2.5-32B's hub id: the config names one per model."""
+    from fp8rl.config_loader import load_config
+    from fp8rl.evaluate.bfcl import bfcl_model_name
+    from fp8rl.rundir import RunDir
+
+    monkeypatch.delenv("FP8RL_BFCL_MODEL", raising=False)
+    paper = load_config(Path(__file__).resolve().parents[3] / "config" / "paper.yaml")
+    run = tmp_path / "run"
+    run.mkdir()
+    RunDir(run).summary.write_text('{"run_id": "dapo/qwen2.5-32b/bf16/none/seed0"}')
+    assert bfcl_model_name(paper, run / "checkpoint") == "Qwen/Qwen2.5-32B-Instruct"
+    monkeypatch.setenv("FP8RL_BFCL_MODEL", "other")
+    assert bfcl_model_name(paper, run / "checkpoint") == "other"
