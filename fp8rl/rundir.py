@@ -9,7 +9,8 @@ A run of tier `T` lives in `{results_dir}/T/runs/{run id}/` (`runs_dir`, `RunDir
 - `summary.json`: written last, so its presence means the run finished (`build_summary` makes it);
 - `throughput.json`: per-phase seconds and tokens, one schema for both trainers (`throughput_record`);
 - `ratio_hist.json`: an FP8 run's FP8 vs BF16-shadow ratio histogram;
-- `checkpoint/`: the HF model (+ trainer state); `eval/lm_eval.json`, `eval/agent.json`: `fp8rl eval`.
+- `checkpoint/`: the HF model (+ trainer state); `eval/lm_eval.json`, `eval/agent.json`: `fp8rl eval`;
+- `tb/`: TensorBoard event files of the metrics (and `wandb/` where W&B is on): fp8rl.tracking.
 
 Every other module takes these names from here; docs/interfaces.md documents the formats. Files are
 written atomically (fp8rl.io) except `metrics.jsonl`'s appends. The bf16 run's clip fractions are the

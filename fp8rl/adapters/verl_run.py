@@ -6,14 +6,15 @@ averaged over its steps, `fp8rl.rundir.reference_targets_mean`), the overrides w
 the image (`verl_overrides.json`) and the job script (`verl_launch.sh`). Bad input raises ValueError
 (AdapterError) before anything is written.
 
-After (`finish_run`): verl's file-logger log (`verl_log.jsonl`) is imported into the run's metrics,
-then `throughput.json` and `summary.json` are written through fp8rl.rundir, with the reference
-trainer's schema (plus `backend: verl` and the deviations in the summary).
+After (`finish_run`): verl's file-logger log (`verl_log.jsonl`) is imported into the run's metrics
+and sent to the config's trackers (`track_rows`; TensorBoard in `{run}/tb/`), then `throughput.json`
+and `summary.json` are written through fp8rl.rundir, with the reference trainer's schema (plus `backend: verl` and the deviations in the summary).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from fp8rl.io import atomic_write_json, atomic_write_text
 from fp8rl.matrix import RunSpec
 from fp8rl.provenance import provenance
 from fp8rl.rundir import RunDir, build_summary, reference_targets_mean, throughput_record
+from fp8rl.tracking import TENSORBOARD_DIR, open_trackers
 
 VERL_DATA_DIR = "verl_data"
 LOSS_FILE = "verl_loss.json"
@@ -135,12 +137,27 @@ def _container_id(cfg: ExperimentConfig, image: str | None) -> str | None:
     return None
 
 
+def track_rows(cfg: ExperimentConfig, spec: RunSpec, out: Path, rows: list[dict]) -> None:
+    """Send the imported rows, under fp8rl's metric names, to the config's trackers (TensorBoard in
+    `{run}/tb/`, as the reference trainer): the same curves for both backends. verl's own logger shows
+    them live under verl's names (`verl_overrides`); these are written when verl has finished, and
+    replace the event files of an earlier import (the import rewrites metrics.jsonl whole too)."""
+    shutil.rmtree(out / TENSORBOARD_DIR, ignore_errors=True)
+    with open_trackers(
+        cfg.tracking, out, spec.run_id, tier_dir=Path(cfg.results_dir) / cfg.tier,
+        config=cfg.model_dump(mode="json"),
+    ) as trackers:  # fmt: skip
+        for row in rows:
+            trackers.log(row)
+
+
 def finish_run(cfg: ExperimentConfig, spec: RunSpec, out: str | Path, *, exit_code: int) -> dict:
     """Import verl's log into the run's metrics (none when verl logged nothing), then write
     `throughput.json` and `summary.json`; returns the summary."""
     run = RunDir(out)
     log = run.root / LOG_FILE
     rows = import_log(log, run.metrics) if log.is_file() else []
+    track_rows(cfg, spec, run.root, rows)
     status, reason, step = run_status(
         rows, steps_planned=cfg.schedule.steps, exit_code=exit_code, stability=cfg.stability
     )
