@@ -421,6 +421,33 @@ class ConditionConfig(Strict):
         return self
 
 
+class WandbConfig(Strict):
+    """Weights & Biases: `offline` writes the run under `{run}/wandb/` with no network (`wandb sync`
+    uploads it later); `online` needs a login."""
+
+    enabled: bool = False
+    mode: Literal["offline", "online"] = "offline"
+    project: str = "fp8rl"
+    entity: str | None = None
+
+
+class MlflowConfig(Strict):
+    """MLflow tracking: `tracking_uri` None is a local file store, `{results_dir}/{tier}/mlruns`."""
+
+    enabled: bool = False
+    tracking_uri: str | None = Field(None, description="e.g. file:///abs/mlruns or http://host:5000")
+    experiment: str = "fp8rl"
+
+
+class TrackingConfig(Strict):
+    """Where training runs log their metrics live, besides metrics.jsonl (fp8rl.tracking). Not part of
+    TRAIN_SECTIONS: it changes no result, so toggling a tracker reruns nothing."""
+
+    tensorboard: bool = Field(True, description="TensorBoard event files in each run's tb/ folder")
+    wandb: WandbConfig = WandbConfig()
+    mlflow: MlflowConfig = MlflowConfig()
+
+
 class MatrixConfig(Strict):
     """The axes whose product is the run matrix."""
 
@@ -523,6 +550,7 @@ class ExperimentConfig(Strict):
     )
     containers: ContainersConfig = ContainersConfig()
     hub: HubConfig = HubConfig()
+    tracking: TrackingConfig = TrackingConfig()
 
     @field_validator("results_dir")
     @classmethod

@@ -11,6 +11,7 @@ A run of tier `T` lives in `{results_dir}/T/runs/{run id}/` (`runs_dir`, `RunDir
 - `ratio_hist.json`: an FP8 run's FP8 vs BF16-shadow ratio histogram;
 - `checkpoint/`: the HF model (+ trainer state); `eval/lm_eval.json`, `eval/agent.json`: `fp8rl eval`;
 - `run.lock`: present while a trainer holds the directory (`RunDir.lock`): one writer per run.
+- `tb/`: TensorBoard event files of the metrics (and `wandb/` where W&B is on): fp8rl.tracking.
 
 Every other module takes these names from here; docs/interfaces.md documents the formats. Files are
 written atomically (fp8rl.io) except `metrics.jsonl`'s appends. The bf16 run's clip fractions are the

@@ -17,9 +17,11 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from fp8rl.config import DAPOConfig, ExperimentConfig, ModelConfig
 from fp8rl.matrix import RunSpec
+from fp8rl.tracking import MLFLOW_DIR
 
 LOSS_MODULE = "fp8rl.adapters.verl_loss"
 LOSS_SPEC_ENV = "FP8RL_VERL_LOSS"
@@ -168,6 +170,38 @@ def _q(value: object) -> str:
     return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+# verl's live logger writes its TensorBoard events here, under verl's metric names (`{run}/tb/` holds
+# fp8rl's names, written by the import when verl has finished).
+VERL_TENSORBOARD_DIR = "verl_tb"
+
+
+def verl_loggers(cfg: ExperimentConfig) -> list[str]:
+    """verl's `trainer.logger`: the console and the file logger fp8rl imports, plus the trackers the
+    config's `tracking:` section turns on (verl's own tensorboard, wandb and mlflow backends)."""
+    t = cfg.tracking
+    extra = [name for name, on in (("tensorboard", t.tensorboard), ("wandb", t.wandb.enabled),
+                                   ("mlflow", t.mlflow.enabled)) if on]  # fmt: skip
+    return ["console", "file", *extra]
+
+
+def verl_tracking_env(cfg: ExperimentConfig, out: str) -> dict[str, str]:
+    """The environment verl's loggers read (TENSORBOARD_DIR, WANDB_MODE/WANDB_DIR,
+    MLFLOW_TRACKING_URI), passed to its Ray workers; paths inside the run directory `out`."""
+    t, env = cfg.tracking, {}
+    if t.tensorboard:
+        env["TENSORBOARD_DIR"] = f"{out}/{VERL_TENSORBOARD_DIR}"
+    if t.wandb.enabled:
+        env["WANDB_MODE"], env["WANDB_DIR"] = t.wandb.mode, out
+        if t.wandb.entity:
+            env["WANDB_ENTITY"] = t.wandb.entity
+    if t.mlflow.enabled:
+        uri = t.mlflow.tracking_uri or (Path(cfg.results_dir).resolve() / cfg.tier / MLFLOW_DIR).as_uri()
+        env["MLFLOW_TRACKING_URI"] = uri
+        if uri.startswith("file:"):
+            env["MLFLOW_ALLOW_FILE_STORE"] = "true"
+    return env
+
+
 def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> list[str]:
     """Hydra overrides of verl's `ppo_megatron_trainer` config for one matrix cell."""
     check_verl_support(cfg, spec)
@@ -195,7 +229,7 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
         "trainer.n_gpus_per_node": model.gpus_per_node,
         "trainer.project_name": "fp8rl",
         "trainer.experiment_name": spec.run_id.replace("/", "-"),
-        "trainer.logger": ["console", "file"],
+        "trainer.logger": verl_loggers(cfg),
         "trainer.default_local_dir": f"{paths.out}/verl_checkpoints",
         "trainer.save_freq": sched.checkpoint_every,
         "trainer.max_actor_ckpt_to_keep": 2,  # resume point + one spare; each holds optimizer state
@@ -269,6 +303,8 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
     env = "+ray_kwargs.ray_init.runtime_env.env_vars"
     ov[f"{env}.VERL_USE_EXTERNAL_MODULES"] = LOSS_MODULE
     ov[f"{env}.{LOSS_SPEC_ENV}"] = f"{paths.out}/verl_loss.json"
+    for key, value in verl_tracking_env(cfg, paths.out).items():
+        ov[f"{env}.{key}"] = value
     return [f"{k}={_q(v)}" for k, v in ov.items()]
 
 

@@ -8,7 +8,8 @@ the image (`verl_overrides.json`) and the job script (`verl_launch.sh`). Bad inp
 
 After (`finish_run`): the file-logger logs of every attempt so far (`verl_logs/attempt-NNN.jsonl`, one
 per start of the job script: a resubmitted job resumes from verl's checkpoint) are merged into the run's
-metrics, then `throughput.json` and `summary.json` are written through fp8rl.rundir, with the
+metrics and sent to the config's trackers (`track_rows`;
+TensorBoard in `{run}/tb/`), then `throughput.json` and `summary.json` are written through fp8rl.rundir, with the
 reference trainer's schema (plus `backend: verl` and the deviations in the summary). The stability
 check and a later `*_calib` run's targets read that merged history.
 
@@ -20,6 +21,7 @@ The base model is the directory `--base` names: a Hugging Face model directory, 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -34,6 +36,7 @@ from fp8rl.io import atomic_write_json, atomic_write_text
 from fp8rl.matrix import RunSpec
 from fp8rl.provenance import provenance
 from fp8rl.rundir import RunDir, build_summary, reference_targets_mean, throughput_record
+from fp8rl.tracking import TENSORBOARD_DIR, open_trackers
 
 VERL_DATA_DIR = "verl_data"
 LOSS_FILE = "verl_loss.json"
@@ -148,12 +151,27 @@ def _container_id(cfg: ExperimentConfig, image: str | None) -> str | None:
     return None
 
 
+def track_rows(cfg: ExperimentConfig, spec: RunSpec, out: Path, rows: list[dict]) -> None:
+    """Send the imported rows, under fp8rl's metric names, to the config's trackers (TensorBoard in
+    `{run}/tb/`, as the reference trainer): the same curves for both backends. verl's own logger shows
+    them live under verl's names (`verl_overrides`); these are written when verl has finished, and
+    replace the event files of an earlier import (the import rewrites metrics.jsonl whole too)."""
+    shutil.rmtree(out / TENSORBOARD_DIR, ignore_errors=True)
+    with open_trackers(
+        cfg.tracking, out, spec.run_id, tier_dir=Path(cfg.results_dir) / cfg.tier,
+        config=cfg.model_dump(mode="json"),
+    ) as trackers:  # fmt: skip
+        for row in rows:
+            trackers.log(row)
+
+
 def finish_run(cfg: ExperimentConfig, spec: RunSpec, out: str | Path, *, exit_code: int) -> dict:
     """Merge every attempt's verl log into the run's metrics (none when verl logged nothing), then write
     `throughput.json` and `summary.json`; returns the summary."""
     run = RunDir(out)
     logs = sorted((run.root / LOG_DIR).glob(LOG_GLOB))
     rows = import_logs(logs, run.metrics) if logs else []
+    track_rows(cfg, spec, run.root, rows)
     status, reason, step = run_status(
         rows, steps_planned=cfg.schedule.steps, exit_code=exit_code, stability=cfg.stability
     )

@@ -36,6 +36,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         for line in manifest["problems"][:10]:
             print(f"  {line}", file=sys.stderr)
     print(f"tables: {paths.tables_dir}/  plots: {paths.plots_dir}/  report: {paths.html}")
+    if cfg.tracking.tensorboard:
+        from fp8rl.tracking import tensorboard_command
+
+        print(f"curves: {tensorboard_command(runs_dir)}")
     return 0
 
 

@@ -91,6 +91,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"{run.run_id}: {summary['status']} at step {summary['step']}/{summary['steps_planned']}"
         + (f" ({summary['reason']})" if summary["reason"] else "")
     )
+    if cfg.tracking.tensorboard:
+        from fp8rl.rundir import runs_dir
+        from fp8rl.tracking import tensorboard_command
+
+        print(f"curves: {tensorboard_command(runs_dir(cfg.results_dir, cfg.tier))}")
     return 0 if summary["status"] in ("ok", "diverged") else 1
 
 

@@ -11,7 +11,9 @@ One optimizer step (`step` = 1..schedule.steps), as nanochat-style straight-line
 3. `ppo_epochs` × `mini_batches` updates with `fp8rl.rl.policy_loss`; `*_calib` variants take the
    bounds of `Calibrator` (shadow ratios of the current policy vs the old one, or the bf16 run's
    per-step clip fractions with `calib.reference: run`, or a static target);
-4. one line of metrics (docs/architecture.md#metrics) in metrics.jsonl; a checkpoint every `checkpoint_every` steps.
+4. one line of metrics (docs/architecture.md#metrics) in metrics.jsonl, sent live to the config's
+   trackers (fp8rl.tracking: TensorBoard in `{run}/tb/` by default) and, without a progress bar, a
+   heartbeat line on stderr (fp8rl.engine.heartbeat); a checkpoint every `checkpoint_every` steps.
 A metric that averages over updates (`clip/*`, `calib/*`, `phantom/*`, `loss/*`) is the mean over the
 step's mini-batch updates; `ratio/*` are quantiles over all of them.
 
@@ -39,6 +41,7 @@ from fp8rl.engine.checkpoint import has_checkpoint, resumable_checkpoint, save_c
 from fp8rl.engine.collect import StepRollout, collect_rollouts
 from fp8rl.engine.data import load_split
 from fp8rl.engine.device import resolve_device
+from fp8rl.engine.heartbeat import Heartbeat
 from fp8rl.engine.model import load_hf
 from fp8rl.engine.phase_timer import PhaseTimer, throughput_report
 from fp8rl.engine.precision import bf16_emulation, setup_precision
@@ -64,6 +67,7 @@ from fp8rl.rl import (
     tis_weights,
 )
 from fp8rl.rundir import PHASES, RunDir, build_summary
+from fp8rl.tracking import Trackers, check_trackers, open_trackers
 
 FINAL_KEYS = ("reward/mean", "acc/mean", "entropy", "resp_len/mean", "gibberish/rate", "mismatch/kl_k3")
 
@@ -126,6 +130,7 @@ class Trainer:
             raise ValueError(f"{run.run_id}: calib.reference is 'run' but no bf16 reference run was given")
         self.run_targets = run_targets or {}
         self.fixed_bounds = ClipBounds.fixed(self.algo.clip_low, self.algo.clip_high)
+        check_trackers(cfg.tracking)
 
         torch.set_num_threads(cfg.resources_for("train").threads)
         torch.use_deterministic_algorithms(True, warn_only=True)
@@ -230,10 +235,17 @@ class Trainer:
     def run(self) -> dict:
         steps = self.cfg.schedule.steps
         last, status, reason = 0, "ok", None
+        trackers = Trackers([])
         try:
             self.dir.write_config(self.cfg.model_dump(mode="json"))
             last = self._resume()
             bar = tqdm(total=steps, initial=last, desc=self.run_spec.run_id, disable=not self.progress)
+            beat = Heartbeat(self.run_spec.run_id, steps, start_step=last) if not self.progress else None
+            trackers = open_trackers(
+                self.cfg.tracking, self.dir.root, self.run_spec.run_id,
+                tier_dir=Path(self.cfg.results_dir) / self.cfg.tier,
+                config=self.cfg.model_dump(mode="json"), resume_step=last,
+            )  # fmt: skip
             for step in range(last + 1, steps + 1):
                 try:
                     metrics = self.train_step(step)
@@ -242,7 +254,10 @@ class Trainer:
                     self._save_diverged(step)
                     break
                 self.dir.append_metrics(metrics)
+                trackers.log(metrics)
                 last = step
+                if beat is not None:
+                    beat.update(step, metrics)
                 bar.update(1)
                 bar.set_postfix(
                     reward=f"{metrics['reward/mean']:.3f}", ent=f"{metrics.get('entropy', float('nan')):.3f}"
@@ -258,6 +273,8 @@ class Trainer:
         except Exception as exc:  # a crash: summary `failed`, exit non-zero
             status, reason = "failed", f"{exc.__class__.__name__}: {exc}"
             traceback.print_exc()
+        finally:
+            trackers.close()
         return self._finish(status, reason, last)
 
     def _finish(self, status: str, reason: str | None, last: int) -> dict:

@@ -17,6 +17,7 @@ from fp8rl.config import ExperimentConfig
 from fp8rl.io import atomic_write_json, atomic_write_text
 from fp8rl.provenance import git_commit
 from fp8rl.report.comparison import comparison_table
+from fp8rl.report.explainer import MECHANISM
 from fp8rl.report.html import render_html
 from fp8rl.report.load import STATUSES, RunSet, load_tier
 from fp8rl.report.markdown import (
@@ -35,11 +36,15 @@ from fp8rl.rl.bounds import ClipBounds
 
 RUN_COLUMNS = ["run_id", "status", "reason", "step", "steps_planned", "malformed_lines", "execution"]
 PLOT_CAPTIONS = {
+    "reward": "Reward and accuracy vs step",
+    "resp_len": "Response length vs step",
     "entropy": "Entropy vs step",
     "clip_low_neg": "clip/low_neg vs step (A<0 tokens below the lower clip bound: zero gradient)",
+    "calib_bounds": "Calibrated clip bounds (calib/low, calib/high) vs the fixed 1-ε_low, 1+ε_high",
+    "mismatch_kl": "Rollout/trainer mismatch KL (mismatch/kl_k3) vs step",
     "ratio_tails": "PPO-ratio tails per step (ratio/p01, ratio/p99)",
     "ratio_hist": "Per-token PPO ratio, FP8 vs the BF16 shadow pass of the same tokens",
-    "eval_scores": "Eval scores with 95% t-intervals",
+    "eval_scores": "Eval scores: seed mean, 95% t-interval cut to [0, 1], each seed",
     "throughput": "Throughput per phase",
 }
 
@@ -113,6 +118,7 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
         sections=[("Comparison", COMPARISON_NOTES, view), ("Throughput", THROUGHPUT_NOTES, tp_view)],
         plots=[(files[0], PLOT_CAPTIONS[name]) for name, files in plots.items()],
         runs=runs,
+        explainer=MECHANISM,
     )
     atomic_write_text(paths.html, page)
 

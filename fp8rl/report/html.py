@@ -1,7 +1,8 @@
 """One self-contained HTML report: tables inline, PNG plots embedded as base64 data URIs.
 
 It opens anywhere (no sibling files, no network): header with tier, config digest and git commit, run
-status counts, data problems (malformed lines, unreadable files), the comparison and throughput tables
+status counts, data problems (malformed lines, unreadable files), a short explanation of the mechanism
+and of how to read the figures, the comparison and throughput tables
 with their notes, the plots, and the per-run status table.
 """
 
@@ -24,6 +25,7 @@ th { background: #f0f0f0; } td:first-child, th:first-child { text-align: left; }
 .status-missing { color: #777; font-style: italic; }
 img { max-width: 100%; height: auto; border: 1px solid #eee; margin-bottom: 1.5em; }
 .notes { font-size: 12px; color: #555; }
+dl { max-width: 60em; font-size: 14px; } dt { font-weight: bold; margin-top: 0.6em; } dd { margin-left: 1.5em; }
 """
 
 
@@ -52,9 +54,11 @@ def render_html(
     sections: list[tuple[str, list[str], pd.DataFrame]],
     plots: list[tuple[Path, str]],
     runs: pd.DataFrame,
+    explainer: tuple[tuple[str, str], ...] = (),
     max_problems: int = 200,
 ) -> str:
-    """The report page; `sections` are (heading, notes, formatted table), `plots` (png path, caption)."""
+    """The report page; `sections` are (heading, notes, formatted table), `plots` (png path, caption),
+    `explainer` (term, text) pairs shown above the tables (fp8rl.report.explainer)."""
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"]
     out.append(f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>")
     out.append(
@@ -75,6 +79,9 @@ def render_html(
         )
         items = "".join(f"<li><code>{html.escape(p)}</code></li>" for p in shown)
         out.append(f"<h2>Data problems ({len(problems)})</h2><ul>{items}{more}</ul>")
+    if explainer:
+        items = "".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in explainer)
+        out.append(f'<h2 id="mechanism">The mechanism, and how to read this report</h2><dl>{items}</dl>')
     for heading, notes, frame in sections:
         out.append(f"<h2>{html.escape(heading)}</h2>{_notes(notes)}{_table(frame)}")
     out.append("<h2>Plots</h2>")

@@ -14,7 +14,18 @@ from fp8rl.rundir import RUNS_DIR
 # tables/{name}.csv and tables/{name}.md
 TABLES = ("runs", "comparison", "throughput")
 # plots/{name}.png and plots/{name}.svg
-PLOTS = ("entropy", "clip_low_neg", "ratio_tails", "ratio_hist", "eval_scores", "throughput")
+PLOTS = (
+    "reward",
+    "resp_len",
+    "entropy",
+    "clip_low_neg",
+    "calib_bounds",
+    "mismatch_kl",
+    "ratio_tails",
+    "ratio_hist",
+    "eval_scores",
+    "throughput",
+)
 PLOT_FORMATS = ("png", "svg")
 
 

@@ -33,8 +33,10 @@ from fp8rl.io import atomic_write  # noqa: E402
 from fp8rl.report.comparison import USED_STATUSES  # noqa: E402
 from fp8rl.report.load import RunSet  # noqa: E402
 from fp8rl.report.paths import PLOT_FORMATS  # noqa: E402
+from fp8rl.vocabulary import VARIANT_SPECS  # noqa: E402
 
 PANEL = (4.6, 3.2)
+EVAL_SOURCES = ("lm_eval", "agent")
 RATIO_TICKS = (0.25, 0.5, 0.8, 1.0, 1.25, 2.0, 4.0)
 # SVG text as <text> (not glyph paths): smaller files, and much faster to write
 matplotlib.rcParams["svg.fonttype"] = "none"
@@ -74,30 +76,53 @@ def save_figure(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
     return paths
 
 
-def step_curves(runset: RunSet, metric: str, title: str) -> plt.Figure:
+def step_curves(
+    runset: RunSet,
+    metrics: tuple[str, ...],
+    title: str,
+    bounds: dict[str, dict[str, tuple[float, str]]] | None = None,
+) -> plt.Figure:
+    """One row per metric, one column per (algo, model); per series the mean over seeds with a
+    min–max band. `bounds`: algo -> metric -> (y, label) of a fixed reference line to draw."""
     panels = _panels(runset)
-    fig, axes = _figure(len(panels))
-    data = runset.metric("train", metric)
-    data = data[data["status"].isin(USED_STATUSES)]
-    for ax, (algo, model) in zip(axes[0], panels, strict=False):
-        sub = data[(data["algo"] == algo) & (data["model"] == model)]
-        ax.set_title(f"{algo} / {model}")
-        ax.set_xlabel("step")
-        ax.set_ylabel(metric)
-        if sub.empty:
-            _no_data(ax)
-            continue
-        for (variant, gran), s in sub.groupby(["variant", "granularity"], sort=False):
-            by_step = s[np.isfinite(s["value"])].groupby("step")["value"]
-            mean = by_step.mean()
-            (line,) = ax.plot(mean.index, mean.values, label=series_label(variant, gran))
-            ax.fill_between(mean.index, by_step.min(), by_step.max(), color=line.get_color(), alpha=0.2)
-            for _, run in s[s["status"] == "diverged"].groupby("run_id"):
-                last = run[np.isfinite(run["value"])].sort_values("step").tail(1)
-                ax.plot(last["step"], last["value"], "x", color=line.get_color(), markersize=9, mew=2)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"{title} (mean over seeds, band = min–max; x = diverged run stopped)")
+    colors = _series_colors(runset)
+    fig, axes = _figure(len(panels), len(metrics))
+    for row, metric in enumerate(metrics):
+        data = runset.metric("train", metric)
+        data = data[data["status"].isin(USED_STATUSES)]
+        for ax, (algo, model) in zip(axes[row], panels, strict=False):
+            sub = data[(data["algo"] == algo) & (data["model"] == model)]
+            ax.set_title(f"{algo} / {model}: {metric}", fontsize=9)
+            ax.set_xlabel("step")
+            ax.set_ylabel(metric)
+            if sub.empty:
+                _no_data(ax)
+                continue
+            _curves(ax, sub, colors)
+            if (line := (bounds or {}).get(algo, {}).get(metric)) is not None:
+                ax.axhline(line[0], color="black", lw=1, ls="--", label=line[1])
+            ax.legend(fontsize=6)
+    fig.suptitle(f"{title} (mean over seeds, band = min–max; x = a diverged run stopped)")
     return fig
+
+
+def _series_colors(runset: RunSet) -> dict[tuple[str, str], str]:
+    """One color per (variant, granularity) across every panel and figure of the report."""
+    series = dict.fromkeys(zip(runset.runs["variant"], runset.runs["granularity"], strict=False))
+    return {key: f"C{i % 10}" for i, key in enumerate(series)}
+
+
+def _curves(ax: plt.Axes, sub: pd.DataFrame, colors: dict[tuple[str, str], str]) -> None:
+    for (variant, gran), s in sub.groupby(["variant", "granularity"], sort=False):
+        by_step = s[np.isfinite(s["value"])].groupby("step")["value"]
+        mean = by_step.mean()
+        (line,) = ax.plot(
+            mean.index, mean.values, label=series_label(variant, gran), color=colors.get((variant, gran))
+        )
+        ax.fill_between(mean.index, by_step.min(), by_step.max(), color=line.get_color(), alpha=0.2)
+        for _, run in s[s["status"] == "diverged"].groupby("run_id"):
+            last = run[np.isfinite(run["value"])].sort_values("step").tail(1)
+            ax.plot(last["step"], last["value"], "x", color=line.get_color(), markersize=9, mew=2)
 
 
 def ratio_tails(runset: RunSet) -> plt.Figure:
@@ -162,42 +187,81 @@ def ratio_hist(runset: RunSet, clip_bounds: dict[str, tuple[float, float]]) -> p
     return fig
 
 
-def eval_bars(comparison: pd.DataFrame, keys: list[str]) -> plt.Figure:
-    fig, axes = _figure(len(keys))
-    if not keys:
-        _no_data(axes[0][0])
-        return fig
+EVAL_COLS = 3  # eval panels per row
+SEED_POINTS_MAX_N = 10  # draw each seed's score when a bar has at most this many
+
+
+def _seed_scores(runset: RunSet, key: str) -> pd.DataFrame:
+    v = runset.values[runset.values["source"].isin(EVAL_SOURCES) & (runset.values["metric"] == key)]
+    return v[v["status"].isin(USED_STATUSES) & np.isfinite(v["value"])]
+
+
+def eval_bars(comparison: pd.DataFrame, keys: list[str], runset: RunSet | None = None) -> plt.Figure:
+    """Horizontal bars (one row per algo/model/series, bf16 once) of the seed mean, its 95 % t-interval
+    cut to [0, 1] when every score of the panel is a proportion, and each seed's score as a dot."""
     rows = comparison[comparison["variant"] != "bf16"]
     # bf16 once per algo/model (it repeats in every granularity group)
     ref = comparison[comparison["variant"] == "bf16"].drop_duplicates(["algo", "model"])
     rows = pd.concat([ref, rows]).sort_index(kind="stable")
+    n_cols = min(EVAL_COLS, max(len(keys), 1))
+    n_rows = max(1, -(-len(keys) // n_cols))
+    height = max(PANEL[1], 0.9 + 0.22 * len(rows))
+    fig, axes = plt.subplots(
+        n_rows, n_cols, figsize=(PANEL[0] * n_cols, height * n_rows), squeeze=False, layout="constrained"
+    )
+    for ax in axes.flat[len(keys) :]:
+        ax.set_axis_off()
+    if not keys:
+        axes[0][0].set_axis_on()
+        _no_data(axes[0][0])
+        return fig
+    grans = ["none" if v == "bf16" else g for v, g in zip(rows["variant"], rows["granularity"], strict=False)]
     labels = [
-        f"{a}/{m}\n{series_label(v, 'none' if v == 'bf16' else g)}"
-        for a, m, g, v in zip(rows["algo"], rows["model"], rows["granularity"], rows["variant"], strict=False)
+        f"{a}/{m} {series_label(v, g)}"
+        for a, m, v, g in zip(rows["algo"], rows["model"], rows["variant"], grans, strict=False)
     ]
-    x = np.arange(len(rows))
-    for ax, key in zip(axes[0], keys, strict=False):
+    y = np.arange(len(rows))[::-1]  # first row on top
+    colors = ["grey" if v == "bf16" else "C0" for v in rows["variant"]]
+    for ax, key in zip(axes.flat, keys, strict=False):
         mean = rows[f"{key} mean"].to_numpy(float)
         low, high = rows[f"{key} ci_low"].to_numpy(float), rows[f"{key} ci_high"].to_numpy(float)
-        err = np.vstack([mean - low, high - mean])  # NaN (n = 1): matplotlib draws no bar
-        ax.bar(
-            x,
-            np.nan_to_num(mean),
-            yerr=err,
-            capsize=3,
-            color=["grey" if "bf16" in s else "C0" for s in labels],
-        )
-        ax.set_xticks(x, labels, rotation=70, fontsize=6)
-        ax.set_title(key)
-        ax.set_ylabel("score (mean over seeds)")
-    fig.suptitle("Eval scores with 95% t-intervals over seeds (no error bar when n = 1)")
+        seeds = _seed_scores(runset, key) if runset is not None else pd.DataFrame(columns=["value"])
+        values = np.concatenate([mean[np.isfinite(mean)], seeds["value"].to_numpy(float)])
+        proportion = values.size > 0 and bool(((values >= 0) & (values <= 1)).all())
+        if proportion:  # a t-interval over few seeds runs past what a proportion can be
+            low, high = np.clip(low, 0, 1), np.clip(high, 0, 1)
+        err = np.vstack([mean - low, high - mean])  # NaN (n = 1): no error bar
+        ax.barh(y, np.nan_to_num(mean), xerr=err, capsize=3, color=colors, alpha=0.8, height=0.7)
+        for yi, (a, m, v, g) in zip(
+            y, zip(rows["algo"], rows["model"], rows["variant"], grans, strict=False), strict=False
+        ):
+            pts = seeds[
+                (seeds["algo"] == a)
+                & (seeds["model"] == m)
+                & (seeds["variant"] == v)
+                & (seeds["granularity"] == g)
+            ]["value"]
+            if 0 < len(pts) <= SEED_POINTS_MAX_N:
+                ax.plot(pts, np.full(len(pts), yi), "o", color="black", ms=3, zorder=3)
+        ax.set_yticks(y, labels, fontsize=7)
+        if proportion:
+            ax.set_xlim(0, 1)
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel("score")
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(
+        "Eval scores: bar = mean over seeds, line = 95% t-interval (cut to [0, 1]; none when n = 1), dot = a seed"
+    )
     return fig
 
 
 def throughput_bars(table: pd.DataFrame) -> plt.Figure:
+    """Tokens/s per phase per series. The `calib` phase of a variant that does not calibrate is its
+    diagnostic BF16 shadow pass, drawn hatched and named so. One legend, under the panels."""
     phases = [c for c in table.columns if c.endswith(" tok/s")]
     panels = list(dict.fromkeys(zip(table["algo"], table["model"], strict=False)))
     fig, axes = _figure(len(panels))
+    handles: dict[str, object] = {}
     for ax, (algo, model) in zip(axes[0], panels, strict=False):
         sub = table[(table["algo"] == algo) & (table["model"] == model)]
         ax.set_title(f"{algo} / {model}")
@@ -207,14 +271,31 @@ def throughput_bars(table: pd.DataFrame) -> plt.Figure:
             continue
         x = np.arange(len(sub))
         width = 0.8 / max(len(phases), 1)
+        calibrates = np.array([VARIANT_SPECS[v].calib for v in sub["variant"]])
         for i, phase in enumerate(phases):
-            ax.bar(x + i * width, sub[phase].fillna(0), width, label=phase.removesuffix(" tok/s"))
+            name = phase.removesuffix(" tok/s")
+            values = sub[phase].fillna(0).to_numpy(float)
+            if name != "calib":
+                handles[name] = ax.bar(x + i * width, values, width, color=f"C{i}")
+                continue
+            for mask, label, hatch in ((calibrates, "calib (calibrated clipping)", None),
+                                       (~calibrates, "shadow pass (diagnostics, no calibration)", "//")):  # fmt: skip
+                if (values[mask] > 0).any():
+                    handles[label] = ax.bar(
+                        x[mask] + i * width,
+                        values[mask],
+                        width,
+                        color=f"C{i}",
+                        hatch=hatch,
+                        edgecolor="white",
+                    )
         ticks = [
             f"{series_label(v, g)}\n({e or 'n/a'})"
             for v, g, e in zip(sub["variant"], sub["granularity"], sub["execution"], strict=False)
         ]
-        ax.set_xticks(x + 0.4 - width / 2, ticks, rotation=45, fontsize=6)
-        ax.legend(fontsize=7)
+        ax.set_xticks(x + 0.4 - width / 2, ticks, rotation=30, ha="right", fontsize=7)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=3, fontsize=7)
     fig.suptitle("Throughput per phase (tokens/s, mean over seeds; emulated = no FP8 hardware)")
     return fig
 
@@ -228,12 +309,27 @@ def write_plots(
     clip_bounds: dict[str, tuple[float, float]] | None = None,
 ) -> dict[str, list[Path]]:
     """Draw and save every figure; returns name → [png, svg]."""
+    bounds = {
+        a: {
+            "calib/low": (b[0], f"fixed 1-ε_low = {b[0]:g}"),
+            "calib/high": (b[1], f"fixed 1+ε_high = {b[1]:g}"),
+        }
+        for a, b in (clip_bounds or {}).items()
+    }
     figures: dict[str, Callable[[], plt.Figure]] = {
-        "entropy": lambda: step_curves(runset, "entropy", "Entropy vs step"),
-        "clip_low_neg": lambda: step_curves(runset, "clip/low_neg", "clip/low_neg vs step"),
+        "reward": lambda: step_curves(runset, ("reward/mean", "acc/mean"), "Reward and accuracy vs step"),
+        "resp_len": lambda: step_curves(runset, ("resp_len/mean",), "Response length vs step"),
+        "entropy": lambda: step_curves(runset, ("entropy",), "Entropy vs step"),
+        "clip_low_neg": lambda: step_curves(runset, ("clip/low_neg",), "clip/low_neg vs step"),
+        "calib_bounds": lambda: step_curves(
+            runset, ("calib/low", "calib/high"), "Calibrated clip bounds vs the fixed ones", bounds
+        ),
+        "mismatch_kl": lambda: step_curves(
+            runset, ("mismatch/kl_k3",), "Rollout/trainer mismatch KL vs step"
+        ),
         "ratio_tails": lambda: ratio_tails(runset),
         "ratio_hist": lambda: ratio_hist(runset, clip_bounds or {}),
-        "eval_scores": lambda: eval_bars(comparison, keys),
+        "eval_scores": lambda: eval_bars(comparison, keys, runset),
         "throughput": lambda: throughput_bars(throughput),
     }
     return {name: save_figure(make(), out_dir, name) for name, make in figures.items()}

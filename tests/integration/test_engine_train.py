@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from fp8rl.tracking import read_tensorboard
+
 CORE = [
     "step",
     "reward/mean",
@@ -213,6 +215,15 @@ def test_sigkill_and_resume_writes_identical_metrics(tier, train, tmp_path, rest
     assert [r["step"] for r in again] == [1, 2, 3, 4, 5]
     assert strip(again) == strip(straight)
     assert json.loads((out / "summary.json").read_text())["status"] == summary["status"] == "ok"
+    # TensorBoard shows the kept steps once: the resumed run's events replace the killed run's step 3
+    events = read_tensorboard(out / "tb")
+    for name in ("reward/mean", "entropy", "clip/low_neg", "calib/low"):
+        want = {r["step"]: r[name] for r in again if name in r}
+        assert want and events.get(name) == pytest.approx(want, rel=1e-6), name
+    # --no-progress: heartbeat lines on stderr, the first and the last step of the resumed process at least
+    beats = [line for line in resumed.stderr.read().splitlines() if line.startswith(f"[{run_id}] step ")]
+    assert beats[0].startswith(f"[{run_id}] step 3/5 reward ") and " s/step ETA " in beats[0]
+    assert beats[-1].startswith(f"[{run_id}] step 5/5 ") and beats[-1].endswith("ETA 0:00:00")
 
 
 def test_changed_training_settings_start_afresh_instead_of_resuming(tier, train, tmp_path):

@@ -22,6 +22,7 @@ from fp8rl.cli import main
 from fp8rl.config_loader import load_config
 from fp8rl.matrix import RunSpec
 from fp8rl.rundir import RunDir, build_summary
+from fp8rl.tracking import read_tensorboard
 
 ROOT = Path(__file__).resolve().parents[3]
 PAPER = ROOT / "config" / "paper.yaml"
@@ -84,6 +85,12 @@ def test_finish_run_writes_the_reference_trainers_schemas(tmp_path):
     assert tp == throughput(run.read_metrics(), fp8=True)
     assert tp["phases"] == {"rollout": {"seconds": 4.0}, "train": {"seconds": 3.0}}  # verl counts no tokens
     assert tp["step_time_s"] == 3.5 and "peak_mem_mb" not in tp and tp["fp8_backend"] == "transformer_engine"
+    # the imported metrics, under fp8rl's names, in the run's TensorBoard events (as the reference trainer)
+    events = read_tensorboard(out / "tb")
+    for name in ("entropy", "time/rollout_s", "time/train_s"):
+        assert events[name] == pytest.approx({r["step"]: r[name] for r in run.read_metrics()}, rel=1e-6)
+    finish_run(cfg, TIS, out, exit_code=0)  # a second import replaces the events, not doubles them
+    assert read_tensorboard(out / "tb")["entropy"] == {1: pytest.approx(0.8), 2: pytest.approx(0.8)}
 
 
 def _attempt(out: Path, n: int, rows: list[dict], tail: str = "") -> None:

@@ -215,3 +215,21 @@ def test_verl_plugins_entry_point_names_the_loss_module():
 
     eps = {ep.name: ep.value for ep in entry_points(group="verl.plugins")}
     assert eps.get("fp8rl") == "fp8rl.adapters.verl_loss"
+
+
+def test_config_trackers_join_verls_own_logger(paper):
+    spec = RunSpec("grpo", "qwen3-14b", "bf16", "none", 1)
+    env = "+ray_kwargs.ray_init.runtime_env.env_vars"
+    default = _ov(verl_overrides(paper, spec, PATHS))
+    assert default["trainer.logger"] == "[console,file,tensorboard]"  # TensorBoard is on by default
+    assert default[f"{env}.TENSORBOARD_DIR"] == "'/out dir/verl_tb'"
+    assert not any(k.startswith(f"{env}.WANDB") or k.startswith(f"{env}.MLFLOW") for k in default)
+    paper.tracking.tensorboard = False
+    paper.tracking.wandb.enabled = paper.tracking.mlflow.enabled = True
+    ov = _ov(verl_overrides(paper, spec, PATHS))
+    assert ov["trainer.logger"] == "[console,file,wandb,mlflow]"
+    assert ov[f"{env}.WANDB_MODE"] == "offline" and ov[f"{env}.WANDB_DIR"] == "'/out dir'"
+    assert ov[f"{env}.MLFLOW_TRACKING_URI"].startswith("file:///") and ov[
+        f"{env}.MLFLOW_TRACKING_URI"
+    ].endswith("/paper/mlruns")
+    assert f"{env}.TENSORBOARD_DIR" not in ov

@@ -1,0 +1,85 @@
+"""The report's figures say what they claim: intervals of proportions stay in [0, 1], every seed is
+drawn, the shadow pass is named as such, legends sit outside the bars, and the page explains them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.collections import LineCollection
+from report_fixtures import seeds_used, write_tier
+
+from fp8rl.report.build import build_report
+from fp8rl.report.comparison import comparison_table
+from fp8rl.report.load import load_tier
+from fp8rl.report.plots import eval_bars, step_curves, throughput_bars
+from fp8rl.report.summaries import eval_keys
+
+
+@pytest.fixture(scope="module")
+def tier(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("plots")
+    cfg = write_tier(tmp)
+    return cfg, load_tier(cfg)
+
+
+def test_eval_intervals_stay_in_0_1_and_every_seed_is_a_dot(tier):
+    cfg, runset = tier
+    comparison = comparison_table(runset)
+    keys = eval_keys(runset)
+    # two seeds near the ends of [0, 1]: a t-interval (t = 12.7) runs far past them
+    comparison.loc[comparison.index[0], [f"{k} ci_low" for k in keys]] = -0.6
+    comparison.loc[comparison.index[0], [f"{k} ci_high" for k in keys]] = 1.7
+    fig = eval_bars(comparison, keys, runset)
+    for ax, key in zip(fig.axes, keys, strict=False):
+        assert ax.get_xlim() == (0.0, 1.0) and ax.get_title() == key
+        whiskers = [c for c in ax.collections if isinstance(c, LineCollection)]
+        xs = np.concatenate(
+            [np.asarray(seg).reshape(-1, 2)[:, 0] for c in whiskers for seg in c.get_segments()]
+        )
+        xs = xs[np.isfinite(xs)]
+        assert xs.size and xs.min() >= 0.0 and xs.max() <= 1.0
+        dots = sum(len(line.get_xdata()) for line in ax.lines if line.get_marker() == "o")
+        used = sum(len(seeds_used(cfg, a, v)) for a in cfg.matrix.algorithms for v in cfg.matrix.variants)
+        assert dots == used  # each seed whose run counts (ok or diverged) is drawn once
+    width, height = fig.get_size_inches() * 100
+    assert width < 1600 and height >= 300  # no longer a 2300 x 320 strip
+
+
+def test_throughput_names_the_shadow_pass_and_keeps_the_legend_off_the_bars():
+    table = pd.DataFrame(
+        {
+            "algo": ["grpo"] * 3, "model": ["tiny"] * 3, "variant": ["bf16", "fp8", "fp8_calib"],
+            "granularity": ["none", "tensorwise", "tensorwise"], "execution": ["emulated"] * 3,
+            "rollout tok/s": [100.0, 120.0, 120.0], "calib tok/s": [np.nan, 300.0, 250.0],
+        }
+    )  # fmt: skip
+    fig = throughput_bars(table)
+    assert all(ax.get_legend() is None for ax in fig.axes)
+    (legend,) = fig.legends
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert texts == ["rollout", "calib (calibrated clipping)", "shadow pass (diagnostics, no calibration)"]
+
+
+def test_calib_bounds_are_drawn_against_the_fixed_ones(tier):
+    _, runset = tier
+    bounds = {"grpo": {"calib/low": (0.8, "fixed 1-ε_low = 0.8")}}
+    fig = step_curves(runset, ("calib/low", "calib/high"), "bounds", bounds)
+    grpo_low = fig.axes[0]
+    assert [t.get_text() for t in grpo_low.get_legend().get_texts()] == [
+        "fp8_calib/tensorwise",
+        "fixed 1-ε_low = 0.8",
+    ]
+    (fixed,) = [line for line in grpo_low.lines if line.get_linestyle() == "--"]
+    assert set(fixed.get_ydata()) == {0.8}
+
+
+def test_report_page_explains_the_mechanism_before_the_numbers(tier):
+    cfg, _ = tier
+    build_report(cfg)
+    page = (Path(cfg.results_dir) / cfg.tier / "report.html").read_text()
+    assert page.index('id="mechanism"') < page.index("<h2>Comparison</h2>")
+    for term in ("Phantom clipping", "fp8_tis", "fp8_calib", "Reading the ratio histograms"):
+        assert f"<dt>{term}</dt>" in page
