@@ -198,6 +198,7 @@ def dose_figure(table: pd.DataFrame, column: str, ylabel: str) -> plt.Figure:
                 ax.axhline(0.0, color="grey", lw=0.8, ls="--")
             ax.set_xscale("log", base=2)
             ax.set_xticks(doses, [fmt(float(d), 2) for d in doses])
+            ax.set_xlim(min(doses) / 1.25, max(doses) * 1.25)  # a single-dose series stays off the edge
             ax.minorticks_off()
             ax.set_xlabel("noise dose s (x + s·(Q(x) − x))")
             ax.set_ylabel(ylabel if j == 0 else "")
