@@ -1,7 +1,7 @@
 """The mechanism study's table and figures, for a matrix with FP8 conditions (`matrix.conditions`).
 
 `mechanism_table(comparison, runset, cfg)` has one row per (algo, model, condition, granularity,
-variant ∈ `VARIANTS`), read off the comparison table (comparison.py; same seeds, same bootstrap):
+variant ∈ `MECHANISM_VARIANTS`), read off the comparison table (comparison.py; same seeds, same bootstrap):
 
 - the condition's FP8 settings from `cfg.fp8_for(condition)`: `format` (the configured recipe format),
   `gemm_format` (what the granularity's GEMMs really use: rowwise, blockwise and mxfp8 are e4m3
@@ -41,7 +41,7 @@ from fp8rl.report.plots import save_figure  # noqa: E402
 from fp8rl.report.stats import BOOTSTRAP_METHOD, bootstrap_interval  # noqa: E402
 from fp8rl.report.summaries import step_series  # noqa: E402
 
-VARIANTS = ("fp8", "fp8_calib")
+MECHANISM_VARIANTS = ("fp8", "fp8_calib")
 SETTINGS = ["format", "gemm_format", "noise_scale", "kv_cache"]
 CALIB = (("calib_low", "calib/low"), ("calib_high", "calib/high"))
 # (plot name, table column, y label)
@@ -88,7 +88,7 @@ def mechanism_table(comparison: pd.DataFrame, runset: RunSet, cfg: ExperimentCon
     series = _calib_bounds(runset)
     used = runset.runs[runset.runs["status"].isin(USED_STATUSES)]
     rows = []
-    for _, r in comparison[comparison["variant"].isin(VARIANTS)].iterrows():
+    for _, r in comparison[comparison["variant"].isin(MECHANISM_VARIANTS)].iterrows():
         fp8 = cfg.fp8_for(r["condition"])
         ref = comparison[
             (comparison["algo"] == r["algo"])
@@ -169,13 +169,13 @@ def dose_figure(table: pd.DataFrame, column: str, ylabel: str) -> plt.Figure:
     """`column` (with its 95% interval) against the noise dose; see the module docstring."""
     settings = _settings(table) or [("", "", "", True)]
     fig, axes = plt.subplots(
-        len(settings), len(VARIANTS), figsize=(5.0 * len(VARIANTS), 3.4 * len(settings)),
+        len(settings), len(MECHANISM_VARIANTS), figsize=(5.0 * len(MECHANISM_VARIANTS), 3.4 * len(settings)),
         squeeze=False, layout="constrained", sharey="row",
     )  # fmt: skip
     doses = sorted(set(table["noise_scale"])) if not table.empty else [1.0]
     grans = list(dict.fromkeys(table["granularity"])) if not table.empty else []
     for i, (algo, model, fmt_name, kv) in enumerate(settings):
-        for j, variant in enumerate(VARIANTS):
+        for j, variant in enumerate(MECHANISM_VARIANTS):
             ax = axes[i, j]
             sub = table[
                 (table["algo"] == algo)
