@@ -28,7 +28,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from fp8rl.report.paths import ReportPaths
 
     manifest = build_report(cfg, runs_dir)
-    paths = ReportPaths.for_tier(cfg.results_dir, cfg.tier)
+    paths = ReportPaths.for_config(cfg)
     counts = ", ".join(f"{s} {n}" for s, n in manifest["status_counts"].items())
     print(f"report for tier {cfg.tier}: {counts}")
     if manifest["problems"]:

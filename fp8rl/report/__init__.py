@@ -5,13 +5,20 @@ from `{results_dir}/{tier}/runs/` and writes, with `R = {results_dir}/{tier}`:
 
     R/tables/runs.csv, runs.md               one row per matrix cell: status ok|diverged|failed|missing,
                                              reason, last step, malformed metrics lines
-    R/tables/comparison.csv, comparison.md   per (algo, model, granularity) and variant: eval scores as
-                                             mean and 95% Student-t CI over seeds, Δ vs bf16 (Welch t),
-                                             final/best reward, peak entropy, clip/low_neg,
-                                             phantom/low_neg, mismatch KL, status counts
+    R/tables/comparison.csv, comparison.md   per (algo, model, granularity[, condition]) and variant:
+                                             eval scores as mean and 95% Student-t CI over seeds, Δ vs
+                                             bf16 (Welch t), final/best reward, peak entropy over its
+                                             early baseline, clip/low_neg and mismatch KL with
+                                             hierarchical-bootstrap CIs (clip/low_neg also Δ vs bf16),
+                                             the paired section (phantom/low_neg, phantom/missed_neg,
+                                             excess clipping), status counts
     R/tables/throughput.csv, throughput.md   tokens/s per phase, step time, speedup vs bf16,
                                              calibration overhead %, emulated vs hardware
+    R/tables/mechanism.csv, mechanism.md     matrices with FP8 conditions only: per condition ×
+                                             granularity × fp8/fp8_calib, excess clipping, clip/low_neg
+                                             vs bf16, mismatch KL, calibrated bounds (mechanism.py)
     R/plots/{entropy,clip_low_neg,ratio_tails,ratio_hist,eval_scores,throughput}.{png,svg}
+    R/plots/{mechanism_excess_clip,mechanism_mismatch_kl}.{png,svg}   (with FP8 conditions only)
     R/report.html                            self-contained (plots embedded as base64 PNG)
     R/report.json                            manifest: status counts, data problems, config digest,
                                              the list of outputs
@@ -19,8 +26,9 @@ from `{results_dir}/{tier}/runs/` and writes, with `R = {results_dir}/{tier}`:
 `fp8rl publish TIER [--config FILE]` copies tables/, plots/, report.html and a provenance.json into
 `{results_dir}/published/{TIER}/`, atomically (see `publish.py`).
 
-Modules: `paths` (file names), `load` (run directories → tidy frames), `stats` (t-intervals),
-`summaries` (per-run reductions), `comparison`, `throughput_table` (tables), `markdown` (formatted views),
+Modules: `paths` (file names), `load` (run directories → tidy frames), `stats` (t-intervals, the
+hierarchical bootstrap), `summaries` (per-run reductions, per-step series), `comparison`,
+`throughput_table`, `mechanism` (tables), `markdown` (formatted views),
 `plots`, `html`, `build` (`build_report`), `publish` (`publish_tier`).
 """
 

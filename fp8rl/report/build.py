@@ -1,8 +1,9 @@
 """`build_report(cfg)`: load a tier's runs and write its tables, plots, HTML report and manifest.
 
-The files are those of `paths.ReportPaths.outputs()`; each is written atomically. Missing, diverged
-and failed runs are counted in every table and never stop the report; unusable data (malformed
-metrics lines, unreadable JSON) is listed in the report and in `report.json`.
+The files are those of `paths.ReportPaths.for_config(cfg).outputs()`; each is written atomically.
+Missing, diverged and failed runs are counted in every table and never stop the report; unusable data
+(malformed metrics lines, unreadable JSON) is listed in the report and in `report.json`. A matrix with
+FP8 conditions also gets the mechanism table and figures (mechanism.py).
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ from fp8rl.report.html import render_html
 from fp8rl.report.load import STATUSES, RunSet, load_tier
 from fp8rl.report.markdown import (
     COMPARISON_NOTES,
+    PAIRED_NOTES,
     THROUGHPUT_NOTES,
     comparison_markdown,
     comparison_view,
     numbers_view,
+    paired_view,
     to_markdown,
 )
+from fp8rl.report.mechanism import MECHANISM_NOTES, mechanism_plots, mechanism_table, mechanism_view
 from fp8rl.report.paths import ReportPaths
 from fp8rl.report.plots import write_plots
 from fp8rl.report.summaries import eval_keys
@@ -35,6 +39,7 @@ from fp8rl.report.throughput_table import throughput_table
 from fp8rl.rl.bounds import ClipBounds
 
 RUN_COLUMNS = ["run_id", "status", "reason", "step", "steps_planned", "malformed_lines", "execution"]
+CONDITION_RUN_COLUMNS = ["run_id", "condition", *RUN_COLUMNS[1:]]  # matrices with FP8 conditions
 PLOT_CAPTIONS = {
     "reward": "Reward and accuracy vs step",
     "resp_len": "Response length vs step",
@@ -46,6 +51,10 @@ PLOT_CAPTIONS = {
     "ratio_hist": "Per-token PPO ratio, FP8 vs the BF16 shadow pass of the same tokens",
     "eval_scores": "Eval scores: seed mean, 95% t-interval cut to [0, 1], each seed",
     "throughput": "Throughput per phase",
+    "mechanism_excess_clip": "Excess clipping (phantom/low_neg − phantom/missed_neg) vs FP8 noise dose, "
+    "per granularity, with 95% hierarchical-bootstrap intervals",
+    "mechanism_mismatch_kl": "Mismatch KL (trainer vs rollout) vs FP8 noise dose, per granularity, "
+    "with 95% hierarchical-bootstrap intervals",
 }
 
 
@@ -57,7 +66,7 @@ def runs_table(runset: RunSet) -> pd.DataFrame:
     for col in ("step", "steps_planned"):
         runs[col] = runs[col].map(lambda v: "" if v is None or v != v else str(int(v)))
     runs["reason"] = runs["reason"].map(lambda v: "" if v is None or v != v else str(v))
-    return runs[RUN_COLUMNS]
+    return runs[CONDITION_RUN_COLUMNS if runs["condition"].notna().any() else RUN_COLUMNS]
 
 
 def _csv(frame: pd.DataFrame, path: Path) -> None:
@@ -76,10 +85,10 @@ def _json_safe(obj):
 
 def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> dict:
     """Write every report output for `cfg`'s tier; returns the manifest written to report.json."""
-    paths = ReportPaths.for_tier(cfg.results_dir, cfg.tier)
+    paths = ReportPaths.for_config(cfg)
     runset = load_tier(cfg, runs_dir if runs_dir is not None else paths.runs_dir)
     keys = eval_keys(runset)
-    comparison = comparison_table(runset)
+    comparison = comparison_table(runset, cfg.stability.baseline_steps)
     throughput = throughput_table(runset)
     runs = runs_table(runset)
     counts = {s: int((runset.runs["status"] == s).sum()) for s in STATUSES}
@@ -90,7 +99,10 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
     atomic_write_text(paths.table("runs", "md"), to_markdown(f"{title}: runs", runs, status_note))
     _csv(comparison, paths.table("comparison", "csv"))
     view = comparison_view(comparison, keys)
-    atomic_write_text(paths.table("comparison", "md"), comparison_markdown(f"{title}: comparison", view))
+    paired = paired_view(comparison)
+    atomic_write_text(
+        paths.table("comparison", "md"), comparison_markdown(f"{title}: comparison", view, paired)
+    )
     _csv(throughput, paths.table("throughput", "csv"))
     tp_view = numbers_view(throughput)
     atomic_write_text(
@@ -102,6 +114,20 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
         for a in cfg.matrix.algorithms
     }
     plots = write_plots(runset, comparison, keys, throughput, paths.plots_dir, clip_bounds)
+    sections = [
+        ("Comparison", COMPARISON_NOTES, view),
+        ("Paired: FP8 vs its BF16 shadow", PAIRED_NOTES, paired),
+    ]
+    if paths.mechanism:
+        mechanism = mechanism_table(comparison, runset, cfg)
+        _csv(mechanism, paths.table("mechanism", "csv"))
+        mech_view = mechanism_view(mechanism)
+        atomic_write_text(
+            paths.table("mechanism", "md"), to_markdown(f"{title}: mechanism", mech_view, MECHANISM_NOTES)
+        )
+        sections.append(("Mechanism: excess clipping vs FP8 condition", MECHANISM_NOTES, mech_view))
+        plots |= mechanism_plots(mechanism, paths.plots_dir)
+    sections.append(("Throughput", THROUGHPUT_NOTES, tp_view))
 
     header = {
         "tier": cfg.tier,
@@ -115,7 +141,7 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
         header=header,
         status_counts=counts,
         problems=runset.problems,
-        sections=[("Comparison", COMPARISON_NOTES, view), ("Throughput", THROUGHPUT_NOTES, tp_view)],
+        sections=sections,
         plots=[(files[0], PLOT_CAPTIONS[name]) for name, files in plots.items()],
         runs=runs,
         explainer=MECHANISM,
@@ -131,6 +157,7 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
         "malformed_lines": int(runset.runs["malformed_lines"].sum()),
         "problems": runset.problems,
         "eval_scores": keys,
+        "mechanism": paths.mechanism,
         "outputs": [str(p) for p in paths.outputs()],
     }
     atomic_write_json(paths.manifest, _json_safe(manifest))

@@ -1,12 +1,20 @@
-"""The comparison table: per (algorithm, model, granularity), each variant against bf16 over seeds.
+"""The comparison table: per (algorithm, model, granularity[, condition]), each variant against bf16.
 
-One row per (algo, model, granularity group, variant). The `bf16` runs (granularity `none`) are the
-reference of every granularity group of their algo/model, so their row repeats in each group. Columns:
+One row per (algo, model, granularity group, condition group, variant). The `condition` column exists
+only in matrices with FP8 conditions (`matrix.conditions`); there each fp8 run belongs to the group of
+its granularity and condition. The `bf16` runs (granularity and condition `none`) are the reference of
+every group of their algo/model, so their row repeats in each group. Columns:
 
 - `runs`, `ok`, `diverged`, `failed`, `missing`: counts over the variant's seeds. Every run is counted.
 - per eval score `E` (`{task}/{metric}`): `E mean`, `E ci_low`, `E ci_high`, `E n` (Student t over the
   seeds that have the score) and `E delta`, `E delta_ci_low`, `E delta_ci_high` (vs bf16, Welch t).
 - per stability diagnostic (summaries.DIAGNOSTICS): the mean over seeds of the per-run value, `{col} n`.
+- per-step metrics with a hierarchical bootstrap interval over steps × seeds (stats.BOOTSTRAP_METHOD):
+  `clip_low_neg ci_low|ci_high` and its `delta`, `delta_ci_low`, `delta_ci_high` vs bf16;
+  `mismatch_kl_k3 ci_low|ci_high`.
+- the paired section (`PAIRED`; FP8 variants, from the BF16 shadow pass of the same tokens):
+  `phantom_low_neg`, `phantom_missed_neg` and `excess_clip` = their per-step difference, each with
+  `ci_low`, `ci_high` and `n` (seeds).
 
 Seeds contribute when their run is `ok` or `diverged` (a diverged run's collapse belongs in the
 numbers); `failed` and `missing` runs are counted only. Non-finite per-run values are left out of the
@@ -21,19 +29,40 @@ import numpy as np
 import pandas as pd
 
 from fp8rl.report.load import STATUSES, RunSet
-from fp8rl.report.stats import t_interval, welch_interval
-from fp8rl.report.summaries import DIAGNOSTICS, eval_keys, run_summaries
+from fp8rl.report.stats import Interval, bootstrap_delta, bootstrap_interval, t_interval, welch_interval
+from fp8rl.report.summaries import DIAGNOSTICS, eval_keys, run_summaries, step_difference, step_series
 from fp8rl.vocabulary import NO_GRANULARITY, VARIANT_SPECS, VARIANTS
 
 USED_STATUSES = ("ok", "diverged")
+# (column, metrics.jsonl name): per-step diagnostics that get a bootstrap interval over steps × seeds
+STEP_INTERVALS = (("clip_low_neg", "clip/low_neg"), ("mismatch_kl_k3", "mismatch/kl_k3"))
+# per-step metrics whose difference to bf16 gets an interval
+STEP_DELTAS = ("clip_low_neg",)
+EXCESS = "excess_clip"
+# (column, description): the paired FP8-vs-BF16-shadow section
+PAIRED = (
+    ("phantom_low_neg", "phantom/low_neg: A<0 shadow tokens clipped under the FP8 ratio, not under BF16"),
+    ("phantom_missed_neg", "phantom/missed_neg: A<0 shadow tokens clipped under BF16, not under FP8"),
+    (EXCESS, "excess clipping: phantom/low_neg − phantom/missed_neg per step (net gradients FP8 zeroes)"),
+)
+PAIRED_METRICS = {"phantom_low_neg": "phantom/low_neg", "phantom_missed_neg": "phantom/missed_neg"}
 
 
-def _groups(runs: pd.DataFrame) -> list[tuple[str, str, str]]:
-    """(algo, model, granularity group) in matrix order; `none` when an algo/model has only bf16."""
+def has_conditions(runs: pd.DataFrame) -> bool:
+    """Whether the runs come from a matrix with FP8 conditions."""
+    return "condition" in runs and bool(runs["condition"].notna().any())
+
+
+def _groups(runs: pd.DataFrame) -> list[tuple[str, str, str, str | None]]:
+    """(algo, model, granularity group, condition group) in matrix order; granularity `none` (and
+    condition None) when an algo/model has only bf16."""
+    conds = has_conditions(runs)
     out = []
     for (algo, model), sub in runs.groupby(["algo", "model"], sort=False):
-        grans = [g for g in dict.fromkeys(sub["granularity"]) if g != NO_GRANULARITY]
-        out += [(algo, model, g) for g in grans or [NO_GRANULARITY]]
+        fp8 = sub[sub["granularity"] != NO_GRANULARITY]
+        grans = list(dict.fromkeys(fp8["granularity"]))
+        names = list(dict.fromkeys(fp8["condition"])) if conds else [None]
+        out += [(algo, model, g, c) for g in grans for c in names] or [(algo, model, NO_GRANULARITY, None)]
     return out
 
 
@@ -43,38 +72,71 @@ def _finite_mean(values: pd.Series) -> tuple[float, int]:
     return (float(x.mean()) if x.size else math.nan), int(x.size)
 
 
-def comparison_table(runset: RunSet) -> pd.DataFrame:
-    """The comparison table as numbers (see the module docstring for its columns)."""
-    summaries = run_summaries(runset)
+def _ci_cells(prefix: str, ci: Interval, *, n: bool = False) -> dict:
+    out = {f"{prefix} ci_low": ci.low, f"{prefix} ci_high": ci.high}
+    return out | ({prefix: ci.estimate, f"{prefix} n": ci.n} if n else {})
+
+
+def _delta_cells(prefix: str, d: Interval) -> dict:
+    return {f"{prefix} delta": d.estimate, f"{prefix} delta_ci_low": d.low, f"{prefix} delta_ci_high": d.high}
+
+
+NO_INTERVAL = Interval(math.nan, math.nan, math.nan, 0)
+
+
+def comparison_table(runset: RunSet, baseline_steps: int) -> pd.DataFrame:
+    """The comparison table as numbers (see the module docstring for its columns).
+
+    `baseline_steps` is `stability.baseline_steps` (the early-steps entropy baseline of
+    `peak_entropy_rel`)."""
+    summaries = run_summaries(runset, baseline_steps)
     keys = eval_keys(runset)
+    conds = has_conditions(runset.runs)
+    series = step_series(runset, [m for _, m in STEP_INTERVALS] + list(PAIRED_METRICS.values()))
+    series[EXCESS] = step_difference(runset, "phantom/low_neg", "phantom/missed_neg")
+
+    def per_seed(metric: str, run_ids) -> list[np.ndarray]:
+        return [series[metric][r] for r in run_ids if r in series[metric]]
+
     rows = []
-    for algo, model, gran in _groups(runset.runs):
+    for algo, model, gran, cond in _groups(runset.runs):
         cell = summaries[(summaries["algo"] == algo) & (summaries["model"] == model)]
         ref = cell[(cell["variant"] == "bf16") & cell["status"].isin(USED_STATUSES)]
         present = [v for v in VARIANTS if v in set(cell["variant"])]
         for variant in present:
-            want = gran if VARIANT_SPECS[variant].fp8 else NO_GRANULARITY
-            runs = cell[(cell["variant"] == variant) & (cell["granularity"] == want)]
+            fp8 = VARIANT_SPECS[variant].fp8
+            runs = cell[
+                (cell["variant"] == variant) & (cell["granularity"] == (gran if fp8 else NO_GRANULARITY))
+            ]
+            if conds and fp8:
+                runs = runs[runs["condition"] == cond]
             if runs.empty:
                 continue
             used = runs[runs["status"].isin(USED_STATUSES)]
-            row: dict = {"algo": algo, "model": model, "granularity": gran, "variant": variant}
+            row: dict = {"algo": algo, "model": model, "granularity": gran}
+            row |= {"condition": cond} if conds else {}
+            row["variant"] = variant
             row["runs"] = len(runs)
             row |= {s: int((runs["status"] == s).sum()) for s in STATUSES}
             for key in keys:
                 ci = t_interval(used[key])
                 row |= {f"{key} mean": ci.estimate, f"{key} ci_low": ci.low, f"{key} ci_high": ci.high}
                 row[f"{key} n"] = ci.n
-                if variant == "bf16" or ref.empty:
-                    delta = (math.nan, math.nan, math.nan)
-                else:
-                    d = welch_interval(used[key], ref[key])
-                    delta = (d.estimate, d.low, d.high)
-                row |= dict(
-                    zip((f"{key} delta", f"{key} delta_ci_low", f"{key} delta_ci_high"), delta, strict=False)
-                )
+                no_delta = variant == "bf16" or ref.empty
+                row |= _delta_cells(key, NO_INTERVAL if no_delta else welch_interval(used[key], ref[key]))
             for column, *_ in DIAGNOSTICS:
                 mean, n = _finite_mean(used[column])
                 row |= {column: mean, f"{column} n": n}
+            for column, metric in STEP_INTERVALS:
+                row |= _ci_cells(column, bootstrap_interval(per_seed(metric, used["run_id"])))
+                if column in STEP_DELTAS:
+                    d = NO_INTERVAL
+                    if variant != "bf16" and not ref.empty:
+                        d = bootstrap_delta(per_seed(metric, used["run_id"]), per_seed(metric, ref["run_id"]))
+                    row |= _delta_cells(column, d)
+            for column, _ in PAIRED:
+                metric = PAIRED_METRICS.get(column, column)
+                ci = bootstrap_interval(per_seed(metric, used["run_id"])) if fp8 else NO_INTERVAL
+                row |= _ci_cells(column, ci, n=True)
             rows.append(row)
     return pd.DataFrame(rows)

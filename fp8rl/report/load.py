@@ -43,7 +43,8 @@ from fp8rl.rundir import EVAL_FILES, RunDir
 from fp8rl.rundir import STATUSES as RUN_STATUSES
 from fp8rl.rundir import runs_dir as tier_runs_dir
 
-ID_COLUMNS = ["run_id", "algo", "model", "variant", "granularity", "seed"]
+# `condition` is None in matrices without FP8 conditions (fp8rl.matrix.RunSpec)
+ID_COLUMNS = ["run_id", "algo", "model", "variant", "granularity", "condition", "seed"]
 STATUSES = (*RUN_STATUSES, "missing")
 VALUE_COLUMNS = [*ID_COLUMNS, "status", "source", "step", "metric", "value", "stderr"]
 
@@ -208,6 +209,7 @@ def load_run(spec: RunSpec, runs_dir: Path) -> tuple[dict, pd.DataFrame, list[st
         "model": spec.model,
         "variant": spec.variant,
         "granularity": spec.granularity,
+        "condition": spec.condition,
         "seed": spec.seed,
     }
     status, summary = _summary_status(run, problems)

@@ -10,18 +10,28 @@ import math
 
 import pandas as pd
 
-from fp8rl.report.comparison import USED_STATUSES
-from fp8rl.report.stats import CI_METHOD, DELTA_METHOD, NO_CI_NOTE
+from fp8rl.report.comparison import PAIRED, STEP_DELTAS, STEP_INTERVALS, USED_STATUSES
+from fp8rl.report.stats import BOOTSTRAP_METHOD, CI_METHOD, DELTA_METHOD, NO_CI_NOTE
 from fp8rl.report.summaries import DIAGNOSTICS
 
 COMPARISON_NOTES = [
-    CI_METHOD + ".",
-    DELTA_METHOD + ".",
+    CI_METHOD + " (eval scores).",
+    DELTA_METHOD + " (eval scores).",
+    BOOTSTRAP_METHOD + f" ({', '.join(c for c, _ in STEP_INTERVALS)}, and the paired section).",
     NO_CI_NOTE + ".",
     f"Seeds with status {' or '.join(USED_STATUSES)} enter the means; failed and missing runs are counted only.",
     "Status counts are ok / diverged / failed / missing over the variant's seeds.",
     *(f"`{col}`: {desc}, mean over seeds." for col, _, _, desc in DIAGNOSTICS),
     "bf16 rows (granularity `none`) are the reference of every granularity group of their algo/model.",
+    "`condition` (matrices with FP8 conditions only): the named FP8 setting of the group's fp8 runs; "
+    "bf16 runs have condition `none` and are the reference of every condition.",
+]
+PAIRED_NOTES = [
+    "Paired: each FP8 run re-scores a sample of its own tokens with quantization switched off (the BF16 "
+    "shadow pass), so FP8 and BF16 clipping are compared on the same tokens of the same step.",
+    *(f"`{col}`: {desc}; mean over steps, then over seeds." for col, desc in PAIRED),
+    BOOTSTRAP_METHOD + ".",
+    "Fractions are of the negative-advantage shadow tokens; `seeds` = runs that logged them.",
 ]
 
 THROUGHPUT_NOTES = [
@@ -43,26 +53,36 @@ def fmt(x: float, digits: int = 3) -> str:
     return f"{x:.{digits}g}" if x != 0 and abs(x) < 1e-3 else f"{x:.{digits}f}"
 
 
-def fmt_ci(est: float, low: float, high: float, missing_ci: str, *, signed: bool = False) -> str:
+def fmt_ci(
+    est: float, low: float, high: float, missing_ci: str, *, signed: bool = False, digits: int = 3
+) -> str:
     """`est [low, high]`, or `est (missing_ci)` when the interval does not exist."""
     if est is None or math.isnan(est):
         return ""
-    head = f"{est:+.3f}" if signed else fmt(est)
+    head = ("-" if est < 0 else "+") + fmt(abs(est), digits) if signed else fmt(est, digits)
     if math.isnan(low) or math.isnan(high):
         return f"{head} ({missing_ci})"
-    return f"{head} [{fmt(low)}, {fmt(high)}]"
+    return f"{head} [{fmt(low, digits)}, {fmt(high, digits)}]"
+
+
+def _group_cells(r: pd.Series) -> dict:
+    """algo, model, granularity (and condition where the table has one), variant."""
+    cells = {"algo": r["algo"], "model": r["model"], "granularity": r["granularity"]}
+    if "condition" in r.index:
+        cells["condition"] = r["condition"]
+    return cells | {"variant": r["variant"]}
+
+
+def _step_ci(r: pd.Series, col: str) -> str:
+    return fmt_ci(r[col], r[f"{col} ci_low"], r[f"{col} ci_high"], "no CI", digits=4)
 
 
 def comparison_view(table: pd.DataFrame, eval_keys: list[str]) -> pd.DataFrame:
     """The comparison table with formatted cells, one row per variant."""
     rows = []
     for _, r in table.iterrows():
-        row = {
-            "algo": r["algo"],
-            "model": r["model"],
-            "granularity": r["granularity"],
-            "variant": r["variant"],
-            "ok/div/fail/miss": f"{r['ok']}/{r['diverged']}/{r['failed']}/{r['missing']}",
+        row = _group_cells(r) | {
+            "ok/div/fail/miss": f"{r['ok']}/{r['diverged']}/{r['failed']}/{r['missing']}"
         }
         for key in eval_keys:
             n = int(r[f"{key} n"])
@@ -70,8 +90,24 @@ def comparison_view(table: pd.DataFrame, eval_keys: list[str]) -> pd.DataFrame:
             row[f"Δ {key}"] = fmt_ci(
                 r[f"{key} delta"], r[f"{key} delta_ci_low"], r[f"{key} delta_ci_high"], "no CI", signed=True
             )
+        intervals = {c for c, _ in STEP_INTERVALS}
         for col, *_ in DIAGNOSTICS:
-            row[col] = fmt(r[col], 4)
+            row[col] = _step_ci(r, col) if col in intervals else fmt(r[col], 4)
+            if col in STEP_DELTAS:
+                row[f"Δ {col}"] = fmt_ci(
+                    r[f"{col} delta"], r[f"{col} delta_ci_low"], r[f"{col} delta_ci_high"], "no CI",
+                    signed=True, digits=4,
+                )  # fmt: skip
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def paired_view(table: pd.DataFrame) -> pd.DataFrame:
+    """The paired section: FP8 rows only, phantom clipping vs the BF16 shadow with intervals."""
+    rows = []
+    for _, r in table[table["variant"] != "bf16"].iterrows():
+        row = _group_cells(r) | {col: _step_ci(r, col) for col, _ in PAIRED}
+        row["seeds"] = int(r[f"{PAIRED[-1][0]} n"])
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -89,17 +125,22 @@ def to_markdown(title: str, view: pd.DataFrame, notes: list[str] = ()) -> str:
     return "\n".join(parts) + "\n"
 
 
-def comparison_markdown(title: str, view: pd.DataFrame) -> str:
-    """One section per (algo, model, granularity) group under the shared notes."""
-    parts = [f"# {title}", "", *(f"- {n}" for n in COMPARISON_NOTES), ""]
-    for (algo, model, gran), sub in view.groupby(["algo", "model", "granularity"], sort=False):
-        parts += [f"## {algo} / {model} / {gran}", ""]
-        parts += [
-            sub.drop(columns=["algo", "model", "granularity"]).to_markdown(
-                index=False, disable_numparse=True
-            ),
-            "",
-        ]
+def comparison_markdown(title: str, view: pd.DataFrame, paired: pd.DataFrame | None = None) -> str:
+    """One section per (algo, model, granularity[, condition]) group under the shared notes, each with
+    its paired FP8-vs-BF16-shadow table when `paired` (paired_view) has rows for it."""
+    group = [c for c in ("algo", "model", "granularity", "condition") if c in view.columns]
+    parts = [f"# {title}", "", *(f"- {n}" for n in COMPARISON_NOTES)]
+    if paired is not None and not paired.empty:
+        parts += ["", "Paired sections:", *(f"- {n}" for n in PAIRED_NOTES)]
+    parts.append("")
+    for key, sub in view.groupby(group, sort=False):
+        parts += [f"## {' / '.join(map(str, key))}", ""]
+        parts += [sub.drop(columns=group).to_markdown(index=False, disable_numparse=True), ""]
+        if paired is not None and not paired.empty:
+            mine = paired[(paired[group] == pd.Series(key, index=group)).all(axis=1)]
+            if not mine.empty:
+                parts += ["Paired: FP8 vs its BF16 shadow (same tokens)", ""]
+                parts += [mine.drop(columns=group).to_markdown(index=False, disable_numparse=True), ""]
     if view.empty:
         parts.append("_no rows_")
     return "\n".join(parts) + "\n"

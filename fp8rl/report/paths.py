@@ -1,15 +1,21 @@
 """Where a tier's report lives: every file name `fp8rl report` writes, in one place.
 
 The Snakemake report rule lists these as its outputs (`report_outputs(...)`), and `fp8rl publish`
-copies them; docs/interfaces.md repeats the list.
+copies them; docs/interfaces.md repeats the list. A matrix with FP8 conditions (`matrix.conditions`)
+also gets the mechanism study's table and figures (`MECHANISM_TABLES`, `MECHANISM_PLOTS`): build the
+paths with `ReportPaths.for_config(cfg)`, or pass `mechanism=` explicitly.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fp8rl.rundir import RUNS_DIR
+
+if TYPE_CHECKING:
+    from fp8rl.config import ExperimentConfig
 
 # tables/{name}.csv and tables/{name}.md
 TABLES = ("runs", "comparison", "throughput")
@@ -27,6 +33,9 @@ PLOTS = (
     "throughput",
 )
 PLOT_FORMATS = ("png", "svg")
+# only for matrices with FP8 conditions (fp8rl.report.mechanism)
+MECHANISM_TABLES = ("mechanism",)
+MECHANISM_PLOTS = ("mechanism_excess_clip", "mechanism_mismatch_kl")
 
 
 @dataclass(frozen=True)
@@ -34,10 +43,15 @@ class ReportPaths:
     """The report files of one tier, under `{results_dir}/{tier}`."""
 
     root: Path
+    mechanism: bool = False  # the matrix has FP8 conditions: the mechanism table and plots too
 
     @classmethod
-    def for_tier(cls, results_dir: str | Path, tier: str) -> ReportPaths:
-        return cls(Path(results_dir) / tier)
+    def for_tier(cls, results_dir: str | Path, tier: str, *, mechanism: bool = False) -> ReportPaths:
+        return cls(Path(results_dir) / tier, mechanism)
+
+    @classmethod
+    def for_config(cls, cfg: ExperimentConfig) -> ReportPaths:
+        return cls.for_tier(cfg.results_dir, cfg.tier, mechanism=bool(cfg.matrix.conditions))
 
     @property
     def runs_dir(self) -> Path:
@@ -68,11 +82,14 @@ class ReportPaths:
 
     def outputs(self) -> list[Path]:
         """Every file `fp8rl report` writes, in a stable order."""
-        out = [self.table(t, ext) for t in TABLES for ext in ("csv", "md")]
-        out += [self.plot(p, ext) for p in PLOTS for ext in PLOT_FORMATS]
+        tables = TABLES + (MECHANISM_TABLES if self.mechanism else ())
+        plots = PLOTS + (MECHANISM_PLOTS if self.mechanism else ())
+        out = [self.table(t, ext) for t in tables for ext in ("csv", "md")]
+        out += [self.plot(p, ext) for p in plots for ext in PLOT_FORMATS]
         return [*out, self.html, self.manifest]
 
 
-def report_outputs(results_dir: str | Path, tier: str) -> list[str]:
-    """The report rule's output paths as strings (for a Snakefile)."""
-    return [str(p) for p in ReportPaths.for_tier(results_dir, tier).outputs()]
+def report_outputs(results_dir: str | Path, tier: str, *, mechanism: bool = False) -> list[str]:
+    """The report rule's output paths as strings (for a Snakefile); `mechanism`: the matrix has FP8
+    conditions."""
+    return [str(p) for p in ReportPaths.for_tier(results_dir, tier, mechanism=mechanism).outputs()]

@@ -41,9 +41,23 @@ def container_digests(results_dir: Path) -> dict[str, dict]:
     return out
 
 
+def _manifest_flag(manifest: Path, key: str) -> bool:
+    try:
+        return bool(json.loads(manifest.read_text()).get(key))
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return False  # check_publishable reports the missing or unreadable manifest
+
+
 def check_publishable(tier: str, results_dir: Path, cfg: ExperimentConfig | None) -> tuple[ReportPaths, dict]:
-    """The report paths and manifest; PublishError naming what is wrong before anything is written."""
+    """The report paths and manifest; PublishError naming what is wrong before anything is written.
+
+    The mechanism table and plots belong to the report when the config has FP8 conditions, or, without
+    a config, when the report's manifest says it was built with them."""
     paths = ReportPaths.for_tier(results_dir, tier)
+    mechanism = (
+        bool(cfg.matrix.conditions) if cfg is not None else _manifest_flag(paths.manifest, "mechanism")
+    )
+    paths = ReportPaths.for_tier(results_dir, tier, mechanism=mechanism)
     if cfg is not None and cfg.tier != tier:
         raise PublishError(f"TIER {tier!r} does not match the config's tier {cfg.tier!r}")
     missing = [str(p) for p in paths.outputs() if not p.is_file()]

@@ -11,6 +11,15 @@ tensorwise × seeds 0, 1) under `tmp_path/results/smoke/runs/`, with these speci
 
 Every FP8 run that did not fail writes a `ratio_hist.json` (128 shadow tokens, FP8 ratios wider).
 
+Each metrics line has exactly the keys a real run of its algorithm and variant logs (`metric_keys.json`,
+recorded from real tiny trainer runs; tests/integration/test_report_fixture_keys.py keeps it current):
+`phantom/*` and the `calib` phase in every FP8 variant (the BF16 shadow pass runs in all of them),
+`calib/*` only in calibrated ones, `tis/*` only with TIS, `clip/dual` and `dapo/*` only in DAPO.
+
+`write_mechanism_tier(tmp_path)` writes a matrix with FP8 conditions (`MECHANISM_CONDITIONS`: format ×
+noise dose, and one without the FP8 KV cache) whose phantom clipping and mismatch KL grow with the dose
+(`phantom_low_neg`, `mismatch_kl`).
+
 Every number is a closed-form function of the run (`eval_score`, `reward`, ...), so tests can compute
 what the tables must say.
 """
@@ -37,9 +46,10 @@ NO_KL = "grpo/tiny/bf16/none/seed1"
 MALFORMED = "grpo/tiny/fp8_tis/tensorwise/seed1"
 MALFORMED_LINE = 5
 
-VARIANT_BASE = {"bf16": 0.50, "fp8": 0.30, "fp8_tis": 0.40, "fp8_calib": 0.48}
+METRIC_KEYS = json.loads((Path(__file__).parent / "metric_keys.json").read_text())
+VARIANT_BASE = {"bf16": 0.50, "fp8": 0.30, "fp8_tis": 0.40, "fp8_calib": 0.48, "fp8_tis_calib": 0.49}
 FINAL = ("reward/mean", "entropy")
-STEP_TIME = {"bf16": 2.0, "fp8": 1.6, "fp8_tis": 1.7, "fp8_calib": 1.8}
+STEP_TIME = {"bf16": 2.0, "fp8": 1.6, "fp8_tis": 1.7, "fp8_calib": 1.8, "fp8_tis_calib": 1.9}
 
 
 def eval_score(spec: RunSpec, task: str) -> float:
@@ -60,11 +70,34 @@ def entropy(spec: RunSpec, step: int) -> float:
 
 
 def clip_low_neg(spec: RunSpec, step: int) -> float:
-    return {"bf16": 0.01, "fp8": 0.05, "fp8_tis": 0.04, "fp8_calib": 0.012}[spec.variant] + 0.001 * spec.seed
+    base = {"bf16": 0.01, "fp8": 0.05, "fp8_tis": 0.04, "fp8_calib": 0.012, "fp8_tis_calib": 0.011}[
+        spec.variant
+    ]
+    return base + 0.001 * spec.seed + 0.0005 * (step % 2)
 
 
-def metrics_row(spec: RunSpec, step: int) -> dict:
-    row = {
+GRAN_FACTOR = {"tensorwise": 1.0, "delayed": 1.2, "rowwise": 0.6, "blockwise": 0.5, "mxfp8": 0.4}
+
+
+def phantom_low_neg(spec: RunSpec, step: int, dose: float = 1.0) -> float:
+    """FP8-only clipping of the shadow tokens: grows with the dose, calibration takes most of it away."""
+    base = 0.003 if spec.spec.calib else 0.006
+    return base * dose * GRAN_FACTOR.get(spec.granularity, 0.0) + 0.0004 * spec.seed + 0.0002 * (step % 3)
+
+
+def phantom_missed_neg(spec: RunSpec, step: int) -> float:
+    return (0.0025 if spec.spec.calib else 0.001) + 0.0001 * (step % 2)
+
+
+def mismatch_kl(spec: RunSpec, dose: float = 1.0) -> float:
+    return 0.002 * (5 * dose**2 if spec.spec.fp8 else 1) + 0.0001 * spec.seed
+
+
+def metrics_row(spec: RunSpec, step: int, dose: float = 1.0) -> dict:
+    """One metrics.jsonl line: the keys of `METRIC_KEYS` for the run's algo and variant; `dose` is the
+    run's `fp8.noise_scale`."""
+    keys = set(METRIC_KEYS["metrics"][spec.algo][spec.variant])
+    named = {
         "step": step,
         "reward/mean": reward(spec, step),
         "acc/mean": reward(spec, step),
@@ -81,15 +114,22 @@ def metrics_row(spec: RunSpec, step: int) -> dict:
         "time/train_s": 0.5,
         "tok/rollout": 768,
         "tok/train": 768,
+        "mismatch/kl_k1": mismatch_kl(spec, dose) / 2,
+        "mismatch/kl_k3": mismatch_kl(spec, dose),
+        "tis/mean": 0.98,
+        "tis/clipped": 0.01,
+        "calib/low": 0.7 + 0.01 * spec.seed,
+        "calib/high": 1.3,
+        "calib/target_q": 0.01,
+        "calib/ref_tokens": 400.0,
+        "phantom/low_neg": phantom_low_neg(spec, step, dose),
+        "phantom/missed_neg": phantom_missed_neg(spec, step),
+        "time/calib_s": 0.1,
+        "tok/calib": 192,
     }
-    if spec.run_id != NO_KL:
-        row["mismatch/kl_k1"] = 0.001 * (5 if spec.spec.fp8 else 1)
-        row["mismatch/kl_k3"] = 0.002 * (5 if spec.spec.fp8 else 1)
-    if spec.spec.tis:
-        row |= {"tis/mean": 0.98, "tis/clipped": 0.01}
-    if spec.spec.calib:
-        row |= {"calib/low": 0.7, "calib/high": 1.3, "calib/target_q": 0.01, "phantom/low_neg": 0.004}
-        row["time/calib_s"] = 0.1
+    row = {k: named.get(k, 0.5) for k in sorted(keys)}  # 0.5: a key no test reads (lr, grad_norm, ...)
+    if spec.run_id == NO_KL:
+        del row["mismatch/kl_k1"], row["mismatch/kl_k3"]
     return row
 
 
@@ -101,7 +141,8 @@ def write_run(runs_dir: Path, spec: RunSpec, cfg: ExperimentConfig) -> None:
     run_dir = runs_dir / spec.run_id
     n = steps_of(spec)
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(cfg.model_dump(mode="json")))
-    lines = [json.dumps(metrics_row(spec, s)) for s in range(1, n + 1)]
+    dose = cfg.fp8_for(spec.condition).noise_scale if spec.spec.fp8 else 1.0
+    lines = [json.dumps(metrics_row(spec, s, dose)) for s in range(1, n + 1)]
     if spec.run_id == DIVERGED:
         lines[-1] = lines[-1].replace('"entropy": 9.0', '"entropy": NaN')
     if spec.run_id == MALFORMED:
@@ -129,7 +170,7 @@ def write_run(runs_dir: Path, spec: RunSpec, cfg: ExperimentConfig) -> None:
         "logprob": {"seconds": 0.2 * n, "tokens": 768 * n},
         "train": {"seconds": 0.5 * n, "tokens": 768 * n},
     }
-    if spec.spec.calib:
+    if "calib" in METRIC_KEYS["throughput_phases"][spec.algo][spec.variant]:
         phases["calib"] = {"seconds": 0.1 * n, "tokens": 192 * n}
     for p in phases.values():
         p["tokens_per_s"] = p["tokens"] / p["seconds"]
@@ -155,7 +196,7 @@ def write_run(runs_dir: Path, spec: RunSpec, cfg: ExperimentConfig) -> None:
         hist = RatioHistogram()
         hist.add(torch.exp(3 * shadow), torch.exp(shadow), torch.linspace(-1, 1, 16), torch.ones(16, 8))
         atomic_write_json(run_dir / "ratio_hist.json", hist.as_dict())
-    ckpt = f"results/smoke/runs/{spec.run_id}/checkpoint"
+    ckpt = f"results/{cfg.tier}/runs/{spec.run_id}/checkpoint"
     for suite, tasks in (("lm_eval", ["arith_gen", "arith_mc"]), ("agent", ["tool_call"])):
         results = [
             {
@@ -189,6 +230,36 @@ def write_tier(tmp_path: Path) -> ExperimentConfig:
     for spec in cfg.runs():
         if spec.run_id != MISSING:
             write_run(runs_dir, spec, cfg)
+    return cfg
+
+
+MECHANISM_CONDITIONS = [
+    *({"name": f"{fmt}_s{s}", "fp8": {"format": fmt, "noise_scale": s}} for fmt in ("hybrid", "e5m2") for s in (1, 2, 4)),
+    {"name": "hybrid_s1_nokv", "fp8": {"format": "hybrid", "noise_scale": 1, "kv_cache": False}},
+]  # fmt: skip
+MECHANISM_GRANULARITIES = ["tensorwise", "blockwise"]
+MECHANISM_SEEDS = [0, 1, 2]
+
+
+def write_mechanism_tier(tmp_path: Path) -> ExperimentConfig:
+    """Write a synthetic tier with FP8 conditions (grpo × bf16, fp8, fp8_calib × MECHANISM_GRANULARITIES
+    × MECHANISM_CONDITIONS × 3 seeds) under tmp_path/results; returns its config."""
+    results = tmp_path / "results"
+    raw = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    raw |= {"tier": "mechanism", "results_dir": str(results)}
+    raw["matrix"] = {
+        "algorithms": ["grpo"],
+        "models": ["tiny"],
+        "variants": ["bf16", "fp8", "fp8_calib"],
+        "granularities": MECHANISM_GRANULARITIES,
+        "seeds": MECHANISM_SEEDS,
+        "conditions": MECHANISM_CONDITIONS,
+    }
+    config = tmp_path / "mechanism.yaml"
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    cfg = load_config(config)
+    for spec in cfg.runs():
+        write_run(results / cfg.tier / "runs", spec, cfg)
     return cfg
 
 

@@ -113,7 +113,7 @@ def test_each_damaged_run_is_a_named_problem_and_not_a_result(damaged):
     # their training numbers are out of every mean: the tidy frame marks them missing too
     train = rs.metric("train")
     assert set(train[train["run_id"].isin(victims.values())]["status"]) == {"missing"}
-    summaries = run_summaries(rs).set_index("run_id")
+    summaries = run_summaries(rs, cfg.stability.baseline_steps).set_index("run_id")
     assert summaries.loc[victims["truncated"], "status"] == "missing"
 
 

@@ -47,7 +47,8 @@ def test_absent_metric_stays_absent_not_zero(tier):
     _, rs = tier
     kl = rs.metric("train", "mismatch/kl_k3")
     assert NO_KL not in set(kl["run_id"])
-    assert not rs.metric("train", "phantom/low_neg")["variant"].isin(["bf16", "fp8", "fp8_tis"]).any()
+    assert set(rs.metric("train", "phantom/low_neg")["variant"]) == {"fp8", "fp8_tis", "fp8_calib"}  # no bf16
+    assert set(rs.metric("train", "calib/ref_tokens")["variant"]) == {"fp8_calib"}
 
 
 def test_malformed_line_is_skipped_counted_and_named(tier):

@@ -27,7 +27,7 @@ def tier(tmp_path_factory):
 
 def test_eval_intervals_stay_in_0_1_and_every_seed_is_a_dot(tier):
     cfg, runset = tier
-    comparison = comparison_table(runset)
+    comparison = comparison_table(runset, cfg.stability.baseline_steps)
     keys = eval_keys(runset)
     # two seeds near the ends of [0, 1]: a t-interval (t = 12.7) runs far past them
     comparison.loc[comparison.index[0], [f"{k} ci_low" for k in keys]] = -0.6

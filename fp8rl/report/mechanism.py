@@ -1,0 +1,219 @@
+"""The mechanism study's table and figures, for a matrix with FP8 conditions (`matrix.conditions`).
+
+`mechanism_table(comparison, runset, cfg)` has one row per (algo, model, condition, granularity,
+variant ∈ `MECHANISM_VARIANTS`), read off the comparison table (comparison.py; same seeds, same bootstrap):
+
+- the condition's FP8 settings from `cfg.fp8_for(condition)`: `format` (the configured recipe format),
+  `gemm_format` (what the granularity's GEMMs really use: rowwise, blockwise and mxfp8 are e4m3
+  whatever `format` says, fp8rl.fp8.get_recipe), `noise_scale` (the dose s: every quantized operand is
+  x + s·(Q(x) − x)) and `kv_cache`;
+- `excess_clip` = phantom/low_neg − phantom/missed_neg per step (A<0 shadow tokens clipped under the
+  FP8 ratio but not under BF16, minus the converse), with `phantom_low_neg` and `phantom_missed_neg`;
+- `clip_low_neg` of the variant and of bf16 (`bf16_clip_low_neg`), and `clip_low_neg delta` vs bf16;
+- `mismatch_kl_k3` (trainer vs rollout log-probs);
+- `calib_low`, `calib_high`: mean over steps and seeds of the calibrated bounds (fp8_calib only);
+- `seeds` (runs that logged the paired metrics) and `ok/div/fail/miss`.
+Each estimate has `ci_low`/`ci_high`: the hierarchical bootstrap over steps × seeds of stats.py.
+
+`mechanism_plots` draws `excess_clip` and `mismatch_kl_k3` against the dose: one panel per variant
+(columns) and per (algo/model, format, KV cache) setting (rows), one line per granularity, error bars
+the 95 % intervals.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from fp8rl.config import ExperimentConfig  # noqa: E402
+from fp8rl.fp8.recipe import get_recipe  # noqa: E402
+from fp8rl.report.comparison import USED_STATUSES  # noqa: E402
+from fp8rl.report.load import RunSet  # noqa: E402
+from fp8rl.report.markdown import fmt, fmt_ci  # noqa: E402
+from fp8rl.report.plots import save_figure  # noqa: E402
+from fp8rl.report.stats import BOOTSTRAP_METHOD, bootstrap_interval  # noqa: E402
+from fp8rl.report.summaries import step_series  # noqa: E402
+
+MECHANISM_VARIANTS = ("fp8", "fp8_calib")
+SETTINGS = ["format", "gemm_format", "noise_scale", "kv_cache"]
+CALIB = (("calib_low", "calib/low"), ("calib_high", "calib/high"))
+# (plot name, table column, y label)
+PLOTS = (
+    ("mechanism_excess_clip", "excess_clip", "excess clipping"),
+    ("mechanism_mismatch_kl", "mismatch_kl_k3", "mismatch KL k3"),
+)
+SUBTITLES = {
+    "excess_clip": "phantom/low_neg − phantom/missed_neg",
+    "mismatch_kl_k3": "trainer vs rollout log-probs",
+}
+MECHANISM_NOTES = [
+    "One row per FP8 condition × granularity × variant; bf16 (condition `none`) is the reference.",
+    "`noise_scale` s is the dose: every quantized operand (GEMM operands, optimizer moments, rollout "
+    "weights, activations, KV cache) is x + s·(Q(x) − x); s = 1 is plain FP8.",
+    "`format` is the condition's recipe format; `gemm_format` what the granularity's GEMMs use "
+    "(rowwise, blockwise and mxfp8 are e4m3 throughout).",
+    "`excess_clip` = phantom/low_neg − phantom/missed_neg: of the negative-advantage shadow tokens, those "
+    "clipped (zero gradient) under the FP8 ratio but not under the BF16 ratio of the same tokens, minus "
+    "the converse. > 0: FP8 zeroes more gradients than BF16 would.",
+    "`clip_low_neg` vs `bf16_clip_low_neg`: the fraction of A<0 tokens below the lower bound in the run "
+    "itself and in the bf16 runs; Δ is their difference.",
+    "`calib_low`/`calib_high`: the calibrated bounds (fp8_calib), mean over steps and seeds.",
+    BOOTSTRAP_METHOD + ".",
+    "n = 1 seed gives no interval: its bounds are left blank.",
+]
+
+
+def gemm_format(granularity: str, fmt_name: str) -> str:
+    """The FP8 format the recipe's GEMMs use: `hybrid` (e4m3 forward, e5m2 gradients) or one format."""
+    recipe = get_recipe(granularity, fmt_name)
+    fwd, grad = recipe.output.a.fmt, recipe.grad_input.a.fmt
+    return fwd if fwd == grad else ("hybrid" if (fwd, grad) == ("e4m3", "e5m2") else f"{fwd}/{grad}")
+
+
+def _calib_bounds(runset: RunSet) -> dict[str, dict[str, np.ndarray]]:
+    return step_series(runset, [m for _, m in CALIB])
+
+
+def mechanism_table(comparison: pd.DataFrame, runset: RunSet, cfg: ExperimentConfig) -> pd.DataFrame:
+    """The mechanism table as numbers (module docstring); empty without conditions."""
+    if comparison.empty or "condition" not in comparison:
+        return pd.DataFrame()
+    series = _calib_bounds(runset)
+    used = runset.runs[runset.runs["status"].isin(USED_STATUSES)]
+    rows = []
+    for _, r in comparison[comparison["variant"].isin(MECHANISM_VARIANTS)].iterrows():
+        fp8 = cfg.fp8_for(r["condition"])
+        ref = comparison[
+            (comparison["algo"] == r["algo"])
+            & (comparison["model"] == r["model"])
+            & (comparison["granularity"] == r["granularity"])
+            & (comparison["condition"] == r["condition"])
+            & (comparison["variant"] == "bf16")
+        ]
+        row = {
+            "algo": r["algo"],
+            "model": r["model"],
+            "condition": r["condition"],
+            "format": fp8.format,
+            "gemm_format": gemm_format(r["granularity"], fp8.format),
+            "noise_scale": fp8.noise_scale,
+            "kv_cache": fp8.kv_cache,
+            "granularity": r["granularity"],
+            "variant": r["variant"],
+            "seeds": int(r["excess_clip n"]),
+            "ok/div/fail/miss": f"{r['ok']}/{r['diverged']}/{r['failed']}/{r['missing']}",
+        }
+        for col in ("excess_clip", "phantom_low_neg", "phantom_missed_neg", "clip_low_neg", "mismatch_kl_k3"):
+            row |= {col: r[col], f"{col} ci_low": r[f"{col} ci_low"], f"{col} ci_high": r[f"{col} ci_high"]}
+        b = ref.iloc[0] if not ref.empty else None
+        for suffix in ("", " ci_low", " ci_high"):
+            row[f"bf16_clip_low_neg{suffix}"] = b[f"clip_low_neg{suffix}"] if b is not None else math.nan
+        for suffix in ("delta", "delta_ci_low", "delta_ci_high"):
+            row[f"clip_low_neg {suffix}"] = r[f"clip_low_neg {suffix}"]
+        runs = used[
+            (used["algo"] == r["algo"])
+            & (used["model"] == r["model"])
+            & (used["variant"] == r["variant"])
+            & (used["granularity"] == r["granularity"])
+            & (used["condition"] == r["condition"])
+        ]["run_id"]
+        for col, metric in CALIB:
+            ci = bootstrap_interval([series[metric][i] for i in runs if i in series[metric]])
+            row |= {col: ci.estimate, f"{col} ci_low": ci.low, f"{col} ci_high": ci.high}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _ci(r: pd.Series, col: str, *, signed: bool = False) -> str:
+    return fmt_ci(r[col], r[f"{col} ci_low"], r[f"{col} ci_high"], "no CI", signed=signed, digits=4)
+
+
+def mechanism_view(table: pd.DataFrame) -> pd.DataFrame:
+    """The mechanism table with formatted cells (estimate [95% interval])."""
+    rows = []
+    for _, r in table.iterrows():
+        row = {c: r[c] for c in ("algo", "model", "condition", "format", "gemm_format")}
+        row |= {"noise_scale": fmt(float(r["noise_scale"]), 2), "kv_cache": "on" if r["kv_cache"] else "off"}
+        row |= {c: r[c] for c in ("granularity", "variant", "seeds", "ok/div/fail/miss")}
+        row["excess_clip"] = _ci(r, "excess_clip", signed=True)
+        row["phantom_low_neg"] = fmt(r["phantom_low_neg"], 4)
+        row["phantom_missed_neg"] = fmt(r["phantom_missed_neg"], 4)
+        row["clip_low_neg"] = _ci(r, "clip_low_neg")
+        row["bf16_clip_low_neg"] = _ci(r, "bf16_clip_low_neg")
+        row["Δ clip_low_neg"] = fmt_ci(
+            r["clip_low_neg delta"], r["clip_low_neg delta_ci_low"], r["clip_low_neg delta_ci_high"], "no CI",
+            signed=True, digits=4,
+        )  # fmt: skip
+        row["mismatch_kl_k3"] = _ci(r, "mismatch_kl_k3")
+        row["calib_low"] = _ci(r, "calib_low")
+        row["calib_high"] = _ci(r, "calib_high")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _settings(table: pd.DataFrame) -> list[tuple]:
+    """The plot rows: (algo, model, format, kv_cache) in table order."""
+    return list(
+        dict.fromkeys(zip(table["algo"], table["model"], table["format"], table["kv_cache"], strict=True))
+    )
+
+
+def dose_figure(table: pd.DataFrame, column: str, ylabel: str) -> plt.Figure:
+    """`column` (with its 95% interval) against the noise dose; see the module docstring."""
+    settings = _settings(table) or [("", "", "", True)]
+    fig, axes = plt.subplots(
+        len(settings), len(MECHANISM_VARIANTS), figsize=(5.0 * len(MECHANISM_VARIANTS), 3.4 * len(settings)),
+        squeeze=False, layout="constrained", sharey="row",
+    )  # fmt: skip
+    doses = sorted(set(table["noise_scale"])) if not table.empty else [1.0]
+    grans = list(dict.fromkeys(table["granularity"])) if not table.empty else []
+    for i, (algo, model, fmt_name, kv) in enumerate(settings):
+        for j, variant in enumerate(MECHANISM_VARIANTS):
+            ax = axes[i, j]
+            sub = table[
+                (table["algo"] == algo)
+                & (table["model"] == model)
+                & (table["format"] == fmt_name)
+                & (table["kv_cache"] == kv)
+                & (table["variant"] == variant)
+            ]
+            for k, gran in enumerate(grans):
+                g = sub[sub["granularity"] == gran].sort_values("noise_scale")
+                g = g[np.isfinite(g[column].to_numpy(dtype=float))]
+                if g.empty:
+                    continue
+                x = g["noise_scale"].to_numpy(dtype=float) * (1 + 0.03 * (k - (len(grans) - 1) / 2))
+                y = g[column].to_numpy(dtype=float)
+                lo = np.nan_to_num(y - g[f"{column} ci_low"].to_numpy(dtype=float), nan=0.0)
+                hi = np.nan_to_num(g[f"{column} ci_high"].to_numpy(dtype=float) - y, nan=0.0)
+                ax.errorbar(x, y, yerr=[lo, hi], marker="o", capsize=3, label=gran)
+            if column == "excess_clip":
+                ax.axhline(0.0, color="grey", lw=0.8, ls="--")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(doses, [fmt(float(d), 2) for d in doses])
+            ax.set_xlim(min(doses) / 1.25, max(doses) * 1.25)  # a single-dose series stays off the edge
+            ax.minorticks_off()
+            ax.set_xlabel("noise dose s (x + s·(Q(x) − x))")
+            ax.set_ylabel(ylabel if j == 0 else "")
+            ax.set_title(
+                f"{algo}/{model} {variant}: format {fmt_name}, KV cache {'on' if kv else 'off'}", fontsize=9
+            )
+            if ax.has_data():
+                ax.legend(fontsize=7, title="granularity", title_fontsize=7)
+            else:
+                ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="grey")
+    what = SUBTITLES.get(column, column)
+    fig.suptitle(f"{ylabel} ({what}) vs noise dose; bars: 95% hierarchical-bootstrap intervals", fontsize=10)
+    return fig
+
+
+def mechanism_plots(table: pd.DataFrame, out_dir: Path) -> dict[str, list[Path]]:
+    """Draw and save the mechanism figures (PNG and SVG); returns name → [png, svg]."""
+    return {name: save_figure(dose_figure(table, col, label), out_dir, name) for name, col, label in PLOTS}

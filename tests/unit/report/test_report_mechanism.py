@@ -1,0 +1,115 @@
+"""A matrix with FP8 conditions: the condition column and grouping of the comparison table, the
+mechanism table (settings, excess clipping, calibrated bounds), its figures and the report outputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from report_fixtures import (
+    MECHANISM_CONDITIONS,
+    MECHANISM_GRANULARITIES,
+    MECHANISM_SEEDS,
+    STEPS,
+    phantom_low_neg,
+    phantom_missed_neg,
+    write_mechanism_tier,
+)
+
+from fp8rl.matrix import RunSpec
+from fp8rl.report.build import RUN_COLUMNS, build_report, runs_table
+from fp8rl.report.comparison import comparison_table
+from fp8rl.report.load import load_tier
+from fp8rl.report.mechanism import gemm_format, mechanism_table, mechanism_view
+from fp8rl.report.paths import MECHANISM_PLOTS, ReportPaths, report_outputs
+
+
+@pytest.fixture(scope="module")
+def mech(tmp_path_factory):
+    cfg = write_mechanism_tier(tmp_path_factory.mktemp("mech"))
+    rs = load_tier(cfg)
+    comparison = comparison_table(rs, cfg.stability.baseline_steps)
+    return cfg, rs, comparison, mechanism_table(comparison, rs, cfg)
+
+
+def test_comparison_groups_by_condition_with_bf16_as_every_groups_reference(mech):
+    _, rs, t, _ = mech
+    assert list(t.columns[:5]) == ["algo", "model", "granularity", "condition", "variant"]
+    names = [c["name"] for c in MECHANISM_CONDITIONS]
+    groups = t[["granularity", "condition"]].drop_duplicates()
+    assert len(groups) == len(MECHANISM_GRANULARITIES) * len(names)
+    variants = t.groupby(["granularity", "condition"])["variant"].apply(list)
+    assert all(v == ["bf16", "fp8", "fp8_calib"] for v in variants)
+    assert (t["runs"] == len(MECHANISM_SEEDS)).all()
+    bf16 = t[t["variant"] == "bf16"]
+    assert bf16["clip_low_neg"].nunique() == 1  # the same bf16 runs in every group
+    runs = runs_table(rs)
+    assert list(runs.columns) == ["run_id", "condition", *RUN_COLUMNS[1:]]
+    assert set(runs["condition"]) == {"none", *names}
+
+
+def test_mechanism_table_has_each_conditions_settings_and_its_excess_clipping(mech):
+    cfg, _, _, m = mech
+    assert len(m) == len(MECHANISM_CONDITIONS) * len(MECHANISM_GRANULARITIES) * 2
+    for _, r in m.iterrows():
+        fp8 = cfg.fp8_for(r["condition"])
+        assert (r["format"], r["noise_scale"], r["kv_cache"]) == (fp8.format, fp8.noise_scale, fp8.kv_cache)
+        spec = [
+            RunSpec("grpo", "tiny", r["variant"], r["granularity"], s, r["condition"])
+            for s in MECHANISM_SEEDS
+        ]
+        low = np.mean([[phantom_low_neg(s, k, fp8.noise_scale) for k in range(1, STEPS + 1)] for s in spec])
+        missed = np.mean([[phantom_missed_neg(s, k) for k in range(1, STEPS + 1)] for s in spec])
+        assert r["excess_clip"] == pytest.approx(low - missed)
+        assert r["excess_clip ci_low"] <= r["excess_clip"] <= r["excess_clip ci_high"]
+        assert r["seeds"] == len(MECHANISM_SEEDS)
+        assert r["bf16_clip_low_neg"] < r["clip_low_neg"]
+        assert math.isnan(r["calib_low"]) == (r["variant"] == "fp8")
+    kv_off = m[m["condition"] == "hybrid_s1_nokv"]
+    assert not kv_off["kv_cache"].any() and m[m["condition"] != "hybrid_s1_nokv"]["kv_cache"].all()
+    calib = m[m["variant"] == "fp8_calib"]
+    assert calib["calib_low"].to_numpy() == pytest.approx(0.7 + 0.01 * np.mean(MECHANISM_SEEDS))
+    # the dose shows: excess clipping and mismatch KL rise with noise_scale in every series
+    for _, sub in m[m["kv_cache"]].groupby(["format", "granularity", "variant"]):
+        sub = sub.sort_values("noise_scale")
+        assert sub["excess_clip"].is_monotonic_increasing and sub["mismatch_kl_k3"].is_monotonic_increasing
+
+
+def test_gemm_format_says_which_granularities_ignore_the_configured_format():
+    assert gemm_format("tensorwise", "hybrid") == "hybrid"
+    assert gemm_format("delayed", "e5m2") == "e5m2"
+    assert {gemm_format(g, "e5m2") for g in ("rowwise", "blockwise", "mxfp8")} == {"e4m3"}
+
+
+def test_mechanism_view_folds_intervals_and_blanks_calib_for_fp8(mech):
+    *_, m = mech
+    view = mechanism_view(m)
+    first = view.iloc[0]
+    assert first["variant"] == "fp8" and first["calib_low"] == "" and first["excess_clip"].startswith("+")
+    assert "[" in first["excess_clip"] and "[" in first["Δ clip_low_neg"]
+    assert view.iloc[1]["calib_low"].startswith("0.71")
+
+
+def test_report_writes_the_mechanism_outputs_only_for_matrices_with_conditions(mech, tmp_path):
+    cfg, *_ = mech
+    paths = ReportPaths.for_config(cfg)
+    assert paths.mechanism and paths.table("mechanism", "md") in paths.outputs()
+    plain = set(report_outputs(tmp_path, "mechanism"))
+    extra = set(report_outputs(tmp_path, "mechanism", mechanism=True)) - plain
+    assert not any("mechanism_" in p or "mechanism." in p for p in plain)
+    assert {p.rsplit("/", 1)[-1] for p in extra} == {
+        "mechanism.csv", "mechanism.md", *(f"{n}.{e}" for n in MECHANISM_PLOTS for e in ("png", "svg"))
+    }  # fmt: skip
+    manifest = build_report(cfg)
+    assert manifest["mechanism"] is True
+    for out in paths.outputs():
+        assert out.is_file() and out.stat().st_size > 0, out
+    for name in MECHANISM_PLOTS:
+        assert paths.plot(name, "png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = paths.table("mechanism", "md").read_text()
+    assert "hierarchical percentile bootstrap" in md and "hybrid_s1_nokv" in md and "| off " in md
+    html = paths.html.read_text()
+    assert "Mechanism: excess clipping vs FP8 condition" in html and "Paired: FP8 vs its BF16 shadow" in html
+    comparison_md = paths.table("comparison", "md").read_text()
+    assert "## grpo / tiny / blockwise / e5m2_s4" in comparison_md
