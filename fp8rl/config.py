@@ -37,6 +37,7 @@ from fp8rl.vocabulary import (
     KL_TYPES,
     LOSS_AGG_MODES,
     NO_GRANULARITY,
+    ON_DIVERGENCE,
     RECIPE_FORMATS,
     TIERS,
     TIS_LEVELS,
@@ -293,11 +294,33 @@ class SFTConfig(Strict):
 
 
 class StabilityConfig(Strict):
-    """Divergence detection: entropy above k x its early median for m consecutive steps, or NaN/inf."""
+    """Divergence detection (fp8rl.rl.stability): NaN/inf, an entropy spike (above k x its early median
+    for m consecutive steps), an entropy collapse, gibberish and reward collapse (each for `patience`
+    consecutive steps; None turns a detector off), and what a run does once it has diverged."""
 
     entropy_spike_k: float = Field(3.0, gt=1.0)
     entropy_spike_m: int = Field(3, gt=0)
     baseline_steps: int = Field(5, gt=0, description="steps whose median entropy is the baseline")
+    entropy_collapse_frac: float | None = Field(
+        0.01, gt=0.0, lt=1.0, description="entropy below this fraction of the baseline is a collapse"
+    )
+    gibberish_max: float | None = Field(0.5, ge=0.0, lt=1.0, description="gibberish/rate above it diverges")
+    reward_collapse_frac: float | None = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="windowed mean reward below this fraction of its best, after learning",
+    )
+    reward_window: int = Field(5, gt=0, description="steps of the moving mean reward")
+    reward_min_peak: float = Field(
+        0.1, ge=0.0, description="the best windowed mean reward that counts as having learned"
+    )
+    patience: int = Field(
+        3, gt=0, description="consecutive steps for collapse, gibberish and reward collapse"
+    )
+    on_divergence: Literal[ON_DIVERGENCE] = Field(
+        "stop", description="stop at the first divergence, or keep training and record the whole trajectory"
+    )
 
 
 class EvalConfig(Strict):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 # ------------------------------------------------------------------------------------------ the matrix
 
-TIERS = ("smoke", "cpu", "paper")
+TIERS = ("smoke", "cpu", "stress", "paper")
 ALGORITHMS = ("grpo", "dapo")
 VARIANTS = ("bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib")
 # Recipe-level FP8 granularities (a run id's granularity); `bf16` runs use NO_GRANULARITY.
@@ -61,6 +61,10 @@ TIS_LEVELS = ("token", "sequence")
 CALIB_POPULATIONS = ("all", "neg")
 CALIB_UPPER_MODES = ("proportional", "quantile")
 CALIB_REFERENCE_MODES = ("shadow", "run", "static")
+# Divergence detection (fp8rl.rl.stability): the kinds of divergence a run's summary names, and what a
+# run does after the first one (`stability.on_divergence`).
+DIVERGENCE_KINDS = ("non_finite", "entropy_spike", "entropy_collapse", "gibberish", "reward_collapse")
+ON_DIVERGENCE = ("stop", "continue")
 
 
 @dataclass(frozen=True)
