@@ -196,6 +196,9 @@ class FP8Config(Strict):
     )
     amax_history_len: int = Field(16, gt=0, description="delayed scaling history length")
     amax_compute_algo: Literal[AMAX_ALGOS] = "max"
+    noise_scale: float = Field(
+        1.0, gt=0, description="scales every quantized operand's error: x + s * (Q(x) - x); 1 = plain FP8"
+    )
     optimizer: Literal[FP8_OPTIMIZERS] = Field(
         "blockwise",
         description=(
@@ -381,10 +384,24 @@ class MatrixConfig(Strict):
     variant_granularities: dict[VariantName, list[str]] = Field(
         {}, description="per-variant override of `granularities`"
     )
+    noise_scales: list[Annotated[float, Field(gt=0)]] | None = Field(
+        None,
+        description="the dose axis: fp8.noise_scale values; when given, run ids carry a noise<dose> segment",
+    )
+    variant_noise_scales: dict[VariantName, list[Annotated[float, Field(gt=0)]]] = Field(
+        {}, description="per-variant override of `noise_scales` (bf16 runs always have dose 1)"
+    )
+    dose_seeds: list[Annotated[int, Field(strict=True, ge=0)]] | None = Field(
+        None, description="seeds of the cells whose dose is not 1 (default: `seeds`)"
+    )
 
-    @field_validator("algorithms", "models", "variants", "granularities", "seeds")
+    @field_validator(
+        "algorithms", "models", "variants", "granularities", "seeds", "noise_scales", "dose_seeds"
+    )
     @classmethod
     def _unique(cls, v: list) -> list:
+        if v is None:
+            return v
         dup = sorted({str(x) for x in v if v.count(x) > 1})
         if dup:
             raise ValueError(f"duplicate entries: {', '.join(dup)}")
@@ -406,7 +423,28 @@ class MatrixConfig(Strict):
                     f"variant_granularities.{variant}: unknown granularity {bad or grans}; "
                     f"allowed: {', '.join(GRANULARITIES)}"
                 )
+        if self.variant_noise_scales and self.noise_scales is None:
+            raise ValueError("variant_noise_scales needs the dose axis: give noise_scales too")
+        if self.dose_seeds is not None and self.noise_scales is None:
+            raise ValueError("dose_seeds needs the dose axis: give noise_scales too")
+        for variant, doses in self.variant_noise_scales.items():
+            if not VARIANT_SPECS[variant].fp8 and doses != [1.0]:
+                raise ValueError(f"variant_noise_scales.{variant}: {variant} runs have dose 1 only")
         return self
+
+    def noise_scales_for(self, variant: str) -> list[float | None]:
+        """The doses of a variant's runs: [None] without a dose axis; [1.0] for bf16 (nothing quantized)."""
+        if self.noise_scales is None:
+            return [None]
+        if not VARIANT_SPECS[variant].fp8:
+            return [1.0]
+        return list(self.variant_noise_scales.get(variant, self.noise_scales))
+
+    def seeds_for(self, noise: float | None) -> list[int]:
+        """The seeds of the cells at a dose: `dose_seeds` away from dose 1 when given, else `seeds`."""
+        if noise is None or noise == 1.0 or self.dose_seeds is None:
+            return list(self.seeds)
+        return list(self.dose_seeds)
 
     def granularities_for(self, variant: str) -> list[str]:
         if not VARIANT_SPECS[variant].fp8:
@@ -468,6 +506,11 @@ class ExperimentConfig(Strict):
                 f"matrix.models: unknown model {', '.join(unknown)}; defined models: {', '.join(names)}"
             )
         if self.backend == "verl":
+            if self.matrix.noise_scales is not None:
+                raise ValueError(
+                    "matrix.noise_scales: the dose axis scales the reference trainer's emulated FP8 "
+                    "quantization error; the verl backend cannot run it"
+                )
             grans = {g for v in self.matrix.variants for g in self.matrix.granularities_for(v)}
             calib = [v for v in self.matrix.variants if VARIANT_SPECS[v].calib]
             if calib and self.calib.reference.mode == "shadow":

@@ -38,7 +38,9 @@ R = f"{CFG.results_dir}/{CFG.tier}"
 # The software of host-run rules for `--software-deployment-method conda` (relative to workflows/).
 CONDA_ENV = "envs/fp8rl.yaml"
 RUNS = expand_matrix(CFG)
-RUN = "{algo}/{model}/{variant}/{granularity}/seed{seed}"
+# A tier with a dose axis (matrix.noise_scales) has a noise<dose> segment before the seed (fp8rl.matrix).
+DOSE_AXIS = CFG.matrix.noise_scales is not None
+RUN = "{algo}/{model}/{variant}/{granularity}/" + ("noise{noise}/" if DOSE_AXIS else "") + "seed{seed}"
 # The run directory of the wildcards' run (fp8rl.rundir names its files).
 RUN_DIR = RunDir.of(runs_dir(CFG.results_dir, CFG.tier), RUN)
 
@@ -65,6 +67,7 @@ wildcard_constraints:
     variant="|".join(VARIANTS),
     granularity="|".join((NO_GRANULARITY, *GRANULARITIES)),
     seed=r"\d+",
+    noise=r"[0-9][0-9.e+-]*",
 
 
 # --------------------------------------------------------------------------------------- resources
@@ -122,7 +125,12 @@ def section_digest(*sections, model=None):
 
 def run_spec(wildcards):
     return RunSpec(
-        wildcards.algo, wildcards.model, wildcards.variant, wildcards.granularity, int(wildcards.seed)
+        wildcards.algo,
+        wildcards.model,
+        wildcards.variant,
+        wildcards.granularity,
+        int(wildcards.seed),
+        float(wildcards.noise) if DOSE_AXIS else None,
     )
 
 

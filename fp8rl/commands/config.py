@@ -79,6 +79,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
                     "granularity": r.granularity,
                     "seed": r.seed,
                 }
+                | ({} if r.noise is None else {"noise": r.noise})
                 for r in runs
             ],
         }

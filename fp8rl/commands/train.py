@@ -69,13 +69,14 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from fp8rl.matrix import find_run
+    from fp8rl.matrix import find_run, run_config
 
     cfg = load_config(args.file, args.set, checks=[config_problems])
     try:
         run = find_run(cfg, args.run)
     except ValueError as exc:
         raise UsageError(f"--run: {exc}") from None
+    cfg = run_config(cfg, run)  # the run's dose, in a tier with matrix.noise_scales
     base = _require_dir(args.base, "base model directory", "--base")
     if not (base / "config.json").is_file():
         raise UsageError(f"--base {args.base}: not a model directory (no config.json; run `fp8rl sft` first)")

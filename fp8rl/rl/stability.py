@@ -7,7 +7,9 @@ with its kind (`DIVERGENCE_KINDS`) and a reason that names the numbers:
   (the baseline is the median entropy of the first `baseline_steps` steps);
 - `entropy_collapse`: entropy below `entropy_collapse_frac` x the baseline for `patience` consecutive
   steps (a policy that has stopped exploring: lr 0.3 drives entropy to 1e-33);
-- `gibberish`: `gibberish/rate` above `gibberish_max` for `patience` consecutive steps;
+- `gibberish`: after the first `baseline_steps` steps, `gibberish/rate` above `gibberish_max` for
+  `patience` consecutive steps (above halfway from the early median rate to 1 when the run starts
+  that garbled already: gibberish from the first step is a weak base model, not a divergence);
 - `reward_collapse`: after learning (the best `reward_window`-step mean reward reached at least
   `reward_min_peak`), that mean falls below `reward_collapse_frac` x its best for `patience` consecutive
   steps.
@@ -109,6 +111,7 @@ class StabilityMonitor:
         self.reward_min_peak, self.patience = float(reward_min_peak), int(patience)
         self.entropy_history: list[float] = []
         self.baseline: float | None = None
+        self.gibberish_history: list[float] = []
         self.rewards: list[float] = []  # the last `reward_window` step rewards
         self.best_reward: float | None = None
         self.streaks = {
@@ -157,13 +160,7 @@ class StabilityMonitor:
         if "entropy" in metrics and "entropy" not in bad:
             fired += self._entropy(step, float(metrics["entropy"]))
         if self.gibberish_max is not None and "gibberish/rate" in metrics:
-            rate = float(metrics["gibberish/rate"])
-            s = self.streaks["gibberish"]
-            if s.update(rate > self.gibberish_max, step) >= self.patience:
-                fired.append(
-                    ("gibberish", f"gibberish rate above {self.gibberish_max:g} for {s.n} consecutive steps, "
-                     f"steps {s.start}-{step} (last {rate:.3g})")
-                )  # fmt: skip
+            fired += self._gibberish(step, float(metrics["gibberish/rate"]))
         if "reward/mean" in metrics and "reward/mean" not in bad:
             fired += self._reward(step, float(metrics["reward/mean"]))
         return fired[0] if fired else None
@@ -192,6 +189,20 @@ class StabilityMonitor:
                 )  # fmt: skip
         return out
 
+    def _gibberish(self, step: int, rate: float) -> list[tuple[str, str]]:
+        if len(self.gibberish_history) < self.baseline_steps:
+            self.gibberish_history.append(rate)
+            return []
+        early = statistics.median(self.gibberish_history)
+        limit = max(self.gibberish_max, (early + 1.0) / 2 if early > self.gibberish_max else 0.0)
+        s = self.streaks["gibberish"]
+        if s.update(rate > limit, step) >= self.patience:
+            return [
+                ("gibberish", f"gibberish rate above {limit:.3g} for {s.n} consecutive steps, "
+                 f"steps {s.start}-{step} (last {rate:.3g}; early median {early:.3g})")
+            ]  # fmt: skip
+        return []
+
     def _reward(self, step: int, reward: float) -> list[tuple[str, str]]:
         self.rewards = [*self.rewards, reward][-self.reward_window :]
         if len(self.rewards) < self.reward_window or self.reward_frac is None:
@@ -211,6 +222,7 @@ class StabilityMonitor:
         return {
             "entropy_history": list(self.entropy_history),
             "baseline": self.baseline,
+            "gibberish_history": list(self.gibberish_history),
             "rewards": list(self.rewards),
             "best_reward": self.best_reward,
             "streaks": {k: s.state() for k, s in self.streaks.items()},
@@ -224,6 +236,7 @@ class StabilityMonitor:
             raise ValueError(f"StabilityMonitor.load_state_dict: missing keys {sorted(missing)}")
         self.entropy_history = [float(x) for x in state["entropy_history"]]
         self.baseline = None if state["baseline"] is None else float(state["baseline"])
+        self.gibberish_history = [float(x) for x in state["gibberish_history"]]
         self.rewards = [float(x) for x in state["rewards"]]
         self.best_reward = None if state["best_reward"] is None else float(state["best_reward"])
         for k, s in self.streaks.items():
