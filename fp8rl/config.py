@@ -307,6 +307,9 @@ class StabilityConfig(Strict):
     entropy_collapse_frac: float | None = Field(
         0.01, gt=0.0, lt=1.0, description="entropy below this fraction of the baseline is a collapse"
     )
+    entropy_floor: float | None = Field(
+        1e-6, gt=0.0, description="entropy (nats per token) below it is a collapse, baseline or not"
+    )
     gibberish_max: float | None = Field(0.5, ge=0.0, lt=1.0, description="gibberish/rate above it diverges")
     reward_collapse_frac: float | None = Field(
         0.5,

@@ -15,7 +15,7 @@ rule report:
         evals=[path for spec in RUNS for path in eval_targets(spec)],
         images=container_inputs("report"),
     output:
-        [registered(path) for path in report_outputs(CFG.results_dir, CFG.tier)],
+        [registered(path) for path in report_outputs(CFG.results_dir, CFG.tier, DOSE_AXIS)],
     params:
         config=CONFIG_FILE,
         digest=section_digest("matrix", "eval", "stability"),

@@ -16,6 +16,9 @@ TABLES = ("runs", "comparison", "throughput")
 # plots/{name}.png and plots/{name}.svg
 PLOTS = ("entropy", "clip_low_neg", "ratio_tails", "ratio_hist", "eval_scores", "throughput")
 PLOT_FORMATS = ("png", "svg")
+# Tiers with a dose axis (matrix.noise_scales) add the stability report (fp8rl.report.stability).
+STABILITY_TABLES = ("stability", "breaking_dose")
+STABILITY_PLOTS = ("survival", "stability_curves", "breaking_dose")
 
 
 @dataclass(frozen=True)
@@ -55,13 +58,15 @@ class ReportPaths:
     def plot(self, name: str, ext: str) -> Path:
         return self.plots_dir / f"{name}.{ext}"
 
-    def outputs(self) -> list[Path]:
-        """Every file `fp8rl report` writes, in a stable order."""
-        out = [self.table(t, ext) for t in TABLES for ext in ("csv", "md")]
-        out += [self.plot(p, ext) for p in PLOTS for ext in PLOT_FORMATS]
+    def outputs(self, stability: bool = False) -> list[Path]:
+        """Every file `fp8rl report` writes, in a stable order (`stability`: a tier with a dose axis)."""
+        tables = (*TABLES, *STABILITY_TABLES) if stability else TABLES
+        plots = (*PLOTS, *STABILITY_PLOTS) if stability else PLOTS
+        out = [self.table(t, ext) for t in tables for ext in ("csv", "md")]
+        out += [self.plot(p, ext) for p in plots for ext in PLOT_FORMATS]
         return [*out, self.html, self.manifest]
 
 
-def report_outputs(results_dir: str | Path, tier: str) -> list[str]:
+def report_outputs(results_dir: str | Path, tier: str, stability: bool = False) -> list[str]:
     """The report rule's output paths as strings (for a Snakefile)."""
-    return [str(p) for p in ReportPaths.for_tier(results_dir, tier).outputs()]
+    return [str(p) for p in ReportPaths.for_tier(results_dir, tier).outputs(stability)]

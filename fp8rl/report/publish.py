@@ -79,7 +79,9 @@ def publish_tier(tier: str, results_dir: str | Path = "results", cfg: Experiment
     tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; the publication is for everyone to read
     old: Path | None = None
     try:
-        for src in paths.outputs():
+        # a tier with a dose axis lists its stability tables and figures among the report's outputs
+        stability = str(paths.table("stability", "csv")) in manifest.get("outputs", [])
+        for src in paths.outputs(stability):
             target = tmp / src.relative_to(paths.root)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, target)

@@ -5,11 +5,13 @@ with its kind (`DIVERGENCE_KINDS`) and a reason that names the numbers:
 - `non_finite`: a NaN/inf entropy or reward, at once;
 - `entropy_spike`: entropy above `entropy_spike_k` x its baseline for `entropy_spike_m` consecutive steps
   (the baseline is the median entropy of the first `baseline_steps` steps);
-- `entropy_collapse`: entropy below `entropy_collapse_frac` x the baseline for `patience` consecutive
-  steps (a policy that has stopped exploring: lr 0.3 drives entropy to 1e-33);
-- `gibberish`: after the first `baseline_steps` steps, `gibberish/rate` above `gibberish_max` for
-  `patience` consecutive steps (above halfway from the early median rate to 1 when the run starts
-  that garbled already: gibberish from the first step is a weak base model, not a divergence);
+- `entropy_collapse`: entropy below `entropy_collapse_frac` x the baseline, or below the absolute
+  `entropy_floor` (nats per token; no baseline needed, so a collapse inside the baseline window is
+  seen too), for `patience` consecutive steps (a policy that has stopped exploring: lr 0.3 drives
+  entropy to 1e-33);
+- `gibberish`: `gibberish/rate` above `gibberish_max` for `patience` consecutive steps after the first
+  (the first step samples the base model: when that is already above `gibberish_max`, the limit is
+  halfway from its rate to 1, since a garbled base model is not a divergence);
 - `reward_collapse`: after learning (the best `reward_window`-step mean reward reached at least
   `reward_min_peak`), that mean falls below `reward_collapse_frac` x its best for `patience` consecutive
   steps.
@@ -81,6 +83,7 @@ class StabilityMonitor:
         entropy_spike_m: int = 3,
         baseline_steps: int = 5,
         entropy_collapse_frac: float | None = None,
+        entropy_floor: float | None = None,
         gibberish_max: float | None = None,
         reward_collapse_frac: float | None = None,
         reward_window: int = 5,
@@ -107,11 +110,12 @@ class StabilityMonitor:
             int(baseline_steps),
         )
         self.collapse_frac, self.gibberish_max = entropy_collapse_frac, gibberish_max
+        self.entropy_floor = entropy_floor
         self.reward_frac, self.reward_window = reward_collapse_frac, int(reward_window)
         self.reward_min_peak, self.patience = float(reward_min_peak), int(patience)
         self.entropy_history: list[float] = []
         self.baseline: float | None = None
-        self.gibberish_history: list[float] = []
+        self.gibberish_first: float | None = None  # the base model's rate (the first step's rollout)
         self.rewards: list[float] = []  # the last `reward_window` step rewards
         self.best_reward: float | None = None
         self.streaks = {
@@ -128,6 +132,7 @@ class StabilityMonitor:
             entropy_spike_m=stability.entropy_spike_m,
             baseline_steps=stability.baseline_steps,
             entropy_collapse_frac=stability.entropy_collapse_frac,
+            entropy_floor=stability.entropy_floor,
             gibberish_max=stability.gibberish_max,
             reward_collapse_frac=stability.reward_collapse_frac,
             reward_window=stability.reward_window,
@@ -166,40 +171,47 @@ class StabilityMonitor:
         return fired[0] if fired else None
 
     def _entropy(self, step: int, entropy: float) -> list[tuple[str, str]]:
-        if self.baseline is None:
+        out = []
+        in_window = self.baseline is None
+        if in_window:
             self.entropy_history.append(entropy)
             if len(self.entropy_history) >= self.baseline_steps:
                 self.baseline = statistics.median(self.entropy_history)
-            return []
-        out = []
-        hi = self.k * self.baseline
-        s = self.streaks["entropy_spike"]
-        if s.update(entropy > hi, step) >= self.m:
-            out.append(
-                ("entropy_spike", f"entropy above {self.k:g} x baseline {self.baseline:.4g} (= {hi:.4g}) for "
-                 f"{s.n} consecutive steps, steps {s.start}-{step} (last {entropy:.4g})")
-            )  # fmt: skip
-        if self.collapse_frac is not None:
-            lo = self.collapse_frac * self.baseline
-            s = self.streaks["entropy_collapse"]
-            if s.update(entropy < lo, step) >= self.patience:
+        else:
+            hi = self.k * self.baseline
+            s = self.streaks["entropy_spike"]
+            if s.update(entropy > hi, step) >= self.m:
                 out.append(
-                    ("entropy_collapse", f"entropy below {self.collapse_frac:g} x baseline {self.baseline:.4g} "
-                     f"(= {lo:.4g}) for {s.n} consecutive steps, steps {s.start}-{step} (last {entropy:.4g})")
+                    ("entropy_spike", f"entropy above {self.k:g} x baseline {self.baseline:.4g} (= {hi:.4g}) "
+                     f"for {s.n} consecutive steps, steps {s.start}-{step} (last {entropy:.4g})")
+                )  # fmt: skip
+        lows = []
+        if self.entropy_floor is not None:
+            lows.append((self.entropy_floor, f"the floor {self.entropy_floor:g}"))
+        if self.collapse_frac is not None and not in_window:
+            lo = self.collapse_frac * self.baseline
+            lows.append((lo, f"{self.collapse_frac:g} x baseline {self.baseline:.4g} (= {lo:.4g})"))
+        if lows:
+            limit, what = max(lows)
+            s = self.streaks["entropy_collapse"]
+            if s.update(entropy < limit, step) >= self.patience:
+                out.append(
+                    ("entropy_collapse", f"entropy below {what} for {s.n} consecutive steps, "
+                     f"steps {s.start}-{step} (last {entropy:.4g})")
                 )  # fmt: skip
         return out
 
     def _gibberish(self, step: int, rate: float) -> list[tuple[str, str]]:
-        if len(self.gibberish_history) < self.baseline_steps:
-            self.gibberish_history.append(rate)
+        if self.gibberish_first is None:
+            self.gibberish_first = rate
             return []
-        early = statistics.median(self.gibberish_history)
+        early = self.gibberish_first
         limit = max(self.gibberish_max, (early + 1.0) / 2 if early > self.gibberish_max else 0.0)
         s = self.streaks["gibberish"]
         if s.update(rate > limit, step) >= self.patience:
             return [
                 ("gibberish", f"gibberish rate above {limit:.3g} for {s.n} consecutive steps, "
-                 f"steps {s.start}-{step} (last {rate:.3g}; early median {early:.3g})")
+                 f"steps {s.start}-{step} (last {rate:.3g}; first step {early:.3g})")
             ]  # fmt: skip
         return []
 
@@ -222,7 +234,7 @@ class StabilityMonitor:
         return {
             "entropy_history": list(self.entropy_history),
             "baseline": self.baseline,
-            "gibberish_history": list(self.gibberish_history),
+            "gibberish_first": self.gibberish_first,
             "rewards": list(self.rewards),
             "best_reward": self.best_reward,
             "streaks": {k: s.state() for k, s in self.streaks.items()},
@@ -236,7 +248,7 @@ class StabilityMonitor:
             raise ValueError(f"StabilityMonitor.load_state_dict: missing keys {sorted(missing)}")
         self.entropy_history = [float(x) for x in state["entropy_history"]]
         self.baseline = None if state["baseline"] is None else float(state["baseline"])
-        self.gibberish_history = [float(x) for x in state["gibberish_history"]]
+        self.gibberish_first = state["gibberish_first"]
         self.rewards = [float(x) for x in state["rewards"]]
         self.best_reward = None if state["best_reward"] is None else float(state["best_reward"])
         for k, s in self.streaks.items():

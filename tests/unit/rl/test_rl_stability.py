@@ -14,6 +14,7 @@ ALL_ON = dict(
     entropy_spike_m=3,
     baseline_steps=3,
     entropy_collapse_frac=0.01,
+    entropy_floor=1e-6,
     gibberish_max=0.5,
     reward_collapse_frac=0.5,
     reward_window=3,
@@ -73,11 +74,32 @@ def test_every_kind_is_covered():
 
 def test_streaks_must_be_consecutive_and_thresholds_none_turn_detectors_off():
     mon = StabilityMonitor(**ALL_ON)
-    g = [{"entropy": 1.0, "gibberish/rate": r} for r in (0.9, 0.9, 0.1, 0.9, 0.9, 0.1)]
-    assert feed(mon, g) == [None] * 6
-    off = StabilityMonitor(**{**ALL_ON, "gibberish_max": None, "entropy_collapse_frac": None})
+    g = [{"entropy": 1.0, "gibberish/rate": r} for r in (0.1, 0.9, 0.9, 0.1, 0.9, 0.9, 0.1)]
+    assert feed(mon, g) == [None] * 7
+    off = StabilityMonitor(
+        **{**ALL_ON, "gibberish_max": None, "entropy_collapse_frac": None, "entropy_floor": None}
+    )
     rows = [{"entropy": 1.0}] * 3 + [{"entropy": 1e-30, "gibberish/rate": 1.0}] * 10
     assert feed(off, rows) == [None] * 13
+
+
+def test_a_collapse_inside_the_baseline_window_is_still_seen():
+    """lr 0.3: the base model samples sanely at step 1, then entropy 1e-33, gibberish 1.0, reward 0 from
+    step 2 on; the baseline window has no healthy median to compare with, the floor and step 1 do."""
+    mon = StabilityMonitor(**{**ALL_ON, "baseline_steps": 5})
+    rows = [{"entropy": 0.8, "reward/mean": 0.4, "gibberish/rate": 0.05}]
+    rows += [{"entropy": 1e-33, "reward/mean": 0.0, "gibberish/rate": 1.0}] * 4
+    d = feed(mon, rows)[-1]
+    assert d is not None and d.kind == "entropy_collapse" and d.step == 4 and "floor" in d.reason
+    no_floor = StabilityMonitor(**{**ALL_ON, "baseline_steps": 5, "entropy_floor": None})
+    d = feed(no_floor, rows)[-1]
+    assert d is not None and d.kind == "gibberish" and d.step == 4
+
+
+def test_a_garbled_base_model_is_not_a_divergence():
+    mon = StabilityMonitor(**ALL_ON)
+    assert feed(mon, [{"entropy": 1.0, "gibberish/rate": 0.8}] * 10) == [None] * 10
+    assert feed(mon, [{"entropy": 1.0, "gibberish/rate": 0.95}] * 3, start=11)[-1].kind == "gibberish"
 
 
 def test_reward_collapse_needs_learning_first():
@@ -112,7 +134,7 @@ def test_resume_mid_trajectory_detects_exactly_as_uninterrupted():
 
 def test_from_config_and_bad_thresholds():
     mon = StabilityMonitor.from_config(StabilityConfig())
-    assert mon.collapse_frac == 0.01 and mon.gibberish_max == 0.5 and mon.patience == 3
+    assert mon.collapse_frac == 0.01 and mon.entropy_floor == 1e-6 and mon.gibberish_max == 0.5
     with pytest.raises(ValueError, match="entropy_collapse_frac"):
         StabilityMonitor(entropy_collapse_frac=1.5)
     with pytest.raises(ValueError, match="gibberish_max"):
