@@ -38,6 +38,7 @@ from fp8rl.vocabulary import (
     LOSS_AGG_MODES,
     NO_CONDITION,
     NO_GRANULARITY,
+    ON_DIVERGENCE,
     RECIPE_FORMATS,
     TIERS,
     TIS_LEVELS,
@@ -204,6 +205,9 @@ class FP8Config(Strict):
     )
     amax_history_len: int = Field(16, gt=0, description="delayed scaling history length")
     amax_compute_algo: Literal[AMAX_ALGOS] = "max"
+    noise_scale: float = Field(
+        1.0, gt=0, description="scales every quantized operand's error: x + s * (Q(x) - x); 1 = plain FP8"
+    )
     optimizer: Literal[FP8_OPTIMIZERS] = Field(
         "blockwise",
         description=(
@@ -319,11 +323,36 @@ class SFTConfig(Strict):
 
 
 class StabilityConfig(Strict):
-    """Divergence detection: entropy above k x its early median for m consecutive steps, or NaN/inf."""
+    """Divergence detection (fp8rl.rl.stability): NaN/inf, an entropy spike (above k x its early median
+    for m consecutive steps), an entropy collapse, gibberish and reward collapse (each for `patience`
+    consecutive steps; None turns a detector off), and what a run does once it has diverged."""
 
     entropy_spike_k: float = Field(3.0, gt=1.0)
     entropy_spike_m: int = Field(3, gt=0)
     baseline_steps: int = Field(5, gt=0, description="steps whose median entropy is the baseline")
+    entropy_collapse_frac: float | None = Field(
+        0.01, gt=0.0, lt=1.0, description="entropy below this fraction of the baseline is a collapse"
+    )
+    entropy_floor: float | None = Field(
+        1e-6, gt=0.0, description="entropy (nats per token) below it is a collapse, baseline or not"
+    )
+    gibberish_max: float | None = Field(0.5, ge=0.0, lt=1.0, description="gibberish/rate above it diverges")
+    reward_collapse_frac: float | None = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="windowed mean reward below this fraction of its best, after learning",
+    )
+    reward_window: int = Field(5, gt=0, description="steps of the moving mean reward")
+    reward_min_peak: float = Field(
+        0.1, ge=0.0, description="the best windowed mean reward that counts as having learned"
+    )
+    patience: int = Field(
+        3, gt=0, description="consecutive steps for collapse, gibberish and reward collapse"
+    )
+    on_divergence: Literal[ON_DIVERGENCE] = Field(
+        "stop", description="stop at the first divergence, or keep training and record the whole trajectory"
+    )
 
 
 class EvalConfig(Strict):
@@ -411,6 +440,13 @@ class ConditionConfig(Strict):
     fp8: dict[str, Any] = Field(min_length=1)
     granularities: list[GranularityName] | None = Field(
         None, description="the granularities this condition applies to (default: all of the matrix's)"
+    )
+    variants: list[VariantName] | None = Field(
+        None, description="the fp8 variants this condition applies to (default: all of the matrix's)"
+    )
+    seeds: list[Annotated[int, Field(strict=True, ge=0)]] | None = Field(
+        None,
+        description="the seeds this condition runs (default: all of the matrix's), e.g. fewer for a dose sweep",
     )
 
     @model_validator(mode="after")
@@ -516,7 +552,19 @@ class MatrixConfig(Strict):
             return [None]
         if not VARIANT_SPECS[variant].fp8:
             return [NO_CONDITION]
-        return [c.name for c in self.conditions if c.granularities is None or granularity in c.granularities]
+        return [
+            c.name
+            for c in self.conditions
+            if (c.granularities is None or granularity in c.granularities)
+            and (c.variants is None or variant in c.variants)
+        ]
+
+    def seeds_for(self, condition: str | None) -> list[int]:
+        """The seeds of the runs under `condition` (its own `seeds`, else the matrix's)."""
+        for c in self.conditions:
+            if c.name == condition and c.seeds is not None:
+                return list(c.seeds)
+        return list(self.seeds)
 
     def granularities_for(self, variant: str) -> list[str]:
         if not VARIANT_SPECS[variant].fp8:
@@ -580,6 +628,12 @@ class ExperimentConfig(Strict):
                 f"matrix.models: unknown model {', '.join(unknown)}; defined models: {', '.join(names)}"
             )
         if self.backend == "verl":
+            noisy = self.fp8.noise_scale != 1.0 or any("noise_scale" in c.fp8 for c in self.matrix.conditions)
+            if noisy:
+                raise ValueError(
+                    "fp8.noise_scale: the noise dose scales the reference trainer's emulated FP8 "
+                    "quantization error; the verl backend cannot run it"
+                )
             grans = {g for v in self.matrix.variants for g in self.matrix.granularities_for(v)}
             calib = [v for v in self.matrix.variants if VARIANT_SPECS[v].calib]
             if calib and self.calib.reference.mode == "shadow":

@@ -79,9 +79,9 @@ class RunSpec:
 
 
 def expand_matrix(cfg: ExperimentConfig, **filters: list[str] | None) -> list[RunSpec]:
-    """Every run of the experiment, in a stable order (algo, model, variant, granularity, seed).
+    """Every run of the experiment, in a stable order (algo, model, variant, granularity, condition, seed).
 
-    `filters` maps an axis name (algo, model, variant, granularity, seed) to the values to keep.
+    `filters` maps an axis name (AXES) to the values to keep.
     """
     m = cfg.matrix
     runs = [
@@ -91,7 +91,7 @@ def expand_matrix(cfg: ExperimentConfig, **filters: list[str] | None) -> list[Ru
         for variant in m.variants
         for gran in m.granularities_for(variant)
         for cond in m.conditions_for(variant, gran)
-        for seed in m.seeds
+        for seed in m.seeds_for(cond)
     ]
     for axis, keep in filters.items():
         if axis not in AXES:

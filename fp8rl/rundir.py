@@ -264,11 +264,13 @@ def build_summary(
     *,
     backend: str | None = None,
     deviations: list | None = None,
+    divergence: dict[str, Any] | None = None,
 ) -> dict:
     """The `summary.json` object of a finished run. `step` is the last step written (for `diverged`,
-    the step where it was detected); `final` the last step's metrics the writer chose to keep.
-    `backend` and `deviations` (what verl runs differently from the reference trainer) are written only
-    when given."""
+    the step where it was detected, or the last step trained when the run went on after it); `final` the
+    last step's metrics the writer chose to keep. `divergence` (the first divergence: `kind`, `step`,
+    `reason`), `backend` and `deviations` (what verl runs differently from the reference trainer) are
+    written only when given."""
     if status not in STATUSES:
         raise ValueError(f"summary status {status!r} for {run_id}; allowed: {', '.join(STATUSES)}")
     summary = {
@@ -279,6 +281,8 @@ def build_summary(
         "steps_planned": steps_planned,
         "final": final,
     }
+    if divergence is not None:
+        summary["divergence"] = divergence
     if backend is not None:
         summary["backend"] = backend
     if deviations is not None:

@@ -64,6 +64,10 @@ TIS_LEVELS = ("token", "sequence")
 CALIB_POPULATIONS = ("all", "neg")
 CALIB_UPPER_MODES = ("proportional", "quantile")
 CALIB_REFERENCE_MODES = ("shadow", "run", "static")
+# Divergence detection (fp8rl.rl.stability): the kinds of divergence a run's summary names, and what a
+# run does after the first one (`stability.on_divergence`).
+DIVERGENCE_KINDS = ("non_finite", "entropy_spike", "entropy_collapse", "gibberish", "reward_collapse")
+ON_DIVERGENCE = ("stop", "continue")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,10 @@
 # run): CSV tables, PNG figures and the project's report.html (`registered`, common.smk), with the
 # captions of workflows/report/.
 
-from fp8rl.report.paths import report_outputs
+from fp8rl.report.paths import has_dose_axis, report_outputs
+
+# The study tiers' extra outputs: the mechanism table (FP8 conditions), the stability report (a dose axis).
+REPORT_FLAGS = {"mechanism": bool(CFG.matrix.conditions), "stability": has_dose_axis(CFG)}
 
 
 report: "report/workflow.rst"
@@ -15,7 +18,7 @@ rule report:
         evals=[path for spec in RUNS for path in eval_targets(spec)],
         images=container_inputs("report"),
     output:
-        [registered(path) for path in report_outputs(CFG.results_dir, CFG.tier, mechanism=bool(CFG.matrix.conditions))],
+        [registered(path) for path in report_outputs(CFG.results_dir, CFG.tier, **REPORT_FLAGS)],
     params:
         config=CONFIG_FILE,
         digest=section_digest("matrix", "eval", "stability"),

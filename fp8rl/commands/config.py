@@ -80,6 +80,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
                     "granularity": r.granularity,
                     "seed": r.seed,
                 }
+                | ({} if r.condition is None else {"condition": r.condition})
                 for r in runs
             ],
         }

@@ -11,11 +11,18 @@ Levels (`task.levels` in the config):
 | `sub2`   | `45-12=`        | `33` (may be negative) |
 | `sub3`   | `123-456=`      | `-333` |
 | `mixed2` | `12+45-30=`     | `27` (two steps) |
+| `cot5`   | `12+45-30+77-56=` | `12+45=57,57-30=27,27+77=104,104-56=48` (chain of thought; answer 48) |
+
+`cot5` (the stress tier) is answered through written intermediate steps: one `a±b=c` per operation,
+comma-separated, each starting from the previous running total; the number after the last `=` is the
+final answer (about 30-50 characters). Its rows carry the trace as `target` (the SFT completion) and the final
+integer as `answer`.
 
 The tool format asks for a call instead of the result: prompt `tool:12+45=`, target `calc(add,12,45)`.
 A response is the generated text up to `<eos>`; `reward` is 1.0 for an exact integer match with the
-answer, else 0.0; `format_ok` says whether it is an integer at all (the gibberish rate counts the rest).
-Math answers of larger tiers are checked with `math_verify` (`math_reward`); `reward_fn(task.name)`
+answer (for `cot5`, the final result of a well-formed trace), else 0.0; `format_ok` says whether the
+response has the level's form at all (the gibberish rate counts the rest). The traces hold plain integers,
+for which an exact match is what `math_verify` would decide too; math answers of larger tiers are checked with `math_verify` (`math_reward`); `reward_fn(task.name)`
 picks the verifier.
 """
 
@@ -31,6 +38,8 @@ if TYPE_CHECKING:
     from fp8rl.config import ExperimentConfig
 
 _INT = re.compile(r"-?\d+")
+# A chain-of-thought trace: `a+b=c` steps, comma-separated; the final answer follows the last '='.
+_TRACE = re.compile(r"-?\d+[+-]\d+=-?\d+(,-?\d+[+-]\d+=-?\d+)*")
 _CALL = re.compile(r"calc\((add|sub|mul),(-?\d+),(-?\d+)\)")
 TOOL_OPS = {"add": "+", "sub": "-"}
 
@@ -44,6 +53,7 @@ class Level:
     draw: Callable[[random.Random], tuple[str, int]]
     longest_prompt: int
     longest_answer: int
+    trace: Callable[[str], str] | None = None  # prompt body -> the written steps (SFT target), if any
 
 
 def _binary(lo: int, hi: int, op: str) -> Callable[[random.Random], tuple[str, int]]:
@@ -59,6 +69,35 @@ def _two_step(rng: random.Random) -> tuple[str, int]:
     return f"{a}+{b}-{c}", a + b - c
 
 
+def _chain(rng: random.Random) -> tuple[str, int]:
+    terms = [rng.randint(10, 99) for _ in range(5)]
+    ops = [rng.choice("+-") for _ in range(4)]
+    body = str(terms[0]) + "".join(f"{op}{t}" for op, t in zip(ops, terms[1:], strict=True))
+    return body, eval_chain(body)[-1]
+
+
+def eval_chain(body: str) -> list[int]:
+    """The running totals of `a±b±c...` evaluated left to right (the last one is the answer)."""
+    nums = [int(x) for x in re.findall(r"\d+", body)]
+    ops = re.findall(r"(?<=\d)[+-]", body)
+    totals, acc = [], nums[0]
+    for op, n in zip(ops, nums[1:], strict=True):
+        acc = acc + n if op == "+" else acc - n
+        totals.append(acc)
+    return totals
+
+
+def chain_trace(body: str) -> str:
+    """The written steps of `a±b±c...`: `a±b=t1,t1±c=t2,...`."""
+    nums = [int(x) for x in re.findall(r"\d+", body)]
+    ops = re.findall(r"(?<=\d)[+-]", body)
+    steps, prev = [], nums[0]
+    for op, n, total in zip(ops, nums[1:], eval_chain(body), strict=True):
+        steps.append(f"{prev}{op}{n}={total}")
+        prev = total
+    return ",".join(steps)
+
+
 LEVELS: dict[str, Level] = {
     "add1": Level("add1", _binary(0, 9, "+"), len("9+9="), len("18")),
     "add2": Level("add2", _binary(10, 99, "+"), len("99+99="), len("198")),
@@ -66,6 +105,8 @@ LEVELS: dict[str, Level] = {
     "sub2": Level("sub2", _binary(10, 99, "-"), len("99-99="), len("-89")),
     "sub3": Level("sub3", _binary(100, 999, "-"), len("999-999="), len("-899")),
     "mixed2": Level("mixed2", _two_step, len("99+99-99="), len("188")),
+    # Longest trace: four steps of `-287-99=-386` shape (4 + 1 + 2 + 1 + 4) and three commas.
+    "cot5": Level("cot5", _chain, len("99+99+99+99+99="), 4 * 12 + 3, trace=chain_trace),
 }
 # The longest function-calling SFT example: prompt `tool:99+99=`, target `calc(add,99,99)`, `<eos>`.
 TOOL_EXAMPLE_TOKENS = len("tool:99+99=") + len("calc(add,99,99)") + 1
@@ -139,14 +180,15 @@ def generate_split(
         turn += 1
         misses[level.name] = 0
         seen.add(prompt)
-        rows.append(
-            {
-                "id": f"{level.name}-{len(rows):06d}",
-                "level": level.name,
-                "prompt": prompt,
-                "answer": str(answer),
-            }
-        )
+        row = {
+            "id": f"{level.name}-{len(rows):06d}",
+            "level": level.name,
+            "prompt": prompt,
+            "answer": str(answer),
+        }
+        if level.trace is not None:
+            row["target"] = level.trace(body)
+        rows.append(row)
     return rows
 
 
@@ -182,13 +224,18 @@ def parse_call(text: str) -> dict | None:
 
 
 def extract_answer(response: str) -> str | None:
-    """The integer a response states: its stripped text if that is an integer, else None."""
+    """The integer a response states: its stripped text if that is an integer, or the number after the
+    last '=' of a well-formed chain-of-thought trace; else None."""
     text = response.strip()
-    return text if _INT.fullmatch(text) else None
+    if _INT.fullmatch(text):
+        return text
+    if _TRACE.fullmatch(text):
+        return text.rsplit("=", 1)[1]
+    return None
 
 
 def format_ok(response: str) -> bool:
-    """Whether a response has the answer format (one integer, nothing else)."""
+    """Whether a response has an answer format (one integer, or a well-formed trace, nothing else)."""
     return extract_answer(response) is not None
 
 
@@ -218,5 +265,8 @@ def reward_fn(task_name: str) -> Callable[[str, str], float]:
 
 
 def sft_target(row: dict) -> str:
-    """The SFT completion of a data row (the answer, or the call for a tool row), without `<eos>`."""
-    return format_call(row["call"]) if "call" in row else row["answer"]
+    """The SFT completion of a data row (the trace of a chain-of-thought row, the call of a tool row,
+    else the answer), without `<eos>`."""
+    if "call" in row:
+        return format_call(row["call"])
+    return row.get("target", row["answer"])

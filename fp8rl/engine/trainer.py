@@ -19,8 +19,11 @@ step's mini-batch updates; `ratio/*` are quantiles over all of them.
 
 Every random draw of a step comes from generators seeded by (run seed, step, purpose), and the global
 RNGs are checkpointed too, so a run killed at any point and restarted from its last checkpoint writes
-the same metrics (except `time/*`) as one that never stopped. NaN/inf or an entropy spike stops the run
-with status `diverged` (exit 0); an exception is `failed` (exit 1).
+the same metrics (except `time/*`) as one that never stopped. `StabilityMonitor` watches each step for
+NaN/inf, an entropy spike or collapse, gibberish and reward collapse: the run's status becomes
+`diverged` (exit 0) at the first one, which summary.json keeps (`divergence`: kind, step, reason);
+`stability.on_divergence: stop` ends the run there, `continue` trains on to the last step (a NaN/inf
+in the update itself always stops it). An exception is `failed` (exit 1).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ from fp8rl.provenance import provenance
 from fp8rl.rl import (
     Calibrator,
     ClipBounds,
-    EntropySpikeDetector,
+    StabilityMonitor,
     entropy_from_logits,
     masked_ratio,
     mismatch_kl,
@@ -160,8 +163,7 @@ class Trainer:
                 cfg.calib.sample_frac,
                 cfg.schedule.temperature,
             )
-        st = cfg.stability
-        self.spike = EntropySpikeDetector(st.entropy_spike_k, st.entropy_spike_m, st.baseline_steps)
+        self.stability = StabilityMonitor.from_config(cfg.stability)
         rows = load_split(self.data_dir, "train.jsonl")
         self.prompt_ids = [self.tokenizer(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
         self.answers = [r["answer"] for r in rows]
@@ -177,7 +179,7 @@ class Trainer:
             "optimizer": self.prec.optimizer.state_dict(),
             "calibrator": self.calibrator.state_dict() if self.calibrator else None,
             "ratio_hist": self.shadow.hist.state_dict() if self.shadow else None,
-            "spike": self.spike.state_dict(),
+            "stability": self.stability.state_dict(),
         }
 
     def _restore(self, state: dict) -> None:
@@ -187,7 +189,7 @@ class Trainer:
         self.prec.optimizer.load_state_dict(state["optimizer"])
         if self.calibrator is not None:
             self.calibrator.load_state_dict(state["calibrator"])
-        self.spike.load_state_dict(state["spike"])
+        self.stability.load_state_dict(state["stability"])
         if self.shadow is not None and state.get("ratio_hist") is not None:
             self.shadow.hist.load_state_dict(state["ratio_hist"])
         set_rng_state(state["rng"])
@@ -239,6 +241,8 @@ class Trainer:
         try:
             self.dir.write_config(self.cfg.model_dump(mode="json"))
             last = self._resume()
+            if self.stability.divergence is not None:  # resumed after the first divergence
+                status, reason = "diverged", self.stability.divergence.reason
             bar = tqdm(total=steps, initial=last, desc=self.run_spec.run_id, disable=not self.progress)
             beat = Heartbeat(self.run_spec.run_id, steps, start_step=last) if not self.progress else None
             trackers = open_trackers(
@@ -250,7 +254,8 @@ class Trainer:
                 try:
                     metrics = self.train_step(step)
                 except Diverged as exc:
-                    status, reason, last = "diverged", f"step {step}: {exc}", step
+                    first = self.stability.divergence
+                    status, reason, last = "diverged", first.reason if first else f"step {step}: {exc}", step
                     self._save_diverged(step)
                     break
                 self.dir.append_metrics(metrics)
@@ -262,11 +267,11 @@ class Trainer:
                 bar.set_postfix(
                     reward=f"{metrics['reward/mean']:.3f}", ent=f"{metrics.get('entropy', float('nan')):.3f}"
                 )
-                spike = self.spike.update(step, metrics["entropy"]) if "entropy" in metrics else None
-                if spike:
-                    status, reason = "diverged", spike
-                    self._save(step)
-                    break
+                if self.stability.update(step, metrics) is not None:
+                    status, reason = "diverged", self.stability.divergence.reason
+                    if self.cfg.stability.on_divergence == "stop":
+                        self._save(step)
+                        break
                 if step % self.cfg.schedule.checkpoint_every == 0 or step == steps:
                     self._save(step)
             bar.close()
@@ -288,6 +293,7 @@ class Trainer:
             self.cfg.schedule.steps,
             final,
             provenance(self.cfg.digest()),
+            divergence=self.stability.divergence.as_dict() if self.stability.divergence else None,
         )
         self.dir.write_throughput(throughput_report(rows, self.prec))
         if self.shadow is not None:

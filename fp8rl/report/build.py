@@ -83,10 +83,43 @@ def _json_safe(obj):
     return obj
 
 
+def write_stability_report(
+    cfg: ExperimentConfig, runset: RunSet, paths: ReportPaths, runs_dir: Path, title: str
+) -> tuple[list[tuple[str, list[str], pd.DataFrame]], list[tuple[Path, str]]]:
+    """The stability tables and figures of a tier with a dose axis (fp8rl.report.stability); returns
+    its HTML sections and (figure, caption) pairs."""
+    from fp8rl.report.stability import (
+        BREAKING_NOTES,
+        STABILITY_NOTES,
+        breaking_dose_table,
+        run_stability,
+        stability_table,
+        stability_view,
+    )
+    from fp8rl.report.stability_plots import CAPTIONS, write_stability_plots
+
+    per_run = run_stability(runset, runs_dir, cfg)
+    table = stability_table(per_run)
+    breaking = breaking_dose_table(table)
+    view, b_view = stability_view(table), numbers_view(breaking)
+    _csv(table, paths.table("stability", "csv"))
+    atomic_write_text(
+        paths.table("stability", "md"), to_markdown(f"{title}: stability", view, STABILITY_NOTES)
+    )
+    _csv(breaking, paths.table("breaking_dose", "csv"))
+    atomic_write_text(
+        paths.table("breaking_dose", "md"), to_markdown(f"{title}: breaking dose", b_view, BREAKING_NOTES)
+    )
+    figures = write_stability_plots(runset, per_run, table, paths.plots_dir)
+    sections = [("Stability", STABILITY_NOTES, view), ("Breaking dose", BREAKING_NOTES, b_view)]
+    return sections, [(files[0], CAPTIONS[name]) for name, files in figures.items()]
+
+
 def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> dict:
     """Write every report output for `cfg`'s tier; returns the manifest written to report.json."""
     paths = ReportPaths.for_config(cfg)
-    runset = load_tier(cfg, runs_dir if runs_dir is not None else paths.runs_dir)
+    runs_dir = Path(runs_dir) if runs_dir is not None else paths.runs_dir
+    runset = load_tier(cfg, runs_dir)
     keys = eval_keys(runset)
     comparison = comparison_table(runset, cfg.stability.baseline_steps)
     throughput = throughput_table(runset)
@@ -128,6 +161,11 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
         sections.append(("Mechanism: excess clipping vs FP8 condition", MECHANISM_NOTES, mech_view))
         plots |= mechanism_plots(mechanism, paths.plots_dir)
     sections.append(("Throughput", THROUGHPUT_NOTES, tp_view))
+    captions = [(files[0], PLOT_CAPTIONS[name]) for name, files in plots.items()]
+    if paths.stability:
+        stability_sections, more = write_stability_report(cfg, runset, paths, runs_dir, title)
+        sections[:0] = stability_sections
+        captions += more
 
     header = {
         "tier": cfg.tier,
@@ -142,7 +180,7 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
         status_counts=counts,
         problems=runset.problems,
         sections=sections,
-        plots=[(files[0], PLOT_CAPTIONS[name]) for name, files in plots.items()],
+        plots=captions,
         runs=runs,
         explainer=MECHANISM,
     )
@@ -158,6 +196,7 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
         "problems": runset.problems,
         "eval_scores": keys,
         "mechanism": paths.mechanism,
+        "stability": paths.stability,
         "outputs": [str(p) for p in paths.outputs()],
     }
     atomic_write_json(paths.manifest, _json_safe(manifest))

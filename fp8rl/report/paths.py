@@ -36,6 +36,10 @@ PLOT_FORMATS = ("png", "svg")
 # only for matrices with FP8 conditions (fp8rl.report.mechanism)
 MECHANISM_TABLES = ("mechanism",)
 MECHANISM_PLOTS = ("mechanism_excess_clip", "mechanism_mismatch_kl")
+# only for matrices with a noise-dose axis (conditions that set fp8.noise_scale): the stability report
+# (fp8rl.report.stability)
+STABILITY_TABLES = ("stability", "breaking_dose")
+STABILITY_PLOTS = ("survival", "stability_curves", "breaking_dose")
 
 
 @dataclass(frozen=True)
@@ -44,14 +48,19 @@ class ReportPaths:
 
     root: Path
     mechanism: bool = False  # the matrix has FP8 conditions: the mechanism table and plots too
+    stability: bool = False  # the conditions vary the noise dose: the stability report too
 
     @classmethod
-    def for_tier(cls, results_dir: str | Path, tier: str, *, mechanism: bool = False) -> ReportPaths:
-        return cls(Path(results_dir) / tier, mechanism)
+    def for_tier(
+        cls, results_dir: str | Path, tier: str, *, mechanism: bool = False, stability: bool = False
+    ) -> ReportPaths:
+        return cls(Path(results_dir) / tier, mechanism, stability)
 
     @classmethod
     def for_config(cls, cfg: ExperimentConfig) -> ReportPaths:
-        return cls.for_tier(cfg.results_dir, cfg.tier, mechanism=bool(cfg.matrix.conditions))
+        return cls.for_tier(
+            cfg.results_dir, cfg.tier, mechanism=bool(cfg.matrix.conditions), stability=has_dose_axis(cfg)
+        )
 
     @property
     def runs_dir(self) -> Path:
@@ -82,14 +91,32 @@ class ReportPaths:
 
     def outputs(self) -> list[Path]:
         """Every file `fp8rl report` writes, in a stable order."""
-        tables = TABLES + (MECHANISM_TABLES if self.mechanism else ())
-        plots = PLOTS + (MECHANISM_PLOTS if self.mechanism else ())
+        tables = (
+            TABLES
+            + (MECHANISM_TABLES if self.mechanism else ())
+            + (STABILITY_TABLES if self.stability else ())
+        )
+        plots = (
+            PLOTS + (MECHANISM_PLOTS if self.mechanism else ()) + (STABILITY_PLOTS if self.stability else ())
+        )
         out = [self.table(t, ext) for t in tables for ext in ("csv", "md")]
         out += [self.plot(p, ext) for p in plots for ext in PLOT_FORMATS]
         return [*out, self.html, self.manifest]
 
 
-def report_outputs(results_dir: str | Path, tier: str, *, mechanism: bool = False) -> list[str]:
+def has_dose_axis(cfg: ExperimentConfig) -> bool:
+    """The matrix's conditions are a dose axis: they differ in the FP8 noise dose (fp8.noise_scale) and
+    in nothing else, at more than one dose (the stress tier; the mechanism tier also varies format and
+    KV cache, and has its own table)."""
+    settings = [cfg.fp8_for(c.name).model_dump() for c in cfg.matrix.conditions]
+    doses = {s.pop("noise_scale") for s in settings}
+    return len(doses) > 1 and all(s == settings[0] for s in settings)
+
+
+def report_outputs(
+    results_dir: str | Path, tier: str, *, mechanism: bool = False, stability: bool = False
+) -> list[str]:
     """The report rule's output paths as strings (for a Snakefile); `mechanism`: the matrix has FP8
-    conditions."""
-    return [str(p) for p in ReportPaths.for_tier(results_dir, tier, mechanism=mechanism).outputs()]
+    conditions; `stability`: they are a noise-dose axis (`has_dose_axis`)."""
+    paths = ReportPaths.for_tier(results_dir, tier, mechanism=mechanism, stability=stability)
+    return [str(p) for p in paths.outputs()]

@@ -23,7 +23,7 @@ from pathlib import Path
 from fp8rl.config import ExperimentConfig
 from fp8rl.io import atomic_write_json
 from fp8rl.provenance import git_commit, machine, package_versions
-from fp8rl.report.paths import ReportPaths
+from fp8rl.report.paths import ReportPaths, has_dose_axis
 
 
 class PublishError(Exception):
@@ -53,11 +53,13 @@ def check_publishable(tier: str, results_dir: Path, cfg: ExperimentConfig | None
 
     The mechanism table and plots belong to the report when the config has FP8 conditions, or, without
     a config, when the report's manifest says it was built with them."""
-    paths = ReportPaths.for_tier(results_dir, tier)
-    mechanism = (
-        bool(cfg.matrix.conditions) if cfg is not None else _manifest_flag(paths.manifest, "mechanism")
-    )
-    paths = ReportPaths.for_tier(results_dir, tier, mechanism=mechanism)
+    if cfg is not None:
+        flags = {"mechanism": bool(cfg.matrix.conditions), "stability": has_dose_axis(cfg)}
+        paths = ReportPaths.for_tier(results_dir, tier, **flags)
+    else:
+        paths = ReportPaths.for_tier(results_dir, tier)
+        flags = {k: _manifest_flag(paths.manifest, k) for k in ("mechanism", "stability")}
+        paths = ReportPaths.for_tier(results_dir, tier, **flags)
     if cfg is not None and cfg.tier != tier:
         raise PublishError(f"TIER {tier!r} does not match the config's tier {cfg.tier!r}")
     missing = [str(p) for p in paths.outputs() if not p.is_file()]

@@ -76,3 +76,21 @@ def test_longest_prompt_and_answer_bound_every_drawn_problem(level):
     tool = tasks.generate_tool_split(200, seed=3, split="train")
     longest_tool = max(len(r["prompt"]) + len(tasks.format_call(r["call"])) + 1 for r in tool)
     assert longest_tool <= tasks.TOOL_EXAMPLE_TOKENS
+
+
+def test_chain_of_thought_level():
+    """cot5: a trace of running totals whose last result is the answer; reward reads the final answer."""
+    from fp8rl.engine import tasks as t
+
+    rows = t.generate_split(["cot5"], 300, 3, split="train")
+    for r in rows:
+        assert t.sft_target(r) == r["target"] and t.reward(r["target"], r["answer"]) == 1.0
+        assert 30 <= len(r["target"]) + 1 <= t.LEVELS["cot5"].longest_answer + 1
+        assert r["target"].count(",") == 3  # four written steps
+    assert t.chain_trace("12+45-30") == "12+45=57,57-30=27" and t.eval_chain("12+45-30") == [57, 27]
+    trace = "12+45=57,57-30=27,27+77=104,104-56=48"
+    assert t.extract_answer(trace) == "48" and t.reward(trace, "48") == 1.0
+    assert t.reward("12+45=57,57-30=27,27+77=104,104-56=49", "48") == 0.0  # wrong final answer
+    assert t.reward("12+45=57,57-30=27,", "27") == 0.0 and not t.format_ok("12+45=57,57-30=27,")
+    assert t.reward("48", "48") == 1.0  # a bare integer still answers
+    assert t.positions_needed(["cot5"], 52) == len("99+99+99+99+99=") + 52

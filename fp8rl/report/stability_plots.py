@@ -1,0 +1,100 @@
+"""The stability report's figures (fp8rl.report.stability describes them), PNG and SVG each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fp8rl.report.load import RunSet
+from fp8rl.report.plots import PANEL, plt, save_figure
+from fp8rl.report.stability import CURVES, GROUP, _group_times, kaplan_meier
+
+PLOTS = ("survival", "stability_curves", "breaking_dose")
+CAPTIONS = {
+    "survival": "Runs not yet diverged vs step (Kaplan-Meier), per variant and fp8.noise_scale dose",
+    "stability_curves": "Entropy, reward and clip/low_neg vs step (seed mean, min-max band): "
+    "top every variant at dose 1, bottom the dose sweep",
+    "breaking_dose": "Fraction of runs diverged vs fp8.noise_scale dose (dashed: one half)",
+}
+
+
+def _figure(n_cols: int, n_rows: int = 1):
+    return plt.subplots(
+        n_rows, n_cols, figsize=(PANEL[0] * n_cols, PANEL[1] * n_rows), squeeze=False, layout="constrained"
+    )
+
+
+def _label(key: tuple, multi_panel: bool) -> str:
+    algo, model, variant, gran, noise = key
+    head = f"{algo}/{model} " if multi_panel else ""
+    return f"{head}{variant} x{noise:g}"
+
+
+def _survival(per_run: pd.DataFrame, out_dir: Path) -> list[Path]:
+    fig, axes = _figure(1)
+    ax = axes[0, 0]
+    multi = per_run[["algo", "model"]].drop_duplicates().shape[0] > 1
+    for key, g in per_run.groupby(GROUP, sort=False):
+        t, s = kaplan_meier(*_group_times(g))
+        end = float(g["last_step"].max())
+        ax.step([*t, end], [*s, s[-1]], where="post", label=f"{_label(key, multi)} (n={len(g)})")
+    ax.set(xlabel="step", ylabel="fraction not diverged", ylim=(-0.03, 1.03))
+    ax.legend(fontsize=6)
+    return save_figure(fig, out_dir, "survival")
+
+
+def _curves(runset: RunSet, per_run: pd.DataFrame, out_dir: Path) -> list[Path]:
+    fig, axes = _figure(len(CURVES), 2)
+    train = runset.metric("train")
+    dose_of = dict(zip(per_run["run_id"], per_run["noise"], strict=True))
+    train = train[train["run_id"].isin(dose_of)].assign(noise=lambda v: v["run_id"].map(dose_of))
+    multi = per_run[["algo", "model"]].drop_duplicates().shape[0] > 1
+    swept = per_run.groupby(GROUP[:4])["noise"].transform("nunique") > 1
+    rows = (train["noise"] == 1.0, train["variant"].isin(set(per_run.loc[swept, "variant"])))
+    for row, keep in enumerate(rows):
+        for col, (metric, title) in enumerate(CURVES):
+            ax = axes[row, col]
+            data = train[keep & (train["metric"] == metric)]
+            for key, g in data.groupby(GROUP, sort=False):
+                by_step = g.groupby("step")["value"]
+                mean = by_step.mean()
+                line = ax.plot(mean.index, mean.values, label=_label(key, multi), lw=1)[0]
+                ax.fill_between(mean.index, by_step.min(), by_step.max(), color=line.get_color(), alpha=0.15)
+            ax.set(xlabel="step", title=f"{title} ({'dose 1' if row == 0 else 'dose sweep'})")
+            if metric == "entropy" and len(data) and (data["value"] > 0).all():
+                ax.set_yscale("log")
+            if len(data):
+                ax.legend(fontsize=6)
+    return save_figure(fig, out_dir, "stability_curves")
+
+
+def _breaking(table: pd.DataFrame, out_dir: Path) -> list[Path]:
+    fig, axes = _figure(1)
+    ax = axes[0, 0]
+    for key, g in table.groupby(GROUP[:4], sort=False):
+        if g["noise"].nunique() < 2:
+            continue
+        g = g.sort_values("noise")
+        err = np.vstack([g["diverged_frac"] - g["diverged_low"], g["diverged_high"] - g["diverged_frac"]])
+        ax.errorbar(g["noise"], g["diverged_frac"], yerr=err, marker="o", capsize=3, label="/".join(key))
+    ax.axhline(0.5, ls="--", color="grey", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="fp8.noise_scale dose", ylabel="fraction diverged (Wilson 95%)", ylim=(-0.03, 1.03))
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    return save_figure(fig, out_dir, "breaking_dose")
+
+
+def write_stability_plots(
+    runset: RunSet, per_run: pd.DataFrame, table: pd.DataFrame, out_dir: Path
+) -> dict[str, list[Path]]:
+    """Write every figure of PLOTS (empty axes when no run trained); returns name -> files."""
+    out = {
+        "survival": _survival(per_run, out_dir),
+        "stability_curves": _curves(runset, per_run, out_dir),
+        "breaking_dose": _breaking(table, out_dir),
+    }
+    plt.close("all")
+    return out
