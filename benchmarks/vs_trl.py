@@ -1,52 +1,81 @@
-"""fp8rl's reference trainer vs TRL's `GRPOTrainer` on the same tiny model and workload, side by side.
+"""fp8rl's reference trainer vs TRL's `GRPOTrainer` on the same tiny model and job, over a grid of shapes.
 
-Workload (both): the smoke tier's tiny Llama (random init from `config/smoke.yaml`'s arch, char
-tokenizer), GRPO, 16 prompts x 8 samples, 8 new tokens, temperature 1, one PPO epoch with one optimizer
-step per rollout batch, no KL; one warm-up step, then `--steps` (10) timed steps. TRL generates with
-plain `model.generate` (no vLLM) and trains in fp32; fp8rl runs its `bf16` variant (bf16-emulated
-GEMMs) with its own batched KV-cached sampler. Throughput = generated response tokens / wall time of
-the whole step (rollout + scoring + update), the mean over the timed steps; each trainer runs
-`--repeats` times, interleaved, and its best repeat counts (the machine may be shared). With one update
-per rollout batch the old log-probs are the update's own forward (TRL and fp8rl alike) and the shadow
-pass of calibrated clipping has nothing to compare; `--mini-batches 2` measures fp8rl's ratios with the
-recompute and the shadow pass running (no TRL run then).
+Job (both trainers): a randomly initialised Llama with the smoke tier's char tokenizer, GRPO, 16 prompts x
+8 samples, temperature 1, one PPO epoch with one optimizer step per rollout batch, no KL. Grid: layers
+{2, 4} x hidden {128, 256} (intermediate 2.6875 x hidden, 4 heads) x torch threads {1, 2} x new tokens
+{8, 32}; `--layers/--hidden/--threads/--new-tokens` pick a sub-grid. Per shape, every trainer runs
+`--repeats` times, interleaved (fp8rl bf16, fp8rl fp8, fp8rl fp8 + shadow, fp8rl fp8_calib, TRL; then
+again), each run one warm-up step and `--steps` timed steps; a run's step time is the median of its timed
+steps and a trainer's the median over its repeats (the machine may be shared).
 
-Also prints fp8rl's step-time ratios fp8 / bf16 and fp8_calib / fp8 (tensorwise, the config's FP8
-options; the fp8 run skips the shadow diagnostic pass so the ratio isolates calibration's cost).
-Targets: fp8rl >= 2x TRL tokens/s; fp8 / bf16 <= 1.5; fp8_calib / fp8 <= 1.03.
+TRL as its users would configure it for speed on CPU: `use_cpu`, fp32 (`bf16=False`: no bf16 autocast,
+whose matmuls most CPUs run slower than fp32), plain `model.generate` with its KV cache (vLLM does not
+run on CPU), the whole batch generated at once (`generation_batch_size` = batch), no gradient
+checkpointing, no dataloader workers, `num_iterations=1` and `beta=0` (no old-policy or reference
+forward), one log line per step (how the step's generated tokens are read). fp8rl runs its `bf16`
+variant (bf16-emulated GEMMs) with its own batched KV-cached sampler; with one update per rollout batch
+its old log-probs are the update's own forward, as TRL's are.
+
+Printed per shape: step times, `TRL / fp8rl bf16` (target >= 2), `fp8 / bf16` (target <= 1.5), the BF16
+shadow pass's cost `(fp8+shadow - fp8) / fp8`, and calibration's own cost beyond the shadow pass
+`(fp8_calib - fp8+shadow) / fp8+shadow` (target <= 0.03). With one update per step the shadow pass only
+samples; `--mini-batches 2` runs the old-log-prob recompute and the shadow pass for real (no TRL run then).
 
     .venv/bin/pip install -e '.[bench]'
-    .venv/bin/python benchmarks/vs_trl.py [--config config/smoke.yaml] [--steps 10] [--threads 1]
+    .venv/bin/python benchmarks/vs_trl.py [--steps 6] [--repeats 3] [--layers 2 4] [--threads 1 2] ...
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import math
+import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-PROMPTS, GROUP, NEW_TOKENS = 16, 8, 8
+PROMPTS, GROUP = 16, 8
+GRID = {"layers": (2, 4), "hidden": (128, 256), "threads": (1, 2), "new_tokens": (8, 32)}
+TRL = "trl GRPOTrainer"
 
 
-def _cfg(config: str, steps: int, threads: int, mini_batches: int = 1):
+@dataclass(frozen=True)
+class Shape:
+    layers: int
+    hidden: int
+    threads: int
+    new_tokens: int
+
+    def __str__(self) -> str:
+        return f"L{self.layers} h{self.hidden} t{self.threads} n{self.new_tokens}"
+
+
+def _cfg(config: str, steps: int, shape: Shape, mini_batches: int = 1):
     from fp8rl.config_loader import load_config
 
+    arch = (
+        f"{{hidden_size: {shape.hidden}, num_layers: {shape.layers}, num_heads: 4, "
+        f"intermediate_size: {shape.hidden * 43 // 16}, max_position_embeddings: {64 + shape.new_tokens}}}"
+    )
     return load_config(
         config,
         [
+            f"models=[{{name: tiny, source: scratch, tokenizer: char, arch: {arch}}}]",
+            "matrix.models=[tiny]",
             f"schedule.steps={steps + 1}",
             f"schedule.prompts_per_step={PROMPTS}",
             f"algorithms.grpo.group_size={GROUP}",
-            f"schedule.max_new_tokens={NEW_TOKENS}",
+            f"schedule.max_new_tokens={shape.new_tokens}",
             "schedule.ppo_epochs=1",
             f"schedule.mini_batches={mini_batches}",
             "schedule.temperature=1.0",
             "schedule.top_p=1.0",
             "algorithms.grpo.kl_coef=0.0",
             f"schedule.checkpoint_every={steps + 1}",
-            f"resources.train.threads={threads}",
+            f"resources.train.threads={shape.threads}",
         ],
     )
 
@@ -64,34 +93,31 @@ def prepare(cfg, root: Path) -> tuple[Path, Path, str]:
     return root / "data", root / "base", name
 
 
-def run_fp8rl(cfg, variant: str, gran: str, data: Path, base: Path, model: str, out: Path, **kw) -> dict:
-    """Timed steps of one fp8rl run: mean step seconds and generated tokens/s (warm-up step dropped)."""
+def run_fp8rl(cfg, variant: str, gran: str, data: Path, base: Path, model: str, out: Path, **kw) -> float:
+    """Median step seconds of one fp8rl run's timed steps (the warm-up step dropped)."""
     from fp8rl.engine.trainer import Trainer
+    from fp8rl.io import read_jsonl
     from fp8rl.matrix import RunSpec
 
     run = RunSpec("grpo", model, variant, gran, 0)
     summary = Trainer(cfg, run, base_dir=base, data_dir=data, out_dir=out, progress=False, **kw).run()
     if summary["status"] != "ok":
         raise RuntimeError(f"fp8rl {variant}: {summary['status']} ({summary['reason']})")
-    from fp8rl.io import read_jsonl
-
-    rows = read_jsonl(out / "metrics.jsonl")[1:]
-    secs = sum(r["time/step_s"] for r in rows)
-    return {"step_s": secs / len(rows), "tokens_per_s": sum(r["tok/rollout"] for r in rows) / secs}
+    return statistics.median(r["time/step_s"] for r in read_jsonl(out / "metrics.jsonl")[1:])
 
 
-def run_trl(cfg, data: Path, base: Path, out: Path, threads: int) -> dict:
-    """The same workload through TRL's GRPOTrainer; step times from a callback."""
+def run_trl(cfg, data: Path, base: Path, out: Path, shape: Shape) -> float:
+    """Median step seconds of the same job through TRL's GRPOTrainer (module doc), from a callback."""
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, TrainerCallback
+    from transformers import AutoModelForCausalLM, PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from fp8rl.engine import tasks
     from fp8rl.engine.data import load_split
     from fp8rl.engine.tokenizer import load_tokenizer
 
-    torch.set_num_threads(threads)
+    torch.set_num_threads(shape.threads)
     rows = load_split(data, "train.jsonl")
     dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in rows])
 
@@ -100,7 +126,7 @@ def run_trl(cfg, data: Path, base: Path, out: Path, threads: int) -> dict:
 
     class Timer(TrainerCallback):
         def __init__(self):
-            self.starts, self.ends, self.tokens = [], [], []
+            self.starts, self.ends = [], []
 
         def on_step_begin(self, args, state, control, **kw):
             self.starts.append(time.perf_counter())
@@ -108,55 +134,80 @@ def run_trl(cfg, data: Path, base: Path, out: Path, threads: int) -> dict:
         def on_step_end(self, args, state, control, **kw):
             self.ends.append(time.perf_counter())
 
-        def on_log(self, args, state, control, logs=None, **kw):
-            if logs and "completions/mean_length" in logs:
-                self.tokens.append(logs["completions/mean_length"] * PROMPTS * GROUP)
-
-    steps = cfg.schedule.steps
     args = GRPOConfig(
         output_dir=str(out),
         per_device_train_batch_size=PROMPTS * GROUP,
+        generation_batch_size=PROMPTS * GROUP,
         gradient_accumulation_steps=1,
         num_generations=GROUP,
-        max_completion_length=NEW_TOKENS,
+        max_completion_length=shape.new_tokens,
         num_iterations=1,
         beta=0.0,
         temperature=1.0,
         learning_rate=cfg.schedule.lr,
-        max_steps=steps,
+        max_steps=cfg.schedule.steps,
         logging_steps=1,
         save_strategy="no",
         report_to="none",
         use_cpu=True,
         bf16=False,
+        gradient_checkpointing=False,
+        use_vllm=False,
         seed=0,
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    tok = load_tokenizer(base)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     timer = Timer()
     trainer = GRPOTrainer(
-        model=model,
+        model=AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
         reward_funcs=reward,
         args=args,
         train_dataset=dataset,
-        processing_class=tok,
+        processing_class=load_tokenizer(base),
         callbacks=[timer],
     )
+    trainer.remove_callback(PrinterCallback)  # its per-step log dicts would bury the table
     trainer.train()
-    secs = [e - s for s, e in zip(timer.starts, timer.ends, strict=True)][1:]
-    toks = timer.tokens[1 : 1 + len(secs)]
-    return {"step_s": sum(secs) / len(secs), "tokens_per_s": sum(toks) / sum(secs)}
+    return statistics.median(e - s for s, e in list(zip(timer.starts, timer.ends, strict=True))[1:])
+
+
+def bench_shape(a, shape: Shape, with_trl: bool) -> dict[str, float]:
+    """Median step seconds per trainer on one shape, the trainers interleaved over `a.repeats`."""
+    cfg = _cfg(a.config, a.steps, shape, a.mini_batches)
+    variants = [("fp8rl bf16", "bf16", "none", {"shadow_diagnostics": False}),
+                ("fp8rl fp8", "fp8", "tensorwise", {"shadow_diagnostics": False}),
+                ("fp8rl fp8+shadow", "fp8", "tensorwise", {}),
+                ("fp8rl fp8_calib", "fp8_calib", "tensorwise", {})]  # fmt: skip
+    times: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        data, base, model = prepare(cfg, root)
+        for rep in range(a.repeats):
+            for name, variant, gran, kw in variants:
+                out = root / f"{name.replace(' ', '_')}{rep}"
+                times.setdefault(name, []).append(run_fp8rl(cfg, variant, gran, data, base, model, out, **kw))
+            if with_trl:
+                times.setdefault(TRL, []).append(run_trl(cfg, data, base, root / f"trl{rep}", shape))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def report_line(shape: Shape, med: dict[str, float]) -> str:
+    bf16, fp8, shadow, calib = (med[f"fp8rl {v}"] for v in ("bf16", "fp8", "fp8+shadow", "fp8_calib"))
+    trl = f"{med[TRL]:7.3f} {med[TRL] / bf16:6.2f}x" if TRL in med else f"{'-':>7} {'-':>7}"
+    return (
+        f"{str(shape):<20} {bf16:7.3f} {trl} {fp8 / bf16:8.2f} {(shadow - fp8) / fp8:+8.1%} "
+        f"{(calib - shadow) / shadow:+8.1%}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default="config/smoke.yaml")
-    p.add_argument("--steps", type=int, default=10, help="timed steps after one warm-up step")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--steps", type=int, default=6, help="timed steps after one warm-up step")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved repeats per shape; medians kept")
+    for key, values in GRID.items():
+        p.add_argument(f"--{key.replace('_', '-')}", type=int, nargs="+", default=list(values))
     p.add_argument("--skip-trl", action="store_true", help="only fp8rl's variant ratios")
-    p.add_argument("--repeats", type=int, default=2, help="interleaved repeats; the best of each is kept")
     p.add_argument(
         "--mini-batches", type=int, default=1,
         help="fp8rl updates per rollout batch (>1: recompute and shadow pass run for real; no TRL run)",
@@ -169,36 +220,20 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             print("TRL is not installed: pip install -e '.[bench]' (or pass --skip-trl)", file=sys.stderr)
             return 2
-    cfg = _cfg(a.config, a.steps, a.threads, a.mini_batches)
-    variants = [("fp8rl bf16", "bf16", "none", {}),
-                ("fp8rl fp8", "fp8", "tensorwise", {"shadow_diagnostics": False}),
-                ("fp8rl fp8_calib", "fp8_calib", "tensorwise", {})]  # fmt: skip
-    res: dict[str, dict] = {}
-
-    def keep(name: str, r: dict) -> None:
-        if name not in res or r["step_s"] < res[name]["step_s"]:
-            res[name] = r
-
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        data, base, model = prepare(cfg, root)
-        for rep in range(a.repeats):  # interleaved repeats, best of each: robust to a busy machine
-            for name, variant, gran, kw in variants:
-                keep(name, run_fp8rl(cfg, variant, gran, data, base, model, root / f"{variant}{rep}", **kw))
-            if with_trl:
-                keep("trl GRPOTrainer", run_trl(cfg, data, base, root / f"trl{rep}", a.threads))
+    shapes = [Shape(*s) for s in itertools.product(a.layers, a.hidden, a.threads, a.new_tokens)]
     print(
-        f"\n{PROMPTS} prompts x {GROUP} samples, {NEW_TOKENS} new tokens, {a.mini_batches} update(s)/step, "
-        f"{a.steps} timed steps, best of {a.repeats}, {a.threads} thread(s)"
+        f"{PROMPTS} prompts x {GROUP} samples, {a.mini_batches} update(s)/step, {a.steps} timed steps, "
+        f"median of {a.repeats} interleaved repeats; step times in s"
     )
-    for name, r in res.items():
-        print(f"  {name:<18} step {r['step_s']:.3f} s   {r['tokens_per_s']:.0f} generated tokens/s")
-    if "trl GRPOTrainer" in res:
-        ratio = res["fp8rl bf16"]["tokens_per_s"] / res["trl GRPOTrainer"]["tokens_per_s"]
-        print(f"fp8rl bf16 / TRL tokens/s      {ratio:.2f}x   (target >= 2)")
-    fp8, bf16, calib = (res[f"fp8rl {v}"]["step_s"] for v in ("fp8", "bf16", "fp8_calib"))
-    print(f"fp8 / bf16 step time           {fp8 / bf16:.2f}    (target <= 1.5)")
-    print(f"fp8_calib / fp8 step time      {calib / fp8:.2f}    (target <= 1.03)")
+    print(f"{'shape':<20} {'fp8rl':>7} {'TRL':>7} {'TRL/us':>7} {'fp8/bf16':>8} {'shadow':>8} {'calib':>8}")
+    worst = math.inf
+    for shape in shapes:
+        med = bench_shape(a, shape, with_trl)
+        print(report_line(shape, med), flush=True)
+        if TRL in med:
+            worst = min(worst, med[TRL] / med["fp8rl bf16"])
+    if with_trl:
+        print(f"slowest shape: fp8rl bf16 {worst:.2f}x faster than TRL (target >= 2)")
     return 0
 
 

@@ -1,7 +1,9 @@
 """The rollout sampler: batched, KV-cached autoregressive sampling with per-token log-probs.
 
-`generate` left-pads a batch of prompts, runs one prefill forward (logits of the last position only),
-then one single-token forward per new token against the model's KV cache, sampling with temperature and
+`generate` left-pads a batch of prompts, runs one prefill forward (logits of the last position only) over
+the distinct prompts only (GRPO repeats each prompt `group_size` times; every row's prefill is independent
+of the others, so its logits and KV cache are those of the full batch, bit for bit) and copies the result
+to every row that repeats it, then one single-token forward per new token against the model's KV cache, sampling with temperature and
 top-p (nucleus) from an explicit `torch.Generator`, so a seed gives the same rollouts (on a CUDA model the
 tokens come from a CUDA generator seeded by the given one: fp8rl.engine.device). The model is
 whatever the rollout runs: the bf16-emulated or FP8 rollout copy of the policy, so the returned
@@ -77,6 +79,14 @@ def left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
     return ids, mask
 
 
+def distinct_prompts(prompts: Sequence[Sequence[int]]) -> tuple[list[list[int]], torch.Tensor]:
+    """`(distinct, rows)`: the distinct prompts in order of first appearance, and for each prompt of
+    `prompts` the index of its copy in `distinct` (`[distinct[i] for i in rows]` is `prompts`)."""
+    index: dict[tuple[int, ...], int] = {}
+    rows = [index.setdefault(tuple(p), len(index)) for p in prompts]
+    return [list(p) for p in index], torch.tensor(rows, dtype=torch.long)
+
+
 def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     """Positions counted over real tokens only (left padding does not shift them)."""
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)
@@ -121,13 +131,18 @@ def generate(
         raise ValueError(f"generate: max_new_tokens must be > 0, got {max_new_tokens}")
     device = module_device(model)
     generator = generator_on(generator, device)
-    ids, mask = (t.to(device) for t in left_pad(prompts, pad_id))
-    bsz, plen = ids.shape
+    distinct, rows = distinct_prompts(prompts)
+    ids, mask = (t.to(device) for t in left_pad(distinct, pad_id))
     out = model(
         input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True, logits_to_keep=1
     )
     cache = _cache_of(out)
     logits = out.logits[:, -1]
+    if len(distinct) < len(prompts):
+        rows = rows.to(device)
+        cache.batch_select_indices(rows)
+        ids, mask, logits = ids[rows], mask[rows], logits[rows]
+    bsz, plen = ids.shape
     next_pos = mask.sum(-1, keepdim=True)  # [B, 1] position of the first response token
     tokens = torch.full((bsz, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logps = torch.zeros((bsz, max_new_tokens), device=device)

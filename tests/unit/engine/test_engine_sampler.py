@@ -131,3 +131,36 @@ def test_batch_to_keeps_every_field():
     assert all(
         torch.equal(getattr(moved, f), getattr(b, f)) for f in ("attention_mask", "log_probs", "truncated")
     )
+
+
+def test_distinct_prompts_indexes_every_row():
+    from fp8rl.engine.sampler import distinct_prompts
+
+    prompts = [[1, 2], [1, 2], [3], [1, 2], [3], [4, 5, 6]]
+    distinct, rows = distinct_prompts(prompts)
+    assert distinct == [[1, 2], [3], [4, 5, 6]]
+    assert [distinct[i] for i in rows.tolist()] == prompts
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_prefill_of_distinct_prompts_changes_no_bit(tok_model, monkeypatch, fp8):
+    """Repeated prompts are prefilled once: the rollouts are bit for bit those of a full-batch prefill
+    (bf16-emulated and FP8 rollout copies, FP8 KV cache included)."""
+    from fp8rl.engine import sampler
+    from fp8rl.fp8 import get_recipe, make_rollout_policy
+
+    tok, model = tok_model
+    recipe = get_recipe("tensorwise", "hybrid") if fp8 else None
+    rollout = make_rollout_policy(model, recipe, kv_cache_fp8=fp8)
+    prompts = _prompts(tok, ["1+2=", "12+45=", "7-9=", "123+456="]) * 2
+    prompts = [p for p in prompts for _ in range(4)]
+
+    def run():
+        return generate(rollout, prompts, max_new_tokens=6, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                        generator=torch.Generator().manual_seed(3))  # fmt: skip
+
+    deduped = run()
+    monkeypatch.setattr(sampler, "distinct_prompts", lambda p: ([list(x) for x in p], torch.arange(len(p))))
+    full = run()
+    for name in ("input_ids", "attention_mask", "response_mask", "log_probs", "truncated"):
+        assert torch.equal(getattr(deduped, name), getattr(full, name)), name
