@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 # ------------------------------------------------------------------------------------------ the matrix
 
-TIERS = ("smoke", "cpu", "paper")
+TIERS = ("smoke", "cpu", "mechanism", "stress", "small", "paper")
 ALGORITHMS = ("grpo", "dapo")
 VARIANTS = ("bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib")
 # Recipe-level FP8 granularities (a run id's granularity); `bf16` runs use NO_GRANULARITY.

@@ -136,11 +136,17 @@ def needs_reference(spec):
     return spec.spec.calib and CFG.calib.reference.mode == "run"
 
 
+def base_marker(model):
+    """The file that says a model's base directory is complete: `fp8rl sft`'s or `fp8rl model`'s."""
+    name = "sft.json" if CFG.model(model).source == "scratch" else "base.json"
+    return f"{R}/base/{model}/{name}"
+
+
 def train_inputs(wildcards):
     spec = run_spec(wildcards)
     inputs = {
         "train": f"{R}/data/train.jsonl",
-        "base": f"{R}/base/{spec.model}/sft.json",
+        "base": base_marker(spec.model),
     }
     if needs_reference(spec):
         inputs["reference"] = str(run_dir(reference_run(spec)).summary)
