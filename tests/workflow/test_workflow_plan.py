@@ -147,3 +147,12 @@ def test_shell_metacharacters_in_results_dir_stop_the_dag(tmp_path):
     proc = snakemake(tmp_path, "--until", "data", "--cores", "1", "--configfile", str(cfg_file), check=False)
     assert proc.returncode == 2 and "results_dir" in proc.stderr and "not a safe path" in proc.stderr
     assert not marker.exists() and not list(tmp_path.glob("$*"))
+
+
+@pytest.mark.parametrize(("overrides", "runs"), [((), 42), (("config/small_cpu.yaml",), 2)])
+def test_small_tier_plans_a_pretrained_base_and_no_sft(overrides, runs, tmp_path):
+    """The one-GPU command, and with the CPU override file merged in (its first steps)."""
+    files = [str(REPO / "config/small.yaml"), *(str(REPO / f) for f in overrides)]
+    jobs = planned_jobs(None, "--configfile", *files, *in_repo(tmp_path))
+    assert jobs.pop("train") == jobs.pop("eval_lm") == jobs.pop("eval_agent") == runs
+    assert jobs == {"data": 1, "base_model": 1, "report": 1, "all": 1}
