@@ -36,7 +36,8 @@ def test_dry_run_plans_every_job_of_the_matrix(config, tmp_path):
     assert jobs.pop("train") == n
     assert jobs.pop("eval_lm") == (n if cfg.eval.lm_eval_tasks else 0)
     assert jobs.pop("eval_agent") == (n if cfg.eval.agent else 0)
-    assert jobs.pop("sft") == len(cfg.matrix.models)
+    # scratch models get an SFT base, pretrained ones (the paper's) a base_model directory
+    assert jobs.pop("sft", 0) + jobs.pop("base_model", 0) == len(cfg.matrix.models)
     images = {k: v for k, v in jobs.items() if k.startswith("container")}  # workflows/containers.smk
     assert bool(images) == (cfg.containers.mode != "none")
     assert {k: v for k, v in jobs.items() if k not in images} == {"data": 1, "report": 1, "all": 1}
