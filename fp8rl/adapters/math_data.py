@@ -32,24 +32,26 @@ COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
 def task_problems(cfg: ExperimentConfig) -> list[tuple[tuple, str]]:
     """What the config's backend cannot build, as `(key path, message)` pairs for `load_config(checks=)`:
     a hub training set needs the verl backend and `task.levels: [all]`; the verl backend needs one."""
+    from fp8rl.engine.data import DATA_TASKS
+
     name = cfg.task.name
-    if name == "arithmetic":
+    if name in DATA_TASKS:
         if cfg.backend == "verl":
             return [
                 (
                     ("task", "name"),
-                    f"the verl backend trains on {', '.join(TRAIN_DATASETS)}, not 'arithmetic'",
+                    f"the verl backend trains on {', '.join(TRAIN_DATASETS)}, not {name!r}",
                 )
             ]
         return []
     if name not in TRAIN_DATASETS:
-        allowed = ", ".join(["arithmetic", *TRAIN_DATASETS])
+        allowed = ", ".join([*DATA_TASKS, *TRAIN_DATASETS])
         return [(("task", "name"), f"unknown task {name!r}; allowed: {allowed}")]
     problems = []
     if cfg.backend != "verl":
         problems.append(
             (("task", "name"), f"{name!r} is trained through verl only (backend: verl); the reference "
-             "trainer generates 'arithmetic'")
+             "trainer builds its own tasks (arithmetic, word_problems, gsm8k)")
         )  # fmt: skip
     if list(cfg.task.levels) != list(LEVELS):
         problems.append((("task", "levels"), f"{name!r} has no levels; use [all]"))

@@ -6,8 +6,9 @@
 
 `fetch` is the only step that talks to the hub: it fills the shared cache `hub.home` (HF_HOME) and
 writes a record of what it fetched (repository, commit, file hashes; fp8rl.adapters.hub). `data`
-writes the splits: the synthetic arithmetic task generated from `task.seed` (fp8rl.engine.data), or a
-hub dataset converted from its cached snapshot (fp8rl.adapters.math_data). A task the config's backend
+writes the splits: the reference trainer's tasks (synthetic arithmetic and word problems generated
+from `task.seed`, or gsm8k; fp8rl.engine.data), or a hub dataset converted from its cached snapshot for
+verl (fp8rl.adapters.math_data). A task the config's backend
 cannot build exits 2 naming the key, before anything is fetched or written.
 """
 
@@ -28,10 +29,20 @@ def _load(args: argparse.Namespace):
 
 
 def cmd_data(args: argparse.Namespace) -> int:
+    from fp8rl.engine.data import DATA_TASKS
+
     cfg = _load(args)
-    if cfg.task.name == "arithmetic":
+    if cfg.task.name in DATA_TASKS:
+        from fp8rl.engine import tasks, word_problems
         from fp8rl.engine.data import write_data
 
+        try:
+            if cfg.task.name == "arithmetic":
+                tasks.check_levels(cfg.task.levels)
+            elif cfg.task.name == "word_problems":
+                word_problems.check_levels(cfg.task.levels)
+        except ValueError as exc:
+            raise UsageError(f"{args.file}: {exc}") from None
         info = write_data(cfg, args.out)
     else:
         from fp8rl.adapters.math_data import write_data

@@ -1,4 +1,6 @@
-"""`fp8rl sft`, `fp8rl train`: the reference trainer's commands (`fp8rl data`: fp8rl.commands.data) (docs/interfaces.md).
+"""`fp8rl sft`, `fp8rl model`, `fp8rl train`: the reference trainer's commands (`fp8rl data`:
+fp8rl.commands.data) (docs/interfaces.md). `sft` builds a scratch model's base directory, `model` a
+pretrained one's.
 
 Arguments are checked before any work starts (a missing directory, a run id outside the config's
 matrix, an unknown task level: exit 2 with the problem named). `fp8rl train` holds its run directory
@@ -36,7 +38,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
         raise UsageError(f"--model {args.model}: not defined in {args.file} (models: {names})") from None
     if mcfg.source != "scratch":
         raise UsageError(
-            f"--model {args.model}: source {mcfg.source!r}; fp8rl sft builds scratch models only"
+            f"--model {args.model}: source {mcfg.source!r}; fp8rl sft builds scratch models only "
+            "(`fp8rl model` prepares pretrained ones)"
         )
     data = _require_dir(args.data, "data directory", "--data")
     if not (data / "train.jsonl").is_file():
@@ -52,6 +55,28 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_model(args: argparse.Namespace) -> int:
+    from fp8rl.engine.pretrained import prepare_base
+
+    cfg = load_config(args.file, args.set, checks=[config_problems])
+    try:
+        mcfg = cfg.model(args.model)
+    except KeyError:
+        names = ", ".join(m.name for m in cfg.models)
+        raise UsageError(f"--model {args.model}: not defined in {args.file} (models: {names})") from None
+    if mcfg.source == "scratch":
+        raise UsageError(f"--model {args.model}: a scratch model; its base directory comes from `fp8rl sft`")
+    try:
+        info = prepare_base(cfg, args.model, args.out)
+    except ValueError as exc:  # e.g. the weights package is not installed
+        raise UsageError(f"--model {args.model}: {exc}") from None
+    print(
+        f"model {args.model}: {info['architecture']}, {info['parameters']} parameters, "
+        f"{info['seconds']:.1f}s -> {args.out}"
+    )
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from fp8rl.matrix import find_run
 
@@ -62,7 +87,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UsageError(f"--run: {exc}") from None
     base = _require_dir(args.base, "base model directory", "--base")
     if not (base / "config.json").is_file():
-        raise UsageError(f"--base {args.base}: not a model directory (no config.json; run `fp8rl sft` first)")
+        raise UsageError(
+            f"--base {args.base}: not a model directory (no config.json; run `fp8rl sft` or `fp8rl model` first)"
+        )
     data = _require_dir(args.data, "data directory", "--data")
     if not (data / "train.jsonl").is_file():
         raise UsageError(f"--data {args.data}: no train.jsonl (run `fp8rl data` first)")
@@ -141,6 +168,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output model directory, e.g. results/smoke/base/tiny")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_sft)
+
+    p = sub.add_parser("model", help="write a pretrained model's base directory (hub id or weights package)")
+    add_config_args(p, positional=False)
+    p.add_argument("--model", required=True, help="a model name of the config (source hf or package)")
+    p.add_argument(
+        "--out", required=True, help="output model directory, e.g. results/small/base/smollm2-135m"
+    )
+    p.set_defaults(func=cmd_model)
 
     p = sub.add_parser("train", help="one GRPO/DAPO run of the matrix with the reference trainer")
     add_config_args(p, positional=False)

@@ -62,12 +62,19 @@ class GeneratedSamples:
     texts: list[str] = field(default_factory=list)
     format_ok: list[bool] = field(default_factory=list)
 
-    def add(self, acc: torch.Tensor, rewards: torch.Tensor, batch: RolloutBatch, texts: list[str]) -> None:
+    def add(
+        self,
+        acc: torch.Tensor,
+        rewards: torch.Tensor,
+        batch: RolloutBatch,
+        texts: list[str],
+        format_check=tasks.format_ok,
+    ) -> None:
         self.acc.append(acc)
         self.rewards.append(rewards)
         self.lengths.append(batch.response_lengths.float())
         self.texts += texts
-        self.format_ok += [tasks.format_ok(t) for t in texts]
+        self.format_ok += [format_check(t) for t in texts]
 
     def metrics(self) -> dict[str, float]:
         from fp8rl.rl import gibberish_rate
@@ -93,9 +100,11 @@ def collect_rollouts(
     schedule: ScheduleConfig,
     generator: torch.Generator,
     verifier=tasks.reward,
+    format_check=tasks.format_ok,
 ) -> StepRollout:
     """Run the rollout phase of one step with `model` (the rollout copy), scoring each response with
-    `verifier(response, answer)`; see the module doc."""
+    `verifier(response, answer)` (`format_check(response)`: has it the task's answer format, for the
+    gibberish rate); see the module doc."""
     from fp8rl.rl import dynamic_sampling_mask, grpo_advantages, overlong_penalty
 
     g = algo.group_size
@@ -131,7 +140,7 @@ def collect_rollouts(
                 algo.overlong_buffer_len,
                 algo.overlong_penalty_factor,
             )
-        generated.add(acc, rewards, batch, texts)
+        generated.add(acc, rewards, batch, texts, format_check)
         if refill:
             keep, n_drop = dynamic_sampling_mask(rewards, g)
             dropped += n_drop

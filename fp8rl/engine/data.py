@@ -1,9 +1,13 @@
 """`fp8rl data`: write a tier's task splits (docs/interfaces.md) deterministically from `task.seed`.
 
-Files in the output directory: `train.jsonl` and `test.jsonl` (arithmetic rows `id`, `level`, `prompt`,
-`answer`; no test prompt occurs in train), `tool_test.jsonl` (function-calling rows `id`, `prompt`,
-`call`) and `tool_train.jsonl` (the same format, for the SFT warm start; disjoint from the test prompts),
-plus `data.json` with the counts and the config digest of the task section.
+Files in the output directory: `train.jsonl` and `test.jsonl` (rows `id`, `level`, `prompt`, `answer`;
+no test prompt occurs in train), `tool_test.jsonl` (function-calling rows `id`, `prompt`, `call`) and
+`tool_train.jsonl` (the same format, for the SFT warm start; disjoint from the test prompts), plus
+`data.json` with the counts and the config digest of the task section. The task (`task.name`):
+`arithmetic` (generated, fp8rl.engine.tasks), `word_problems` (generated math word problems,
+fp8rl.engine.word_problems; rows add a gsm8k-style `solution`), or `gsm8k` (the hub's `openai/gsm8k`,
+`main` config, through the `datasets` cache: needs hub access once; `n_train`/`n_test` first rows of its
+train/test splits).
 """
 
 from __future__ import annotations
@@ -13,19 +17,41 @@ import json
 from pathlib import Path
 
 from fp8rl.config import ExperimentConfig
-from fp8rl.engine import tasks
+from fp8rl.engine import tasks, word_problems
 from fp8rl.io import atomic_write_json, atomic_write_jsonl, read_jsonl
+
+DATA_TASKS = ("arithmetic", "word_problems", "gsm8k")
+GSM8K = ("openai/gsm8k", "main")
+
+
+def gsm8k_rows(split: str, n: int) -> list[dict]:
+    """The first `n` rows of gsm8k's `split` as task rows (the answer: the number after `####`)."""
+    from datasets import load_dataset
+
+    ds = load_dataset(*GSM8K, split=split)
+    rows = []
+    for i, ex in enumerate(ds.select(range(min(n, len(ds))))):
+        answer = ex["answer"].rsplit("####", 1)[-1].strip().replace(",", "")
+        rows.append(
+            {"id": f"gsm8k-{split}-{i:05d}", "level": "gsm8k", "prompt": ex["question"], "answer": answer,
+             "solution": ex["answer"]}
+        )  # fmt: skip
+    return rows
 
 
 def build_splits(cfg: ExperimentConfig) -> dict[str, list[dict]]:
     """The four splits of the config's task as lists of rows."""
     t = cfg.task
-    if t.name != "arithmetic":
-        raise ValueError(f"task.name: the reference trainer generates 'arithmetic' only, got {t.name!r}")
-    test = tasks.generate_split(t.levels, t.n_test, t.seed, split="test")
-    train = tasks.generate_split(
-        t.levels, t.n_train, t.seed, split="train", exclude={r["prompt"] for r in test}
-    )
+    if t.name not in DATA_TASKS:
+        raise ValueError(
+            f"task.name: the reference trainer has no data for {t.name!r}; known: {', '.join(DATA_TASKS)}"
+        )
+    if t.name == "gsm8k":
+        train, test = gsm8k_rows("train", t.n_train), gsm8k_rows("test", t.n_test)
+    else:
+        gen = word_problems.generate_split if t.name == "word_problems" else tasks.generate_split
+        test = gen(t.levels, t.n_test, t.seed, split="test")
+        train = gen(t.levels, t.n_train, t.seed, split="train", exclude={r["prompt"] for r in test})
     tool_test = tasks.generate_tool_split(t.n_test, t.seed, split="test")
     test_prompts = {r["prompt"] for r in tool_test}
     tool_train = [

@@ -1,10 +1,13 @@
-"""The policy model: a `transformers` Llama built from the config's `arch`, saved in Hugging Face format.
+"""The policy model: a `transformers` causal LM (a scratch Llama built from the config's `arch`, or a
+pretrained model of any architecture: fp8rl.engine.pretrained), saved in Hugging Face format.
 
 `build_model` makes a randomly initialised `LlamaForCausalLM` sized by `ArchConfig` for a tokenizer;
 `save_hf` writes model + tokenizer (config.json, model.safetensors, tokenizer files, generation config)
 into a directory atomically (a temp sibling renamed into place), so that lm-eval's `hf` model and
 `AutoModelForCausalLM.from_pretrained` load it as it is. A model whose linears were swapped for FP8 or
-bf16-emulation modules is saved through its plain Llama weights only (`plain_state_dict`).
+bf16-emulation modules is saved through the weights of its plain architecture only (`plain_state_dict`,
+built with `AutoModelForCausalLM.from_config`), so Llama, Qwen2 and the other `transformers` causal LMs
+round-trip alike.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from fp8rl.config import ArchConfig
@@ -63,14 +66,24 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def plain_model(config) -> torch.nn.Module:
+    """An unconverted model of `config`'s architecture, randomly initialised (on the current device)."""
+    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+
+
 def plain_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The model's weights under the plain `LlamaForCausalLM` key names (extra buffers of converted
+    """The model's weights under its plain architecture's key names (extra buffers of converted
     linears, e.g. amax histories, are dropped)."""
-    reference = LlamaForCausalLM(model.config).state_dict() if hasattr(model, "config") else {}
+    if not hasattr(model, "config"):
+        return {}
+    with torch.device("meta"):
+        reference = plain_model(model.config).state_dict()
     sd = model.state_dict()
     missing = [k for k in reference if k not in sd]
     if missing:
-        raise ValueError(f"model lacks Llama weights {missing[:3]}... (was a linear renamed?)")
+        raise ValueError(
+            f"model lacks {model.config.model_type} weights {missing[:3]}... (was a linear renamed?)"
+        )
     return {k: sd[k].detach().to(torch.float32).contiguous() for k in reference}
 
 
@@ -102,7 +115,7 @@ def save_hf(
 
 def write_hf_files(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, out_dir: Path) -> None:
     """Write the HF files (not atomically) into an existing directory."""
-    plain = LlamaForCausalLM(model.config)
+    plain = plain_model(model.config)
     plain.load_state_dict(plain_state_dict(model))
     plain.generation_config = model.generation_config
     plain.save_pretrained(str(out_dir), safe_serialization=True)
@@ -120,11 +133,12 @@ def replace_dir(src: Path, dst: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def load_hf(path: str | Path) -> LlamaForCausalLM:
-    """Load a saved policy in fp32 (train mode off); a clear ValueError if the folder is not one."""
+def load_hf(path: str | Path) -> torch.nn.Module:
+    """Load a saved policy (any `AutoModelForCausalLM` architecture) in fp32, train mode off; a clear
+    ValueError if the folder is not one."""
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ValueError(f"{path}: not a model checkpoint (no config.json)")
-    model = LlamaForCausalLM.from_pretrained(str(path), dtype=torch.float32, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, attn_implementation="sdpa")
     model.eval()
     return model

@@ -66,8 +66,9 @@ def peak_mem_mb(device: torch.device | None = None) -> float:
 
 def throughput_report(rows: list[dict], prec) -> dict:
     """The `throughput.json` content (fp8rl.rundir.throughput_record) from the run's metrics rows and
-    its precision set-up, with this process's peak memory, thread count and FP8 GEMM counts."""
-    return throughput_record(
+    its precision set-up, with this process's peak memory, thread count, FP8 GEMM counts, and `gemms`:
+    how the policy's, the rollout copy's and the shadow pass's linear GEMMs ran (real or emulated)."""
+    record = throughput_record(
         rows,
         emulated=prec.emulated,
         device=torch.cuda.get_device_name(prec.device) if prec.device.type == "cuda" else "cpu",
@@ -76,3 +77,5 @@ def throughput_report(rows: list[dict], prec) -> dict:
         threads=torch.get_num_threads(),
         fp8_gemms=prec.runtime.gemms.counts() if prec.fp8 else None,
     )
+    record["gemms"] = dict(prec.gemms)
+    return record

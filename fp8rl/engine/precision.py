@@ -1,8 +1,9 @@
 """Where the run's variant meets `fp8rl.fp8`: the policy, the rollout copy and the optimizer in the
 variant's precision.
 
-- `bf16`: the policy's transformer linears emulate bf16 (operands rounded to bf16, fp32 compute); the
-  rollout copy is bf16-emulated too; AdamW with fp32 moments. Master weights stay fp32.
+- `bf16`: the policy's transformer linears compute bf16 GEMMs: real ones on CUDA, emulated on the CPU
+  (operands rounded to bf16, fp32 compute); the rollout copy likewise; AdamW with fp32 moments. Master
+  weights stay fp32.
 - `fp8*`: the linears run the run's FP8 recipe (granularity, `fp8.format`) in the forward and both
   backward GEMMs (`fp8.gemms`), the rollout copy quantizes weights and activations per recipe
   (`fp8.rollout`, optional FP8 KV cache `fp8.kv_cache`), and AdamW keeps its moments in FP8
@@ -53,6 +54,7 @@ class Precision:
     fp8: bool
     backend: str
     emulated: bool
+    gemms: dict[str, str]  # how each model's linear GEMMs ran, for throughput.json
     as_bf16: Callable[[], AbstractContextManager]
     device: torch.device
     runtime: FP8Runtime
@@ -100,15 +102,25 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
     )
     device = module_device(model)
     backend = fp8.gemm_backend(device) if spec.fp8 else "none"
-    # bf16 is emulated on every device (BF16Linear); FP8 is real only through `_scaled_mm` on FP8 hardware
-    # for a recipe it computes exactly (blockwise and MX are emulated on the GPU too).
-    # A noise dose other than 1 is emulated too.
-    real = (
-        backend == "scaled_mm" and recipe is not None and recipe.scaled_mm_exact and runtime.noise_scale == 1
-    )
-    emulated = not (spec.fp8 and f.gemms and real)
+    # bf16 GEMMs are real on CUDA (BF16Linear); FP8 is real only through `_scaled_mm` on FP8 hardware for
+    # a recipe it computes exactly (blockwise and MX are emulated on the GPU too), and at noise dose 1.
+    cuda = device.type == "cuda"
+    exact = recipe is not None and recipe.scaled_mm_exact and runtime.noise_scale == 1
+    real_fp8 = bool(spec.fp8 and f.gemms and backend == "scaled_mm" and exact)
+    bf16_path = "bf16 (cuda)" if cuda else "bf16-emulated"
+    fp8_path = f"fp8 {run.granularity} " + ("(_scaled_mm)" if real_fp8 else "emulated")
+    emulated = not (real_fp8 or (not spec.fp8 and cuda))
+    gemms = {
+        "policy": fp8_path if (spec.fp8 and f.gemms) else bf16_path,
+        # the FP8 rollout copy quantizes weights and activations per recipe, then computes in fp32
+        "rollout": f"fp8 {run.granularity} emulated" if rollout_recipe is not None else bf16_path,
+        "shadow": bf16_path,
+        "embeddings_lm_head": "fp32",
+    }
 
     def as_bf16() -> AbstractContextManager:
         return fp8.quantization_disabled(model, as_bf16=True)
 
-    return Precision(model, rollout, optimizer, recipe, spec.fp8, backend, emulated, as_bf16, device, runtime)
+    return Precision(
+        model, rollout, optimizer, recipe, spec.fp8, backend, emulated, gemms, as_bf16, device, runtime
+    )

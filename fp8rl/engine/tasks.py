@@ -22,8 +22,10 @@ The tool format asks for a call instead of the result: prompt `tool:12+45=`, tar
 A response is the generated text up to `<eos>`; `reward` is 1.0 for an exact integer match with the
 answer (for `cot5`, the final result of a well-formed trace), else 0.0; `format_ok` says whether the
 response has the level's form at all (the gibberish rate counts the rest). The traces hold plain integers,
-for which an exact match is what `math_verify` would decide too; math answers of larger tiers are checked with `math_verify` (`math_reward`); `reward_fn(task.name)`
-picks the verifier.
+for which an exact match is what `math_verify` would decide too. Math answers of larger tiers are
+checked with `math_verify` (`math_reward`): the `small` tier's generated word problems (`word_problems`,
+fp8rl.engine.word_problems) and `gsm8k`. `reward_fn(task.name)` picks the verifier and
+`format_fn(task.name)` the format check.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 _INT = re.compile(r"-?\d+")
 # A chain-of-thought trace: `a+b=c` steps, comma-separated; the final answer follows the last '='.
 _TRACE = re.compile(r"-?\d+[+-]\d+=-?\d+(,-?\d+[+-]\d+=-?\d+)*")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _CALL = re.compile(r"calc\((add|sub|mul),(-?\d+),(-?\d+)\)")
 TOOL_OPS = {"add": "+", "sub": "-"}
 
@@ -132,6 +135,14 @@ def config_problems(cfg: ExperimentConfig) -> list[tuple[tuple, str]]:
     """What the arithmetic task needs of a config beyond its schema, as `(key path, message)` pairs
     (`load_config(..., checks=[config_problems])` reports them with their lines): known levels, and
     scratch models with enough positions for the longest prompt and answer."""
+    if cfg.task.name == "word_problems":
+        from fp8rl.engine import word_problems
+
+        try:
+            word_problems.check_levels(cfg.task.levels)
+        except ValueError as exc:
+            return [(("task", "levels"), str(exc).removeprefix("task.levels: "))]
+        return []
     if cfg.task.name != "arithmetic":
         return []
     try:
@@ -254,7 +265,23 @@ def math_reward(response: str, answer: str) -> float:
     return 1.0 if gold and pred and verify(gold, pred) else 0.0
 
 
-REWARDS: dict[str, Callable[[str, str], float]] = {"arithmetic": reward, "math": math_reward}
+def has_number(response: str) -> bool:
+    """The format check of math tasks: the response states a number somewhere."""
+    return _NUMBER.search(response) is not None
+
+
+REWARDS: dict[str, Callable[[str, str], float]] = {
+    "arithmetic": reward,
+    "math": math_reward,
+    "word_problems": math_reward,
+    "gsm8k": math_reward,
+}
+FORMATS: dict[str, Callable[[str], bool]] = {
+    "arithmetic": format_ok,
+    "math": has_number,
+    "word_problems": has_number,
+    "gsm8k": has_number,
+}
 
 
 def reward_fn(task_name: str) -> Callable[[str, str], float]:
@@ -262,6 +289,13 @@ def reward_fn(task_name: str) -> Callable[[str, str], float]:
     if task_name not in REWARDS:
         raise ValueError(f"task.name: no verifier for {task_name!r}; known: {', '.join(REWARDS)}")
     return REWARDS[task_name]
+
+
+def format_fn(task_name: str) -> Callable[[str], bool]:
+    """The answer-format check of a task (what the gibberish rate counts as `format`)."""
+    if task_name not in FORMATS:
+        raise ValueError(f"task.name: no format check for {task_name!r}; known: {', '.join(FORMATS)}")
+    return FORMATS[task_name]
 
 
 def sft_target(row: dict) -> str:

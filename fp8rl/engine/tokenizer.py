@@ -44,9 +44,25 @@ def build_char_tokenizer(alphabet: str = ALPHABET) -> PreTrainedTokenizerFast:
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
-    """Load a saved tokenizer (any `AutoTokenizer`-loadable directory); left padding for generation."""
+    """Load a saved tokenizer (any `AutoTokenizer`-loadable directory); left padding for generation and
+    a pad token (the eos token when the model has none)."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(path))
     tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
     return tok
+
+
+def encode_prompt(tokenizer, prompt: str) -> list[int]:
+    """The token ids a policy is prompted with: a chat model's (one that has a chat template) prompt is
+    the user turn in its chat template plus the assistant header (what lm-eval's `--apply_chat_template`
+    sends too); the char tokenizer's is the bare text. No special tokens beyond the template's."""
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
+    else:
+        text = prompt
+    return tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -51,7 +51,7 @@ from fp8rl.engine.precision import bf16_emulation, setup_precision
 from fp8rl.engine.sampler import RolloutBatch
 from fp8rl.engine.scoring import score
 from fp8rl.engine.shadow import ShadowPass
-from fp8rl.engine.tokenizer import load_tokenizer
+from fp8rl.engine.tokenizer import encode_prompt, load_tokenizer
 from fp8rl.engine.update_batch import MiniBatch, StepMeans, StepScores
 from fp8rl.fp8 import fp8_state_dict, load_fp8_state_dict
 from fp8rl.matrix import RunSpec
@@ -165,9 +165,10 @@ class Trainer:
             )
         self.stability = StabilityMonitor.from_config(cfg.stability)
         rows = load_split(self.data_dir, "train.jsonl")
-        self.prompt_ids = [self.tokenizer(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
+        self.prompt_ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in rows]
         self.answers = [r["answer"] for r in rows]
         self.verifier = tasks.reward_fn(cfg.task.name)
+        self.format_check = tasks.format_fn(cfg.task.name)
 
     # ------------------------------------------------------------------------------------- checkpoints
 
@@ -311,6 +312,7 @@ class Trainer:
             ro = collect_rollouts(
                 self.prec.rollout, self.tokenizer, self.prompt_ids, self.answers,
                 algo=self.algo, schedule=sch, generator=_gen(seed, step, "rollout"), verifier=self.verifier,
+                format_check=self.format_check,
             )  # fmt: skip
             ph.tokens = ro.metrics["tok/rollout"]
         metrics: dict[str, float] = {"step": step, **ro.metrics}

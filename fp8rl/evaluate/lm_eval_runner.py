@@ -10,6 +10,7 @@ say; `eval.limit` caps examples per task.
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,14 @@ def model_spec(cfg: ExperimentConfig, checkpoint: Path) -> tuple[str, dict[str, 
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return "hf", {"pretrained": str(checkpoint), "dtype": "float32", "device": device}
+
+
+def has_chat_template(checkpoint: Path) -> bool:
+    """Whether the checkpoint's tokenizer carries a chat template (a pretrained instruct model)."""
+    if (checkpoint / "chat_template.jinja").is_file():
+        return True
+    config = checkpoint / "tokenizer_config.json"
+    return config.is_file() and "chat_template" in json.loads(config.read_text())
 
 
 def build_tasks(plan: TaskPlan) -> tuple[list, Any]:
@@ -93,6 +102,8 @@ def run_lm_eval(
         bootstrap_iters=BOOTSTRAP_ITERS,
         log_samples=False,
         task_manager=manager,
+        # A chat model is prompted in its chat template, as the trainer prompts it (encode_prompt).
+        apply_chat_template=lm is None and cfg.backend == "reference" and has_chat_template(checkpoint),
     )
     if raw is None:  # not rank 0
         return []

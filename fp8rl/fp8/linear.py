@@ -10,7 +10,8 @@ picks each GEMM's path once, when it is made and whenever it is moved (`.to()`, 
 call, and counts the GEMMs it runs per path in its `FP8Runtime` (fp8rl.fp8.runtime).
 Outputs and input gradients are rounded to bf16, as FP8 GEMMs emit bf16; weight gradients stay fp32
 (the fp32 main-grad accumulation of Megatron/TE). `BF16Linear` is the bf16 variant's layer: operands
-rounded to bf16, fp32 compute, bf16-rounded outputs.
+rounded to bf16, fp32 compute, bf16-rounded outputs; on CUDA its GEMMs are real bf16 GEMMs (bf16
+operands, fp32 accumulation in the tensor cores, bf16 output; weight gradients in fp32).
 
 Both keep `nn.Linear`'s parameters (`weight`, `bias`: the same Parameter objects, the same state-dict
 keys) and compute exactly `F.linear(x, weight, bias)` while `quant_enabled` is False (or the
@@ -205,12 +206,22 @@ class _FP8LinearFn(torch.autograd.Function):
         return dx, dw, db, None
 
 
+def _bf16_mm(a: torch.Tensor, b: torch.Tensor, *, out_fp32: bool = False) -> torch.Tensor:
+    """`a @ b` of bf16-valued fp32 operands, as fp32: a real bf16 GEMM on CUDA (its output rounded to
+    bf16 unless `out_fp32`, where cuBLAS writes the fp32 accumulator), else fp32 compute (emulation)."""
+    if not a.is_cuda:
+        return a @ b
+    if out_fp32:
+        return torch.mm(a.bfloat16(), b.bfloat16(), out_dtype=torch.float32)
+    return (a.bfloat16() @ b.bfloat16()).float()
+
+
 class _BF16LinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias):  # type: ignore[override]
         x2 = round_to_bf16(x.reshape(-1, x.shape[-1]).float())
         w = round_to_bf16(weight.float())
-        y = x2 @ w.t()
+        y = _bf16_mm(x2, w.t())
         if bias is not None:
             y = y + bias.float()
         ctx.save_for_backward(x2, w)
@@ -224,9 +235,9 @@ class _BF16LinearFn(torch.autograd.Function):
         dy2 = round_to_bf16(dy.reshape(-1, dy.shape[-1]).float())
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx = round_to_bf16(dy2 @ w).reshape(ctx.x_shape).to(dy.dtype)
+            dx = round_to_bf16(_bf16_mm(dy2, w)).reshape(ctx.x_shape).to(dy.dtype)
         if ctx.needs_input_grad[1]:
-            dw = dy2.t() @ x2
+            dw = _bf16_mm(dy2.t(), x2, out_fp32=True)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2.sum(0)
         return dx, dw, db

@@ -6,7 +6,7 @@ quantized once per refresh with the recipe's forward weight spec (per tensor / p
 128×128 tiles / 1×32 MX tiles) and quantize activations dynamically with the recipe's forward input spec,
 as vLLM's FP8 weights with dynamic activation scales. Delayed scaling has no meaning for inference: its
 activations use current tensorwise scales. With `recipe=None` the copy emulates a bf16 engine (weights
-and activations rounded to bf16). `rollout.refresh_from(policy)` copies the trainer's current weights
+and activations rounded to bf16; on CUDA a real bf16 GEMM). `rollout.refresh_from(policy)` copies the trainer's current weights
 (any mix of plain / converted layers: the state-dict keys are the same) and re-quantizes them.
 
 With `kv_cache_fp8=True` every forward with a cache stores keys and values in FP8 (fp8rl.fp8.kv_cache):
@@ -76,7 +76,11 @@ class RolloutLinear(QuantizedLinearBase):
             if self.act_spec is None
             else quantize_operand(x, self.act_spec, compiled=compiled, noise_scale=self.runtime.noise_scale)
         )
-        y = F.linear(xq, self.weight_q, None if self.bias is None else self.bias.float())
+        bias = None if self.bias is None else self.bias.float()
+        if self.act_spec is None and xq.is_cuda:  # a real bf16 GEMM on CUDA
+            y = F.linear(xq.bfloat16(), self.weight_q.bfloat16(), None if bias is None else bias.bfloat16())
+            return y.to(x.dtype)
+        y = F.linear(xq, self.weight_q, bias)
         return round_to_bf16(y).to(x.dtype)
 
 

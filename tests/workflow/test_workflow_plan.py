@@ -36,9 +36,10 @@ def test_dry_run_plans_every_job_of_the_matrix(config, tmp_path):
     assert jobs.pop("train") == n
     assert jobs.pop("eval_lm") == (n if cfg.eval.lm_eval_tasks else 0)
     assert jobs.pop("eval_agent") == (n if cfg.eval.agent else 0)
-    hf = [m for m in cfg.matrix.models if cfg.model(m).source == "hf"]
-    # scratch models are trained (sft), hub models fetched with the datasets (login node)
-    assert jobs.pop("sft", 0) == len(cfg.matrix.models) - len(hf)
+    hf = [m for m in cfg.matrix.models if cfg.model(m).source == "hf" and cfg.backend == "verl"]
+    # scratch models are trained (sft), verl's hub models fetched with the datasets (login node), other
+    # pretrained models loaded and re-saved (base_model)
+    assert jobs.pop("sft", 0) + jobs.pop("base_model", 0) == len(cfg.matrix.models) - len(hf)
     assert jobs.pop("fetch_model", 0) == len(hf) and jobs.pop("fetch_data", 0) == (1 if hf else 0)
     images = {k: v for k, v in jobs.items() if k.startswith("container")}  # workflows/containers.smk
     assert bool(images) == (cfg.containers.mode != "none")
@@ -150,3 +151,12 @@ def test_shell_metacharacters_in_results_dir_stop_the_dag(tmp_path):
     proc = snakemake(tmp_path, "--until", "data", "--cores", "1", "--configfile", str(cfg_file), check=False)
     assert proc.returncode == 2 and "results_dir" in proc.stderr and "not a safe path" in proc.stderr
     assert not marker.exists() and not list(tmp_path.glob("$*"))
+
+
+@pytest.mark.parametrize(("overrides", "runs"), [((), 42), (("config/small_cpu.yaml",), 2)])
+def test_small_tier_plans_a_pretrained_base_and_no_sft(overrides, runs, tmp_path):
+    """The one-GPU command, and with the CPU override file merged in (its first steps)."""
+    files = [str(REPO / "config/small.yaml"), *(str(REPO / f) for f in overrides)]
+    jobs = planned_jobs(None, "--configfile", *files, *in_repo(tmp_path))
+    assert jobs.pop("train") == jobs.pop("eval_lm") == jobs.pop("eval_agent") == runs
+    assert jobs == {"data": 1, "base_model": 1, "report": 1, "all": 1}

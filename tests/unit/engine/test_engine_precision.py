@@ -38,3 +38,19 @@ def test_two_runs_keep_separate_gemm_counts():
     assert throughput_report([], b)["fp8_gemms"] == {"emulated": 0, "scaled_mm": 0}
     bf16 = setup_precision(build_model(ARCH, tok, seed=0), cfg, RunSpec("grpo", "tiny", "bf16", "none", 0))
     assert "fp8_gemms" not in throughput_report([], bf16)
+
+
+def test_throughput_says_how_each_models_gemms_ran():
+    cfg = load_config(ROOT / "config/smoke.yaml")
+    tok = build_char_tokenizer()
+    fp8 = setup_precision(build_model(ARCH, tok, seed=0), cfg, RunSpec("grpo", "tiny", "fp8", "blockwise", 0))
+    assert throughput_report([], fp8)["gemms"] == {
+        "policy": "fp8 blockwise emulated",
+        "rollout": "fp8 blockwise emulated",
+        "shadow": "bf16-emulated",
+        "embeddings_lm_head": "fp32",
+    }
+    bf16 = setup_precision(build_model(ARCH, tok, seed=0), cfg, RunSpec("grpo", "tiny", "bf16", "none", 0))
+    report = throughput_report([], bf16)
+    assert report["gemms"]["policy"] == report["gemms"]["rollout"] == "bf16-emulated"  # CPU: emulated
+    assert report["emulated"] is True
