@@ -10,6 +10,8 @@ localrules:
     fetch_model,
 
 
+from fp8rl.engine.data import DATA_TASKS
+
 HUB_RECORD = f"{R}/data/hub.json"
 
 
@@ -30,7 +32,9 @@ rule fetch_data:
 
 rule data:
     input:
-        hub=[HUB_RECORD] if CFG.task.name != "arithmetic" else [],
+        # the reference trainer's own tasks are generated (or, gsm8k, read by `datasets`); hub training
+        # sets for verl come from the fetch_data record
+        hub=[HUB_RECORD] if CFG.task.name not in DATA_TASKS else [],
         images=container_inputs("data"),
     output:
         train=f"{R}/data/train.jsonl",
