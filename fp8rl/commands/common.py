@@ -22,3 +22,12 @@ def add_config_args(p: argparse.ArgumentParser, *, positional: bool = True) -> N
         metavar="KEY=VALUE",
         help="override a config value, e.g. --set schedule.steps=3 (repeatable)",
     )
+
+
+def model_arg(cfg, args):
+    """The config's model named by `--model`; UsageError listing the defined ones otherwise."""
+    try:
+        return cfg.model(args.model)
+    except KeyError:
+        names = ", ".join(m.name for m in cfg.models)
+        raise UsageError(f"--model {args.model}: not defined in {args.file} (models: {names})") from None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fp8rl.commands.common import UsageError, add_config_args
+from fp8rl.commands.common import UsageError, add_config_args, model_arg
 from fp8rl.config_loader import load_config
 
 
@@ -82,11 +82,7 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
     from fp8rl.io import atomic_write_json
 
     cfg = _load(args)
-    try:
-        model = cfg.model(args.model)
-    except KeyError:
-        names = ", ".join(m.name for m in cfg.models)
-        raise UsageError(f"--model {args.model}: not defined in {args.file} (models: {names})") from None
+    model = model_arg(cfg, args)
     if model.source != "hf":
         raise UsageError(f"--model {args.model}: source {model.source!r}; `fetch model` takes hf models")
     try:

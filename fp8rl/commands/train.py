@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fp8rl.commands.common import UsageError, add_config_args
+from fp8rl.commands.common import UsageError, add_config_args, model_arg
 from fp8rl.config_loader import load_config
 from fp8rl.engine.tasks import config_problems
 
@@ -31,11 +31,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from fp8rl.engine.sft import run_sft
 
     cfg = load_config(args.file, args.set, checks=[config_problems])
-    try:
-        mcfg = cfg.model(args.model)
-    except KeyError:
-        names = ", ".join(m.name for m in cfg.models)
-        raise UsageError(f"--model {args.model}: not defined in {args.file} (models: {names})") from None
+    mcfg = model_arg(cfg, args)
     if mcfg.source != "scratch":
         raise UsageError(
             f"--model {args.model}: source {mcfg.source!r}; fp8rl sft builds scratch models only "
@@ -59,11 +55,7 @@ def cmd_model(args: argparse.Namespace) -> int:
     from fp8rl.engine.pretrained import prepare_base
 
     cfg = load_config(args.file, args.set, checks=[config_problems])
-    try:
-        mcfg = cfg.model(args.model)
-    except KeyError:
-        names = ", ".join(m.name for m in cfg.models)
-        raise UsageError(f"--model {args.model}: not defined in {args.file} (models: {names})") from None
+    mcfg = model_arg(cfg, args)
     if mcfg.source == "scratch":
         raise UsageError(f"--model {args.model}: a scratch model; its base directory comes from `fp8rl sft`")
     try:
