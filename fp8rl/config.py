@@ -539,6 +539,12 @@ class MatrixConfig(Strict):
     def _conditions_apply(self) -> MatrixConfig:
         fp8_grans = {g for v in self.variants if VARIANT_SPECS[v].fp8 for g in self.granularities_for(v)}
         for c in self.conditions:
+            extra = sorted(set(c.seeds or ()) - set(self.seeds))
+            if extra:
+                raise ValueError(
+                    f"conditions: {c.name!r} runs seeds {extra} that the matrix's seeds {self.seeds} do not "
+                    "have (its bf16 reference runs would be missing)"
+                )
             if c.granularities is not None and not set(c.granularities) & fp8_grans:
                 raise ValueError(
                     f"conditions: {c.name!r} applies to granularities {c.granularities}, none of which an "
