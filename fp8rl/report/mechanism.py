@@ -205,9 +205,9 @@ def dose_figure(table: pd.DataFrame, column: str, ylabel: str) -> plt.Figure:
             ax.set_title(
                 f"{algo}/{model} {variant}: format {fmt_name}, KV cache {'on' if kv else 'off'}", fontsize=9
             )
-            if ax.has_data():
+            if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7, title="granularity", title_fontsize=7)
-            else:
+            elif not ax.has_data():
                 ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="grey")
     what = SUBTITLES.get(column, column)
     fig.suptitle(f"{ylabel} ({what}) vs noise dose; bars: 95% hierarchical-bootstrap intervals", fontsize=10)
