@@ -1,6 +1,6 @@
 """The repository documents itself: README.md and docs/*.md link only to files inside the repository,
 every `#anchor` they use names a heading of its target, and nothing points to the design notes outside
-it (a user who clones the project has no `../shared/`)."""
+it (a user who clones the project does not have them)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+# The external design notes' folder and file name, spelled so that this file does not contain them.
+EXTERNAL = ("../" + "shared", "DESIGN" + ".md")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 # The headings other text (and the code's docstrings) may link to: keep them stable.
 ARCHITECTURE_ANCHORS = {
@@ -31,9 +33,7 @@ def anchors(md: Path) -> set[str]:
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
 def test_links_stay_inside_the_repository_and_resolve(doc):
     text = doc.read_text()
-    assert "../shared" not in text and "DESIGN.md" not in text, (
-        f"{doc.name} refers to the external design notes"
-    )
+    assert not any(e in text for e in EXTERNAL), f"{doc.name} refers to the external design notes"
     for target in LINK.findall(text):
         if re.match(r"[a-z]+://", target):
             continue
@@ -50,7 +50,8 @@ def test_architecture_keeps_its_section_anchors():
 
 
 def test_code_cites_the_repository_docs_not_the_external_notes():
-    """Docstrings and comments point to docs/architecture.md anchors that exist, never to DESIGN.md."""
+    """Docstrings and comments point to docs/architecture.md anchors that exist, never to the external
+    design notes."""
     import subprocess
 
     files = subprocess.run(
@@ -62,6 +63,6 @@ def test_code_cites_the_repository_docs_not_the_external_notes():
         if name == "tests/unit/test_docs.py" or not (REPO / name).is_file():
             continue
         text = (REPO / name).read_text(errors="replace")
-        assert "DESIGN.md" not in text and "../shared" not in text and "§" not in text, name
+        assert not any(e in text for e in EXTERNAL) and "§" not in text, name
         for anchor in re.findall(r"docs/architecture\.md#([\w-]+)", text):
             assert anchor in arch, f"{name}: docs/architecture.md#{anchor} is not a heading"
