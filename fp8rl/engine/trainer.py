@@ -255,8 +255,8 @@ class Trainer:
                 try:
                     metrics = self.train_step(step)
                 except Diverged as exc:
-                    first = self.stability.divergence
-                    status, reason, last = "diverged", first.reason if first else f"step {step}: {exc}", step
+                    first = self.stability.record_non_finite(step, str(exc))
+                    status, reason, last = "diverged", first.reason, step
                     self._save_diverged(step)
                     break
                 self.dir.append_metrics(metrics)

@@ -151,6 +151,13 @@ class StabilityMonitor:
             self.divergence = Divergence(found[0], step, f"{label}: {found[1]}")
         return self.divergence
 
+    def record_non_finite(self, step: int, what: str) -> Divergence:
+        """A NaN/inf met inside the step (log-probs, loss, gradient norm), where the step writes no
+        metrics: the run's first divergence unless one was detected before."""
+        if self.divergence is None:
+            self.divergence = Divergence("non_finite", step, f"non-finite: {what} at step {step}")
+        return self.divergence
+
     def _check(self, step: int, metrics: dict[str, float]) -> tuple[str, str] | None:
         """Every detector sees every step (their state stays exact after the first detection); returns
         the first one that fires this step, in DIVERGENCE_KINDS order."""

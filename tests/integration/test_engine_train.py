@@ -169,6 +169,7 @@ def test_non_finite_log_probs_stop_the_run_as_diverged(
     monkeypatch.setattr(trainer_mod, "score", poisoned)
     _, summary, rows = train("grpo/tiny/bf16/none/seed0", tmp_path / "run", {"schedule.steps": 4})
     assert summary["status"] == "diverged" and "non-finite" in summary["reason"]
+    assert summary["divergence"]["kind"] == "non_finite" and summary["divergence"]["step"] == 2
     assert summary["step"] == 2 and [r["step"] for r in rows] == [1]
     from fp8rl.engine.checkpoint import load_checkpoint
 
