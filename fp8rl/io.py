@@ -71,17 +71,22 @@ def atomic_write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
     return atomic_write_text(path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
 
 
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Read a JSONL file; a malformed line raises ValueError naming the file and line."""
+def read_jsonl(path: str | Path, *, drop_cut_tail: bool = False) -> list[dict]:
+    """Read a JSONL file; a malformed line raises ValueError naming the file and line. With
+    `drop_cut_tail`, a malformed last line without its newline (the cut-off write of a killed writer)
+    is dropped instead."""
+    text = Path(path).read_text()
+    lines = text.split("\n")
     rows = []
-    with open(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: malformed JSON line ({exc.msg})") from None
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if drop_cut_tail and lineno == len(lines) and not text.endswith("\n"):
+                break
+            raise ValueError(f"{path}:{lineno}: malformed JSON line ({exc.msg})") from None
     return rows
 
 

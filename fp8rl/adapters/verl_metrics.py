@@ -87,21 +87,9 @@ def import_log(verl_log: str | Path, out: str | Path) -> list[dict[str, float | 
 def read_attempt_log(path: str | Path) -> list[dict[str, Any]]:
     """The rows of one attempt's log. A job killed mid-write leaves its last line cut short (no newline):
     that line is dropped; any other malformed line raises ValueError naming the file and line."""
-    import json
+    from fp8rl.io import read_jsonl
 
-    text = Path(path).read_text()
-    lines = text.split("\n")
-    rows = []
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            if lineno == len(lines) and not text.endswith("\n"):
-                break  # the cut-off last write of a killed attempt
-            raise ValueError(f"{path}:{lineno}: malformed JSON line ({exc.msg})") from None
-    return rows
+    return read_jsonl(path, drop_cut_tail=True)
 
 
 def import_logs(logs: Iterable[str | Path], out: str | Path) -> list[dict[str, float | int]]:
