@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 # verl name -> docs/architecture.md#metrics name. Directions checked against verl's rollout_corr_helper:
 # `kl` = mean(rollout - old) and `k3_kl` = mean(exp(old - rollout) - (old - rollout) - 1), the same
@@ -106,24 +106,38 @@ def import_logs(logs: Iterable[str | Path], out: str | Path) -> list[dict[str, f
     return rows
 
 
+class VerlRunStatus(NamedTuple):
+    """How a verl run ended: `status` (ok | diverged | failed), its `reason`, the last `step` logged, and
+    the first `divergence` (`kind`, `step`, `reason`) when one was detected."""
+
+    status: str
+    reason: str | None
+    step: int
+    divergence: dict[str, Any] | None
+
+
 def run_status(
     rows: list[dict[str, float | int]],
     *,
     steps_planned: int,
     exit_code: int,
     stability: Any,
-) -> tuple[str, str | None, int]:
-    """`(status, reason, step)` of a finished verl run: `diverged` when fp8rl's entropy-spike detector
-    fires on the imported entropy series, `failed` when verl exited non-zero or stopped early, else `ok`."""
-    from fp8rl.rl import EntropySpikeDetector
+) -> VerlRunStatus:
+    """How a finished verl run ended. The imported metrics are replayed through fp8rl's
+    `StabilityMonitor` (every detector the reference trainer runs: non-finite, entropy spike and
+    collapse, gibberish, reward collapse, on the metrics verl logs): `diverged` when one fires; else
+    `failed` when verl exited non-zero or stopped early; else `ok`. verl trains through a divergence, so
+    `step` is the last step logged and the divergence keeps the step it was first detected at."""
+    from fp8rl.rl import StabilityMonitor
 
-    det = EntropySpikeDetector.from_config(stability)
+    monitor = StabilityMonitor.from_config(stability)
     last = int(rows[-1]["step"]) if rows else 0
     for row in rows:
-        if "entropy" in row and (reason := det.update(int(row["step"]), float(row["entropy"]))):
-            return "diverged", reason, int(row["step"])
+        monitor.update(int(row["step"]), {k: float(v) for k, v in row.items() if k != "step"})
+    if (d := monitor.divergence) is not None:
+        return VerlRunStatus("diverged", d.reason, last, d.as_dict())
     if exit_code != 0:
-        return "failed", f"verl exited with code {exit_code}", last
+        return VerlRunStatus("failed", f"verl exited with code {exit_code}", last, None)
     if last < steps_planned:
-        return "failed", f"verl stopped at step {last} of {steps_planned}", last
-    return "ok", None, last
+        return VerlRunStatus("failed", f"verl stopped at step {last} of {steps_planned}", last, None)
+    return VerlRunStatus("ok", None, last, None)

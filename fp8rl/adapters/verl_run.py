@@ -172,15 +172,13 @@ def finish_run(cfg: ExperimentConfig, spec: RunSpec, out: str | Path, *, exit_co
     logs = sorted((run.root / LOG_DIR).glob(LOG_GLOB))
     rows = import_logs(logs, run.metrics) if logs else []
     track_rows(cfg, spec, run.root, rows)
-    status, reason, step = run_status(
-        rows, steps_planned=cfg.schedule.steps, exit_code=exit_code, stability=cfg.stability
-    )
+    outcome = run_status(rows, steps_planned=cfg.schedule.steps, exit_code=exit_code, stability=cfg.stability)
     run.write_throughput(throughput(rows, spec.spec.fp8))
     final = {k: v for k, v in (rows[-1] if rows else {}).items() if k != "step"}
     summary = build_summary(
-        spec.run_id, status, reason, step, cfg.schedule.steps, final,
+        spec.run_id, outcome.status, outcome.reason, outcome.step, cfg.schedule.steps, final,
         provenance(cfg.digest(), _container_id(cfg, train_image(cfg))),
-        backend="verl", deviations=deviations(cfg, spec),
+        backend="verl", deviations=deviations(cfg, spec), divergence=outcome.divergence,
     )  # fmt: skip
     run.write_summary(summary)
     return summary

@@ -19,14 +19,13 @@ from fp8rl.rl.entropy import entropy_from_logits
 from fp8rl.rl.gibberish import GibberishRules, gibberish_rate, gibberish_reason
 from fp8rl.rl.losses import agg_loss, kl_penalty, policy_loss
 from fp8rl.rl.ratio_hist import RatioHistogram
-from fp8rl.rl.stability import DIVERGENCE_KINDS, Divergence, EntropySpikeDetector, StabilityMonitor
+from fp8rl.rl.stability import DIVERGENCE_KINDS, Divergence, StabilityMonitor
 from fp8rl.rl.tis import tis_stats, tis_weights
 
 __all__ = [
     "LOG_RATIO_CLAMP",
     "DIVERGENCE_KINDS",
     "Divergence",
-    "EntropySpikeDetector",
     "StabilityMonitor",
     "GibberishRules",
     "RatioHistogram",

@@ -21,7 +21,7 @@ it first broke. A step not greater than the last one seen is ignored (a resumed 
 and `state_dict` / `load_state_dict` carry the whole state, so a resumed run detects exactly what an
 uninterrupted one would.
 
-`EntropySpikeDetector` is the spike detector alone (the verl adapter replays metrics through it).
+The verl adapter replays a finished run's imported metrics through the same monitor.
 """
 
 from __future__ import annotations
@@ -263,42 +263,3 @@ class StabilityMonitor:
         self.last_step = state["last_step"]
         d = state["divergence"]
         self.divergence = None if d is None else Divergence(d["kind"], int(d["step"]), d["reason"])
-
-
-class EntropySpikeDetector:
-    """The entropy-spike detector alone: `update(step, entropy)` returns the `diverged` reason or None.
-
-    A NaN/inf entropy is reported at once; the reason is sticky (see StabilityMonitor)."""
-
-    def __init__(self, k: float, m: int, baseline_steps: int) -> None:
-        if m < 1 or baseline_steps < 1:
-            raise ValueError(
-                f"EntropySpikeDetector: m and baseline_steps must be >= 1, got {m}, {baseline_steps}"
-            )
-        if not k > 1.0:
-            raise ValueError(f"EntropySpikeDetector: k must be > 1, got {k}")
-        self._monitor = StabilityMonitor(entropy_spike_k=k, entropy_spike_m=m, baseline_steps=baseline_steps)
-
-    @classmethod
-    def from_config(cls, stability: Any) -> EntropySpikeDetector:
-        """From a `StabilityConfig` of fp8rl.config."""
-        return cls(stability.entropy_spike_k, stability.entropy_spike_m, stability.baseline_steps)
-
-    @property
-    def baseline(self) -> float | None:
-        return self._monitor.baseline
-
-    @property
-    def reason(self) -> str | None:
-        d = self._monitor.divergence
-        return None if d is None else d.reason
-
-    def update(self, step: int, entropy: float) -> str | None:
-        d = self._monitor.update(step, {"entropy": float(entropy)})
-        return None if d is None else d.reason
-
-    def state_dict(self) -> dict[str, Any]:
-        return self._monitor.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._monitor.load_state_dict(state)

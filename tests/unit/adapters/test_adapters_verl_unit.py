@@ -142,12 +142,29 @@ def test_import_log_and_status(tmp_path):
     rows = import_log(log, tmp_path / "metrics.jsonl")
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 8
     st = StabilityConfig(entropy_spike_k=3.0, entropy_spike_m=3, baseline_steps=3)
-    status, reason, step = run_status(rows, steps_planned=8, exit_code=0, stability=st)
-    assert status == "diverged" and step == 7 and "entropy" in reason
+    outcome = run_status(rows, steps_planned=8, exit_code=0, stability=st)
+    assert outcome.status == "diverged" and outcome.step == 8 and "entropy" in outcome.reason
+    assert outcome.divergence["kind"] == "entropy_spike" and outcome.divergence["step"] == 7
     calm = rows[:4]
-    assert run_status(calm, steps_planned=4, exit_code=0, stability=st) == ("ok", None, 4)
+    assert run_status(calm, steps_planned=4, exit_code=0, stability=st) == ("ok", None, 4, None)
     assert run_status(calm, steps_planned=10, exit_code=0, stability=st)[0] == "failed"
     assert run_status(calm, steps_planned=4, exit_code=137, stability=st)[1] == "verl exited with code 137"
+
+
+def test_verl_status_sees_every_detector(tmp_path):
+    """A verl run is judged by the same detectors as a reference run: a reward that collapses after
+    learning, with a calm entropy, is a divergence too."""
+    rewards = [0.1, 0.3, 0.5, 0.6, 0.6, 0.6, 0.6, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    log = tmp_path / "verl_log.jsonl"
+    log.write_text("".join(
+        json.dumps({"step": i + 1, "data": {"actor/entropy": 1.0, "critic/score/mean": r}}) + "\n"
+        for i, r in enumerate(rewards)
+    ))  # fmt: skip
+    rows = import_log(log, tmp_path / "metrics.jsonl")
+    st = StabilityConfig(reward_collapse_frac=0.5, reward_window=3, patience=2)
+    outcome = run_status(rows, steps_planned=len(rewards), exit_code=0, stability=st)
+    assert outcome.status == "diverged" and outcome.divergence["kind"] == "reward_collapse"
+    assert outcome.step == len(rewards) and outcome.divergence["step"] < len(rewards)
 
 
 def test_data_rows_to_verl_parquet(tmp_path):

@@ -10,7 +10,7 @@ import torch
 
 from fp8rl.config import StabilityConfig
 from fp8rl.rl import (
-    EntropySpikeDetector,
+    StabilityMonitor,
     clip_stats,
     entropy_from_logits,
     gibberish_rate,
@@ -121,23 +121,25 @@ def test_entropy_bad_input():
 
 
 def test_spike_detector_trips_after_m_consecutive_steps_and_resumes():
-    det = EntropySpikeDetector.from_config(
+    mon = StabilityMonitor.from_config(
         StabilityConfig(entropy_spike_k=3.0, entropy_spike_m=3, baseline_steps=3)
     )
     seq = [1.0, 0.8, 1.2, 2.0, 3.5, 3.5, 1.0, 3.1, 3.2]
-    out = [det.update(i, e) for i, e in enumerate(seq)]
+    out = [mon.update(i, {"entropy": e}) for i, e in enumerate(seq)]
     assert out == [None] * 9  # baseline 1.0; the streaks (2 and 2 steps above 3.0) stay below m = 3
-    state = det.state_dict()
-    assert det.update(9, 3.3) is not None and "steps 7-9" in det.update(10, 0.1)  # sticky reason
-    resumed = EntropySpikeDetector(3.0, 3, 3)
+    state = mon.state_dict()
+    first = mon.update(9, {"entropy": 3.3})
+    assert first.kind == "entropy_spike" and "steps 7-9" in first.reason
+    assert mon.update(10, {"entropy": 0.1}) == first  # sticky
+    resumed = StabilityMonitor(entropy_spike_k=3.0, entropy_spike_m=3, baseline_steps=3)
     resumed.load_state_dict(state)
-    assert resumed.update(8, 99.0) is None  # a replayed step is ignored
-    assert resumed.update(9, 3.3) == det.reason
+    assert resumed.update(8, {"entropy": 99.0}) is None  # a replayed step is ignored
+    assert resumed.update(9, {"entropy": 3.3}) == first
 
 
 def test_spike_detector_non_finite():
-    det = EntropySpikeDetector(3.0, 3, 5)
-    assert "non-finite" in det.update(0, float("nan"))
+    d = StabilityMonitor(baseline_steps=5).update(0, {"entropy": float("nan")})
+    assert d.kind == "non_finite" and "non-finite" in d.reason
 
 
 def test_gibberish():
