@@ -1,6 +1,6 @@
 """RL objectives (docs/architecture.md#fp8-numerics-contract): advantages, policy losses, TIS, calibrated clipping, diagnostics.
 
-Pure torch functions with no trainer state (plus a small stateful calibrator and spike detector), so the
+Pure torch functions with no trainer state (plus a small stateful calibrator and stability monitor), so the
 reference trainer and the verl adapter compute exactly the same objective. Never imports `fp8rl.fp8`.
 """
 
