@@ -11,7 +11,7 @@ from fp8rl.commands.common import UsageError, add_config_args
 from fp8rl.config_loader import load_config
 from fp8rl.engine.tasks import config_problems
 
-MATRIX_AXES = ("algo", "model", "variant", "granularity", "seed")  # the `fp8rl matrix` filters
+MATRIX_AXES = ("algo", "model", "variant", "granularity", "seed", "condition")  # `fp8rl matrix` filters
 
 # ------------------------------------------------------------------------------------------ config
 
@@ -61,11 +61,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     _check_filters(args, expand_matrix(cfg))
     runs = expand_matrix(
         cfg,
-        algo=args.algo,
-        model=args.model,
-        variant=args.variant,
-        granularity=args.granularity,
-        seed=args.seed,
+        **{axis: getattr(args, axis) for axis in MATRIX_AXES},
     )
     if args.json:
         out = {
@@ -93,7 +89,9 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     for r in runs:
         print(r.run_id)
     print(f"\n{len(runs)} runs (tier {cfg.tier})")
-    for axis in ("algo", "model", "variant", "granularity"):
+    for axis in ("algo", "model", "variant", "granularity", "condition"):
+        if axis == "condition" and all(r.condition is None for r in runs):
+            continue
         counts = Counter(getattr(r, axis) for r in runs)
         print(f"  {axis:<12} " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
     return 0

@@ -106,6 +106,16 @@ def test_cli_matrix_json_and_filters(capsys):
     assert out["count"] == 4 and all(r["algo"] == "dapo" and r["seed"] == 1 for r in out["runs"])
 
 
+def test_cli_matrix_filters_by_condition(capsys):
+    """A study tier's dose axis is a filter too: the stress tier's s4 dose runs fp8 and fp8_calib."""
+    assert main(["matrix", str(ROOT / "config/stress.yaml"), "--json", "--condition", "s4"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert runs and {r["condition"] for r in runs} == {"s4"}
+    assert {r["variant"] for r in runs} == {"fp8", "fp8_calib"}
+    assert main(["matrix", str(ROOT / "config/stress.yaml"), "--condition", "s9"]) == 2
+    assert "allowed: none, s1, s2, s4, s8" in capsys.readouterr().err
+
+
 def test_cli_schema_is_the_models_schema(capsys):
     assert main(["config", "schema"]) == 0
     schema = json.loads(capsys.readouterr().out)
