@@ -1,4 +1,6 @@
-# lm-eval and the agent benchmark on every run's final checkpoint (docs/interfaces.md result schema).
+# lm-eval and the agent benchmark on every run's final checkpoint (docs/interfaces.md result schema);
+# eval_lm also keeps every scored sample beside its scores (lm_eval.samples.jsonl).
+from fp8rl.evaluate.schema import samples_path
 
 
 rule eval_lm:
@@ -7,7 +9,8 @@ rule eval_lm:
         test=rules.data.output.test,
         images=container_inputs("eval"),
     output:
-        str(RUN_DIR.eval_file("lm_eval")),
+        scores=str(RUN_DIR.eval_file("lm_eval")),
+        samples=str(samples_path(RUN_DIR.eval_file("lm_eval"))),
     params:
         config=CONFIG_FILE,
         checkpoint=lambda wildcards, input: RunDir(Path(input.summary).parent).checkpoint,
@@ -25,7 +28,7 @@ rule eval_lm:
         CONDA_ENV
     shell:
         in_image("eval") + "fp8rl eval lm-eval --config {params.config:q} --checkpoint {params.checkpoint:q}"
-        " --data {params.data:q} --out {output:q} > {log:q} 2>&1"
+        " --data {params.data:q} --out {output.scores:q} > {log:q} 2>&1"
 
 
 rule eval_agent:

@@ -3,8 +3,10 @@
     fp8rl eval lm-eval --config FILE --checkpoint DIR --data DIR --out FILE [--set k=v ...]
     fp8rl eval agent   --config FILE --checkpoint DIR --data DIR --out FILE [--set k=v ...]
 
-Tasks come from the config (`eval.lm_eval_tasks`, `eval.agent`, `eval.limit`, `eval.batch_size`);
-the output follows docs/interfaces.md (fp8rl.evaluate.schema). A missing checkpoint, data file or
+Tasks and their protocol come from the config (`eval.lm_eval_tasks`, `eval.agent`, `eval.limit`,
+`eval.batch_size`, `eval.max_gen_toks`, `eval.temperature`, `eval.top_p`, `eval.repeats`); the output
+follows docs/interfaces.md (fp8rl.evaluate.schema), and the lm-eval suite keeps its per-sample log beside
+it (`lm_eval.samples.jsonl`). A missing checkpoint, data file or
 task, or a broken task YAML is reported before any model is loaded, naming the file, and exits 2.
 Local tasks run fully offline (HF_DATASETS_OFFLINE=1, HF_HUB_OFFLINE=1).
 """
@@ -37,8 +39,8 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
 
     from fp8rl.evaluate.bfcl import run_bfcl
     from fp8rl.evaluate.eval_tasks import plan_tasks
-    from fp8rl.evaluate.lm_eval_runner import check_checkpoint, model_spec, run_lm_eval
-    from fp8rl.evaluate.schema import write_eval
+    from fp8rl.evaluate.lm_eval_runner import check_checkpoint, has_chat_template, model_spec, run_lm_eval
+    from fp8rl.evaluate.schema import samples_path, write_eval
     from fp8rl.provenance import provenance
 
     torch.set_num_threads(cfg.resources_for("eval").threads)
@@ -48,14 +50,22 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
             if not data.is_dir():
                 raise EvalInputError(f"data directory {data} not found")
             plan = plan_tasks(suite, names, data, cache_dir=Path(tmp) / "datasets")
-            model = model_spec(cfg, checkpoint)[0] if plan.lm_eval_specs else "bfcl"
-            results = run_lm_eval(cfg, checkpoint, plan) if plan.lm_eval_specs else []
+            model, model_args = model_spec(cfg, checkpoint) if plan.lm_eval_specs else ("bfcl", {})
+            samples = samples_path(out) if suite == "lm_eval" else None
+            results = run_lm_eval(cfg, checkpoint, plan, samples_out=samples) if plan.lm_eval_specs else []
             if plan.bfcl:
                 results += run_bfcl(cfg, checkpoint, plan.bfcl, Path(tmp) / "bfcl")
         except EvalInputError as exc:
             raise UsageError(str(exc)) from None
     prov = provenance(config_digest=cfg.digest())
-    prov["eval"] = {"model": model, "limit": cfg.eval.limit, "tasks": names}
+    prov["eval"] = {
+        "model": model,
+        "model_args": model_args,
+        "chat_template": has_chat_template(checkpoint),
+        "limit": cfg.eval.limit,
+        "tasks": names,
+        **cfg.eval.model_dump(include={"max_gen_toks", "temperature", "top_p", "repeats"}),
+    }
     write_eval(out, checkpoint, suite, results, prov)
     for r in results:
         err = f" ± {r.stderr:.3f}" if r.stderr is not None else ""

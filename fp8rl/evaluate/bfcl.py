@@ -21,9 +21,8 @@ from pathlib import Path
 
 from fp8rl.config import ExperimentConfig
 from fp8rl.evaluate.eval_tasks import BFCL_PREFIX, EVALS_DIR, EvalInputError
+from fp8rl.evaluate.protocol import checkpoint_model
 from fp8rl.evaluate.schema import TaskResult
-from fp8rl.matrix import RunSpec
-from fp8rl.rundir import RunDir
 
 # fp8rl's category names -> bfcl-eval (v4) test categories.
 CATEGORIES = {"simple": "simple_python", "multiple": "multiple", "parallel": "parallel"}
@@ -50,13 +49,8 @@ def bfcl_model_name(cfg: ExperimentConfig, checkpoint: Path) -> str:
     else its hf_id."""
     if os.environ.get("FP8RL_BFCL_MODEL"):
         return os.environ["FP8RL_BFCL_MODEL"]
-    model = None
-    run = RunDir(checkpoint.parent)
-    if run.summary.is_file():
-        model = RunSpec.parse(run.read_summary()["run_id"]).model
-    elif len(cfg.models) == 1:
-        model = cfg.models[0].name
-    handler = (cfg.model(model).bfcl_handler or cfg.model(model).hf_id) if model else None
+    model = checkpoint_model(cfg, checkpoint)
+    handler = (model.bfcl_handler or model.hf_id) if model else None
     if not handler:
         raise EvalInputError(
             f"BFCL needs a model handler name: set models[].bfcl_handler or FP8RL_BFCL_MODEL "

@@ -1,10 +1,13 @@
 """Run lm-eval tasks on one checkpoint and normalise the scores (fp8rl.evaluate.schema).
 
 The model is lm-eval's `hf` model (transformers, CPU or one GPU) for the reference backend and its
-`vllm` model for the verl/paper backend (imported lazily: a clear error without vllm). Local tasks are
-built from their YAMLs with the data files bound (fp8rl.evaluate.eval_tasks) and instantiated before the
-model is loaded, so a broken task fails fast and names its file. Decoding is greedy, as the task YAMLs
-say; `eval.limit` caps examples per task.
+`vllm` model for the verl/paper backend (imported lazily: a clear error without vllm), with tensor- and
+data-parallel sizes from fp8rl.evaluate.protocol. Local tasks are built from their YAMLs with the data
+files bound (fp8rl.evaluate.eval_tasks), the config's eval protocol is applied to every task (generation
+length, sampling, avg@k), and all are instantiated before the model is loaded, so a broken task fails
+fast and names its file. A checkpoint with a chat template is prompted in it. Decoding is the task
+YAMLs' (greedy) unless the config states its own; `eval.limit` caps examples per task. Every scored
+sample (prompt, responses, per-sample scores) goes to a JSONL file beside the scores when asked.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import Any
 
 from fp8rl.config import ExperimentConfig
 from fp8rl.evaluate.eval_tasks import EvalInputError, TaskPlan
-from fp8rl.evaluate.schema import TaskResult, normalise_lm_eval
+from fp8rl.evaluate.protocol import task_specs, vllm_model_args
+from fp8rl.evaluate.schema import TaskResult, normalise_lm_eval, sample_records, write_samples
 
 # stderr of a mean is analytic in lm-eval; bootstrap only serves other aggregations (none here).
 BOOTSTRAP_ITERS = 1000
@@ -40,13 +44,7 @@ def model_spec(cfg: ExperimentConfig, checkpoint: Path) -> tuple[str, dict[str, 
                 "backend 'verl' evaluates with lm-eval's 'vllm' model, but vllm is not installed "
                 "(pip install -e '.[gpu]', or run the eval rule in the eval container)"
             )
-        gpus = max(1, cfg.resources_for("eval").gpus)
-        return "vllm", {
-            "pretrained": str(checkpoint),
-            "tensor_parallel_size": gpus,
-            "dtype": "auto",
-            "gpu_memory_utilization": 0.85,
-        }
+        return "vllm", vllm_model_args(cfg, checkpoint)
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -61,19 +59,39 @@ def has_chat_template(checkpoint: Path) -> bool:
     return config.is_file() and "chat_template" in json.loads(config.read_text())
 
 
-def build_tasks(plan: TaskPlan) -> tuple[list, Any]:
-    """Instantiate every lm-eval task of the plan (datasets are read here, before any model load);
-    returns the tasks and the TaskManager (lm-eval's built-in index is scanned only when needed)."""
+def registered_config(manager: Any, name: str) -> dict:
+    """The full config of one of lm-eval's own tasks, read as lm-eval reads it (`include`, `!function`)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    entry = manager.task_index.get(name)
+    if entry is None or entry.yaml_path is None:
+        raise EvalInputError(f"eval.lm_eval_tasks: {name!r} is not an lm-eval task with a YAML config")
+    try:
+        return load_yaml(entry.yaml_path, resolve_func=True)
+    except Exception as exc:  # a task's helper module may need extra packages (lm-eval[math])
+        raise EvalInputError(
+            f"{entry.yaml_path}: cannot read the task: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def build_tasks(cfg: ExperimentConfig, plan: TaskPlan) -> tuple[list, Any]:
+    """Instantiate every lm-eval task of the plan with the eval protocol applied (datasets are read
+    here, before any model load); returns the tasks and the TaskManager (lm-eval's built-in index is
+    scanned only when needed)."""
     from lm_eval.tasks import TaskManager
 
     manager = TaskManager(include_defaults=plan.needs_builtin_tasks)
-    tasks = []
     for spec in plan.lm_eval_specs:
-        name = spec if isinstance(spec, str) else spec["task"]
         if isinstance(spec, str) and spec not in manager.all_tasks:
             raise EvalInputError(
-                f"eval.lm_eval_tasks: {name!r} is neither a task YAML under evals/ nor an lm-eval task"
+                f"eval.lm_eval_tasks: {spec!r} is neither a task YAML under evals/ nor an lm-eval task"
             )
+    specs = task_specs(
+        plan.lm_eval_specs, plan.report_names, cfg.eval, lambda name: registered_config(manager, name)
+    )
+    tasks = []
+    for spec in specs:
+        name = spec if isinstance(spec, str) else spec["task"]
         try:
             loaded = manager.load([spec])
         except Exception as exc:  # lm-eval raises many kinds for a bad task config
@@ -84,14 +102,20 @@ def build_tasks(plan: TaskPlan) -> tuple[list, Any]:
 
 
 def run_lm_eval(
-    cfg: ExperimentConfig, checkpoint: Path, plan: TaskPlan, *, lm: Any = None
+    cfg: ExperimentConfig,
+    checkpoint: Path,
+    plan: TaskPlan,
+    *,
+    lm: Any = None,
+    samples_out: Path | None = None,
 ) -> list[TaskResult]:
     """Evaluate the checkpoint on the plan's lm-eval tasks; one TaskResult per task x metric.
 
-    `lm` replaces the model built from `model_spec` (an `lm_eval.api.model.LM` instance)."""
+    `lm` replaces the model built from `model_spec` (an `lm_eval.api.model.LM` instance).
+    `samples_out`: write every scored sample there (JSONL, atomically; fp8rl.evaluate.schema)."""
     import lm_eval
 
-    tasks, manager = build_tasks(plan)
+    tasks, manager = build_tasks(cfg, plan)
     name, args = model_spec(cfg, checkpoint) if lm is None else (lm, None)
     raw = lm_eval.simple_evaluate(
         model=name,
@@ -100,11 +124,13 @@ def run_lm_eval(
         batch_size=cfg.eval.batch_size,
         limit=cfg.eval.limit,
         bootstrap_iters=BOOTSTRAP_ITERS,
-        log_samples=False,
+        log_samples=samples_out is not None,
         task_manager=manager,
         # A chat model is prompted in its chat template, as the trainer prompts it (encode_prompt).
-        apply_chat_template=lm is None and cfg.backend == "reference" and has_chat_template(checkpoint),
+        apply_chat_template=lm is None and has_chat_template(checkpoint),
     )
     if raw is None:  # not rank 0
         return []
+    if samples_out is not None:
+        write_samples(samples_out, sample_records(raw, plan.report_names))
     return normalise_lm_eval(raw, plan.report_names)

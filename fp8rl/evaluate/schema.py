@@ -8,7 +8,12 @@
 
 `stderr` is null where the harness gives none. A metric computed after an lm-eval filter is named
 `metric` when the task has one filter for it and `metric,filter` (lm-eval's own notation) when it has
-several (gsm8k's strict-match / flexible-extract).
+several (gsm8k's strict-match / flexible-extract). An avg@k task reports `avg@k` (k in the name).
+
+Beside each result file, `eval/lm_eval.samples.jsonl` (`samples_path`) keeps every scored sample, one
+JSON object a line: `task`, `doc_id`, `filter`, `prompt` (as sent, chat template applied), `target`,
+`responses` (all k of an avg@k task), `filtered` (after the task's filter), `scores` (the sample's
+metric values) and `doc` (the dataset row).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fp8rl.io import atomic_write_json
+from fp8rl.io import atomic_write_json, atomic_write_jsonl
 
 SUITES = ("lm_eval", "agent")
 
@@ -84,3 +89,60 @@ def write_eval(
 ) -> Path:
     """Write one suite's results atomically."""
     return atomic_write_json(path, eval_document(checkpoint, suite, results, provenance))
+
+
+def samples_path(result_file: str | Path) -> Path:
+    """The per-sample log beside a suite's result file: `eval/lm_eval.json` -> `eval/lm_eval.samples.jsonl`."""
+    result_file = Path(result_file)
+    return result_file.with_name(f"{result_file.stem}.samples.jsonl")
+
+
+def _plain(x: Any) -> Any:
+    """A JSON value: containers recursively, non-finite floats as null, anything else as its str."""
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_plain(v) for v in x]
+    if x is None or isinstance(x, str | bool | int):
+        return x
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    return str(x)
+
+
+def _flatten(x: Any) -> list:
+    """lm-eval nests responses per request (and per repeat); a flat list of strings is what a reader wants."""
+    if isinstance(x, list | tuple):
+        return [leaf for item in x for leaf in _flatten(item)]
+    return [x]
+
+
+def sample_records(raw: dict, names: dict[str, str] | None = None) -> list[dict]:
+    """One record per task x document x filter from `simple_evaluate(..., log_samples=True)`."""
+    names = names or {}
+    out = []
+    for task, samples in (raw.get("samples") or {}).items():
+        for s in samples:
+            args = s.get("arguments") or []
+            prompt = args[0][0] if args and isinstance(args[0], list | tuple) and args[0] else None
+            out.append(
+                _plain(
+                    {
+                        "task": names.get(task, task),
+                        "doc_id": s.get("doc_id"),
+                        "filter": s.get("filter"),
+                        "prompt": prompt,
+                        "target": s.get("target"),
+                        "responses": _flatten(s.get("resps") or []),
+                        "filtered": s.get("filtered_resps"),
+                        "scores": {m: s.get(m) for m in s.get("metrics") or []},
+                        "doc": s.get("doc"),
+                    }
+                )
+            )
+    return out
+
+
+def write_samples(path: str | Path, records: list[dict]) -> Path:
+    """Write the per-sample log atomically (JSONL)."""
+    return atomic_write_jsonl(path, records)

@@ -126,6 +126,14 @@ def test_eval_command_on_a_real_checkpoint(command, suite, tiny_checkpoint, data
     for r in doc["results"]:
         assert set(r) == {"task", "metric", "value", "stderr", "n"}
         assert 0.0 <= r["value"] <= 1.0 and r["n"] == 5
+    samples = out.with_name(f"{suite}.samples.jsonl")
+    if suite == "lm_eval":  # greedy smoke protocol, one response per sample, kept beside the scores
+        rows = [json.loads(line) for line in samples.read_text().splitlines()]
+        assert {r["task"] for r in rows} == tasks and len(rows) == 5 * len(tasks)
+        assert all(len(r["responses"]) == 1 for r in rows if r["task"] == "arith_gen")
+        assert doc["provenance"]["eval"]["temperature"] is None
+    else:
+        assert not samples.exists()
 
 
 def test_missing_checkpoint_exits_2_naming_it(data_dir, tmp_path, capsys):
