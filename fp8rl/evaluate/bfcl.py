@@ -3,8 +3,8 @@
 `bfcl-eval` ships its data and AST checker but pins numpy 1.26, so it lives in its own environment: the
 `bfcl` executable is `$FP8RL_BFCL` if set, else `.venv-bfcl/bin/bfcl` in the repository (made by
 `python -m venv .venv-bfcl && .venv-bfcl/bin/pip install bfcl-eval[oss_eval_vllm]`), else `bfcl` on
-PATH; the eval container has it on PATH. It is run as two subprocesses (`bfcl generate` with the vLLM
-backend on the local checkpoint, then `bfcl evaluate`) with `BFCL_PROJECT_ROOT` pointing at a scratch
+PATH; the bfcl image has it on PATH, with its own vLLM. It is run as two subprocesses (`bfcl generate`
+with the vLLM backend on the local checkpoint, then `bfcl evaluate`) with `BFCL_PROJECT_ROOT` pointing at a scratch
 folder, and the first line of each `score/**/BFCL_*_{category}_score.json` (`accuracy`,
 `correct_count`, `total_count`) becomes one result. BFCL's model handler is chosen by name:
 `$FP8RL_BFCL_MODEL`, else the run's model `bfcl_handler` (config), else its `hf_id` (prompt mode).
@@ -40,7 +40,7 @@ def find_bfcl() -> str:
     raise EvalInputError(
         "the BFCL agent benchmark needs bfcl-eval in its own environment (it pins numpy 1.26): "
         "python -m venv .venv-bfcl && .venv-bfcl/bin/pip install 'bfcl-eval[oss_eval_vllm]', "
-        "or set FP8RL_BFCL to its bfcl executable, or run the eval rule in the eval container"
+        "or set FP8RL_BFCL to its bfcl executable, or run the eval_agent rule in the bfcl image"
     )
 
 
