@@ -125,7 +125,6 @@ class ModelConfig(Strict):
     source: Literal["scratch", "hf", "package"]
     arch: ArchConfig | None = None
     hf_id: str | None = None
-    revision: str | None = Field(None, description="hub commit of hf_id (pin it for reproducible runs)")
     package: str | None = None
     tokenizer: str = "char"
     params: str | None = Field(None, description="human-readable size, e.g. '8B'")
