@@ -42,8 +42,19 @@ RATIO_TICKS = (0.25, 0.5, 0.8, 1.0, 1.25, 2.0, 4.0)
 matplotlib.rcParams["svg.fonttype"] = "none"
 
 
-def series_label(variant: str, granularity: str) -> str:
-    return variant if granularity == "none" else f"{variant}/{granularity}"
+LEGEND_IN_PANEL_MAX = 8  # more series than this get one figure legend under the panels
+SERIES = ["variant", "granularity", "condition"]  # one curve, bar or histogram per series
+
+
+def series_label(variant: str, granularity: str, condition: str | None = None) -> str:
+    """`fp8_calib/tensorwise`, plus `/s4` for a study tier's FP8 condition (bf16's `none` is left off)."""
+    label = variant if granularity == "none" else f"{variant}/{granularity}"
+    return label if condition in (None, "none") or pd.isna(condition) else f"{label}/{condition}"
+
+
+def series_groups(frame: pd.DataFrame):
+    """`groupby` over SERIES in matrix order, keeping the runs whose condition is None."""
+    return frame.groupby(SERIES, sort=False, dropna=False)
 
 
 def _panels(runset: RunSet) -> list[tuple[str, str]]:
@@ -101,24 +112,42 @@ def step_curves(
             _curves(ax, sub, colors)
             if (line := (bounds or {}).get(algo, {}).get(metric)) is not None:
                 ax.axhline(line[0], color="black", lw=1, ls="--", label=line[1])
-            ax.legend(fontsize=6)
-    fig.suptitle(f"{title} (mean over seeds, band = min–max; x = a diverged run stopped)")
+    place_legends(fig, axes, len(colors))
+    fig.suptitle(f"{title}\n(mean over seeds, band = min–max; x = a diverged run's last step)", fontsize=10)
     return fig
 
 
-def _series_colors(runset: RunSet) -> dict[tuple[str, str], str]:
-    """One color per (variant, granularity) across every panel and figure of the report."""
-    series = dict.fromkeys(zip(runset.runs["variant"], runset.runs["granularity"], strict=False))
+def place_legends(fig: plt.Figure, axes: np.ndarray, n_series: int, fontsize: int = 6) -> None:
+    """A legend in each panel that drew something, or, past LEGEND_IN_PANEL_MAX series (a study tier's
+    conditions), one legend under the panels so that no panel is buried under its own."""
+    if n_series <= LEGEND_IN_PANEL_MAX:
+        for ax in axes.flat:
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=fontsize)
+        return
+    handles: dict[str, object] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    width, height = fig.get_size_inches()
+    ncols = max(1, min(4, int(width // 2.6)))
+    fig.set_size_inches(width, height + 0.14 * -(-len(handles) // ncols))  # room for the legend's rows
+    fig.legend(
+        list(handles.values()), list(handles), loc="outside lower center", ncols=ncols, fontsize=fontsize
+    )
+
+
+def _series_colors(runset: RunSet) -> dict[tuple, str]:
+    """One color per series (variant, granularity, condition) across every panel and figure."""
+    series = dict.fromkeys(series_groups(runset.runs).groups)
     return {key: f"C{i % 10}" for i, key in enumerate(series)}
 
 
-def _curves(ax: plt.Axes, sub: pd.DataFrame, colors: dict[tuple[str, str], str]) -> None:
-    for (variant, gran), s in sub.groupby(["variant", "granularity"], sort=False):
+def _curves(ax: plt.Axes, sub: pd.DataFrame, colors: dict[tuple, str]) -> None:
+    for key, s in series_groups(sub):
         by_step = s[np.isfinite(s["value"])].groupby("step")["value"]
         mean = by_step.mean()
-        (line,) = ax.plot(
-            mean.index, mean.values, label=series_label(variant, gran), color=colors.get((variant, gran))
-        )
+        (line,) = ax.plot(mean.index, mean.values, label=series_label(*key), color=colors.get(key))
         ax.fill_between(mean.index, by_step.min(), by_step.max(), color=line.get_color(), alpha=0.2)
         for _, run in s[s["status"] == "diverged"].groupby("run_id"):
             last = run[np.isfinite(run["value"])].sort_values("step").tail(1)
@@ -140,9 +169,9 @@ def ratio_tails(runset: RunSet) -> plt.Figure:
                 _no_data(ax)
                 continue
             bins = np.histogram_bin_edges(sub["value"], bins=30)
-            for (variant, gran), s in sub.groupby(["variant", "granularity"], sort=False):
-                ax.hist(s["value"], bins=bins, histtype="step", lw=1.5, label=series_label(variant, gran))
-            ax.legend(fontsize=7)
+            for key, s in series_groups(sub):
+                ax.hist(s["value"], bins=bins, histtype="step", lw=1.5, label=series_label(*key))
+    place_legends(fig, axes, series_groups(runset.runs).ngroups, fontsize=7)
     fig.suptitle("PPO-ratio tails per step: FP8 variants vs bf16")
     return fig
 
@@ -159,9 +188,7 @@ def ratio_hist(runset: RunSet, clip_bounds: dict[str, tuple[float, float]]) -> p
             ax.set_ylabel("fraction of tokens")
             runs = used[(used["algo"] == algo) & (used["model"] == model)]
             drawn = False
-            for i, ((variant, gran), group) in enumerate(
-                runs.groupby(["variant", "granularity"], sort=False)
-            ):
+            for i, (key, group) in enumerate(series_groups(runs)):
                 hists = [runset.ratio_hists[r] for r in group["run_id"] if r in runset.ratio_hists]
                 if not hists:
                     continue
@@ -170,7 +197,7 @@ def ratio_hist(runset: RunSet, clip_bounds: dict[str, tuple[float, float]]) -> p
                     counts = np.sum([h["counts"][f"{kind}/{pop}"] for h in hists], axis=0)[1:-1]
                     if counts.sum() == 0:
                         continue
-                    label = f"{series_label(variant, gran)} {'FP8' if kind == 'fp8' else 'BF16 shadow'}"
+                    label = f"{series_label(*key)} {'FP8' if kind == 'fp8' else 'BF16 shadow'}"
                     ax.stairs(counts / counts.sum(), edges, ls=style, color=f"C{i}", label=label)
                     drawn = True
             if not drawn:
@@ -182,8 +209,10 @@ def ratio_hist(runset: RunSet, clip_bounds: dict[str, tuple[float, float]]) -> p
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
             for bound in clip_bounds.get(algo, ()):
                 ax.axvline(bound, color="grey", lw=0.8, ls=":")
-            ax.legend(fontsize=6)
-    fig.suptitle("Per-token PPO ratio: FP8 vs BF16 shadow of the same tokens (dotted: clip bounds)")
+    place_legends(fig, axes, 2 * series_groups(used).ngroups)
+    fig.suptitle(
+        "Per-token PPO ratio: FP8 vs BF16 shadow\nof the same tokens (dotted: clip bounds)", fontsize=10
+    )
     return fig
 
 
@@ -216,10 +245,9 @@ def eval_bars(comparison: pd.DataFrame, keys: list[str], runset: RunSet | None =
         _no_data(axes[0][0])
         return fig
     grans = ["none" if v == "bf16" else g for v, g in zip(rows["variant"], rows["granularity"], strict=False)]
-    labels = [
-        f"{a}/{m} {series_label(v, g)}"
-        for a, m, v, g in zip(rows["algo"], rows["model"], rows["variant"], grans, strict=False)
-    ]
+    conds = rows["condition"].tolist() if "condition" in rows else [None] * len(rows)
+    series = list(zip(rows["algo"], rows["model"], rows["variant"], grans, conds, strict=False))
+    labels = [f"{a}/{m} {series_label(v, g, c)}" for a, m, v, g, c in series]
     y = np.arange(len(rows))[::-1]  # first row on top
     colors = ["grey" if v == "bf16" else "C0" for v in rows["variant"]]
     for ax, key in zip(axes.flat, keys, strict=False):
@@ -232,15 +260,16 @@ def eval_bars(comparison: pd.DataFrame, keys: list[str], runset: RunSet | None =
             low, high = np.clip(low, 0, 1), np.clip(high, 0, 1)
         err = np.vstack([mean - low, high - mean])  # NaN (n = 1): no error bar
         ax.barh(y, np.nan_to_num(mean), xerr=err, capsize=3, color=colors, alpha=0.8, height=0.7)
-        for yi, (a, m, v, g) in zip(
-            y, zip(rows["algo"], rows["model"], rows["variant"], grans, strict=False), strict=False
-        ):
-            pts = seeds[
+        for yi, (a, m, v, g, c) in zip(y, series, strict=False):
+            same = (
                 (seeds["algo"] == a)
                 & (seeds["model"] == m)
                 & (seeds["variant"] == v)
                 & (seeds["granularity"] == g)
-            ]["value"]
+            )
+            if c is not None and "condition" in seeds:
+                same &= seeds["condition"] == c
+            pts = seeds[same]["value"]
             if 0 < len(pts) <= SEED_POINTS_MAX_N:
                 ax.plot(pts, np.full(len(pts), yi), "o", color="black", ms=3, zorder=3)
         ax.set_yticks(y, labels, fontsize=7)
@@ -289,9 +318,10 @@ def throughput_bars(table: pd.DataFrame) -> plt.Figure:
                         hatch=hatch,
                         edgecolor="white",
                     )
+        conds = sub["condition"] if "condition" in sub else [None] * len(sub)
         ticks = [
-            f"{series_label(v, g)}\n({e or 'n/a'})"
-            for v, g, e in zip(sub["variant"], sub["granularity"], sub["execution"], strict=False)
+            f"{series_label(v, g, c)}\n({e or 'n/a'})"
+            for v, g, c, e in zip(sub["variant"], sub["granularity"], conds, sub["execution"], strict=False)
         ]
         ax.set_xticks(x + 0.4 - width / 2, ticks, rotation=30, ha="right", fontsize=7)
     if handles:

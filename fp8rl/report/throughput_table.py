@@ -1,7 +1,8 @@
 """The throughput table: tokens/s per phase, step time, speedup vs bf16, calibration overhead.
 
-One row per (algo, model, variant, granularity), averaged over the seeds whose run wrote a
-`throughput.json` (any status: a run that diverged still measured its speed). Columns:
+One row per (algo, model, variant, granularity), and per FP8 condition in a matrix that has them (a
+study tier's doses are not pooled), averaged over the seeds whose run wrote a `throughput.json` (any
+status: a run that diverged still measured its speed). Columns:
 
 - `runs_measured`: how many seeds have a throughput.json.
 - `execution`: `emulated` (low precision rounded in software, docs/architecture.md#emulation-on-cpu) or `hardware` (FP8, or bf16,
@@ -52,9 +53,10 @@ def throughput_table(runset: RunSet) -> pd.DataFrame:
     measured = runs.loc[runs.index.intersection(per_run.index)]
     per_run = per_run.join(measured[KEYS + ["emulated", "device", "fp8_backend"]], how="inner")
 
+    keys = KEYS + ["condition"] if runs["condition"].notna().any() else KEYS  # a study tier's doses apart
     rows = []
-    for key, sub in runs.groupby(KEYS, sort=False):
-        row = dict(zip(KEYS, key, strict=False))
+    for key, sub in runs.groupby(keys, sort=False):
+        row = dict(zip(keys, key, strict=False))
         have = per_run[per_run.index.isin(sub.index)]
         row["runs_measured"] = len(have)
         row["execution"] = _execution(have["emulated"]) if len(have) else ""
@@ -73,7 +75,7 @@ def throughput_table(runset: RunSet) -> pd.DataFrame:
         ref.get((a, m), math.nan) / t if t and not math.isnan(t) else math.nan
         for a, m, t in zip(table["algo"], table["model"], table["step_time_s"], strict=False)
     ]
-    order = [*KEYS, "runs_measured", "execution", "device", "fp8_backend", "step_time_s", "speedup_vs_bf16"]
+    order = [*keys, "runs_measured", "execution", "device", "fp8_backend", "step_time_s", "speedup_vs_bf16"]
     return table[order + [c for c in table.columns if c not in order]]
 
 

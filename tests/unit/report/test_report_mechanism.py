@@ -113,3 +113,35 @@ def test_report_writes_the_mechanism_outputs_only_for_matrices_with_conditions(m
     assert "Mechanism: excess clipping vs FP8 condition" in html and "Paired: FP8 vs its BF16 shadow" in html
     comparison_md = paths.table("comparison", "md").read_text()
     assert "## grpo / tiny / blockwise / e5m2_s4" in comparison_md
+
+
+def test_curves_and_throughput_keep_each_condition_apart(mech):
+    """A dose sweep's conditions are separate series: one curve per (variant, granularity, condition)
+    and one throughput row each, never pooled across doses."""
+    from fp8rl.report.plots import step_curves
+    from fp8rl.report.throughput_table import throughput_table
+
+    cfg, rs, _, _ = mech
+    fig = step_curves(rs, ("phantom/low_neg",), "phantom clipping")
+    labels = [line.get_label() for line in fig.axes[0].lines if not line.get_label().startswith("_")]
+    names = [c["name"] for c in MECHANISM_CONDITIONS]
+    expected = [f"{v}/{g}/{c}" for v in ("fp8", "fp8_calib") for g in MECHANISM_GRANULARITIES for c in names]
+    assert sorted(labels) == sorted(expected)
+    # each curve is its own series' seed mean: phantom clipping grows with the dose in the fixture
+    curves = {line.get_label(): line for line in fig.axes[0].lines}
+    s1, s4 = curves["fp8/tensorwise/hybrid_s1"], curves["fp8/tensorwise/hybrid_s4"]
+    assert np.mean(s4.get_ydata()) > np.mean(s1.get_ydata())
+    tp = throughput_table(rs)
+    assert "condition" in tp and len(tp) == len(expected) + 1  # and bf16
+    assert set(tp[tp["variant"] == "fp8"]["condition"]) == set(names)
+
+
+def test_many_series_share_one_legend_under_the_panels(mech):
+    """29 series would bury a panel under its legend: they get one figure legend instead."""
+    from fp8rl.report.plots import step_curves
+
+    _, rs, _, _ = mech
+    fig = step_curves(rs, ("phantom/low_neg", "entropy"), "many")
+    assert all(ax.get_legend() is None for ax in fig.axes)
+    (legend,) = fig.legends
+    assert len(legend.get_texts()) == 1 + 2 * len(MECHANISM_GRANULARITIES) * len(MECHANISM_CONDITIONS)
