@@ -1,0 +1,89 @@
+"""Typed experiment config: the single source of truth.
+
+One YAML file describes one experiment (a tier): the models, the algorithms with their hyperparameters,
+the precision variants, FP8 granularities and seeds whose product is the run matrix, the schedule, the
+evaluation suites and the per-rule resources. Everything else (the CLI, the Snakefile, the trainer,
+the verl adapter) reads it through these pydantic models; `fp8rl config schema` exports their JSON schema,
+`fp8rl.config_loader` reads a YAML file into them and `fp8rl.matrix` expands the matrix into runs.
+
+One module per part of the file (module: the YAML sections it types); each imports only `base` and the
+modules above it in this list:
+
+- `base`: no section; `Strict` (unknown keys are errors), `SAFE_PATH`, `Fraction` and the vocabulary's field types
+- `models`: `models` (`ModelConfig`, `ArchConfig`)
+- `algorithms`: `algorithms` (`GRPOConfig`, `DAPOConfig`)
+- `precision`: `fp8`, `tis`, `calib`
+- `training`: `schedule`, `task`, `sft`, `stability`
+- `evaluation`: `eval`
+- `infrastructure`: `resources`, `hub`, `containers`, `tracking`
+- `matrix`: `matrix` (`MatrixConfig`, a study's `ConditionConfig`s)
+- `experiment`: `ExperimentConfig` (the whole file, its cross-section checks and digests),
+  `TRAIN_SECTIONS`, `RESOURCE_RULES`
+
+Import the names from `fp8rl.config`, not from the modules. Names follow docs/architecture.md#names; a
+run id is `{algo}/{model}/{variant}/{granularity}/seed{seed}` and `bf16` runs use granularity `none`.
+"""
+
+from fp8rl.config.algorithms import AlgorithmBase, AlgorithmsConfig, DAPOConfig, GRPOConfig
+from fp8rl.config.base import (
+    SAFE_PATH,
+    AlgoName,
+    CalibReferenceField,
+    Fraction,
+    GranularityName,
+    LossAggMode,
+    Strict,
+    VariantName,
+    is_safe_path,
+)
+from fp8rl.config.evaluation import EvalConfig
+from fp8rl.config.experiment import RESOURCE_RULES, TRAIN_SECTIONS, ExperimentConfig
+from fp8rl.config.infrastructure import (
+    ContainersConfig,
+    HubConfig,
+    MlflowConfig,
+    Resources,
+    TrackingConfig,
+    WandbConfig,
+)
+from fp8rl.config.matrix import ConditionConfig, MatrixConfig
+from fp8rl.config.models import ArchConfig, ModelConfig
+from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
+from fp8rl.config.training import ScheduleConfig, SFTConfig, StabilityConfig, TaskConfig
+
+__all__ = [
+    "RESOURCE_RULES",
+    "SAFE_PATH",
+    "TRAIN_SECTIONS",
+    "AlgoName",
+    "AlgorithmBase",
+    "AlgorithmsConfig",
+    "ArchConfig",
+    "CalibConfig",
+    "CalibReferenceField",
+    "ConditionConfig",
+    "ContainersConfig",
+    "DAPOConfig",
+    "EvalConfig",
+    "ExperimentConfig",
+    "FP8Config",
+    "Fraction",
+    "GRPOConfig",
+    "GranularityName",
+    "HubConfig",
+    "LossAggMode",
+    "MatrixConfig",
+    "MlflowConfig",
+    "ModelConfig",
+    "Resources",
+    "SFTConfig",
+    "ScheduleConfig",
+    "StabilityConfig",
+    "Strict",
+    "TISConfig",
+    "TaskConfig",
+    "TrackingConfig",
+    "VariantName",
+    "WandbConfig",
+    "is_safe_path",
+]

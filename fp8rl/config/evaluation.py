@@ -1,0 +1,40 @@
+"""The `eval` section: which suites score the trained models and with what decoding protocol."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from fp8rl.config.base import Strict
+
+
+class EvalConfig(Strict):
+    """The eval suites and their protocol (docs/interfaces.md#eval-protocol). Unset decoding keys leave
+    each task's own decoding (the smoke/small task YAMLs: greedy, short answers)."""
+
+    lm_eval_tasks: list[str] = []
+    agent: list[str] = []
+    limit: int | None = Field(None, gt=0, description="examples per task; None = all")
+    batch_size: int = Field(16, gt=0)
+    max_gen_toks: int | None = Field(None, gt=0, description="generation length of every generative task")
+    temperature: float | None = Field(None, ge=0.0, description="sampling temperature; 0 = greedy")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="nucleus sampling (needs temperature > 0)")
+    repeats: dict[str, int] = Field(
+        {}, description="lm-eval task -> k samples per problem, reported as avg@k (needs temperature > 0)"
+    )
+    gpu_memory_gb: float = Field(80.0, gt=0.0, description="memory of one eval GPU (vLLM replica sizing)")
+
+    @model_validator(mode="after")
+    def _protocol(self) -> EvalConfig:
+        sampling = (self.temperature or 0.0) > 0.0
+        if self.top_p is not None and not sampling:
+            raise ValueError("eval.top_p needs eval.temperature > 0 (greedy decoding has no nucleus)")
+        for task, k in self.repeats.items():
+            if task not in self.lm_eval_tasks:
+                raise ValueError(f"eval.repeats: {task!r} is not in eval.lm_eval_tasks")
+            if k < 1:
+                raise ValueError(f"eval.repeats.{task}: {k} must be >= 1")
+            if k > 1 and not sampling:
+                raise ValueError(
+                    f"eval.repeats.{task}: avg@{k} needs eval.temperature > 0 (greedy gives k copies of one)"
+                )
+        return self

@@ -1,0 +1,165 @@
+"""`ExperimentConfig`, the whole YAML file of one experiment (a tier), with the checks across its sections
+and the digests the DAG and the trainer compare: `TRAIN_SECTIONS` are the sections a training run's
+result depends on, `RESOURCE_RULES` the keys of `resources`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from fp8rl.config.algorithms import AlgorithmsConfig, DAPOConfig, GRPOConfig
+from fp8rl.config.base import Strict, is_safe_path
+from fp8rl.config.evaluation import EvalConfig
+from fp8rl.config.infrastructure import ContainersConfig, HubConfig, Resources, TrackingConfig
+from fp8rl.config.matrix import MatrixConfig
+from fp8rl.config.models import ModelConfig
+from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
+from fp8rl.config.training import ScheduleConfig, SFTConfig, StabilityConfig, TaskConfig
+from fp8rl.vocabulary import NO_CONDITION, TIERS, VARIANT_SPECS
+
+if TYPE_CHECKING:
+    from fp8rl.matrix import RunSpec
+
+# The config sections a training run's result depends on (not the matrix, eval, resources,
+# containers or results_dir).
+TRAIN_SECTIONS = (
+    "tier",
+    "backend",
+    "algorithms",
+    "fp8",
+    "tis",
+    "calib",
+    "schedule",
+    "task",
+    "sft",
+    "stability",
+)
+# The `resources` keys: the rules that read them (eval_lm and eval_agent share `eval`) and the fallback.
+RESOURCE_RULES = ("default", "data", "sft", "train", "eval", "report")
+
+
+class ExperimentConfig(Strict):
+    """One experiment (a tier): the whole YAML file."""
+
+    tier: Literal[TIERS]
+    backend: Literal["reference", "verl"] = Field(
+        "reference", description="reference: fp8rl's own trainer; verl: the cluster path"
+    )
+    results_dir: str = Field(
+        "results", description="output root, relative to the project unless it starts with '/'"
+    )
+    models: list[ModelConfig] = Field(min_length=1)
+    algorithms: AlgorithmsConfig = AlgorithmsConfig()
+    matrix: MatrixConfig
+    fp8: FP8Config = FP8Config()
+    tis: TISConfig = TISConfig()
+    calib: CalibConfig = CalibConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    task: TaskConfig = TaskConfig()
+    sft: SFTConfig = SFTConfig()
+    stability: StabilityConfig = StabilityConfig()
+    eval: EvalConfig = EvalConfig()
+    resources: dict[str, Resources] = Field(
+        {"default": Resources()}, description=f"per rule: {', '.join(RESOURCE_RULES)}"
+    )
+    containers: ContainersConfig = ContainersConfig()
+    hub: HubConfig = HubConfig()
+    tracking: TrackingConfig = TrackingConfig()
+
+    @field_validator("results_dir")
+    @classmethod
+    def _results_dir(cls, v: str) -> str:
+        if not is_safe_path(v):
+            raise ValueError(
+                f"{v!r} is not a safe path: use letters, digits, '_', '.', '-' and '/' between parts "
+                "(no spaces, quotes, '$' or '..'; each part starts with a letter, digit or '_'), "
+                "relative to the project or absolute"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> ExperimentConfig:
+        unknown = [k for k in self.resources if k not in RESOURCE_RULES]
+        if unknown:
+            raise ValueError(
+                f"resources.{unknown[0]}: unknown key; allowed keys here: {', '.join(RESOURCE_RULES)}"
+            )
+        names = [m.name for m in self.models]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"models: duplicate model name {', '.join(dup)}")
+        unknown = [m for m in self.matrix.models if m not in names]
+        if unknown:
+            raise ValueError(
+                f"matrix.models: unknown model {', '.join(unknown)}; defined models: {', '.join(names)}"
+            )
+        if self.backend == "verl":
+            noisy = self.fp8.noise_scale != 1.0 or any("noise_scale" in c.fp8 for c in self.matrix.conditions)
+            if noisy:
+                raise ValueError(
+                    "fp8.noise_scale: the noise dose scales the reference trainer's emulated FP8 "
+                    "quantization error; the verl backend cannot run it"
+                )
+            grans = {g for v in self.matrix.variants for g in self.matrix.granularities_for(v)}
+            calib = [v for v in self.matrix.variants if VARIANT_SPECS[v].calib]
+            if calib and self.calib.reference.mode == "shadow":
+                raise ValueError(
+                    "calib.reference: 'shadow' needs an unquantized re-scoring pass that verl's policy loss "
+                    f"cannot run (variants {', '.join(calib)}); use 'run' (targets from the matching bf16 "
+                    "run) or 'static:<q>' with the verl backend"
+                )
+            if "rowwise" in grans:
+                raise ValueError(
+                    "matrix.granularities: 'rowwise' has no Megatron/Transformer Engine recipe, so the "
+                    "verl backend cannot run it; use tensorwise, delayed, blockwise or mxfp8"
+                )
+        return self
+
+    # ------------------------------------------------------------------------------------ helpers
+
+    def model(self, name: str) -> ModelConfig:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(f"no model named {name!r}")
+
+    def fp8_for(self, condition: str | None) -> FP8Config:
+        """The `fp8` section a run under `condition` uses: the tier's, with the condition's overrides."""
+        if condition is None or condition == NO_CONDITION:
+            return self.fp8
+        for c in self.matrix.conditions:
+            if c.name == condition:
+                return FP8Config.model_validate({**self.fp8.model_dump(), **c.fp8})
+        raise KeyError(f"no condition named {condition!r}")
+
+    def algorithm(self, name: str) -> GRPOConfig | DAPOConfig:
+        return getattr(self.algorithms, name)
+
+    def resources_for(self, rule: str) -> Resources:
+        return self.resources.get(rule, self.resources.get("default", Resources()))
+
+    def runs(self) -> list[RunSpec]:
+        from fp8rl.matrix import expand_matrix
+
+        return expand_matrix(self)
+
+    def digest(self) -> str:
+        """A short hash of the resolved config, for provenance."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def section_digest(self, *sections: str, model: str | None = None, condition: str | None = None) -> str:
+        """A short hash of some top-level sections (plus one model's entry, plus the FP8 settings of one
+        condition of a study matrix): what a step's output depends on. The DAG reruns a rule when its
+        digest changes; the trainer resumes a checkpoint only when its `TRAIN_SECTIONS` digest still
+        matches."""
+        full = self.model_dump(mode="json")
+        picked = {s: full[s] for s in sections}
+        if model is not None:
+            picked["model"] = self.model(model).model_dump(mode="json")
+        if condition is not None and condition != NO_CONDITION:
+            picked["condition"] = self.fp8_for(condition).model_dump(mode="json")
+        return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]

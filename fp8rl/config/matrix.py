@@ -1,0 +1,131 @@
+"""The `matrix` section: the axes whose product is the run matrix (algorithms, models, variants, FP8
+granularities, seeds) and a study tier's named FP8 conditions."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator, model_validator
+
+from fp8rl.config.base import AlgoName, GranularityName, Strict, VariantName
+from fp8rl.config.precision import FP8Config
+from fp8rl.vocabulary import GRANULARITIES, NO_CONDITION, NO_GRANULARITY, VARIANT_SPECS
+
+
+class ConditionConfig(Strict):
+    """A named FP8 setting of a study tier: overrides of the `fp8` section for the fp8 variants' runs
+    (e.g. `{name: e5m2_s2, fp8: {format: e5m2, noise_scale: 2}}`). bf16 runs have condition `none`."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    fp8: dict[str, Any] = Field(min_length=1)
+    granularities: list[GranularityName] | None = Field(
+        None, description="the granularities this condition applies to (default: all of the matrix's)"
+    )
+    variants: list[VariantName] | None = Field(
+        None, description="the fp8 variants this condition applies to (default: all of the matrix's)"
+    )
+    seeds: list[Annotated[int, Field(strict=True, ge=0)]] | None = Field(
+        None,
+        description="the seeds this condition runs (default: all of the matrix's), e.g. fewer for a dose sweep",
+    )
+
+    @model_validator(mode="after")
+    def _known_keys(self) -> ConditionConfig:
+        FP8Config.model_validate(self.fp8)  # unknown keys and bad values fail here, under this condition
+        if self.name == NO_CONDITION:
+            raise ValueError(f"name: {NO_CONDITION!r} is reserved for the bf16 runs of a conditions matrix")
+        return self
+
+
+class MatrixConfig(Strict):
+    """The axes whose product is the run matrix."""
+
+    algorithms: list[AlgoName] = Field(min_length=1)
+    models: list[str] = Field(min_length=1)
+    variants: list[VariantName] = Field(min_length=1)
+    granularities: list[GranularityName] = Field(["tensorwise"], min_length=1)
+    seeds: list[Annotated[int, Field(strict=True, ge=0)]] = Field(min_length=1)
+    conditions: list[ConditionConfig] = Field(
+        [], description="named fp8 settings; each fp8 run is repeated under each (its run id gains the name)"
+    )
+    variant_granularities: dict[VariantName, list[str]] = Field(
+        {}, description="per-variant override of `granularities`"
+    )
+
+    @field_validator("algorithms", "models", "variants", "granularities", "seeds")
+    @classmethod
+    def _unique(cls, v: list) -> list:
+        dup = sorted({str(x) for x in v if v.count(x) > 1})
+        if dup:
+            raise ValueError(f"duplicate entries: {', '.join(dup)}")
+        return v
+
+    @model_validator(mode="after")
+    def _granularity_overrides(self) -> MatrixConfig:
+        for variant, grans in self.variant_granularities.items():
+            if not VARIANT_SPECS[variant].fp8:
+                if grans != [NO_GRANULARITY]:
+                    raise ValueError(
+                        f"variant_granularities.{variant}: {variant} runs have granularity "
+                        f"'{NO_GRANULARITY}' only"
+                    )
+                continue
+            bad = [g for g in grans if g not in GRANULARITIES]
+            if bad or not grans:
+                raise ValueError(
+                    f"variant_granularities.{variant}: unknown granularity {bad or grans}; "
+                    f"allowed: {', '.join(GRANULARITIES)}"
+                )
+        return self
+
+    @field_validator("conditions")
+    @classmethod
+    def _unique_conditions(cls, v: list[ConditionConfig]) -> list[ConditionConfig]:
+        names = [c.name for c in v]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"duplicate condition names: {', '.join(dup)}")
+        return v
+
+    @model_validator(mode="after")
+    def _conditions_apply(self) -> MatrixConfig:
+        fp8_grans = {g for v in self.variants if VARIANT_SPECS[v].fp8 for g in self.granularities_for(v)}
+        for c in self.conditions:
+            extra = sorted(set(c.seeds or ()) - set(self.seeds))
+            if extra:
+                raise ValueError(
+                    f"conditions: {c.name!r} runs seeds {extra} that the matrix's seeds {self.seeds} do not "
+                    "have (its bf16 reference runs would be missing)"
+                )
+            if c.granularities is not None and not set(c.granularities) & fp8_grans:
+                raise ValueError(
+                    f"conditions: {c.name!r} applies to granularities {c.granularities}, none of which an "
+                    f"fp8 run of this matrix has ({', '.join(sorted(fp8_grans)) or 'no fp8 variant'})"
+                )
+        return self
+
+    def conditions_for(self, variant: str, granularity: str) -> list[str | None]:
+        """The condition names of `variant`'s runs at `granularity`: None when the matrix has no
+        conditions, `none` for bf16 runs."""
+        if not self.conditions:
+            return [None]
+        if not VARIANT_SPECS[variant].fp8:
+            return [NO_CONDITION]
+        return [
+            c.name
+            for c in self.conditions
+            if (c.granularities is None or granularity in c.granularities)
+            and (c.variants is None or variant in c.variants)
+        ]
+
+    def seeds_for(self, condition: str | None) -> list[int]:
+        """The seeds of the runs under `condition` (its own `seeds`, else the matrix's)."""
+        for c in self.conditions:
+            if c.name == condition and c.seeds is not None:
+                return list(c.seeds)
+        return list(self.seeds)
+
+    def granularities_for(self, variant: str) -> list[str]:
+        if not VARIANT_SPECS[variant].fp8:
+            return [NO_GRANULARITY]
+        return list(self.variant_granularities.get(variant, self.granularities))

