@@ -34,22 +34,19 @@ class FP8Config(Strict):
     amax_history_len: int = Field(16, gt=0, description="delayed scaling history length")
     amax_compute_algo: Literal[AMAX_ALGOS] = "max"
     noise_scale: float = Field(
-        1.0, gt=0, description="scales every quantized operand's error: x + s * (Q(x) - x); 1 = plain FP8"
-    )
-    optimizer: Literal[FP8_OPTIMIZERS] = Field(
-        "blockwise",
-        description=(
-            "FP8-moment AdamW: 'blockwise' (fp8rl's 1x128 e4m3 tiles, sqrt(v) stored; no compile) or "
-            "'torchao' (torchao.optim.AdamWFp8; compiles its step, ~1 min per process on CPU)"
-        ),
-    )
-    noise_scale: float = Field(
         1.0,
         gt=0.0,
         le=64.0,
         description=(
             "dose of FP8 noise: every quantized operand (GEMM operands, optimizer moments, rollout weights, "
             "activations and KV cache) becomes x + s * (Q(x) - x); 1 is plain FP8. s != 1 is emulated"
+        ),
+    )
+    optimizer: Literal[FP8_OPTIMIZERS] = Field(
+        "blockwise",
+        description=(
+            "FP8-moment AdamW: 'blockwise' (fp8rl's 1x128 e4m3 tiles, sqrt(v) stored; no compile) or "
+            "'torchao' (torchao.optim.AdamWFp8; compiles its step, ~1 min per process on CPU)"
         ),
     )
 
