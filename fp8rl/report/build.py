@@ -69,6 +69,30 @@ def runs_table(runset: RunSet) -> pd.DataFrame:
     return runs[CONDITION_RUN_COLUMNS if runs["condition"].notna().any() else RUN_COLUMNS]
 
 
+DEVIATION_NOTES = [
+    "How runs differ from the setup the config asks for, as the backend that ran them recorded it "
+    "(`summary.json` `deviations`; verl runs: docs/paper_deviations.md). `runs`: how many runs have it; "
+    "`variants`: which."
+]
+
+
+def deviations_table(runset: RunSet) -> pd.DataFrame:
+    """One row per distinct recorded deviation: its text, how many runs have it and their variants;
+    empty when no run recorded one (the reference trainer runs the config as written)."""
+    runs = runset.runs
+    if "deviations" not in runs:
+        return pd.DataFrame(columns=["deviation", "runs", "variants"])
+    rows: dict[str, dict] = {}
+    for devs, variant in zip(runs["deviations"], runs["variant"], strict=False):
+        for d in devs if isinstance(devs, tuple) else ():
+            row = rows.setdefault(d, {"deviation": d, "runs": 0, "variants": []})
+            row["runs"] += 1
+            row["variants"] += [] if variant in row["variants"] else [variant]
+    out = pd.DataFrame(list(rows.values()), columns=["deviation", "runs", "variants"])
+    out["variants"] = out["variants"].map(", ".join)
+    return out
+
+
 def _csv(frame: pd.DataFrame, path: Path) -> None:
     atomic_write_text(path, frame.to_csv(index=False, float_format="%.6g"))
 
@@ -161,6 +185,8 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
         sections.append(("Mechanism: excess clipping vs FP8 condition", MECHANISM_NOTES, mech_view))
         plots |= mechanism_plots(mechanism, paths.plots_dir)
     sections.append(("Throughput", THROUGHPUT_NOTES, tp_view))
+    if not (deviations := deviations_table(runset)).empty:
+        sections.insert(0, ("Deviations from the requested setup", DEVIATION_NOTES, deviations))
     captions = [(files[0], PLOT_CAPTIONS[name]) for name, files in plots.items()]
     if paths.stability:
         stability_sections, more = write_stability_report(cfg, runset, paths, runs_dir, title)

@@ -130,6 +130,8 @@ def _summary_status(run: RunDir, problems: list[str]) -> tuple[dict, dict | None
         problems += [f"{run.summary}: {w}; run counted as missing" for w in wrong]
         return {"status": "missing", "reason": f"{name}: {wrong[0]}"}, None
     row = {k: summary[k] for k in ("status", "reason", "step", "steps_planned")}
+    deviations = summary.get("deviations") or []
+    row["deviations"] = tuple(str(d) for d in deviations) if isinstance(deviations, list) else ()
     return row, summary
 
 

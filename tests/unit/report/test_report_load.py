@@ -110,3 +110,35 @@ def test_malformed_ratio_histogram_is_a_named_problem(tmp_path):
     rs = load_tier(cfg)
     assert run.run_id not in rs.ratio_hists
     assert any("ratio_hist.json" in p for p in rs.problems)
+
+
+def test_recorded_deviations_are_listed_by_the_report(tmp_path):
+    """A backend's deviations (summary.json `deviations`, as verl runs write them, built by the verl
+    adapter's own `deviations`) reach the report page with the runs that have them; a tier without any
+    has no such section."""
+    import json
+
+    from fp8rl.adapters.verl_overrides import deviations
+    from fp8rl.report.build import build_report, deviations_table
+
+    cfg = write_tier(tmp_path)
+    runs_dir = tmp_path / "results" / "smoke" / "runs"
+    fp8_runs = [s for s in cfg.runs() if s.spec.fp8 and (runs_dir / s.run_id / "summary.json").is_file()]
+    for spec in fp8_runs:
+        path = runs_dir / spec.run_id / "summary.json"
+        summary = json.loads(path.read_text())
+        atomic_write_json(path, summary | {"backend": "verl", "deviations": deviations(cfg, spec)})
+    rollout = deviations(cfg, fp8_runs[0])[0]
+    assert "blockwise" in rollout
+    table = deviations_table(load_tier(cfg)).set_index("deviation")
+    assert table.loc[rollout, "runs"] == len(fp8_runs)
+    assert set(table.loc[rollout, "variants"].split(", ")) == {s.variant for s in fp8_runs}
+    build_report(cfg)
+    page = (tmp_path / "results" / "smoke" / "report.html").read_text()
+    assert "Deviations from the requested setup" in page and "128x128 blocks" in page
+
+    clean = write_tier(tmp_path / "clean")
+    assert deviations_table(load_tier(clean)).empty
+    build_report(clean)
+    clean_page = (tmp_path / "clean" / "results" / "smoke" / "report.html").read_text()
+    assert "Deviations from the requested setup" not in clean_page
