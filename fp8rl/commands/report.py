@@ -70,7 +70,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("publish", help="copy a tier's report with provenance into results/published/TIER")
-    p.add_argument("tier", metavar="TIER", help="the tier to publish (its {results_dir}/TIER/ report), e.g. smoke, mechanism, stress")
+    p.add_argument(
+        "tier",
+        metavar="TIER",
+        help="the tier to publish (its {results_dir}/TIER/ report), e.g. smoke, mechanism, stress",
+    )
     p.add_argument("--config", dest="file", help="the tier's config; checks the report was built from it")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
     p.add_argument("--results-dir", help="default: the config's results_dir, else 'results'")
