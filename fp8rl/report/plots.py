@@ -245,7 +245,9 @@ def eval_bars(comparison: pd.DataFrame, keys: list[str], runset: RunSet | None =
         _no_data(axes[0][0])
         return fig
     grans = ["none" if v == "bf16" else g for v, g in zip(rows["variant"], rows["granularity"], strict=False)]
+    # bf16 rows carry their comparison group's condition; the bf16 runs themselves have condition `none`
     conds = rows["condition"].tolist() if "condition" in rows else [None] * len(rows)
+    conds = [c if c is None or v != "bf16" else "none" for v, c in zip(rows["variant"], conds, strict=False)]
     series = list(zip(rows["algo"], rows["model"], rows["variant"], grans, conds, strict=False))
     labels = [f"{a}/{m} {series_label(v, g, c)}" for a, m, v, g, c in series]
     y = np.arange(len(rows))[::-1]  # first row on top

@@ -145,3 +145,22 @@ def test_many_series_share_one_legend_under_the_panels(mech):
     assert all(ax.get_legend() is None for ax in fig.axes)
     (legend,) = fig.legends
     assert len(legend.get_texts()) == 1 + 2 * len(MECHANISM_GRANULARITIES) * len(MECHANISM_CONDITIONS)
+
+
+def test_eval_bars_draw_bf16_once_with_its_seeds_and_each_condition_apart(mech):
+    """bf16 rows carry their comparison group's condition: the bars must still name bf16 once and find
+    its seeds (whose condition is `none`), and keep each FP8 condition a bar of its own."""
+    from fp8rl.report.plots import eval_bars
+    from fp8rl.report.summaries import eval_keys
+
+    _, rs, comparison, _ = mech
+    keys = eval_keys(rs)
+    assert keys  # the fixture writes eval scores
+    fig = eval_bars(comparison, keys[:1], rs)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels.count("grpo/tiny bf16") == 1
+    assert "grpo/tiny fp8/tensorwise/hybrid_s4" in labels
+    dots = [line for line in ax.lines if line.get_marker() == "o"]
+    bf16_y = ax.get_yticks()[labels.index("grpo/tiny bf16")]
+    assert sum(len(d.get_xdata()) for d in dots if set(d.get_ydata()) == {bf16_y}) == len(MECHANISM_SEEDS)
