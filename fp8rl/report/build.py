@@ -17,7 +17,7 @@ import pandas as pd
 from fp8rl.config import ExperimentConfig
 from fp8rl.io import atomic_write_json, atomic_write_text
 from fp8rl.provenance import git_commit
-from fp8rl.report.comparison import comparison_table
+from fp8rl.report.comparison import comparison_table, has_conditions
 from fp8rl.report.explainer import MECHANISM
 from fp8rl.report.html import render_html
 from fp8rl.report.load import STATUSES, RunSet, load_tier
@@ -66,7 +66,7 @@ def runs_table(runset: RunSet) -> pd.DataFrame:
     for col in ("step", "steps_planned"):
         runs[col] = runs[col].map(lambda v: "" if v is None or v != v else str(int(v)))
     runs["reason"] = runs["reason"].map(lambda v: "" if v is None or v != v else str(v))
-    return runs[CONDITION_RUN_COLUMNS if runs["condition"].notna().any() else RUN_COLUMNS]
+    return runs[CONDITION_RUN_COLUMNS if has_conditions(runs) else RUN_COLUMNS]
 
 
 DEVIATION_NOTES = [

@@ -21,6 +21,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from fp8rl.report.comparison import has_conditions
 from fp8rl.report.load import RunSet
 
 PHASES = ("rollout", "logprob", "train", "calib")
@@ -53,7 +54,7 @@ def throughput_table(runset: RunSet) -> pd.DataFrame:
     measured = runs.loc[runs.index.intersection(per_run.index)]
     per_run = per_run.join(measured[KEYS + ["emulated", "device", "fp8_backend"]], how="inner")
 
-    keys = KEYS + ["condition"] if runs["condition"].notna().any() else KEYS  # a study tier's doses apart
+    keys = KEYS + ["condition"] if has_conditions(runs) else KEYS  # a study tier's doses apart
     rows = []
     for key, sub in runs.groupby(keys, sort=False):
         row = dict(zip(keys, key, strict=False))
