@@ -10,7 +10,7 @@ One optimizer step (`step` = 1..schedule.steps), as nanochat-style straight-line
    `calib.sample_frac` of the sequences (the calibration reference and the `phantom/low_neg` diagnostic);
 3. `ppo_epochs` × `mini_batches` updates with `fp8rl.rl.policy_loss`; `*_calib` variants take the
    bounds of `Calibrator` (shadow ratios of the current policy vs the old one, or the bf16 run's
-   per-step clip fractions with `calib.reference: run`, or a static target);
+   per-step clip fractions with `calib.reference: run`, or a static target: fp8rl.engine.update_bounds);
 4. one line of metrics (docs/architecture.md#metrics) in metrics.jsonl, sent live to the config's
    trackers (fp8rl.tracking: TensorBoard in `{run}/tb/` by default) and, without a progress bar, a
    heartbeat line on stderr (fp8rl.engine.heartbeat); a checkpoint every `checkpoint_every` steps.
@@ -53,6 +53,7 @@ from fp8rl.engine.scoring import score
 from fp8rl.engine.shadow import ShadowPass
 from fp8rl.engine.tokenizer import encode_prompt, load_tokenizer
 from fp8rl.engine.update_batch import MiniBatch, StepMeans, StepScores
+from fp8rl.engine.update_bounds import RunTargets, UpdateBounds
 from fp8rl.fp8 import fp8_state_dict, load_fp8_state_dict
 from fp8rl.matrix import RunSpec
 from fp8rl.provenance import provenance
@@ -63,7 +64,6 @@ from fp8rl.rl import (
     entropy_from_logits,
     masked_ratio,
     mismatch_kl,
-    phantom_low_neg,
     policy_loss,
     ratio_quantiles,
     tis_stats,
@@ -115,7 +115,7 @@ class Trainer:
         base_dir: str | Path,
         data_dir: str | Path,
         out_dir: str | Path,
-        run_targets: dict[int, tuple[float | None, float | None]] | None = None,
+        run_targets: RunTargets | None = None,
         progress: bool = True,
         shadow_diagnostics: bool = True,
         device: str | None = None,
@@ -131,8 +131,6 @@ class Trainer:
         self.progress = progress
         if self.spec.calib and cfg.calib.reference.mode == "run" and run_targets is None:
             raise ValueError(f"{run.run_id}: calib.reference is 'run' but no bf16 reference run was given")
-        self.run_targets = run_targets or {}
-        self.fixed_bounds = ClipBounds.fixed(self.algo.clip_low, self.algo.clip_high)
         check_trackers(cfg.tracking)
 
         torch.set_num_threads(cfg.resources_for("train").threads)
@@ -163,6 +161,15 @@ class Trainer:
                 cfg.calib.sample_frac,
                 cfg.schedule.temperature,
             )
+        self.bounds = UpdateBounds(
+            ClipBounds.fixed(self.algo.clip_low, self.algo.clip_high),
+            calibrator=self.calibrator,
+            shadow=self.shadow,
+            reference=cfg.calib.reference.mode,
+            run_targets=run_targets or {},
+            updates_per_step=cfg.schedule.ppo_epochs * cfg.schedule.mini_batches,
+            timer=self.timer,
+        )
         self.stability = StabilityMonitor.from_config(cfg.stability)
         rows = load_split(self.data_dir, "train.jsonl")
         self.prompt_ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in rows]
@@ -407,7 +414,7 @@ class Trainer:
                 ph.tokens = float(mb.batch.attention_mask.sum())
             _finite("log-probs in the update", lp.detach(), mb.mask)
             ratio = masked_ratio(lp.detach(), mb.old_log_prob, mb.mask)
-        bounds, metrics = self._calibrate(step, mb, ratio)
+        bounds, metrics = self.bounds.for_update(step, mb, ratio)
         with self.timer.phase("train"):
             entropy = entropy_from_logits(logits, mb.mask) if algo.entropy_coef > 0 else None
             loss, lm = policy_loss(
@@ -426,50 +433,3 @@ class Trainer:
             self.prec.optimizer.step()
         lm["grad_norm"] = gnorm
         return {**lm, **metrics}, ratio
-
-    def _run_target(self, step: int) -> tuple[float | None, float | None]:
-        """This step's targets from the bf16 run (`calib.reference: run`) for the updates after the first.
-
-        The bf16 run's per-step clip fraction is the mean over its N updates, and its first update clips
-        nothing (the policy has not moved: the ratio is exactly 1). This run's first update clips nothing
-        too, so its N - 1 later updates carry the whole fraction: q * N / (N - 1), at most 1."""
-        n = self.cfg.schedule.ppo_epochs * self.cfg.schedule.mini_batches
-        scale = n / (n - 1) if n > 1 else 1.0
-        q, q_hi = self.run_targets.get(step, (None, None))
-        return (
-            None if q is None else min(1.0, q * scale),
-            None if q_hi is None else min(1.0, q_hi * scale),
-        )
-
-    def _calibrate(
-        self, step: int, mb: MiniBatch, ratio: torch.Tensor
-    ) -> tuple[ClipBounds, dict[str, float]]:
-        """The mini-batch's clip bounds (calibrated for `*_calib`, else the fixed ones) and the
-        `calib/*` and `phantom/*` metrics."""
-        metrics: dict[str, float] = {}
-        ref_ratio = ref_mask = None
-        if self.shadow is not None:
-            ref_ratio, ref_mask = self.shadow.ref_ratios(
-                mb.idx, mb.batch, ratio, mb.advantages, mb.mask, mb.first_update
-            )
-        bounds = self.fixed_bounds
-        if self.calibrator is not None:
-            mode = self.cfg.calib.reference.mode
-            kw = {}
-            if mode == "shadow":
-                kw = {"ref_ratio": ref_ratio, "ref_mask": ref_mask}
-            elif mode == "run":
-                q, q_hi = self._run_target(step)
-                kw = {"target_q": q, "target_q_high": q_hi}
-            with self.timer.phase("calib"):
-                # The step's first update scores the policy that produced the old log-probs: its
-                # reference ratio is identically 1, so it clips nothing below and leaves the pool alone.
-                bounds, cm = self.calibrator.bounds(
-                    ratio, mb.advantages, mb.mask, ref_unchanged=mb.first_update, **kw
-                )
-            metrics.update(cm)
-        if ref_ratio is not None and bool(ref_mask.any()):
-            metrics.update(
-                phantom_low_neg(ratio, ref_ratio, mb.advantages, ref_mask, bounds.low, self.fixed_bounds.low)
-            )
-        return bounds, metrics

@@ -1,0 +1,85 @@
+"""The clip bounds of each PPO update in the reference trainer, and the paired clipping metrics.
+
+`UpdateBounds.for_update(step, mb, ratio)` gives the bounds one mini-batch update clips with: the
+algorithm's fixed ones, or for `*_calib` variants the `Calibrator`'s against its reference
+(`calib.reference`): the BF16 shadow pass's ratios of the same tokens (`shadow`), the bf16 run's
+per-step clip fractions (`run`), or its static target. With a shadow pass (every fp8 variant) it also
+returns `phantom/low_neg` and `phantom/missed_neg`: negative-advantage tokens clipped under FP8 but not
+under BF16, and the reverse. The calibrator's own time is the `calib` phase.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fp8rl.engine.phase_timer import PhaseTimer
+from fp8rl.engine.shadow import ShadowPass
+from fp8rl.engine.update_batch import MiniBatch
+from fp8rl.rl import Calibrator, ClipBounds, phantom_low_neg
+
+RunTargets = dict[int, tuple[float | None, float | None]]  # step -> the bf16 run's (q, q_high)
+
+
+class UpdateBounds:
+    """One run's source of clip bounds (module doc); the calibrator and shadow pass are the trainer's."""
+
+    def __init__(
+        self,
+        fixed: ClipBounds,
+        *,
+        calibrator: Calibrator | None,
+        shadow: ShadowPass | None,
+        reference: str,
+        run_targets: RunTargets,
+        updates_per_step: int,
+        timer: PhaseTimer,
+    ) -> None:
+        self.fixed, self.calibrator, self.shadow = fixed, calibrator, shadow
+        self.reference, self.run_targets = reference, run_targets
+        self.updates_per_step, self.timer = updates_per_step, timer
+
+    def run_target(self, step: int) -> tuple[float | None, float | None]:
+        """This step's targets from the bf16 run (`calib.reference: run`) for the updates after the first.
+
+        The bf16 run's per-step clip fraction is the mean over its N updates, and its first update clips
+        nothing (the policy has not moved: the ratio is exactly 1). This run's first update clips nothing
+        too, so its N - 1 later updates carry the whole fraction: q * N / (N - 1), at most 1."""
+        n = self.updates_per_step
+        scale = n / (n - 1) if n > 1 else 1.0
+        q, q_hi = self.run_targets.get(step, (None, None))
+        return (
+            None if q is None else min(1.0, q * scale),
+            None if q_hi is None else min(1.0, q_hi * scale),
+        )
+
+    def for_update(
+        self, step: int, mb: MiniBatch, ratio: torch.Tensor
+    ) -> tuple[ClipBounds, dict[str, float]]:
+        """The mini-batch's clip bounds (calibrated for `*_calib`, else the fixed ones) and the
+        `calib/*` and `phantom/*` metrics."""
+        metrics: dict[str, float] = {}
+        ref_ratio = ref_mask = None
+        if self.shadow is not None:
+            ref_ratio, ref_mask = self.shadow.ref_ratios(
+                mb.idx, mb.batch, ratio, mb.advantages, mb.mask, mb.first_update
+            )
+        bounds = self.fixed
+        if self.calibrator is not None:
+            kw = {}
+            if self.reference == "shadow":
+                kw = {"ref_ratio": ref_ratio, "ref_mask": ref_mask}
+            elif self.reference == "run":
+                q, q_hi = self.run_target(step)
+                kw = {"target_q": q, "target_q_high": q_hi}
+            with self.timer.phase("calib"):
+                # The step's first update scores the policy that produced the old log-probs: its
+                # reference ratio is identically 1, so it clips nothing below and leaves the pool alone.
+                bounds, cm = self.calibrator.bounds(
+                    ratio, mb.advantages, mb.mask, ref_unchanged=mb.first_update, **kw
+                )
+            metrics.update(cm)
+        if ref_ratio is not None and bool(ref_mask.any()):
+            metrics.update(
+                phantom_low_neg(ratio, ref_ratio, mb.advantages, ref_mask, bounds.low, self.fixed.low)
+            )
+        return bounds, metrics
