@@ -109,8 +109,9 @@ def run_fp8rl(cfg, variant: str, gran: str, data: Path, base: Path, model: str, 
     return statistics.median(r["time/step_s"] for r in rows[1:])
 
 
-def run_trl(cfg, data: Path, base: Path, out: Path, shape: Shape) -> float:
-    """Median step seconds of the same job through TRL's GRPOTrainer (module doc), from a callback."""
+def run_trl(cfg, data: Path, base: Path, out: Path, shape: Shape, callbacks=()) -> float:
+    """Median step seconds of the same job through TRL's GRPOTrainer (module doc), from a callback;
+    `callbacks` are more `TrainerCallback`s to attach (benchmarks/step_profile.py's profiler)."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, PrinterCallback, TrainerCallback
@@ -167,7 +168,7 @@ def run_trl(cfg, data: Path, base: Path, out: Path, shape: Shape) -> float:
         args=args,
         train_dataset=dataset,
         processing_class=load_tokenizer(base),
-        callbacks=[timer],
+        callbacks=[timer, *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # its per-step log dicts would bury the table
     trainer.train()
