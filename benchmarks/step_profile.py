@@ -47,12 +47,13 @@ def category(op: str) -> str | None:
 
 
 class StepWindow:
-    """A torch profiler that records from the start of step `first` to the end of the run."""
+    """A torch profiler that records from the start of step `first` to the end of step `last` (not
+    the checkpoint and summary a run writes after its last step)."""
 
-    def __init__(self, first: int) -> None:
+    def __init__(self, first: int, last: int) -> None:
         import torch
 
-        self.first = first
+        self.first, self.last = first, last
         self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
         self.started = self.stopped = False
         self.t0 = self.t1 = 0.0
@@ -63,6 +64,10 @@ class StepWindow:
         if step == self.first and not self.started:
             self.prof.start()
             self.started, self.t0 = True, time.perf_counter()
+
+    def step_ends(self, step: int) -> None:
+        if step == self.last:
+            self.stop()
 
     def stop(self) -> None:
         import time
@@ -87,7 +92,7 @@ def profile_fp8rl(cfg, data: Path, base: Path, model: str, out: Path, steps: int
     from fp8rl.engine.trainer import Trainer
     from fp8rl.matrix import RunSpec
 
-    window = StepWindow(first=2)
+    window = StepWindow(first=2, last=steps + 1)
     trainer = Trainer(
         cfg, RunSpec("grpo", model, "bf16", "none", 0), base_dir=base, data_dir=data, out_dir=out,
         progress=False, shadow_diagnostics=False,
@@ -96,11 +101,13 @@ def profile_fp8rl(cfg, data: Path, base: Path, model: str, out: Path, steps: int
 
     def profiled_step(step: int) -> dict:
         window.step_begins(step)
-        return train_step(step)
+        metrics = train_step(step)
+        window.step_ends(step)
+        return metrics
 
     trainer.train_step = profiled_step
     summary = trainer.run()
-    window.stop()
+    window.stop()  # in case the run ended early
     if summary["status"] == "failed":
         raise RuntimeError(f"fp8rl bf16: failed ({summary['reason']})")
     return window.per_step(steps)
@@ -109,11 +116,14 @@ def profile_fp8rl(cfg, data: Path, base: Path, model: str, out: Path, steps: int
 def profile_trl(cfg, data: Path, base: Path, out: Path, shape, steps: int) -> dict[str, float]:
     from transformers import TrainerCallback
 
-    window = StepWindow(first=2)
+    window = StepWindow(first=2, last=steps + 1)
 
     class Window(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
             window.step_begins(state.global_step + 1)
+
+        def on_step_end(self, args, state, control, **kw):
+            window.step_ends(state.global_step)  # already counts the step that just ended
 
         def on_train_end(self, args, state, control, **kw):
             window.stop()

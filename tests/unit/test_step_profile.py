@@ -41,3 +41,26 @@ def test_a_shape_row_reports_both_ratios():
     theirs = {"wall": 1.5, "gemm": 0.5, "attn": 0.1, "other": 0.6}
     row = sp.line("L2 h128 t1 n8", ours, theirs)
     assert row.split()[-2:] == ["1.50x", "3.00x"]  # TRL/us = 1.5 / 1.0, TRL/dense = 1.5 / (0.4 + 0.1)
+
+
+def test_the_window_records_from_its_first_step_to_the_end_of_its_last():
+    import torch
+
+    sp = _load()
+    window = sp.StepWindow(first=2, last=3)
+    a = torch.randn(64, 64)
+    window.step_begins(1)
+    a @ a  # step 1: before the window
+    window.step_ends(1)
+    assert not window.started
+    for step in (2, 3):
+        window.step_begins(step)
+        a @ a
+        window.step_ends(step)
+    assert window.stopped
+    a @ a  # after the window: not recorded
+    calls = [ev.count for ev in window.prof.key_averages() if ev.key == "aten::mm"]
+    assert calls == [2]
+    per_step = window.per_step(2)
+    assert per_step["wall"] > 0 and per_step["gemm"] > 0
+    assert set(per_step) == {"wall", "gemm", "attn", "other"}
