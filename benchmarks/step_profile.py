@@ -1,8 +1,8 @@
 """Where a GRPO step's time goes: fp8rl's `bf16` variant and TRL's `GRPOTrainer`, under torch's profiler.
 
 The job, the shapes and TRL's settings are `vs_trl.py`'s (its module doc). Per shape, each trainer runs
-one warm-up step and `--steps` profiled steps; the profiler's self CPU time of every op is summed into
-categories per step:
+one warm-up step and `--steps` profiled steps, `--repeats` times interleaved (every figure is the median
+over the repeats); the profiler's self CPU time of every op is summed into categories per step:
 
 - `gemm`: the dense matrix products (`aten::mm`, `addmm`, `bmm`, `baddbmm`, `_scaled_mm`);
 - `attn`: scaled-dot-product attention, forward and backward;
@@ -17,13 +17,14 @@ bf16-rounded operands on CPU), so `TRL/dense` bounds the speed-up over TRL of an
 this job that does the same dense arithmetic at the same GEMM speed: `TRL/us` (vs_trl.py) cannot
 exceed it by removing overhead alone.
 
-    .venv/bin/python benchmarks/step_profile.py [--steps 3] [--layers 2 4] [--hidden 128 256] ...
+    .venv/bin/python benchmarks/step_profile.py [--steps 3] [--repeats 2] [--layers 2 4] [--hidden 128 256] ...
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -132,6 +133,11 @@ def profile_trl(cfg, data: Path, base: Path, out: Path, shape, steps: int) -> di
     return window.per_step(steps)
 
 
+def medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over repeated runs (the machine may be shared)."""
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
 HEADER = (
     f"{'':<16} {'fp8rl bf16':-^31} {'TRL':-^31}\n"
     f"{'shape':<16} " + " ".join(f"{c:>7}" for c in ("wall", "gemm", "attn", "other") * 2)
@@ -150,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default="config/smoke.yaml")
     p.add_argument("--steps", type=int, default=3, help="profiled steps after one warm-up step")
+    p.add_argument("--repeats", type=int, default=2, help="interleaved repeats per shape; medians kept")
     for key, values in vs_trl.GRID.items():
         p.add_argument(f"--{key.replace('_', '-')}", type=int, nargs="+", default=list(values))
     a = p.parse_args(argv)
@@ -159,18 +166,21 @@ def main(argv: list[str] | None = None) -> int:
         print("TRL is not installed: pip install -e '.[bench]'", file=sys.stderr)
         return 2
     print(
-        f"{vs_trl.PROMPTS} prompts x {vs_trl.GROUP} samples; seconds per step over {a.steps} profiled steps"
+        f"{vs_trl.PROMPTS} prompts x {vs_trl.GROUP} samples; seconds per step over {a.steps} profiled "
+        f"steps, median of {a.repeats} interleaved repeats per figure"
     )
     print(HEADER)
     for s in itertools.product(a.layers, a.hidden, a.threads, a.new_tokens):
         shape = vs_trl.Shape(*s)
         cfg = vs_trl._cfg(a.config, a.steps, shape)
+        runs: dict[str, list[dict[str, float]]] = {"fp8rl": [], "trl": []}
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             data, base, model = vs_trl.prepare(cfg, root)
-            ours = profile_fp8rl(cfg, data, base, model, root / "fp8rl", a.steps)
-            theirs = profile_trl(cfg, data, base, root / "trl", shape, a.steps)
-        print(line(shape, ours, theirs), flush=True)
+            for rep in range(a.repeats):
+                runs["fp8rl"].append(profile_fp8rl(cfg, data, base, model, root / f"fp8rl{rep}", a.steps))
+                runs["trl"].append(profile_trl(cfg, data, base, root / f"trl{rep}", shape, a.steps))
+        print(line(shape, medians(runs["fp8rl"]), medians(runs["trl"])), flush=True)
     return 0
 
 
