@@ -27,6 +27,7 @@ import itertools
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import vs_trl
@@ -60,8 +61,6 @@ class StepWindow:
         self.t0 = self.t1 = 0.0
 
     def step_begins(self, step: int) -> None:
-        import time
-
         if step == self.first and not self.started:
             self.prof.start()
             self.started, self.t0 = True, time.perf_counter()
@@ -71,8 +70,6 @@ class StepWindow:
             self.stop()
 
     def stop(self) -> None:
-        import time
-
         if self.started and not self.stopped:
             self.t1 = time.perf_counter()
             self.prof.stop()
