@@ -34,6 +34,7 @@ import vs_trl
 
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm")
 CATEGORIES = ("gemm", "attn", "other")
+COLUMNS = ("wall", *CATEGORIES)  # per trainer, in the printed table
 
 
 def category(op: str) -> str | None:
@@ -137,14 +138,14 @@ def medians(runs: list[dict[str, float]]) -> dict[str, float]:
 
 HEADER = (
     f"{'':<16} {'fp8rl bf16':-^31} {'TRL':-^31}\n"
-    f"{'shape':<16} " + " ".join(f"{c:>7}" for c in ("wall", "gemm", "attn", "other") * 2)
+    f"{'shape':<16} " + " ".join(f"{c:>7}" for c in COLUMNS * 2)
     + f" {'TRL/us':>7} {'TRL/dense':>9}"
 )  # fmt: skip
 
 
 def line(shape, ours: dict[str, float], theirs: dict[str, float]) -> str:
     """One shape's row: both breakdowns, TRL's profiled wall over ours and over our dense time."""
-    cells = " ".join(f"{p[c]:7.3f}" for p in (ours, theirs) for c in ("wall", "gemm", "attn", "other"))
+    cells = " ".join(f"{p[c]:7.3f}" for p in (ours, theirs) for c in COLUMNS)
     bound = theirs["wall"] / (ours["gemm"] + ours["attn"])
     return f"{str(shape):<16} {cells} {theirs['wall'] / ours['wall']:6.2f}x {bound:8.2f}x"
 
