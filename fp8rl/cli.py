@@ -2,9 +2,10 @@
 
 Each area registers its subcommands from a module in `fp8rl/commands/`; heavy imports (torch, pandas)
 happen inside the handlers so that `fp8rl matrix` answers instantly. Bad input (a `ConfigError` or a
-`UsageError`) is printed without a traceback and exits 2. `fp8rl --version` prints the installed
-package's version; `fp8rl.quiet` drops two harmless import-time log lines of torchao before any command
-runs.
+`UsageError`) is printed without a traceback and exits 2. A command whose config asks for the other
+numerics mode than the process runs (`fp8rl.numerics`) restarts itself in that mode. `fp8rl --version`
+prints the installed package's version; `fp8rl.quiet` drops two harmless import-time log lines of
+torchao before any command runs.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import os
 import sys
 
-from fp8rl import quiet
+from fp8rl import numerics, quiet
 from fp8rl.commands.common import UsageError
 from fp8rl.config_loader import ConfigError
 
@@ -58,6 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except numerics.ModeMismatch as exc:
+        if argv is not None:  # called in-process (tests, scripts): the libraries cannot switch here
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        # The `fp8rl` command itself: start again in the config's mode (fp8rl.numerics).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "fp8rl.cli", *sys.argv[1:]], exc.env())
     except BrokenPipeError:
         return 0
 

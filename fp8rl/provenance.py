@@ -1,4 +1,5 @@
-"""Where a result came from: git commit, package versions, machine, config digest."""
+"""Where a result came from: git commit, package versions, machine, numerics mode (the kernel path, the
+CPU and its ISA: fp8rl.numerics), config digest."""
 
 from __future__ import annotations
 
@@ -53,7 +54,14 @@ def machine() -> dict[str, str | int]:
 
 
 def provenance(config_digest: str | None = None, container_digest: str | None = None) -> dict:
-    out: dict = {"git_commit": git_commit(), "packages": package_versions(), "machine": machine()}
+    from fp8rl import numerics
+
+    out: dict = {
+        "git_commit": git_commit(),
+        "packages": package_versions(),
+        "machine": machine(),
+        "numerics": numerics.state(),
+    }
     if config_digest:
         out["config_digest"] = config_digest
     if container_digest:

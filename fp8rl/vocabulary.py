@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 # ------------------------------------------------------------------------------------------ the matrix
 
+# How the math libraries pick kernels (fp8rl.numerics): one pinned path, or the machine's best.
+NUMERICS_MODES = ("reproducible", "fast")
+
 TIERS = ("smoke", "mechanism", "stress", "small", "paper")
 ALGORITHMS = ("grpo", "dapo")
 VARIANTS = ("bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib")
@@ -62,7 +65,7 @@ KL_TYPES = ("k1", "k3")
 TIS_LEVELS = ("token", "sequence")
 # Calibrated clipping: which tokens set and receive the lower target, how the upper bound follows.
 CALIB_POPULATIONS = ("all", "neg")
-CALIB_UPPER_MODES = ("proportional", "quantile")
+CALIB_UPPER_MODES = ("proportional", "quantile", "fixed")
 CALIB_REFERENCE_MODES = ("shadow", "run", "static")
 # Divergence detection (fp8rl.rl.stability): the kinds of divergence a run's summary names, and what a
 # run does after the first one (`stability.on_divergence`).

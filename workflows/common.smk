@@ -5,6 +5,7 @@ import os
 import sys
 from pathlib import Path
 
+from fp8rl import numerics
 from fp8rl.config import TRAIN_SECTIONS
 from fp8rl.matrix import RunSpec, expand_matrix, reference_run
 from fp8rl.vocabulary import ALGORITHMS, GRANULARITIES, NO_CONDITION, NO_GRANULARITY, VARIANTS
@@ -30,6 +31,10 @@ try:
 except ConfigError as exc:
     print(f"error: {exc}", file=sys.stderr)
     sys.exit(2)
+
+# Every rule's `fp8rl` process starts in the config's numerics mode (fp8rl.numerics: the pinned kernel
+# path unless `numerics: fast`), so none has to restart itself.
+numerics.export(CFG.numerics)
 
 # Rules call the `fp8rl` that belongs to the Python running Snakemake (e.g. .venv/bin/fp8rl) even when
 # that environment is not activated.
@@ -155,14 +160,19 @@ def needs_reference(spec):
     return spec.spec.calib and CFG.calib.reference.mode == "run"
 
 
-def base_record(model):
+# A scratch model's base directory under {R}: one per model, or one per model and RL seed (sft.per_seed).
+SFT_BASE = "base/{model}/seed{seed}" if CFG.sft.per_seed else "base/{model}"
+SFT_JOB = "sft/{model}/seed{seed}" if CFG.sft.per_seed else "sft/{model}"  # its log and benchmark
+
+
+def base_record(model, seed):
     """The file that stands for a model's base checkpoint: `sft.json` of a scratch model's SFT, the
     `model.json` record of an `hf` model fetched into the hub cache for verl (workflows/data.smk), or
     `base.json` of a pretrained model loaded and re-saved for the reference trainer (`fp8rl model`)."""
     source = CFG.model(model).source
     if source == "scratch":
-        name = "sft.json"
-    elif source == "hf" and CFG.backend == "verl":
+        return f"{R}/{SFT_BASE}/sft.json".format(model=model, seed=seed)
+    if source == "hf" and CFG.backend == "verl":
         name = "model.json"
     else:
         name = "base.json"
@@ -173,7 +183,7 @@ def train_inputs(wildcards):
     spec = run_spec(wildcards)
     inputs = {
         "train": f"{R}/data/train.jsonl",
-        "base": base_record(spec.model),
+        "base": base_record(spec.model, spec.seed),
     }
     if needs_reference(spec):
         inputs["reference"] = str(run_dir(reference_run(spec)).summary)

@@ -80,16 +80,17 @@ rule sft:
         train=rules.data.output.train,
         images=container_inputs("train"),
     output:
-        f"{R}/base/{{model}}/sft.json",
+        f"{R}/{SFT_BASE}/sft.json",
     params:
         config=CONFIG_FILE,
         data=lambda wildcards, input: Path(input.train).parent,
         out=lambda wildcards, output: Path(output[0]).parent,
-        digest=lambda wildcards: section_digest("task", "sft", model=wildcards.model),
+        seed=lambda wildcards: ["--seed", wildcards.seed] if CFG.sft.per_seed else [],
+        digest=lambda wildcards: section_digest("numerics", "task", "sft", model=wildcards.model),
     log:
-        f"{R}/logs/sft/{{model}}.log",
+        f"{R}/logs/{SFT_JOB}.log",
     benchmark:
-        f"{R}/benchmarks/sft/{{model}}.tsv"
+        f"{R}/benchmarks/{SFT_JOB}.tsv"
     threads: threads_for("sft")
     resources:
         **resources_for("sft"),
@@ -97,7 +98,7 @@ rule sft:
         CONDA_ENV
     shell:
         in_image("train") + "fp8rl sft --config {params.config:q} --model {wildcards.model:q}"
-        " --data {params.data:q} --out {params.out:q} --no-progress > {log:q} 2>&1"
+        " --data {params.data:q} --out {params.out:q} {params.seed:q} --no-progress > {log:q} 2>&1"
 
 
 # A pretrained model (source hf or package): loaded once and re-saved as the tier's base directory.

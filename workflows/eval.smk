@@ -15,7 +15,7 @@ rule eval_lm:
         config=CONFIG_FILE,
         checkpoint=lambda wildcards, input: RunDir(Path(input.summary).parent).checkpoint,
         data=lambda wildcards, input: Path(input.test).parent,
-        digest=section_digest("eval", "backend"),
+        digest=section_digest("numerics", "eval", "backend"),
     log:
         f"{R}/logs/eval_lm/{RUN}.log",
     benchmark:
@@ -42,7 +42,7 @@ rule eval_agent:
         config=CONFIG_FILE,
         checkpoint=lambda wildcards, input: RunDir(Path(input.summary).parent).checkpoint,
         data=lambda wildcards, input: Path(input.tool).parent,
-        digest=section_digest("eval", "backend"),
+        digest=section_digest("numerics", "eval", "backend"),
     log:
         f"{R}/logs/eval_agent/{RUN}.log",
     benchmark:

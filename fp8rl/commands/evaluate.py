@@ -19,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fp8rl import numerics
 from fp8rl.commands.common import UsageError, add_config_args
 from fp8rl.config_loader import load_config
 
@@ -27,6 +28,7 @@ SUITE_TASKS = {"lm_eval": "lm_eval_tasks", "agent": "agent"}
 
 def _evaluate(args: argparse.Namespace, suite: str) -> int:
     cfg = load_config(args.file, args.set)
+    numerics.ensure(cfg.numerics)
     from fp8rl.evaluate.eval_tasks import EvalInputError, local_task_path
 
     names = getattr(cfg.eval, SUITE_TASKS[suite])

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fp8rl import numerics
 from fp8rl.commands.common import UsageError, add_config_args, model_arg
 from fp8rl.config_loader import load_config
 from fp8rl.engine.tasks import config_problems
@@ -31,6 +32,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from fp8rl.engine.sft import run_sft
 
     cfg = load_config(args.file, args.set, checks=[config_problems])
+    numerics.ensure(cfg.numerics)
     mcfg = model_arg(cfg, args)
     if mcfg.source != "scratch":
         raise UsageError(
@@ -40,7 +42,11 @@ def cmd_sft(args: argparse.Namespace) -> int:
     data = _require_dir(args.data, "data directory", "--data")
     if not (data / "train.jsonl").is_file():
         raise UsageError(f"--data {args.data}: no train.jsonl (run `fp8rl data` first)")
-    info = run_sft(cfg, args.model, data, args.out, progress=not args.no_progress)
+    if args.seed is not None and not cfg.sft.per_seed:
+        raise UsageError(f"--seed {args.seed}: the config shares one base model (sft.per_seed: false)")
+    if args.seed is None and cfg.sft.per_seed:
+        raise UsageError("--seed: the config trains one base model per RL seed (sft.per_seed: true); name it")
+    info = run_sft(cfg, args.model, data, args.out, seed=args.seed, progress=not args.no_progress)
     # sft.steps: 0 saves the random-init model: there is no loss to report.
     loss = "no SFT steps (random init)" if info["loss/final"] is None else f"loss {info['loss/final']:.3f}"
     print(
@@ -55,6 +61,7 @@ def cmd_model(args: argparse.Namespace) -> int:
     from fp8rl.engine.pretrained import prepare_base
 
     cfg = load_config(args.file, args.set, checks=[config_problems])
+    numerics.ensure(cfg.numerics)
     mcfg = model_arg(cfg, args)
     if mcfg.source == "scratch":
         raise UsageError(f"--model {args.model}: a scratch model; its base directory comes from `fp8rl sft`")
@@ -73,6 +80,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from fp8rl.matrix import find_run
 
     cfg = load_config(args.file, args.set, checks=[config_problems])
+    numerics.ensure(cfg.numerics)
     try:
         run = find_run(cfg, args.run)
     except ValueError as exc:
@@ -92,10 +100,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     run_targets = None
     if needs_ref:
+        from fp8rl.rl.calibration import centred_window
         from fp8rl.rundir import reference_targets_by_step
 
         try:
-            run_targets = reference_targets_by_step(args.reference, cfg.calib.population)
+            run_targets = centred_window(
+                reference_targets_by_step(args.reference, cfg.calib.population), cfg.calib.run_window
+            )
         except ValueError as exc:
             raise UsageError(f"--reference {exc}") from None
     from fp8rl.rundir import RunDir, RunDirLocked
@@ -158,6 +169,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="a model name of the config")
     p.add_argument("--data", required=True, help="the directory `fp8rl data` wrote")
     p.add_argument("--out", required=True, help="output model directory, e.g. results/smoke/base/tiny")
+    p.add_argument(
+        "--seed", type=int, help="the RL seed whose base this is (configs with sft.per_seed: true)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_sft)
 

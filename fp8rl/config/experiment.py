@@ -18,7 +18,7 @@ from fp8rl.config.matrix import MatrixConfig
 from fp8rl.config.models import ModelConfig
 from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
 from fp8rl.config.training import ScheduleConfig, SFTConfig, StabilityConfig, TaskConfig
-from fp8rl.vocabulary import NO_CONDITION, TIERS, VARIANT_SPECS
+from fp8rl.vocabulary import NO_CONDITION, NUMERICS_MODES, TIERS, VARIANT_SPECS
 
 if TYPE_CHECKING:
     from fp8rl.matrix import RunSpec
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 # The config sections a training run's result depends on (not the matrix, eval, resources,
 # containers or results_dir).
 TRAIN_SECTIONS = (
+    "numerics",
     "tier",
     "backend",
     "algorithms",
@@ -50,6 +51,10 @@ class ExperimentConfig(Strict):
     )
     results_dir: str = Field(
         "results", description="output root, relative to the project unless it starts with '/'"
+    )
+    numerics: Literal[NUMERICS_MODES] = Field(
+        "reproducible",
+        description="reproducible: one pinned kernel path on every x86 CPU; fast: the machine's best kernels",
     )
     models: list[ModelConfig] = Field(min_length=1)
     algorithms: AlgorithmsConfig = AlgorithmsConfig()

@@ -42,6 +42,11 @@ class SFTConfig(Strict):
     steps: int = Field(300, ge=0)
     batch_size: int = Field(64, gt=0)
     lr: float = Field(3e-3, gt=0.0)
+    per_seed: bool = Field(
+        False,
+        description="one base model per RL seed (its SFT seeded from the run's seed), so that intervals "
+        "over seeds include the base model's variance; false: one base shared by every run",
+    )
 
 
 class StabilityConfig(Strict):

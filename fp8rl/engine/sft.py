@@ -63,15 +63,23 @@ def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
+def sft_seed(task_seed: int, run_seed: int | None) -> int:
+    """The seed of a base model's initialisation and batch order: the task's seed for the shared base,
+    a distinct one per RL seed with `sft.per_seed` (the data, made from the task's seed, stay the same)."""
+    return task_seed if run_seed is None else task_seed + 1_000_003 * (run_seed + 1)
+
+
 def run_sft(
     cfg: ExperimentConfig,
     model_name: str,
     data_dir: str | Path,
     out_dir: str | Path,
     *,
+    seed: int | None = None,
     progress: bool = True,
 ) -> dict:
-    """Train the base model of `model_name` and save it to `out_dir`; returns the `sft.json` content."""
+    """Train the base model of `model_name` and save it to `out_dir`; returns the `sft.json` content.
+    `seed`: the RL seed this base belongs to (`sft.per_seed`), None for the tier's shared base."""
     mcfg = cfg.model(model_name)
     if mcfg.source != "scratch":
         raise ValueError(
@@ -80,14 +88,15 @@ def run_sft(
     torch.set_num_threads(cfg.resources_for("sft").threads)
     t0 = time.perf_counter()
     tokenizer = build_char_tokenizer()
-    model = build_model(mcfg.arch, tokenizer, seed=cfg.task.seed)
+    init_seed = sft_seed(cfg.task.seed, seed)
+    model = build_model(mcfg.arch, tokenizer, seed=init_seed)
     precision = bf16_emulation(model)
     train = _examples(tokenizer, load_split(data_dir, "train.jsonl"))
     tool_path = Path(data_dir) / "tool_train.jsonl"
     tool = _examples(tokenizer, load_split(data_dir, "tool_train.jsonl")) if tool_path.is_file() else []
     s = cfg.sft
     opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.0, betas=(0.9, 0.98))
-    gen = torch.Generator().manual_seed(cfg.task.seed)
+    gen = torch.Generator().manual_seed(init_seed)
     warmup = max(s.steps // 20, 1)
     losses: list[float] = []
     model.train()
@@ -120,6 +129,8 @@ def run_sft(
     tail = losses[-max(len(losses) // 10, 1) :]
     info = {
         "model": model_name,
+        "seed": seed,
+        "sft_seed": init_seed,
         "parameters": count_parameters(model),
         "steps": s.steps,
         "batch_size": s.batch_size,

@@ -1,0 +1,174 @@
+"""Which kernels the math libraries run: one pinned path on every x86 machine (`reproducible`), or the
+machine's best (`fast`).
+
+The same fp32 GEMM gives different last bits on different CPUs, because MKL (torch's CPU BLAS) and
+ATen's vectorised kernels (softmax, reductions, attention) pick their code path per CPU: AVX2, AVX-512,
+AMX. A few hundred training steps amplify those bits into different base models and different tables.
+`reproducible` (the default) pins one path that every x86-64 CPU with AVX2 runs, Intel and AMD alike:
+
+- `MKL_CBWR=AVX2,STRICT`: MKL's conditional numerical reproducibility, its AVX2 code branch in strict
+  mode (bit-identical results on any processor that has AVX2, for a fixed thread count);
+- `ATEN_CPU_CAPABILITY=avx2`: ATen's kernels compiled for AVX2, not AVX-512;
+- `ONEDNN_MAX_CPU_ISA=AVX2`: oneDNN (bf16 and other non-MKL paths) capped at AVX2;
+- `MKL_DYNAMIC=FALSE`: MKL uses exactly the threads it is given (threads are fixed per rule by the
+  config's `resources`).
+
+These libraries read the variables once, when they first run, so the pin must be in the environment
+before torch computes anything. `import fp8rl` applies it (the `fp8rl` command, the DAG's rules, the
+tests and the benchmarks all import fp8rl before torch runs a kernel); `FP8RL_NUMERICS=fast` in the
+environment, or `numerics: fast` in a config (the command then restarts itself in that mode), leaves the
+machine's own choice. `state()` is what provenance records.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import lru_cache
+
+from fp8rl.vocabulary import NUMERICS_MODES as MODES
+
+DEFAULT_MODE = "reproducible"
+ENV_MODE = "FP8RL_NUMERICS"
+
+PINNED_ENV = {
+    "MKL_CBWR": "AVX2,STRICT",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "MKL_DYNAMIC": "FALSE",
+}
+# CPU flags that decide the libraries' choices, recorded in provenance.
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "amx_int8")
+
+
+class ModeMismatch(RuntimeError):
+    """The process runs in one numerics mode and the config asks for the other. The libraries cannot
+    switch once loaded: the `fp8rl` command restarts itself with `FP8RL_NUMERICS` set (`env()`)."""
+
+    def __init__(self, wanted: str, active: str) -> None:
+        self.wanted, self.active = wanted, active
+        super().__init__(
+            f"numerics: the config asks for {wanted!r} but this process runs {active!r}; the math libraries "
+            f"choose their kernels once, at start: run it with {ENV_MODE}={wanted} in the environment"
+        )
+
+    def env(self) -> dict[str, str]:
+        """The environment a restarted process needs for the wanted mode."""
+        return environment(self.wanted, os.environ)
+
+
+def requested_mode(environ=os.environ) -> str:
+    mode = environ.get(ENV_MODE, DEFAULT_MODE) or DEFAULT_MODE
+    if mode not in MODES:
+        raise ValueError(f"{ENV_MODE}={mode!r}: allowed values are {', '.join(MODES)}")
+    return mode
+
+
+def environment(mode: str, environ) -> dict[str, str]:
+    """`environ` with `mode` applied: the pin set (overriding whatever the machine had) for
+    `reproducible`; for `fast`, the pin's own values removed so the libraries choose."""
+    env = dict(environ)
+    env[ENV_MODE] = mode
+    for key, value in PINNED_ENV.items():
+        if mode == "reproducible":
+            env[key] = value
+        elif env.get(key) == value:
+            del env[key]
+    return env
+
+
+def export(mode: str, environ=os.environ) -> None:
+    """Apply `environment(mode, ...)` to `environ` in place (the process's own environment by default:
+    what its children inherit)."""
+    env = environment(mode, environ)
+    for key in (ENV_MODE, *PINNED_ENV):
+        if key in env:
+            environ[key] = env[key]
+        else:
+            environ.pop(key, None)
+
+
+_ACTIVE: str | None = None
+_TORCH_FIRST = False  # torch was imported before the pin was applied: it may not hold
+
+
+def apply() -> str:
+    """Put this process in the requested mode (module docstring); called once by `import fp8rl`."""
+    global _ACTIVE, _TORCH_FIRST
+    if _ACTIVE is None:
+        mode = requested_mode()
+        _TORCH_FIRST = "torch" in sys.modules
+        export(mode)
+        _ACTIVE = mode
+    return _ACTIVE
+
+
+def active_mode() -> str:
+    return apply()
+
+
+def ensure(wanted: str) -> None:
+    """Raise ModeMismatch unless this process runs `wanted`, or the pin could not be applied before
+    torch was loaded (a script that imported torch first: its kernels may already be chosen)."""
+    active = apply()
+    if wanted != active:
+        raise ModeMismatch(wanted, active)
+    if wanted == "reproducible" and _TORCH_FIRST and _aten_capability() not in (None, "AVX2"):
+        raise RuntimeError(
+            "numerics 'reproducible': torch was imported before fp8rl and already chose its kernels "
+            f"({_aten_capability()}); import fp8rl first, or set the pin in the environment: "
+            + " ".join(f"{k}={v}" for k, v in PINNED_ENV.items())
+        )
+
+
+def _aten_capability() -> str | None:
+    if "torch" not in sys.modules:
+        return None
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
+@lru_cache(maxsize=1)
+def cpu() -> dict:
+    """The CPU's model name and the ISA flags (of `ISA_FLAGS`) it has, from /proc/cpuinfo."""
+    model, flags = "unknown", set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and model == "unknown":
+                    model = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return {"model": model, "isa": [f for f in ISA_FLAGS if f in flags]}
+
+
+def _library_versions() -> dict:
+    if "torch" not in sys.modules:
+        return {}
+    import torch
+
+    out = {}
+    for line in torch.__config__.show().splitlines():
+        line = line.strip(" -")
+        if "Math Kernel Library Version" in line:
+            out["mkl"] = line.split("Version", 1)[1].split("Product")[0].strip()
+        elif line.startswith("Intel(R) MKL-DNN"):
+            out["onednn"] = line.split()[2]
+    return out
+
+
+def state() -> dict:
+    """The mode, the pinned variables as this process has them, the kernels ATen chose, the CPU and
+    the libraries' versions: the `numerics` record of provenance."""
+    mode = apply()
+    return {
+        "mode": mode,
+        "env": {key: os.environ.get(key) for key in PINNED_ENV},
+        "aten_capability": _aten_capability(),
+        "cpu": cpu(),
+        **_library_versions(),
+    }
