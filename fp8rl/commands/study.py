@@ -44,8 +44,9 @@ SETUP_ARGS = {"tokens": "n_tokens", "seq_len": "seq_len", "mean_nll": "mean_nll"
 CALIBRATION_NOTES = [
     "population neg by default: the A<0 tokens set the target and the lower quantile "
     "(with 'all', A>0 tokens below L count toward the target without being clipped: A<0 tokens under-clip)",
-    "pooled target: the reference fraction is counted over a large sample, here every reference token "
-    "of the population at once (the trainer pools the shadow counts over updates, calib.momentum)",
+    "target from the same tokens: the reference fraction is counted over every reference token of the "
+    "population at once, as the trainer counts each update's own shadow tokens (no pooling over updates "
+    "by default: a pooled target lags a clip fraction that changes; calib.momentum)",
     "upper bound from the clamped L: U = 1 + clip_high * (1 - L) / clip_low, and 1 + clip_high when the "
     "reference clips nothing (then L sits just under min(R): nothing is clipped below)",
 ]

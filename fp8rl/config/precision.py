@@ -85,11 +85,14 @@ class CalibConfig(Strict):
     )
     upper: Literal[CALIB_UPPER_MODES] = "proportional"
     low_range: tuple[float, float] = (0.5, 1.0)
-    # 0.9 pools the shadow reference counts over ~1/(1-0.9) = 10 updates: at q ~ 1 % a mini-batch's
-    # ~60 A<0 shadow tokens expect < 1 clipped one, ten of them ~6, while the target (a property of the
-    # BF16 update size) still follows the run within a few steps.
+    # 0 (the default): each update's target comes from its own shadow tokens, so it tracks the reference
+    # without lag. > 0 pools the counts as an EMA over ~1/(1-m) updates: more tokens per target, but it
+    # lags a clip fraction that moves over the run (fp8rl.rl.calibration, step 4).
     momentum: float = Field(
-        0.9, ge=0.0, lt=1.0, description="EMA of the shadow reference counts over updates; 0 = none"
+        0.0, ge=0.0, lt=1.0, description="EMA of the shadow reference counts over updates; 0 = none (no lag)"
+    )
+    run_window: int = Field(
+        1, ge=1, description="reference 'run': centred moving mean of the bf16 run's per-step targets (odd)"
     )
     sample_frac: Fraction = Field(0.25, description="fraction of sequences re-scored by the shadow pass")
 
@@ -99,6 +102,13 @@ class CalibConfig(Strict):
         lo, hi = v
         if not 0.0 < lo <= hi <= 1.0:
             raise ValueError(f"low_range must satisfy 0 < low <= high <= 1, got {list(v)}")
+        return v
+
+    @field_validator("run_window")
+    @classmethod
+    def _odd_window(cls, v: int) -> int:
+        if v % 2 == 0:
+            raise ValueError(f"run_window must be odd (a centred window), got {v}")
         return v
 
     @model_validator(mode="after")

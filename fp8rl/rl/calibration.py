@@ -16,18 +16,25 @@ pooled target, the `calib/*` metrics and checkpointable state.
    (a relative 1e-6, so the same ratios recomputed a few float32 ulps apart are not clipped either),
    below the clamp floor if min(R) is, and at most the clamp ceiling.
 3. Upper bound: `proportional`: `U = 1 + clip_high * (1 - L) / clip_low` with the clamped L, and
-   `U = 1 + clip_high` when q = 0 (nothing to rebalance); `quantile`: U matches
+   `U = 1 + clip_high` when q = 0 (nothing to rebalance); `fixed`: `U = 1 + clip_high` (the ablation
+   that separates "fewer zeroed negative gradients" from "a wider trust region"); `quantile`: U matches
    `q_hi = mean(R_ref > 1 + clip_high)` over the upper population (all valid tokens for `all`, the
    positive-advantage ones for `neg`: the tokens whose gradient the upper bound zeroes), chosen the
    same way, at least 1.
 The bounds satisfy L <= 1 <= U.
 
-4. Pooled target (`Calibrator`, `shadow` reference): at q ~ 1 % a mini-batch's few hundred shadow
-   tokens hold 0 to 3 clipped ones, so the reference counts are pooled over updates as an EMA of the
-   numerator and the denominator separately (`momentum`); the pooled denominator is the effective
-   sample size, logged as `calib/ref_tokens`. An update whose reference ratio is identically 1 (the
-   policy has not moved since the old log-probs: the first update of a step) clips nothing below and
-   leaves the pool alone.
+4. The target tracks its reference without lag (`Calibrator`). With the `shadow` reference each update's
+   target comes from that update's own shadow tokens: the BF16 ratios of the same tokens, in the same
+   update, so FP8 clips as many of them as BF16 would (with `calib.sample_frac: 1` every token is
+   re-scored and the count match is exact). Pooling the counts over updates (`momentum` > 0, an EMA of
+   numerator and denominator) is an option for small shadow samples, at a measured cost: it lags a
+   clip fraction that changes over the run (a fraction falling from 5 % to 1 % keeps a momentum-0.9
+   target above the current one for ~10 updates, and the run then clips more than BF16;
+   tests/unit/rl/test_calibration_lag.py). With the `run` reference the bf16 run has finished, so its
+   per-step fractions can be smoothed with a centred window (`centred_window`): no lag. An update whose
+   reference ratio is identically 1 (the policy has not moved since the old log-probs: the first update
+   of a step) clips nothing below and leaves any pool alone. `calib/ref_tokens` is the effective sample
+   size of every shadow target (the pooled denominator; the update's own count without pooling).
 """
 
 from __future__ import annotations
@@ -164,6 +171,8 @@ def bounds_from_quantiles(
     r_lo, _ = torch.sort(ratio.detach()[pop_lo].to(torch.float64))
     k = round(q * r_lo.numel())
     low = _lower_bound(r_lo, k, fixed.low, low_range)
+    if upper == "fixed":
+        return ClipBounds(low, fixed.high)
     if upper == "proportional":
         return ClipBounds(low, fixed.high if k == 0 else 1.0 + clip_high * (1.0 - low) / clip_low)
     if q_high is None or int(pop_hi.sum()) == 0:
@@ -172,6 +181,25 @@ def bounds_from_quantiles(
         raise ValueError(f"calibrated_bounds: upper target quantile must be in [0, 1], got {q_high}")
     r_hi, _ = torch.sort(ratio.detach()[pop_hi].to(torch.float64))
     return ClipBounds(low, _upper_bound(r_hi, round(q_high * r_hi.numel()), fixed.high))
+
+
+def centred_window(
+    targets: dict[int, tuple[float | None, float | None]], width: int
+) -> dict[int, tuple[float | None, float | None]]:
+    """Per-step targets of a finished reference run (`calib.reference: run`) smoothed by a centred moving
+    mean over `width` steps (odd; 1 returns them as they are): step t averages the steps within
+    (width - 1) / 2 of it that have a value, so the window looks as far ahead as behind and a trend
+    is not delayed. Each of the pair (q, q_high) is smoothed on its own; None values are left out."""
+    if width < 1 or width % 2 == 0:
+        raise ValueError(f"centred_window: width must be an odd number >= 1, got {width}")
+    half = (width - 1) // 2
+    steps = sorted(targets)
+
+    def smooth(step: int, i: int) -> float | None:
+        vals = [targets[s][i] for s in steps if abs(s - step) <= half and targets[s][i] is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    return {step: (smooth(step, 0), smooth(step, 1)) for step in steps}
 
 
 def calibrated_bounds(
@@ -210,16 +238,18 @@ def calibrated_bounds(
 class Calibrator:
     """Stateful calibrated clipping for a training run: reference mode, pooled target, metrics, state.
 
-    `reference`: `shadow` (pass `ref_ratio` and `ref_mask` from the BF16 shadow pass each update: its
-    counts are pooled, step 4 of the module docstring), `run` (pass the BF16 run's clip fractions of the
+    `reference`: `shadow` (pass `ref_ratio` and `ref_mask` from the BF16 shadow pass each update: the
+    update's own counts set its target, or a pool of them with `momentum` > 0; step 4 of the module
+    docstring), `run` (pass the BF16 run's clip fractions of the
     same step as `target_q`, and `target_q_high` for `upper="quantile"`: its `clip/low_all` /
     `clip/high_all` for population `all`, `clip/low_neg` / `clip/high_pos` for `neg`; already means over
     every token of that step, used as given), or `static:<q>` (a fixed target; proportional upper only).
 
-    `momentum` m (shadow only): after each update with reference tokens, `num = m * num + k` and
-    `den = m * den + n` for the lower and the upper population; the target is `num / den`, pooled over
-    about 1 / (1 - m) updates, and `den` is `calib/ref_tokens`. m = 0 uses each update's counts alone.
-    An update without reference tokens uses the pool as it is.
+    `momentum` m (shadow only; default 0: each update's counts alone, no lag): after each update with
+    reference tokens, `num = m * num + k` and `den = m * den + n` for the lower and the upper population;
+    the target is `num / den`, pooled over about 1 / (1 - m) updates (and lagging by about as many), and
+    `den` is `calib/ref_tokens`. An update without reference tokens of its own uses the pool as it is
+    (with m = 0: the last update's counts).
 
     `ref_unchanged=True` (the policy has not moved since the old log-probs, so the reference ratio is
     identically 1; a `shadow` update whose reference tokens all have ratio exactly 1 counts as such too):
@@ -241,7 +271,7 @@ class Calibrator:
         population: str = "neg",
         upper: str = "proportional",
         low_range: tuple[float, float] = (0.5, 1.0),
-        momentum: float = 0.9,
+        momentum: float = 0.0,
     ) -> None:
         _check_options(clip_low, clip_high, upper, tuple(low_range))
         if population not in POPULATIONS:
