@@ -1,13 +1,20 @@
 """Atomic file writes: nothing half-written is ever left behind.
 
 Every writer puts its bytes in a temp file in the destination's folder, fsyncs it and renames it over
-the destination, so a reader (or a run restarted after SIGKILL) sees the old file or the new one.
+the destination, so a reader (or a run restarted after SIGKILL) sees the old file or the new one. A
+directory (a checkpoint, a publication) is built beside its destination and swapped in whole
+(`replace_dir`); `recover_dir` undoes what a kill in the middle of that leaves. Temp files and folders
+are named `.{name}.*.tmp` after their destination, so a writer that holds its destination exclusively
+can remove those a killed writer left (`remove_stale_temps`).
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -50,6 +57,78 @@ def settle_dir(path: str | Path) -> None:
     fsync_dir(path)
 
 
+def temp_names(folder: str | Path, name: str = "*") -> list[Path]:
+    """The temp files and folders of the writers of `folder/name` (`.{name}.*.tmp`; `*`: of any file)."""
+    return sorted(Path(folder).glob(f".{name}.*.tmp"))
+
+
+def remove_stale_temps(folder: str | Path, name: str = "*") -> list[Path]:
+    """Remove the temp files and folders killed writers of `folder/name` left (`temp_names`); returns
+    them. Only for a caller that holds the destination exclusively: a live writer's temp goes too."""
+    stale = temp_names(folder, name)
+    for p in stale:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return stale
+
+
+# renameat2(2)'s flag that swaps two existing names in one step (Linux >= 3.15; ext4, xfs, btrfs, tmpfs)
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def exchange_dirs(a: str | Path, b: str | Path) -> bool:
+    """Swap the names `a` and `b` (both exist) in one atomic step; False where the OS or the filesystem
+    cannot (no renameat2, or a filesystem without RENAME_EXCHANGE such as NFS), having changed nothing."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    rc = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM):
+        return False
+    raise OSError(err, os.strerror(err), str(a))
+
+
+def replace_dir(src: Path, dst: Path) -> None:
+    """Move directory `src` to `dst`, replacing `dst`. Where the filesystem can swap two names atomically
+    (`exchange_dirs`) `dst` is complete at every instant, the old one or the new one, and the old one is
+    then removed from `src`'s name; elsewhere the old one is renamed to `dst.old` first, so that at every
+    instant `dst` or `dst.old` is complete (`recover_dir` puts `dst.old` back after a kill)."""
+    src, dst = Path(src), Path(dst)
+    old = dst.with_name(dst.name + ".old")
+    if old.exists():
+        shutil.rmtree(old)
+    if dst.exists():
+        if exchange_dirs(src, dst):
+            fsync_dir(dst.parent)
+            shutil.rmtree(src, ignore_errors=True)
+            return
+        os.replace(dst, old)
+    os.replace(src, dst)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_dir(dst: Path) -> None:
+    """Undo what a kill inside `replace_dir` (or while building the new directory) leaves: `dst.old`
+    without `dst` (killed between the two renames) is put back; `dst.old` beside a complete `dst`
+    (killed before its removal) and the temp folders `.{dst name}.*.tmp` are removed. Only for a caller
+    that holds `dst` exclusively."""
+    dst = Path(dst)
+    old = dst.with_name(dst.name + ".old")
+    if not dst.exists() and old.is_dir():
+        old.rename(dst)
+    elif old.exists():
+        shutil.rmtree(old, ignore_errors=True)
+    remove_stale_temps(dst.parent, dst.name)
+
+
 def fsync_dir(path: str | Path) -> None:
     """fsync a directory, making the creation, removal or rename of its entries durable."""
     fd = os.open(path, os.O_RDONLY)
@@ -71,20 +150,30 @@ def atomic_write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
     return atomic_write_text(path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
 
 
-def read_jsonl(path: str | Path, *, drop_cut_tail: bool = False) -> list[dict]:
-    """Read a JSONL file; a malformed line raises ValueError naming the file and line. With
-    `drop_cut_tail`, a malformed last line without its newline (the cut-off write of a killed writer)
-    is dropped instead."""
-    text = Path(path).read_text()
-    lines = text.split("\n")
+def read_jsonl(path: str | Path, *, drop_cut_tail: bool = False) -> list:
+    """Read a JSONL file; a line that is not UTF-8 or not JSON raises ValueError naming the file and
+    line. With `drop_cut_tail`, a malformed last line without its newline (the cut-off write of a killed
+    writer) is dropped instead."""
+    return [row for _, row in read_jsonl_lines(path, drop_cut_tail=drop_cut_tail)]
+
+
+def read_jsonl_lines(path: str | Path, *, drop_cut_tail: bool = False) -> list[tuple[int, Any]]:
+    """`read_jsonl` with each value's line number: `[(line, value), ...]`, blank lines skipped."""
+    data = Path(path).read_bytes()
+    lines = data.split(b"\n")
     rows = []
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
+    for lineno, raw in enumerate(lines, start=1):
+        if not raw.strip():
             continue
+        cut = drop_cut_tail and lineno == len(lines) and not data.endswith(b"\n")
         try:
-            rows.append(json.loads(line))
+            rows.append((lineno, json.loads(raw.decode("utf-8"))))
+        except UnicodeDecodeError as exc:
+            if cut:
+                break
+            raise ValueError(f"{path}:{lineno}: not UTF-8 text (byte {exc.start + 1} of the line)") from None
         except json.JSONDecodeError as exc:
-            if drop_cut_tail and lineno == len(lines) and not text.endswith("\n"):
+            if cut:
                 break
             raise ValueError(f"{path}:{lineno}: malformed JSON line ({exc.msg})") from None
     return rows

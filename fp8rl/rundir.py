@@ -51,7 +51,8 @@ PHASES = ("rollout", "logprob", "train", "calib")
 
 
 class RunDirLocked(Exception):
-    """Another process holds the run directory's lock; the message names the directory and the holder."""
+    """Another process holds the lock (of a run directory, or of a tier's report: `hold_lock`); the
+    message names the directory and the holder."""
 
 
 def runs_dir(results_dir: str | Path, tier: str) -> Path:
@@ -112,27 +113,15 @@ class RunDir:
     def lock(self) -> Iterator[None]:
         """Hold the run directory exclusively for the body: one writer per run.
 
-        An exclusive `fcntl.flock` on `run.lock` (created, with its parent folders, when missing), taken
-        without waiting: if another process holds it, `RunDirLocked` names the holder (the pid, host and
-        start time it wrote into the file) and nothing else is touched. The kernel releases the lock
-        when the holder's process ends, however it ends; a lock file left by a killed holder is simply
-        taken over. On exit the lock file is removed, and so are the folders this call created if they
-        are still empty (a run refused before it wrote anything leaves nothing behind).
+        An exclusive `fcntl.flock` on `run.lock` (`hold_lock`), taken without waiting: if another
+        process holds it, `RunDirLocked` names the holder (the pid, host and start time it wrote into the
+        file) and nothing else is touched. The kernel releases the lock when the holder's process ends,
+        however it ends; a lock file left by a killed holder is simply taken over. On exit the lock file
+        is removed, and so are the folders this call created if they are still empty (a run refused
+        before it wrote anything leaves nothing behind).
         """
-        first_new = _first_missing(self.root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = _acquire(self.lock_file)
-        try:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-            os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()} since {stamp}\n".encode())
+        with hold_lock(self.lock_file, "wait for that run to end or stop it, or use another --out"):
             yield
-        finally:
-            # unlink before unlocking: a process that opened the old file then sees it is stale (_acquire)
-            self.lock_file.unlink(missing_ok=True)
-            os.close(fd)
-            if first_new is not None:
-                _remove_empty(self.root, up_to=first_new)
 
     # ----------------------------------------------------------------------------------- writers
 
@@ -211,7 +200,34 @@ def _remove_empty(path: Path, *, up_to: Path) -> None:
             return
 
 
-def _acquire(path: Path) -> int:
+@contextmanager
+def hold_lock(lock_file: str | Path, hint: str) -> Iterator[None]:
+    """Hold `lock_file` exclusively for the body (`fcntl.flock`, without waiting); `RunDirLocked` naming
+    the holder and `hint` (what to do) if another process has it. The file says who holds it; it is
+    removed on exit, and so are the folders this call created if they are still empty."""
+    lock_file = Path(lock_file)
+    first_new = _first_missing(lock_file.parent)
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = _acquire(lock_file, hint)
+    except BaseException:
+        if first_new is not None:
+            _remove_empty(lock_file.parent, up_to=first_new)
+        raise
+    try:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()} since {stamp}\n".encode())
+        yield
+    finally:
+        # unlink before unlocking: a process that opened the old file then sees it is stale (_acquire)
+        lock_file.unlink(missing_ok=True)
+        os.close(fd)
+        if first_new is not None:
+            _remove_empty(lock_file.parent, up_to=first_new)
+
+
+def _acquire(path: Path, hint: str) -> int:
     """An open descriptor of `path` holding its exclusive flock; `RunDirLocked` if another process has it."""
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -221,8 +237,7 @@ def _acquire(path: Path) -> int:
             holder = os.read(fd, 512).decode(errors="replace").strip() or "a process that has not said who"
             os.close(fd)
             raise RunDirLocked(
-                f"{path.parent}: already in use by another writer ({holder}; lock file {path}); "
-                "wait for that run to end or stop it, or use another --out"
+                f"{path.parent}: already in use by another writer ({holder}; lock file {path}); {hint}"
             ) from None
         try:
             current = os.stat(path).st_ino == os.fstat(fd).st_ino

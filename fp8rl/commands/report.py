@@ -26,8 +26,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from fp8rl.report.build import build_report
     from fp8rl.report.paths import ReportPaths
+    from fp8rl.rundir import RunDirLocked
 
-    manifest = build_report(cfg, runs_dir)
+    try:
+        manifest = build_report(cfg, runs_dir)
+    except RunDirLocked as exc:
+        raise UsageError(str(exc)) from None
     paths = ReportPaths.for_config(cfg)
     counts = ", ".join(f"{s} {n}" for s, n in manifest["status_counts"].items())
     print(f"report for tier {cfg.tier}: {counts}")
@@ -54,10 +58,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
     results_dir = args.results_dir or (cfg.results_dir if cfg else "results")
 
     from fp8rl.report.publish import PublishError, publish_tier
+    from fp8rl.rundir import RunDirLocked
 
     try:
         dest = publish_tier(args.tier, results_dir, cfg)
-    except PublishError as exc:
+    except (PublishError, RunDirLocked) as exc:
         raise UsageError(str(exc)) from None
     print(f"published {args.tier} to {dest}/")
     return 0

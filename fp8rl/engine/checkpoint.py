@@ -4,9 +4,10 @@
 it is), `trainer_state.pt` (policy and rollout-copy state dicts incl. any FP8 scaling buffers, optimizer
 state, calibrator and spike-detector state, every RNG) and `state.json` (step, the metrics.jsonl byte
 offset, run id, config digest, and the sha256 of each file), written last. The directory is built
-beside the target, given the usual modes, fsynced and renamed into place (`model.replace_dir`), so after
+beside the target, given the usual modes, fsynced and renamed into place (`fp8rl.io.replace_dir`), so after
 a SIGKILL or a power loss at any instant either the previous or the new checkpoint is complete; what a
-kill leaves behind (`checkpoint.old`, `.checkpoint.*.tmp`) is cleaned up before the next resume.
+kill leaves behind (`checkpoint.old`, `.checkpoint.*.tmp`) is cleaned up before the next resume
+(`fp8rl.io.recover_dir`).
 
 `trainer_state.pt` holds tensors and plain Python values only (the numpy RNG state is stored as a
 tensor and numbers), and is read with `torch.load(weights_only=True)`: a checkpoint can never run code
@@ -28,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fp8rl.engine.model import replace_dir, write_hf_files
-from fp8rl.io import fsync_dir, settle_dir, sha256_file
+from fp8rl.engine.model import write_hf_files
+from fp8rl.io import fsync_dir, recover_dir, replace_dir, settle_dir, sha256_file
 
 STATE_FILE = "state.json"
 TRAINER_FILE = "trainer_state.pt"
@@ -89,19 +90,6 @@ def save_checkpoint(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-def recover_dir(ckpt_dir: Path) -> None:
-    """Undo what a kill inside `replace_dir` leaves: only `checkpoint.old` (killed between the two
-    renames) is restored; `checkpoint.old` beside a complete `checkpoint` (killed before its removal)
-    and half-built `.checkpoint.*.tmp` directories are removed."""
-    old = ckpt_dir.with_name(ckpt_dir.name + ".old")
-    if not ckpt_dir.exists() and old.is_dir():
-        old.rename(ckpt_dir)
-    elif old.exists():
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in ckpt_dir.parent.glob(f".{ckpt_dir.name}.*.tmp"):
-        shutil.rmtree(stale, ignore_errors=True)
 
 
 def has_checkpoint(ckpt_dir: str | Path) -> bool:

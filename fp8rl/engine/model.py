@@ -12,7 +12,6 @@ round-trip alike.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -22,7 +21,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Pr
 from transformers.utils import logging as hf_logging
 
 from fp8rl.config import ArchConfig
-from fp8rl.io import settle_dir
+from fp8rl.io import replace_dir, settle_dir
 
 hf_logging.disable_progress_bar()  # no "Writing model shards" bars in every checkpoint's log lines
 
@@ -120,17 +119,6 @@ def write_hf_files(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, o
     plain.generation_config = model.generation_config
     plain.save_pretrained(str(out_dir), safe_serialization=True)
     tokenizer.save_pretrained(str(out_dir))
-
-
-def replace_dir(src: Path, dst: Path) -> None:
-    """Move directory `src` to `dst`, replacing `dst`; at every instant `dst` or `dst.old` is complete."""
-    old = dst.with_name(dst.name + ".old")
-    if old.exists():
-        shutil.rmtree(old)
-    if dst.exists():
-        os.replace(dst, old)
-    os.replace(src, dst)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def load_hf(path: str | Path) -> torch.nn.Module:

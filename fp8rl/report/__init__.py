@@ -21,10 +21,12 @@ from `{results_dir}/{tier}/runs/` and writes, with `R = {results_dir}/{tier}`:
     R/plots/{mechanism_excess_clip,mechanism_mismatch_kl}.{png,svg}   (with FP8 conditions only)
     R/report.html                            self-contained (plots embedded as base64 PNG)
     R/report.json                            manifest: status counts, data problems, config digest,
-                                             the list of outputs
+                                             the list of outputs and their sha256 (`files`)
 
 `fp8rl publish TIER [--config FILE]` copies tables/, plots/, report.html and a provenance.json into
-`{results_dir}/published/{TIER}/`, atomically (see `publish.py`).
+The report is built in a temp folder and moved into place with report.json last (`build.py`).
+`{results_dir}/published/{TIER}/` if every output has the hash report.json records, and swaps the copy
+in whole (see `publish.py`).
 
 Modules: `paths` (file names), `load` (run directories → tidy frames), `stats` (t-intervals, the
 hierarchical bootstrap), `summaries` (per-run reductions, per-step series), `comparison`,

@@ -1,6 +1,11 @@
 """`build_report(cfg)`: load a tier's runs and write its tables, plots, HTML report and manifest.
 
-The files are those of `paths.ReportPaths.for_config(cfg).outputs()`; each is written atomically.
+The files are those of `paths.ReportPaths.for_config(cfg).outputs()`. The report is built whole in a
+temp folder (`{R}/.report.*.tmp`), then moved into place file by file with `report.json` last: the old
+`report.json` is removed first, and the new one records the sha256 of every other output (`files`),
+so a report killed half-way has no `report.json` and a mix of two reports never passes `fp8rl publish`
+(which checks the hashes). `report.lock` is held throughout: one report (or publication) of a tier at a
+time, and what a killed report left (temp folders and files) is removed before the next one starts.
 Missing, diverged and failed runs are counted in every table and never stop the report; unusable data
 (malformed metrics lines, unreadable JSON) is listed in the report and in `report.json`. A matrix with
 FP8 conditions also gets the mechanism table and figures (mechanism.py).
@@ -9,13 +14,16 @@ FP8 conditions also gets the mechanism table and figures (mechanism.py).
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 
 from fp8rl.config import ExperimentConfig
-from fp8rl.io import atomic_write_json, atomic_write_text
+from fp8rl.io import atomic_write_json, atomic_write_text, fsync_dir, remove_stale_temps, sha256_file
 from fp8rl.provenance import git_commit
 from fp8rl.report.comparison import comparison_table, has_conditions
 from fp8rl.report.explainer import MECHANISM
@@ -139,10 +147,61 @@ def write_stability_report(
     return sections, [(files[0], CAPTIONS[name]) for name, files in figures.items()]
 
 
+LOCK_HINT = "wait for that report or publication of the tier to end"
+
+
 def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> dict:
-    """Write every report output for `cfg`'s tier; returns the manifest written to report.json."""
-    paths = ReportPaths.for_config(cfg)
-    runs_dir = Path(runs_dir) if runs_dir is not None else paths.runs_dir
+    """Write every report output for `cfg`'s tier; returns the manifest written to report.json.
+    `RunDirLocked` (nothing written) while another report or publication of the tier holds its lock."""
+    from fp8rl.rundir import hold_lock
+
+    final = ReportPaths.for_config(cfg)
+    runs_dir = Path(runs_dir) if runs_dir is not None else final.runs_dir
+    with hold_lock(final.lock_file, LOCK_HINT):
+        for folder, name in ((final.root, "report"), (final.tables_dir, "*"), (final.plots_dir, "*")):
+            remove_stale_temps(folder, name)  # what a killed report left
+        stage = ReportPaths(
+            Path(tempfile.mkdtemp(prefix=".report.", suffix=".tmp", dir=final.root)),
+            final.mechanism,
+            final.stability,
+        )
+        try:
+            manifest = write_report(cfg, runs_dir, stage, final)
+            install_report(stage, final)
+        finally:
+            shutil.rmtree(stage.root, ignore_errors=True)
+    return manifest
+
+
+def install_report(stage: ReportPaths, final: ReportPaths) -> None:
+    """Move a report built under `stage` into `final`: the old report.json goes first (until the new one
+    lands the report is incomplete), then every other output, then the new report.json."""
+    final.manifest.unlink(missing_ok=True)
+    fsync_dir(final.root)
+    folders = {final.root}
+    for src in stage.outputs():
+        if src == stage.manifest:
+            continue
+        dst = final.root / src.relative_to(stage.root)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dst)
+        folders.add(dst.parent)
+    for folder in folders:
+        fsync_dir(folder)
+    os.replace(stage.manifest, final.manifest)
+    fsync_dir(final.root)
+
+
+def output_hashes(paths: ReportPaths) -> dict[str, str]:
+    """`{path relative to the report root: sha256}` of every output but report.json."""
+    return {
+        p.relative_to(paths.root).as_posix(): sha256_file(p) for p in paths.outputs() if p != paths.manifest
+    }
+
+
+def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, final: ReportPaths) -> dict:
+    """Write every output into `paths` (a staging folder); report.json lists the outputs at their `final`
+    places and records their hashes. Returns the manifest."""
     runset = load_tier(cfg, runs_dir)
     keys = eval_keys(runset)
     comparison = comparison_table(runset, cfg.stability.baseline_steps)
@@ -223,7 +282,8 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
         "eval_scores": keys,
         "mechanism": paths.mechanism,
         "stability": paths.stability,
-        "outputs": [str(p) for p in paths.outputs()],
+        "outputs": [str(p) for p in final.outputs()],
+        "files": output_hashes(paths),
     }
     atomic_write_json(paths.manifest, _json_safe(manifest))
     return manifest

@@ -83,6 +83,11 @@ class ReportPaths:
         """report.json: run counts, data problems, config digest and the list of outputs."""
         return self.root / "report.json"
 
+    @property
+    def lock_file(self) -> Path:
+        """report.lock: held by `fp8rl report` and `fp8rl publish` while they read or write the report."""
+        return self.root / "report.lock"
+
     def table(self, name: str, ext: str) -> Path:
         return self.tables_dir / f"{name}.{ext}"
 

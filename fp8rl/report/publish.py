@@ -7,8 +7,15 @@ of `ReportPaths.outputs()`) and `provenance.json`:
      "containers": {name: <results/containers/{name}.json as written by the container rules>},
      "status_counts", "report_generated"}
 
-The copy is atomic: everything is assembled in a temp folder next to the destination, which then
-replaces the old one by rename, so a reader sees the old publication or the new one, never a mix.
+Only a whole report is published: every output must exist and have the sha256 that `report.json`
+records for it (`fp8rl report` writes report.json last), so a report killed half-way or a mix of two
+reports is refused (exit 2) and the old publication stays. The copy is atomic: everything is assembled
+in a temp folder `.{tier}.*.tmp` next to the destination, its copies checked against the hashes,
+fsynced, and swapped in whole (`fp8rl.io.replace_dir`): where the filesystem can exchange two names in
+one step a reader sees the old publication or the new one at every instant, never none and never a
+mix; elsewhere the old one is renamed to `{tier}.old` first, and a publication killed between the two
+renames is put back by the next `fp8rl publish` (`fp8rl.io.recover_dir`, as for checkpoints). The
+tier's `report.lock` is held throughout, so no report is rebuilt under the copy.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from fp8rl.config import ExperimentConfig
-from fp8rl.io import atomic_write_json
+from fp8rl.io import atomic_write_json, fsync_dir, recover_dir, replace_dir, sha256_file
 from fp8rl.provenance import git_commit, machine, package_versions
 from fp8rl.report.paths import ReportPaths, has_dose_axis
 
@@ -70,8 +77,15 @@ def check_publishable(tier: str, results_dir: Path, cfg: ExperimentConfig | None
         )
     try:
         manifest = json.loads(paths.manifest.read_text())
-    except json.JSONDecodeError as exc:
-        raise PublishError(f"{paths.manifest}: unreadable ({exc.msg})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PublishError(
+            f"{paths.manifest}: unreadable ({exc}); rebuild the report with `fp8rl report`"
+        ) from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise PublishError(
+            f"{paths.manifest}: records no hashes of the report's files (written by an older fp8rl, or "
+            "damaged); rebuild the report with `fp8rl report`"
+        )
     if cfg is not None and manifest.get("config_digest") != cfg.digest():
         raise PublishError(
             f"{paths.manifest}: the report was built from config digest {manifest.get('config_digest')}, "
@@ -81,48 +95,86 @@ def check_publishable(tier: str, results_dir: Path, cfg: ExperimentConfig | None
     return paths, manifest
 
 
+def verify_outputs(paths: ReportPaths, manifest: dict, root: Path | None = None) -> None:
+    """PublishError naming the first output under `root` (default: the report's own folder) whose sha256
+    is not the one report.json records: the files are not all of one report."""
+    root = root if root is not None else paths.root
+    files = manifest.get("files") or {}
+    for out in paths.outputs():
+        if out == paths.manifest:
+            continue
+        rel = out.relative_to(paths.root).as_posix()
+        if files.get(rel) != sha256_file(root / rel):
+            raise PublishError(
+                f"{out}: not the file {paths.manifest.name} records (sha256 differs: the report was "
+                "interrupted, or its files changed since); rebuild the report with `fp8rl report`"
+            )
+
+
+def _fsync_tree(root: Path) -> None:
+    for p in sorted(root.rglob("*"), reverse=True):
+        if p.is_file():
+            with open(p, "rb") as fh:
+                os.fsync(fh.fileno())
+        else:
+            fsync_dir(p)
+    fsync_dir(root)
+
+
+def _recover_legacy(dest: Path) -> None:
+    """A publication killed under earlier versions of this code left the old copy in `.{tier}.old-*/{tier}`: put it back
+    when there is no publication, remove it otherwise."""
+    for legacy in sorted(dest.parent.glob(f".{dest.name}.old-*")):
+        if not dest.exists() and (legacy / dest.name).is_dir():
+            os.replace(legacy / dest.name, dest)
+        shutil.rmtree(legacy, ignore_errors=True)
+    for legacy in dest.parent.glob(f".{dest.name}.tmp-*"):
+        shutil.rmtree(legacy, ignore_errors=True)
+
+
 def publish_tier(tier: str, results_dir: str | Path = "results", cfg: ExperimentConfig | None = None) -> Path:
-    """Publish the tier's report; returns the destination folder."""
+    """Publish the tier's report; returns the destination folder. PublishError (nothing written) when the
+    report is not there whole; `RunDirLocked` while a report or publication of the tier runs."""
+    from fp8rl.report.build import LOCK_HINT
+    from fp8rl.rundir import hold_lock
+
     results_dir = Path(results_dir)
-    paths, manifest = check_publishable(tier, results_dir, cfg)
+    paths, _ = check_publishable(tier, results_dir, cfg)
     dest = results_dir / "published" / tier
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    for stale in [*dest.parent.glob(f".{tier}.tmp-*"), *dest.parent.glob(f".{tier}.old-*")]:
-        shutil.rmtree(stale, ignore_errors=True)  # left by a publish that was killed
-    tmp = Path(tempfile.mkdtemp(prefix=f".{tier}.tmp-", dir=dest.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; the publication is for everyone to read
-    old: Path | None = None
-    try:
-        for src in paths.outputs():
-            target = tmp / src.relative_to(paths.root)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, target)
-        atomic_write_json(
-            tmp / "provenance.json",
-            {
-                "tier": tier,
-                "published": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-                "git_commit": git_commit(),
-                "config_digest": manifest.get("config_digest"),
-                "packages": package_versions(),
-                "machine": machine(),
-                "containers": container_digests(results_dir),
-                "status_counts": manifest.get("status_counts"),
-                "report_generated": manifest.get("generated"),
-            },
-        )
-        if dest.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{tier}.old-", dir=dest.parent))
-            os.replace(dest, old / tier)
-        os.replace(tmp, dest)
-    except BaseException:
-        if old is not None and not dest.exists():
-            os.replace(old / tier, dest)
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+    with hold_lock(paths.lock_file, LOCK_HINT):
+        paths, manifest = check_publishable(tier, results_dir, cfg)  # again, now that no report can run
+        verify_outputs(paths, manifest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _recover_legacy(dest)
+        recover_dir(dest)  # what a killed publication left
+        tmp = Path(tempfile.mkdtemp(prefix=f".{tier}.", suffix=".tmp", dir=dest.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; the publication is for everyone to read
+        try:
+            for src in paths.outputs():
+                target = tmp / src.relative_to(paths.root)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, target)
+            verify_outputs(paths, manifest, root=tmp)  # what is published, not only what was there
+            atomic_write_json(
+                tmp / "provenance.json",
+                {
+                    "tier": tier,
+                    "published": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+                    "git_commit": git_commit(),
+                    "config_digest": manifest.get("config_digest"),
+                    "packages": package_versions(),
+                    "machine": machine(),
+                    "containers": container_digests(results_dir),
+                    "status_counts": manifest.get("status_counts"),
+                    "report_generated": manifest.get("generated"),
+                },
+            )
+            _fsync_tree(tmp)
+            replace_dir(tmp, dest)
+            fsync_dir(dest.parent)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return dest
