@@ -10,8 +10,7 @@ from fp8rl.config import TRAIN_SECTIONS
 from fp8rl.matrix import RunSpec, expand_matrix, reference_run
 from fp8rl.vocabulary import ALGORITHMS, GRANULARITIES, NO_CONDITION, NO_GRANULARITY, VARIANTS
 from fp8rl.config_loader import ConfigError, key_lines, parse_yaml, validate_config
-from fp8rl.engine.tasks import config_problems
-from fp8rl.adapters.math_data import task_problems
+from fp8rl.commands.config import CONFIG_CHECKS
 from fp8rl.io import atomic_write_text
 from fp8rl.rundir import RunDir, runs_dir
 
@@ -26,7 +25,7 @@ try:
         config,
         source=" + ".join(str(f) for f in workflow.configfiles) or "config",
         lines=_lines,
-        checks=[config_problems, task_problems],
+        checks=CONFIG_CHECKS,  # the same checks as `fp8rl config validate`
     )
 except ConfigError as exc:
     print(f"error: {exc}", file=sys.stderr)

@@ -6,9 +6,16 @@ dynamic sampling, overlong buffer, loss aggregation), FP8 rollout (vLLM `quantiz
 training through Megatron / Transformer Engine with the granularity's recipe, TIS through verl's rollout
 correction, and the fp8rl policy losses (`fp8rl_clip`, `calibrated_clip`; see `verl_loss`).
 
-What verl cannot run is refused here with an `AdapterError` naming the config key, before any job starts:
-`rowwise` (Megatron has no per-row recipe), `fp8.format: e5m2` (Megatron takes e4m3 or hybrid), and
-`calib.reference: shadow` (verl's actor exposes no unquantized re-scoring pass to the loss; use `run`).
+Every FP8 setting of a run comes from its condition's `fp8` section (`cfg.fp8_for(spec.condition)`: the
+tier's, with a study matrix condition's overrides), never from the tier's section alone.
+
+What verl cannot run is refused here, in one place, with an `AdapterError` naming the config key:
+`check_verl_support` per run (what `fp8rl verl train` checks), `verl_problems` over the whole matrix (a
+`load_config(checks=...)` check, run by `fp8rl config validate` and the Snakefile's validation, so the
+refusal comes before any job starts): `rowwise` (Megatron has no per-row recipe), `fp8.format: e5m2` on
+a tensor-scaled recipe (Megatron takes e4m3 or hybrid), `fp8.noise_scale` other than 1 (the reference
+trainer's emulation only), `calib.reference: shadow` (verl's actor exposes no unquantized re-scoring
+pass to the loss; use `run`), and a model without a size or GPUs.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from fp8rl.config import DAPOConfig, ExperimentConfig, ModelConfig
+from fp8rl.config import DAPOConfig, ExperimentConfig, FP8Config, ModelConfig
 from fp8rl.matrix import RunSpec
 from fp8rl.tracking import MLFLOW_DIR
 
@@ -45,7 +52,12 @@ DATA_SOURCES = {"dapo-math-17k": "math_dapo", "gsm8k": "openai/gsm8k", "math": "
 
 
 class AdapterError(ValueError):
-    """A config or run the verl backend cannot execute; the message names the key to change."""
+    """A config or run the verl backend cannot execute; the message names the key to change, `key` is
+    its path in the config (for `verl_problems`), None when the message names no single key."""
+
+    def __init__(self, message: str, key: tuple | None = None):
+        super().__init__(message)
+        self.key = key
 
 
 @dataclass(frozen=True)
@@ -98,40 +110,95 @@ def parallelism(model: ModelConfig) -> Parallelism:
     return Parallelism(tp=tp, pp=pp, rollout_tp=rollout_tp)
 
 
-def fp8_transformer_overrides(cfg: ExperimentConfig, granularity: str) -> dict[str, str | int]:
-    """Megatron TransformerConfig fields for FP8 GEMMs with the granularity's recipe."""
+def fp8_transformer_overrides(fp8: FP8Config, granularity: str) -> dict[str, str | int]:
+    """Megatron TransformerConfig fields for FP8 GEMMs with the granularity's recipe, from a run's `fp8`
+    section (`cfg.fp8_for(spec.condition)`)."""
     if granularity not in MEGATRON_RECIPES:
         raise AdapterError(
             f"matrix.granularities: {granularity!r} has no Megatron/Transformer Engine recipe; "
-            f"the verl backend runs {', '.join(MEGATRON_RECIPES)}"
+            f"the verl backend runs {', '.join(MEGATRON_RECIPES)}",
+            key=("matrix", "granularities"),
         )
     recipe = MEGATRON_RECIPES[granularity]
     if recipe in ("blockwise", "mxfp8"):
         fmt = "e4m3"  # block-scaled recipes are e4m3 in both directions (docs/architecture.md#names)
-    elif cfg.fp8.format in MEGATRON_FORMATS:
-        fmt = MEGATRON_FORMATS[cfg.fp8.format]
+    elif fp8.format in MEGATRON_FORMATS:
+        fmt = MEGATRON_FORMATS[fp8.format]
     else:
         raise AdapterError(
-            f"fp8.format: {cfg.fp8.format!r} is not a Megatron FP8 format; use 'hybrid' or 'e4m3'"
+            f"fp8.format: {fp8.format!r} is not a Megatron FP8 format for the {granularity} recipe; "
+            "use 'hybrid' or 'e4m3'",
+            key=("fp8", "format"),
         )
     out: dict[str, str | int] = {"fp8": fmt, "fp8_recipe": recipe}
     if recipe == "delayed":
-        out["fp8_amax_history_len"] = cfg.fp8.amax_history_len
-        out["fp8_amax_compute_algo"] = cfg.fp8.amax_compute_algo
+        out["fp8_amax_history_len"] = fp8.amax_history_len
+        out["fp8_amax_compute_algo"] = fp8.amax_compute_algo
+    return out
+
+
+def _condition_key(cfg: ExperimentConfig, condition: str | None, key: tuple | None) -> tuple | None:
+    """`key` (a path under `fp8`) as the path of the condition's own override when it sets that key."""
+    if key is None or key[0] != "fp8" or condition is None:
+        return key
+    for i, c in enumerate(cfg.matrix.conditions):
+        if c.name == condition and key[1] in c.fp8:
+            return ("matrix", "conditions", i, "fp8", *key[1:])
+    return key
+
+
+def _run_problems(cfg: ExperimentConfig, spec: RunSpec) -> list[AdapterError]:
+    """Every refusal of one run (see the module docstring), its FP8 settings read from its condition."""
+    fp8 = cfg.fp8_for(spec.condition)
+    where = f" (condition {spec.condition!r})" if spec.condition else ""
+    out = []
+    if spec.spec.fp8 and fp8.noise_scale != 1.0:
+        out.append(AdapterError(
+            f"fp8.noise_scale: the noise dose{where} scales the reference trainer's emulated FP8 "
+            "quantization error; the verl backend cannot run it",
+            key=_condition_key(cfg, spec.condition, ("fp8", "noise_scale")),
+        ))  # fmt: skip
+    if spec.spec.fp8 and fp8.gemms:
+        try:
+            fp8_transformer_overrides(fp8, spec.granularity)
+        except AdapterError as exc:
+            out.append(AdapterError(str(exc), key=_condition_key(cfg, spec.condition, exc.key)))
+    if spec.spec.calib and cfg.calib.reference.mode == "shadow":
+        out.append(AdapterError(
+            "calib.reference: 'shadow' needs an unquantized re-scoring pass inside the update, which "
+            "verl's actor does not expose to a policy loss; with backend 'verl' use 'run' (targets from "
+            "the matching bf16 run) or 'static:<q>'",
+            key=("calib", "reference"),
+        ))  # fmt: skip
+    try:
+        parallelism(cfg.model(spec.model))  # its messages start with the key (models.NAME.params: ...)
+    except AdapterError as exc:
+        out.append(exc)
     return out
 
 
 def check_verl_support(cfg: ExperimentConfig, spec: RunSpec) -> None:
-    """Raise AdapterError for what the verl backend cannot run (see the module docstring)."""
-    if spec.spec.fp8 and cfg.fp8.gemms:
-        fp8_transformer_overrides(cfg, spec.granularity)
-    if spec.spec.calib and cfg.calib.reference.mode == "shadow":
-        raise AdapterError(
-            "calib.reference: 'shadow' needs an unquantized re-scoring pass inside the update, which "
-            "verl's actor does not expose to a policy loss; with backend 'verl' use 'run' (targets from "
-            "the matching bf16 run) or 'static:<q>'"
-        )
-    parallelism(cfg.model(spec.model))
+    """Raise the first AdapterError of what the verl backend cannot run of this run (module docstring)."""
+    problems = _run_problems(cfg, spec)
+    if problems:
+        raise problems[0]
+
+
+def verl_problems(cfg: ExperimentConfig) -> list[tuple[tuple, str]]:
+    """Everything the verl backend would refuse of the config's matrix, as `(key path, message)` pairs
+    for `load_config(checks=...)` (each problem once, with the first run that has it); [] for the
+    reference backend. The one list of the backend's capability checks: `fp8rl config validate`, the
+    Snakefile's validation and `fp8rl verl train` (check_verl_support) all run it."""
+    if cfg.backend != "verl":
+        return []
+    out: dict[tuple, str] = {}
+    for spec in cfg.runs():
+        for exc in _run_problems(cfg, spec):
+            msg, key = str(exc), exc.key or ()
+            if key:  # validate_config reports the key path; drop the message's own copy
+                msg = re.sub(r"^[A-Za-z0-9_.-]+: ", "", msg)
+            out.setdefault(key or (msg.split(":", 1)[0],), f"{msg} (first refused run: {spec.run_id})")
+    return [(key if len(key) > 1 else (), msg) for key, msg in out.items()]
 
 
 def loss_spec(
@@ -210,6 +277,7 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
     sched = cfg.schedule
     par = parallelism(model)
     variant = spec.spec
+    fp8 = cfg.fp8_for(spec.condition)  # the run's condition's FP8 settings
     A = "actor_rollout_ref.actor"
     R = "actor_rollout_ref.rollout"
     max_len = MAX_PROMPT_LENGTH + sched.max_new_tokens
@@ -271,7 +339,7 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
         f"{R}.top_p": sched.top_p,
         f"{R}.tensor_model_parallel_size": par.rollout_tp,
         f"{R}.calculate_log_probs": True,
-        f"{R}.quantization": "fp8" if (variant.fp8 and cfg.fp8.rollout) else None,
+        f"{R}.quantization": "fp8" if (variant.fp8 and fp8.rollout) else None,
         # rollout correction: TIS as token (or sequence) IS weights truncated at the cap
         "algorithm.rollout_correction.rollout_is": cfg.tis.level if variant.tis else None,
         "algorithm.rollout_correction.rollout_is_threshold": (
@@ -290,15 +358,15 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
         ov["+reward.reward_kwargs.overlong_buffer_cfg.enable"] = algo.overlong_buffer_len > 0
         ov["+reward.reward_kwargs.overlong_buffer_cfg.len"] = algo.overlong_buffer_len
         ov["+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor"] = algo.overlong_penalty_factor
-    if variant.fp8 and cfg.fp8.gemms:
-        for key, value in fp8_transformer_overrides(cfg, spec.granularity).items():
+    if variant.fp8 and fp8.gemms:
+        for key, value in fp8_transformer_overrides(fp8, spec.granularity).items():
             ov[f"+{A}.megatron.override_transformer_config.{key}"] = value
-    if variant.fp8 and cfg.fp8.optimizer_state:
+    if variant.fp8 and fp8.optimizer_state:
         # The lowest-precision Adam moments verl's Megatron optimizer config accepts are bf16.
         ov[f"{A}.optim.use_precision_aware_optimizer"] = True
         ov[f"{A}.optim.exp_avg_dtype"] = "bf16"
         ov[f"{A}.optim.exp_avg_sq_dtype"] = "bf16"
-    if variant.fp8 and cfg.fp8.rollout and cfg.fp8.kv_cache:
+    if variant.fp8 and fp8.rollout and fp8.kv_cache:
         ov[f"+{R}.engine_kwargs.vllm.kv_cache_dtype"] = "fp8"
     env = "+ray_kwargs.ray_init.runtime_env.env_vars"
     ov[f"{env}.VERL_USE_EXTERNAL_MODULES"] = LOSS_MODULE
@@ -313,14 +381,15 @@ def deviations(cfg: ExperimentConfig, spec: RunSpec) -> list[str]:
     it): recorded in the run's `verl_overrides.json` and `summary.json`, and listed by the report."""
     out = []
     variant, algo = spec.spec, cfg.algorithm(spec.algo)
-    if variant.fp8 and cfg.fp8.rollout and spec.granularity != "blockwise":
+    fp8 = cfg.fp8_for(spec.condition)
+    if variant.fp8 and fp8.rollout and spec.granularity != "blockwise":
         out.append(
             f"rollout FP8 is blockwise: verl quantizes vLLM's weights in 128x128 blocks (e4m3) whatever "
             f"the training granularity ({spec.granularity})"
         )
-    if variant.fp8 and cfg.fp8.rollout and cfg.fp8.format != "e4m3":
-        out.append(f"rollout FP8 format e4m3 (vLLM), not fp8.format {cfg.fp8.format!r}")
-    if variant.fp8 and cfg.fp8.optimizer_state:
+    if variant.fp8 and fp8.rollout and fp8.format != "e4m3":
+        out.append(f"rollout FP8 format e4m3 (vLLM), not fp8.format {fp8.format!r}")
+    if variant.fp8 and fp8.optimizer_state:
         out.append("optimizer moments in bf16: verl's Megatron optimizer config exposes no FP8 Adam state")
     if variant.calib and cfg.calib.reference.mode == "run":
         out.append("calibration target: the bf16 run's mean clip fraction over its steps, not per step")

@@ -18,7 +18,7 @@ from fp8rl.config.matrix import MatrixConfig
 from fp8rl.config.models import ModelConfig
 from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
 from fp8rl.config.training import ScheduleConfig, SFTConfig, StabilityConfig, TaskConfig
-from fp8rl.vocabulary import NO_CONDITION, NUMERICS_MODES, TIERS, VARIANT_SPECS
+from fp8rl.vocabulary import NO_CONDITION, NUMERICS_MODES, TIERS
 
 if TYPE_CHECKING:
     from fp8rl.matrix import RunSpec
@@ -101,26 +101,8 @@ class ExperimentConfig(Strict):
             raise ValueError(
                 f"matrix.models: unknown model {', '.join(unknown)}; defined models: {', '.join(names)}"
             )
-        if self.backend == "verl":
-            noisy = self.fp8.noise_scale != 1.0 or any("noise_scale" in c.fp8 for c in self.matrix.conditions)
-            if noisy:
-                raise ValueError(
-                    "fp8.noise_scale: the noise dose scales the reference trainer's emulated FP8 "
-                    "quantization error; the verl backend cannot run it"
-                )
-            grans = {g for v in self.matrix.variants for g in self.matrix.granularities_for(v)}
-            calib = [v for v in self.matrix.variants if VARIANT_SPECS[v].calib]
-            if calib and self.calib.reference.mode == "shadow":
-                raise ValueError(
-                    "calib.reference: 'shadow' needs an unquantized re-scoring pass that verl's policy loss "
-                    f"cannot run (variants {', '.join(calib)}); use 'run' (targets from the matching bf16 "
-                    "run) or 'static:<q>' with the verl backend"
-                )
-            if "rowwise" in grans:
-                raise ValueError(
-                    "matrix.granularities: 'rowwise' has no Megatron/Transformer Engine recipe, so the "
-                    "verl backend cannot run it; use tensorwise, delayed, blockwise or mxfp8"
-                )
+        # What the verl backend can run is checked by fp8rl.adapters.verl_overrides.verl_problems, one of
+        # the checks `fp8rl config validate` and the Snakefile run (fp8rl.commands.config.CONFIG_CHECKS).
         return self
 
     # ------------------------------------------------------------------------------------ helpers

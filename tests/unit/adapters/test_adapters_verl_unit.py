@@ -20,6 +20,7 @@ from fp8rl.adapters.verl_overrides import (
     parallelism,
     verl_overrides,
 )
+from fp8rl.commands.config import CONFIG_CHECKS
 from fp8rl.config import StabilityConfig
 from fp8rl.config_loader import load_config
 from fp8rl.matrix import RunSpec
@@ -69,14 +70,14 @@ def test_shadow_reference_in_a_verl_config_fails_validation():
     from fp8rl.config_loader import ConfigError
 
     with pytest.raises(ConfigError, match="calib.reference"):
-        load_config(PAPER, ["calib.reference=shadow"])
+        load_config(PAPER, ["calib.reference=shadow"], checks=CONFIG_CHECKS)
 
 
 def test_rowwise_in_a_verl_config_fails_validation():
     from fp8rl.config_loader import ConfigError
 
     with pytest.raises(ConfigError, match="rowwise"):
-        load_config(PAPER, ["matrix.granularities=[rowwise]"])
+        load_config(PAPER, ["matrix.granularities=[rowwise]"], checks=CONFIG_CHECKS)
 
 
 def test_grpo_bf16_vs_dapo_fp8_overrides(paper):
