@@ -61,7 +61,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from fp8rl.rundir import RunDirLocked
 
     try:
-        dest = publish_tier(args.tier, results_dir, cfg)
+        dest = publish_tier(args.tier, results_dir, cfg, dest=args.out)
     except (PublishError, RunDirLocked) as exc:
         raise UsageError(str(exc)) from None
     print(f"published {args.tier} to {dest}/")
@@ -83,4 +83,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", dest="file", help="the tier's config; checks the report was built from it")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
     p.add_argument("--results-dir", help="default: the config's results_dir, else 'results'")
+    p.add_argument(
+        "--out",
+        help="where to publish (default {results_dir}/published/TIER), e.g. results/published/ci for the "
+        "CI tier, whose results_dir is results/ci",
+    )
     p.set_defaults(func=cmd_publish)

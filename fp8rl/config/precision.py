@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
-from fp8rl.config.base import CalibReferenceField, Fraction, Strict
+from fp8rl.config.base import CalibReferenceField, Strict
 from fp8rl.vocabulary import (
     AMAX_ALGOS,
     CALIB_POPULATIONS,
@@ -60,18 +60,37 @@ class FP8Config(Strict):
 
 
 class TISConfig(Strict):
-    """Truncated importance sampling (Yao et al. 2025) for the rollout/trainer mismatch."""
+    """The mismatch corrections' options (fp8rl.rl.corrections): the truncation cap of the `*_tis`,
+    `*_seqtis` and `*_mis` variants, and the bands of `*_icepop` and `*_mis`."""
 
     cap: float = Field(2.0, gt=0.0)
-    level: Literal[TIS_LEVELS] = "token"
-    icepop: tuple[float, float] | None = Field(None, description="zero weights outside [low, high]")
+    level: Literal[TIS_LEVELS] = Field("token", description="*_tis variants: token or sequence (= *_seqtis)")
+    icepop: tuple[float, float] | None = Field(
+        None, description="*_icepop variants: keep the ratio inside [low, high], zero it outside (None: [0.5, 5])"
+    )
+    mis: tuple[float, float] | None = Field(
+        None,
+        description="*_mis variants: drop sequences whose geometric-mean ratio leaves [low, high] "
+        "(None: [0.999, 1.001])",
+    )
 
-    @field_validator("icepop")
+    @field_validator("icepop", "mis")
     @classmethod
-    def _icepop(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+    def _band(cls, v: tuple[float, float] | None, info) -> tuple[float, float] | None:
         if v is not None and not 0.0 <= v[0] < v[1]:
-            raise ValueError(f"icepop must be [low, high] with 0 <= low < high, got {list(v)}")
+            raise ValueError(f"{info.field_name} must be [low, high] with 0 <= low < high, got {list(v)}")
+        if v is not None and info.field_name == "mis" and v[0] == 0.0:
+            raise ValueError(f"mis must be [low, high] with 0 < low < high, got {list(v)}")
         return v
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_new_keys(self, handler):
+        # `mis` came after configs were published: left out of the dump while unset, so the digests of
+        # those configs (and the DAG's record of their finished runs) stay as they were.
+        out = handler(self)
+        if self.mis is None:
+            out.pop("mis", None)
+        return out
 
 
 class CalibConfig(Strict):
@@ -94,7 +113,9 @@ class CalibConfig(Strict):
     run_window: int = Field(
         1, ge=1, description="reference 'run': centred moving mean of the bf16 run's per-step targets (odd)"
     )
-    sample_frac: Fraction = Field(0.25, description="fraction of sequences re-scored by the shadow pass")
+    sample_frac: float = Field(
+        0.25, gt=0.0, le=1.0, description="fraction of sequences re-scored by the shadow pass (1: all)"
+    )
 
     @field_validator("low_range")
     @classmethod

@@ -25,6 +25,8 @@ import pandas as pd
 from fp8rl.config import ExperimentConfig
 from fp8rl.io import atomic_write_json, atomic_write_text, fsync_dir, remove_stale_temps, sha256_file
 from fp8rl.provenance import git_commit
+from fp8rl.report.base_models import NOTES as BASE_NOTES
+from fp8rl.report.base_models import base_model_table, runs_numerics
 from fp8rl.report.comparison import comparison_table, has_conditions
 from fp8rl.report.explainer import MECHANISM
 from fp8rl.report.html import render_html
@@ -60,9 +62,9 @@ PLOT_CAPTIONS = {
     "eval_scores": "Eval scores: seed mean, 95% t-interval cut to [0, 1], each seed",
     "throughput": "Throughput per phase",
     "mechanism_excess_clip": "Excess clipping (phantom/low_neg − phantom/missed_neg) vs FP8 noise dose, "
-    "per granularity, with 95% hierarchical-bootstrap intervals",
+    "per granularity, with 95% t-intervals over the seeds' step means",
     "mechanism_mismatch_kl": "Mismatch KL (trainer vs rollout) vs FP8 noise dose, per granularity, "
-    "with 95% hierarchical-bootstrap intervals",
+    "with 95% t-intervals over the seeds' step means",
 }
 
 
@@ -219,6 +221,11 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     atomic_write_text(
         paths.table("comparison", "md"), comparison_markdown(f"{title}: comparison", view, paired)
     )
+    bases = base_model_table(final.root)
+    _csv(bases, paths.table("base_models", "csv"))
+    atomic_write_text(
+        paths.table("base_models", "md"), to_markdown(f"{title}: base models", bases, BASE_NOTES)
+    )
     _csv(throughput, paths.table("throughput", "csv"))
     tp_view = numbers_view(throughput)
     atomic_write_text(
@@ -243,6 +250,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
         )
         sections.append(("Mechanism: excess clipping vs FP8 condition", MECHANISM_NOTES, mech_view))
         plots |= mechanism_plots(mechanism, paths.plots_dir)
+    sections.append(("Base models", BASE_NOTES, bases))
     sections.append(("Throughput", THROUGHPUT_NOTES, tp_view))
     if not (deviations := deviations_table(runset)).empty:
         sections.insert(0, ("Deviations from the requested setup", DEVIATION_NOTES, deviations))
@@ -252,12 +260,14 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
         sections[:0] = stability_sections
         captions += more
 
+    numerics = runs_numerics(runs_dir)
     header = {
         "tier": cfg.tier,
         "config digest": cfg.digest(),
         "git commit": git_commit() or "unknown",
         "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "runs in matrix": str(len(runset.runs)),
+        "numerics": "; ".join(f"{key}: {', '.join(vals) or 'none'}" for key, vals in numerics.items()),
     }
     page = render_html(
         title=title,
@@ -277,6 +287,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
         "git_commit": git_commit(),
         "generated": header["generated"],
         "status_counts": counts,
+        "numerics": numerics,
         "malformed_lines": int(runset.runs["malformed_lines"].sum()),
         "problems": runset.problems,
         "eval_scores": keys,

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from fp8rl.config import ExperimentConfig
 
 # tables/{name}.csv and tables/{name}.md
-TABLES = ("runs", "comparison", "throughput")
+TABLES = ("runs", "comparison", "base_models", "throughput")
 # plots/{name}.png and plots/{name}.svg
 PLOTS = (
     "reward",

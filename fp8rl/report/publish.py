@@ -4,6 +4,7 @@ What lands there: `tables/*.csv|md`, `plots/*.png|svg`, `report.html`, `report.j
 of `ReportPaths.outputs()`) and `provenance.json`:
 
     {"tier", "published" (UTC time), "git_commit", "config_digest", "packages", "machine",
+     "numerics" (the kernel mode, CPU model and ISA of the publishing process: fp8rl.numerics),
      "containers": {name: <results/containers/{name}.json as written by the container rules>},
      "status_counts", "report_generated"}
 
@@ -27,6 +28,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+from fp8rl import numerics
 from fp8rl.config import ExperimentConfig
 from fp8rl.io import atomic_write_json, fsync_dir, recover_dir, replace_dir, sha256_file
 from fp8rl.provenance import git_commit, machine, package_versions
@@ -132,22 +134,29 @@ def _recover_legacy(dest: Path) -> None:
         shutil.rmtree(legacy, ignore_errors=True)
 
 
-def publish_tier(tier: str, results_dir: str | Path = "results", cfg: ExperimentConfig | None = None) -> Path:
-    """Publish the tier's report; returns the destination folder. PublishError (nothing written) when the
-    report is not there whole; `RunDirLocked` while a report or publication of the tier runs."""
+def publish_tier(
+    tier: str,
+    results_dir: str | Path = "results",
+    cfg: ExperimentConfig | None = None,
+    *,
+    dest: str | Path | None = None,
+) -> Path:
+    """Publish the tier's report to `dest` (default `{results_dir}/published/{tier}`); returns it.
+    PublishError (nothing written) when the report is not there whole; `RunDirLocked` while a report or
+    publication of the tier runs."""
     from fp8rl.report.build import LOCK_HINT
     from fp8rl.rundir import hold_lock
 
     results_dir = Path(results_dir)
     paths, _ = check_publishable(tier, results_dir, cfg)
-    dest = results_dir / "published" / tier
+    dest = Path(dest) if dest is not None else results_dir / "published" / tier
     with hold_lock(paths.lock_file, LOCK_HINT):
         paths, manifest = check_publishable(tier, results_dir, cfg)  # again, now that no report can run
         verify_outputs(paths, manifest)
         dest.parent.mkdir(parents=True, exist_ok=True)
         _recover_legacy(dest)
         recover_dir(dest)  # what a killed publication left
-        tmp = Path(tempfile.mkdtemp(prefix=f".{tier}.", suffix=".tmp", dir=dest.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; the publication is for everyone to read
@@ -166,6 +175,7 @@ def publish_tier(tier: str, results_dir: str | Path = "results", cfg: Experiment
                     "config_digest": manifest.get("config_digest"),
                     "packages": package_versions(),
                     "machine": machine(),
+                    "numerics": numerics.state(),
                     "containers": container_digests(results_dir),
                     "status_counts": manifest.get("status_counts"),
                     "report_generated": manifest.get("generated"),

@@ -1,0 +1,61 @@
+"""The tier's base models as a table (where every RL run started from), and the numerics its runs ran in.
+
+One row per scratch base model (`{tier}/base/{model}/sft.json`, or `.../seed{seed}/sft.json` with
+`sft.per_seed`): its SFT steps, final loss and greedy / sampled accuracy on the task's test split, and
+the seed it was trained with. A tier whose base was trained per seed shows here how far the bases
+differ, which the intervals over seeds then include; a shared base shows whether it reached a plateau.
+Pretrained bases (`base.json`) get a row with their source and no SFT figures.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+COLUMNS = [
+    "model",
+    "seed",
+    "sft_seed",
+    "steps",
+    "loss/final",
+    "acc/test_greedy",
+    "acc/test_sampled",
+    "n_test",
+]
+NOTES = [
+    "one row per base model the tier's runs start from; seed: the RL seed it belongs to (sft.per_seed), "
+    "blank for a base shared by every seed",
+    "loss/final: mean SFT loss over the last 10 % of steps; acc/*: exact match on the task's test split, "
+    "greedy and sampled at the tier's temperature",
+]
+
+
+def base_model_table(tier_root: str | Path) -> pd.DataFrame:
+    """The rows described in the module docstring, sorted by model and seed."""
+    rows = []
+    for path in sorted(Path(tier_root, "base").glob("**/sft.json")):
+        info = json.loads(path.read_text(encoding="utf-8"))
+        rows.append({key: info.get(key) for key in COLUMNS})
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    if table.empty:
+        return table
+    table["seed"] = table["seed"].astype("Int64")
+    return table.sort_values(["model", "seed"], na_position="first").reset_index(drop=True)
+
+
+def runs_numerics(runs_dir: str | Path) -> dict[str, list[str]]:
+    """The numerics modes and CPU models the tier's runs recorded (`summary.json` provenance, written
+    by fp8rl.numerics): {"modes": [...], "cpus": [...]}, each sorted and without repeats. Runs from
+    before the numerics record count as mode "unrecorded"."""
+    modes, cpus = set(), set()
+    for path in Path(runs_dir).glob("**/summary.json"):
+        try:
+            numerics = json.loads(path.read_text(encoding="utf-8")).get("provenance", {}).get("numerics")
+        except (OSError, ValueError, AttributeError):
+            continue  # the report lists unreadable summaries under data problems
+        modes.add((numerics or {}).get("mode", "unrecorded"))
+        if numerics and numerics.get("cpu", {}).get("model"):
+            cpus.add(numerics["cpu"]["model"])
+    return {"modes": sorted(modes), "cpus": sorted(cpus)}

@@ -1,0 +1,48 @@
+"""The base-model table reads what `fp8rl sft` writes: one row per base, per seed with sft.per_seed."""
+
+from __future__ import annotations
+
+import json
+
+from fp8rl.report.base_models import COLUMNS, base_model_table, runs_numerics
+
+
+def _sft_json(path, seed, acc):
+    """The keys `fp8rl.engine.sft.run_sft` writes (a subset: provenance etc. left out)."""
+    path.mkdir(parents=True)
+    info = {"model": "tiny", "seed": seed, "sft_seed": 1234 if seed is None else 1234 + 1_000_003 * (seed + 1),
+            "parameters": 409216, "steps": 800, "batch_size": 64, "lr": 0.003, "loss/first": 3.1,
+            "loss/final": 0.42, "acc/test_greedy": acc, "acc/test_sampled": acc / 2, "n_test": 200,
+            "seconds": 35.1, "threads": 1}  # fmt: skip
+    (path / "sft.json").write_text(json.dumps(info))
+
+
+def test_one_row_per_seeded_base_in_seed_order(tmp_path):
+    for seed, acc in ((1, 0.3), (0, 0.26), (2, 0.45)):
+        _sft_json(tmp_path / "base" / "tiny" / f"seed{seed}", seed, acc)
+    table = base_model_table(tmp_path)
+    assert list(table.columns) == COLUMNS
+    assert table["seed"].tolist() == [0, 1, 2] and table["acc/test_greedy"].tolist() == [0.26, 0.3, 0.45]
+    assert "seconds" not in table  # the table holds no timing: it must reproduce byte for byte
+
+
+def test_a_shared_base_has_no_seed_and_no_base_gives_an_empty_table(tmp_path):
+    assert base_model_table(tmp_path).empty
+    _sft_json(tmp_path / "base" / "tiny", None, 0.4)
+    table = base_model_table(tmp_path)
+    assert len(table) == 1 and table["seed"].isna().all()
+
+
+def test_the_runs_numerics_are_collected_from_their_summaries(tmp_path):
+    """What `fp8rl.provenance` writes into summary.json: the mode and the CPU of each run."""
+    for i, (mode, cpu) in enumerate(
+        (("reproducible", "AMD EPYC"), ("reproducible", "Intel Xeon"), (None, None))
+    ):
+        run = tmp_path / "runs" / f"grpo/tiny/bf16/none/seed{i}"
+        run.mkdir(parents=True)
+        numerics = {"mode": mode, "cpu": {"model": cpu, "isa": ["avx2"]}} if mode else None
+        (run / "summary.json").write_text(json.dumps({"status": "ok", "provenance": {"numerics": numerics}}))
+    assert runs_numerics(tmp_path / "runs") == {
+        "modes": ["reproducible", "unrecorded"],
+        "cpus": ["AMD EPYC", "Intel Xeon"],
+    }
