@@ -15,8 +15,8 @@ For each noise level the study reports `clip/low_neg` (and `clip/high_pos`, `pha
 `phantom/missed_neg`) under the fixed bounds (1 - clip_low, 1 + clip_high) and under `calibrated_bounds`,
 next to the noise-free reference. The calibrated bounds use the calibrator's defaults: population `neg`,
 the proportional U from the clamped L (`1 + clip_high` when the reference clips nothing), and a target
-pooled over one large sample (every reference token of the population, `calib/ref_tokens`), the
-one-shot counterpart of the trainer's pooling over updates.
+counted on the same tokens (every reference token of the population, `calib/ref_tokens`), as the
+trainer counts each update's own shadow tokens (no pooling over updates, so no lag).
 """
 
 from __future__ import annotations
