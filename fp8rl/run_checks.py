@@ -1,6 +1,11 @@
 """Does a run directory agree with itself? The checks that keep a damaged run from passing as a good one.
 
-Two readers need them:
+Whose is it (`owner_problems`): `run.json`, `summary.json` and `checkpoint/state.json` name the run id
+they belong to; a directory copied or trained into from another run names another one. The report
+counts such a run as missing (a copy must not count as a second seed), and `fp8rl train` refuses the
+directory (two runs' files never mix).
+
+Two readers need the other checks:
 
 - the report (fp8rl.report.load): `summary_problems` checks the types of `summary.json`, and
   `history_problems` checks `metrics.jsonl` against it: steps 1..N, strictly increasing, no step
@@ -21,7 +26,7 @@ import math
 from collections import Counter
 from typing import Any
 
-from fp8rl.rundir import STATUSES, SUMMARY_FILE, RunDir
+from fp8rl.rundir import CHECKPOINT_STATE_FILE, STATUSES, SUMMARY_FILE, RunDir
 
 AFRESH = "delete the run directory {root} to start the run afresh"
 
@@ -32,6 +37,24 @@ def _is_int(v: Any) -> bool:
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+# ---------------------------------------------------------------------------------- whose is it
+
+
+def owner_problems(run: RunDir, run_id: str) -> list[str]:
+    """One line per file of the run directory that names a run id other than `run_id`: `run.json`,
+    `summary.json`, `checkpoint/state.json` (absent files name none; unreadable ones are left to the
+    other checks)."""
+    out = []
+    for path in (run.run_file, run.summary, run.checkpoint / CHECKPOINT_STATE_FILE):
+        try:
+            obj = json.loads(path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(obj, dict) and obj.get("run_id") != run_id:
+            out.append(f"{path}: belongs to run {obj.get('run_id')!r}, not {run_id!r}")
+    return out
 
 
 # ------------------------------------------------------------------------------------- the report

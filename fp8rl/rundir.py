@@ -9,7 +9,11 @@ A run of tier `T` lives in `{results_dir}/T/runs/{run id}/` (`runs_dir`, `RunDir
 - `summary.json`: written last, so its presence means the run finished (`build_summary` makes it);
 - `throughput.json`: per-phase seconds and tokens, one schema for both trainers (`throughput_record`);
 - `ratio_hist.json`: an FP8 run's FP8 vs BF16-shadow ratio histogram;
-- `checkpoint/`: the HF model (+ trainer state); `eval/lm_eval.json`, `eval/agent.json`: `fp8rl eval`;
+- `checkpoint/`: the HF model (+ trainer state); `eval/lm_eval.json`, `eval/agent.json`: `fp8rl eval`,
+  each with the `checkpoint_digest` of the checkpoint it scored;
+- `run.json`: whose directory it is (`{"run_id": ...}`), written by the first trainer on it (`RunDir.claim`);
+  a trainer or report finding another run id there (or in `summary.json`, `checkpoint/state.json`)
+  refuses the directory (fp8rl.run_checks.owner_problems);
 - `run.lock`: present while a trainer holds the directory (`RunDir.lock`): one writer per run.
 - `tb/`: TensorBoard event files of the metrics (and `wandb/` where W&B is on): fp8rl.tracking.
 
@@ -41,6 +45,8 @@ SUMMARY_FILE = "summary.json"
 THROUGHPUT_FILE = "throughput.json"
 RATIO_HIST_FILE = "ratio_hist.json"
 CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_STATE_FILE = "state.json"  # the reference trainer's checkpoint state (fp8rl.engine.checkpoint)
+RUN_FILE = "run.json"
 LOCK_FILE = "run.lock"
 EVAL_DIR = "eval"
 # eval suite -> its result file, relative to the run directory
@@ -99,6 +105,10 @@ class RunDir:
     def lock_file(self) -> Path:
         return self.root / LOCK_FILE
 
+    @property
+    def run_file(self) -> Path:
+        return self.root / RUN_FILE
+
     def eval_file(self, suite: str) -> Path:
         """`eval/{suite}.json`; ValueError naming the known suites for another one."""
         if suite not in EVAL_FILES:
@@ -124,6 +134,12 @@ class RunDir:
             yield
 
     # ----------------------------------------------------------------------------------- writers
+
+    def claim(self, run_id: str) -> None:
+        """Write `run.json` naming `run_id` unless the directory already has one (check it first:
+        fp8rl.run_checks.owner_problems)."""
+        if not self.run_file.exists():
+            atomic_write_json(self.run_file, {"run_id": run_id})
 
     def write_config(self, resolved: dict) -> None:
         import yaml
@@ -177,6 +193,33 @@ class RunDir:
 
     def read_throughput(self) -> dict:
         return _read_object(self.throughput)
+
+
+def checkpoint_digest(ckpt_dir: str | Path) -> str | None:
+    """A fingerprint of a checkpoint directory's files (None when it does not exist): the sha256 over
+    every file's relative path, size and content, of the first and last MiB only for a file above 4 MiB
+    (weights: retraining changes them throughout). The reference trainer's `state.json`, hashed whole,
+    records the sha256 of every file, so its checkpoints are pinned byte for byte. The eval result
+    records it (`checkpoint_digest`); the report checks it against the run's checkpoint."""
+    import hashlib
+
+    root = Path(ckpt_dir)
+    if not root.is_dir():
+        return None
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if not p.is_file():
+            continue
+        size = p.stat().st_size
+        h.update(f"{p.relative_to(root).as_posix()}\0{size}\0".encode())
+        with open(p, "rb") as fh:
+            if size <= 4 << 20:
+                h.update(fh.read())
+            else:
+                h.update(fh.read(1 << 20))
+                fh.seek(size - (1 << 20))
+                h.update(fh.read())
+    return h.hexdigest()
 
 
 def _first_missing(path: Path) -> Path | None:

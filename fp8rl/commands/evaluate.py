@@ -7,14 +7,18 @@ Tasks and their protocol come from the config (`eval.lm_eval_tasks`, `eval.agent
 `eval.batch_size`, `eval.max_gen_toks`, `eval.temperature`, `eval.top_p`, `eval.repeats`); the output
 follows docs/interfaces.md (fp8rl.evaluate.schema), and the lm-eval suite keeps its per-sample log beside
 it (`lm_eval.samples.jsonl`). A missing checkpoint, data file or
-task, or a broken task YAML is reported before any model is loaded, naming the file, and exits 2.
-Local tasks run fully offline (HF_DATASETS_OFFLINE=1, HF_HUB_OFFLINE=1).
+task, a broken task YAML or an `--out` that cannot be written is reported before any model is loaded,
+naming the file, and exits 2. Local tasks run fully offline (HF_DATASETS_OFFLINE=1, HF_HUB_OFFLINE=1).
+The result records the checkpoint's fingerprint (`checkpoint_digest`). Working files (datasets, BFCL's
+output) live in a temp folder beside `--out` (`.{out name}.*.tmp`), removed at the end; one evaluation
+per `--out` at a time (`.{out name}.lock`), and the next one removes what a killed one left.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -26,6 +30,22 @@ from fp8rl.config_loader import load_config
 SUITE_TASKS = {"lm_eval": "lm_eval_tasks", "agent": "agent"}
 
 
+def _check_out(out: Path) -> None:
+    """UsageError unless the result file `out` can be written: before any evaluation work."""
+    if out.is_dir():
+        raise UsageError(f"--out {out}: is a directory, not a result file")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot create its folder ({exc.strerror or exc})") from None
+    try:  # a real write: permissions, a read-only filesystem, a full disk
+        fd, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write in {out.parent} ({exc.strerror or exc})") from None
+
+
 def _evaluate(args: argparse.Namespace, suite: str) -> int:
     cfg = load_config(args.file, args.set)
     numerics.ensure(cfg.numerics)
@@ -33,6 +53,7 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
 
     names = getattr(cfg.eval, SUITE_TASKS[suite])
     checkpoint, data, out = Path(args.checkpoint), Path(args.data), Path(args.out)
+    _check_out(out)
     if all(local_task_path(suite, n).is_file() for n in names):
         os.environ["HF_DATASETS_OFFLINE"] = "1"
         os.environ["HF_HUB_OFFLINE"] = "1"
@@ -46,29 +67,43 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
     from fp8rl.provenance import provenance
 
     torch.set_num_threads(cfg.resources_for("eval").threads)
-    with tempfile.TemporaryDirectory(prefix="fp8rl-eval-") as tmp:
-        try:
-            check_checkpoint(checkpoint)
-            if not data.is_dir():
-                raise EvalInputError(f"data directory {data} not found")
-            plan = plan_tasks(suite, names, data, cache_dir=Path(tmp) / "datasets")
-            model, model_args = model_spec(cfg, checkpoint) if plan.lm_eval_specs else ("bfcl", {})
-            samples = samples_path(out) if suite == "lm_eval" else None
-            results = run_lm_eval(cfg, checkpoint, plan, samples_out=samples) if plan.lm_eval_specs else []
-            if plan.bfcl:
-                results += run_bfcl(cfg, checkpoint, plan.bfcl, Path(tmp) / "bfcl")
-        except EvalInputError as exc:
-            raise UsageError(str(exc)) from None
-    prov = provenance(config_digest=cfg.digest())
-    prov["eval"] = {
-        "model": model,
-        "model_args": model_args,
-        "chat_template": has_chat_template(checkpoint),
-        "limit": cfg.eval.limit,
-        "tasks": names,
-        **cfg.eval.model_dump(include={"max_gen_toks", "temperature", "top_p", "repeats"}),
-    }
-    write_eval(out, checkpoint, suite, results, prov)
+    from fp8rl.io import remove_stale_temps
+    from fp8rl.rundir import RunDirLocked, checkpoint_digest, hold_lock
+
+    try:
+        with hold_lock(out.with_name(f".{out.name}.lock"), "wait for that evaluation to end"):
+            for name in (out.name, samples_path(out).name):
+                remove_stale_temps(out.parent, name)  # what a killed evaluation left
+            work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+            try:
+                check_checkpoint(checkpoint)
+                if not data.is_dir():
+                    raise EvalInputError(f"data directory {data} not found")
+                digest = checkpoint_digest(checkpoint)
+                plan = plan_tasks(suite, names, data, cache_dir=work / "datasets")
+                model, model_args = model_spec(cfg, checkpoint) if plan.lm_eval_specs else ("bfcl", {})
+                samples = samples_path(out) if suite == "lm_eval" else None
+                results = (
+                    run_lm_eval(cfg, checkpoint, plan, samples_out=samples) if plan.lm_eval_specs else []
+                )
+                if plan.bfcl:
+                    results += run_bfcl(cfg, checkpoint, plan.bfcl, work / "bfcl")
+            except EvalInputError as exc:
+                raise UsageError(str(exc)) from None
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            prov = provenance(config_digest=cfg.digest())
+            prov["eval"] = {
+                "model": model,
+                "model_args": model_args,
+                "chat_template": has_chat_template(checkpoint),
+                "limit": cfg.eval.limit,
+                "tasks": names,
+                **cfg.eval.model_dump(include={"max_gen_toks", "temperature", "top_p", "repeats"}),
+            }
+            write_eval(out, checkpoint, suite, results, prov, checkpoint_digest=digest)
+    except RunDirLocked as exc:
+        raise UsageError(str(exc)) from None
     for r in results:
         err = f" ± {r.stderr:.3f}" if r.stderr is not None else ""
         print(f"{r.task:<16} {r.metric:<28} {r.value:.3f}{err}  (n={r.n})")

@@ -31,8 +31,9 @@ import torch
 
 from fp8rl.engine.model import write_hf_files
 from fp8rl.io import fsync_dir, recover_dir, replace_dir, settle_dir, sha256_file
+from fp8rl.rundir import CHECKPOINT_STATE_FILE
 
-STATE_FILE = "state.json"
+STATE_FILE = CHECKPOINT_STATE_FILE
 TRAINER_FILE = "trainer_state.pt"
 
 

@@ -2,9 +2,12 @@
 
 `eval/lm_eval.json` and `eval/agent.json`:
 
-    {"checkpoint": "...", "suite": "lm_eval" | "agent",
+    {"checkpoint": "...", "checkpoint_digest": "<sha256>", "suite": "lm_eval" | "agent",
      "results": [{"task": "arith_gen", "metric": "exact_match", "value": 0.42, "stderr": 0.035, "n": 200}],
      "provenance": {...}}
+
+`checkpoint_digest` (fp8rl.rundir.checkpoint_digest) ties the scores to the checkpoint they scored: the
+report leaves them out when the run's checkpoint has another one (trained again since).
 
 `stderr` is null where the harness gives none. A metric computed after an lm-eval filter is named
 `metric` when the task has one filter for it and `metric,filter` (lm-eval's own notation) when it has
@@ -73,11 +76,19 @@ def normalise_lm_eval(raw: dict, names: dict[str, str] | None = None) -> list[Ta
     return out
 
 
-def eval_document(checkpoint: str | Path, suite: str, results: list[TaskResult], provenance: dict) -> dict:
+def eval_document(
+    checkpoint: str | Path,
+    suite: str,
+    results: list[TaskResult],
+    provenance: dict,
+    checkpoint_digest: str | None = None,
+) -> dict:
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; allowed: {', '.join(SUITES)}")
-    return {
-        "checkpoint": str(checkpoint),
+    doc = {"checkpoint": str(checkpoint)}
+    if checkpoint_digest is not None:
+        doc["checkpoint_digest"] = checkpoint_digest
+    return doc | {
         "suite": suite,
         "results": [asdict(r) for r in results],
         "provenance": provenance,
@@ -85,10 +96,15 @@ def eval_document(checkpoint: str | Path, suite: str, results: list[TaskResult],
 
 
 def write_eval(
-    path: str | Path, checkpoint: str | Path, suite: str, results: list[TaskResult], provenance: dict
+    path: str | Path,
+    checkpoint: str | Path,
+    suite: str,
+    results: list[TaskResult],
+    provenance: dict,
+    checkpoint_digest: str | None = None,
 ) -> Path:
     """Write one suite's results atomically."""
-    return atomic_write_json(path, eval_document(checkpoint, suite, results, provenance))
+    return atomic_write_json(path, eval_document(checkpoint, suite, results, provenance, checkpoint_digest))
 
 
 def samples_path(result_file: str | Path) -> Path:

@@ -23,8 +23,8 @@ from `{results_dir}/{tier}/runs/` and writes, with `R = {results_dir}/{tier}`:
     R/report.json                            manifest: status counts, data problems, config digest,
                                              the list of outputs and their sha256 (`files`)
 
-`fp8rl publish TIER [--config FILE]` copies tables/, plots/, report.html and a provenance.json into
 The report is built in a temp folder and moved into place with report.json last (`build.py`).
+`fp8rl publish TIER [--config FILE]` copies tables/, plots/, report.html and a provenance.json into
 `{results_dir}/published/{TIER}/` if every output has the hash report.json records, and swaps the copy
 in whole (see `publish.py`).
 

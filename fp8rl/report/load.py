@@ -9,12 +9,16 @@ docs/interfaces.md): `summary.json`, `metrics.jsonl`, `throughput.json`, `eval/l
   (`emulated`, `device`, `fp8_backend`). A cell with no readable `summary.json` is `missing`, with the
   reason; so is a run whose files contradict each other (a `summary.json` of the wrong types, or
   `metrics.jsonl` cut short, with a step twice or out of order, or not ending where the summary says:
-  fp8rl.run_checks), whose numbers therefore never enter a mean. A run is never dropped.
+  fp8rl.run_checks), or whose files name another run id (a run directory copied from another cell:
+  `owner_problems`), whose numbers therefore never enter a mean. A run is never dropped.
 - `values`: the tidy frame: run id columns + `status`, `source`, `step`, `metric`, `value`, `stderr`.
   `source` is `train` (one row per metric per step of `metrics.jsonl`; `step` set), `lm_eval` / `agent`
   (`metric` = `{task}/{metric}`, `stderr` where given) or `throughput` (`step_time_s`, `peak_mem_mb`,
   `{phase}/seconds`, `{phase}/tokens`, `{phase}/tokens_per_s`).
-- `problems`: one line per piece of data that could not be used, naming the file (and line).
+- `problems`: one line per piece of data that could not be used, naming the file (and line). An `ok`
+  or `diverged` run without the eval result file of a suite the config asks for is one (its seed is
+  absent from that suite's means), and so is an eval result whose `checkpoint_digest` is not the run's
+  checkpoint's (it scored another checkpoint, e.g. before a retrain): its scores are left out.
 - `ratio_hists`: run id → its FP8 vs BF16-shadow ratio histogram (`fp8rl.rl.ratio_hist`).
 
 Malformed `metrics.jsonl` lines are **skipped and counted**, not fatal: a line that is not UTF-8 or not
@@ -38,8 +42,8 @@ import pandas as pd
 from fp8rl.config import ExperimentConfig
 from fp8rl.matrix import RunSpec
 from fp8rl.rl.ratio_hist import KEYS as HIST_KEYS
-from fp8rl.run_checks import history_problems, summary_problems
-from fp8rl.rundir import EVAL_FILES, RunDir
+from fp8rl.run_checks import history_problems, owner_problems, summary_problems
+from fp8rl.rundir import EVAL_FILES, RunDir, checkpoint_digest
 from fp8rl.rundir import STATUSES as RUN_STATUSES
 from fp8rl.rundir import runs_dir as tier_runs_dir
 
@@ -135,9 +139,16 @@ def _summary_status(run: RunDir, problems: list[str]) -> tuple[dict, dict | None
     return row, summary
 
 
-def _eval_values(path: Path, suite: str, problems: list[str]) -> list[dict]:
+def _eval_values(path: Path, suite: str, problems: list[str], checkpoint: Path) -> list[dict]:
     obj = _read_json(path, problems)
     if obj is None:
+        return []
+    scored = obj.get("checkpoint_digest")  # absent in result files written before it was recorded
+    if scored is not None and (now := checkpoint_digest(checkpoint)) is not None and scored != now:
+        problems.append(
+            f"{path}: scored another checkpoint than the run's {checkpoint} (checkpoint_digest differs: "
+            "retrained since?); scores ignored, evaluate the run again"
+        )
         return []
     out = []
     results = obj.get("results")
@@ -201,8 +212,11 @@ def _hist_ok(hist: dict) -> bool:
     )
 
 
-def load_run(spec: RunSpec, runs_dir: Path) -> tuple[dict, pd.DataFrame, list[str]]:
-    """One run directory → (its row of `runs`, its tidy values, its problems)."""
+def load_run(
+    spec: RunSpec, runs_dir: Path, suites: tuple[str, ...] = ()
+) -> tuple[dict, pd.DataFrame, list[str]]:
+    """One run directory → (its row of `runs`, its tidy values, its problems). `suites`: the eval suites
+    the config asks for (a finished run without one's result file is a problem)."""
     run = RunDir.of(runs_dir, spec.run_id)
     problems: list[str] = []
     ids = {
@@ -216,6 +230,11 @@ def load_run(spec: RunSpec, runs_dir: Path) -> tuple[dict, pd.DataFrame, list[st
     }
     status, summary = _summary_status(run, problems)
     row = ids | status | {"malformed_lines": 0}
+    if row["status"] != "missing" and (foreign := owner_problems(run, spec.run_id)):
+        was = row["status"]
+        problems += [f"{f}; run ({was}) counted as missing (copied from another run?)" for f in foreign]
+        row |= {"status": "missing", "reason": f"another run's files: {foreign[0]}"}
+        summary = None
     frames: list[pd.DataFrame] = []
 
     rows, bad = read_metrics(run.metrics) if run.metrics.is_file() else ([], [])
@@ -233,7 +252,10 @@ def load_run(spec: RunSpec, runs_dir: Path) -> tuple[dict, pd.DataFrame, list[st
 
     other: list[dict] = []
     for suite in EVAL_FILES:
-        other += _eval_values(run.eval_file(suite), suite, problems)
+        path = run.eval_file(suite)
+        if suite in suites and row["status"] in ("ok", "diverged") and not path.exists():
+            problems.append(f"{path}: missing; the run ({row['status']}) is absent from the {suite} means")
+        other += _eval_values(path, suite, problems, run.checkpoint)
     labels, tp = _throughput(run.throughput, problems)
     row |= labels
     other += tp
@@ -252,8 +274,11 @@ def load_tier(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> RunS
     runs_dir = Path(runs_dir) if runs_dir is not None else tier_runs_dir(cfg.results_dir, cfg.tier)
     rows, frames, problems = [], [], []
     hists: dict[str, dict] = {}
+    suites = tuple(
+        s for s, tasks in (("lm_eval", cfg.eval.lm_eval_tasks), ("agent", cfg.eval.agent)) if tasks
+    )
     for spec in cfg.runs():
-        row, values, probs = load_run(spec, runs_dir)
+        row, values, probs = load_run(spec, runs_dir, suites)
         rows.append(row)
         hist_path = RunDir.of(runs_dir, spec.run_id).ratio_hist
         if hist_path.is_file() and (hist := _read_json(hist_path, probs)) is not None:

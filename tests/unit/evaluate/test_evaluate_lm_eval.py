@@ -12,6 +12,7 @@ from fp8rl.config_loader import validate_config
 from fp8rl.evaluate.eval_tasks import plan_tasks
 from fp8rl.evaluate.lm_eval_runner import run_lm_eval
 from fp8rl.evaluate.schema import SUITES
+from fp8rl.rundir import checkpoint_digest
 
 CFG = validate_config(
     {
@@ -116,10 +117,14 @@ def test_eval_command_on_a_real_checkpoint(command, suite, tiny_checkpoint, data
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(json.dumps(CFG.model_dump(mode="json")))
     out = tmp_path / "eval" / f"{suite}.json"
+    (tmp_path / "eval" / f".{suite}.json.killed.tmp" / "datasets").mkdir(parents=True)  # a killed eval's
     args = ["eval", command, "--config", str(cfg), "--checkpoint", str(tiny_checkpoint)]
     assert main([*args, "--data", str(data_dir), "--out", str(out), "--set", "eval.limit=5"]) == 0
     doc = json.loads(out.read_text())
     assert doc["suite"] == suite in SUITES and doc["checkpoint"] == str(tiny_checkpoint)
+    assert doc["checkpoint_digest"] == checkpoint_digest(tiny_checkpoint)  # the checkpoint it scored
+    left = {p.name for p in out.parent.iterdir()}
+    assert left == {out.name, *([f"{suite}.samples.jsonl"] if suite == "lm_eval" else [])}  # no temp, no lock
     assert doc["provenance"]["eval"]["model"] == "hf" and doc["provenance"]["config_digest"]
     tasks = {r["task"] for r in doc["results"]}
     assert tasks == ({"arith_gen", "arith_mc"} if suite == "lm_eval" else {"tool_call"})
@@ -157,3 +162,28 @@ def test_missing_checkpoint_exits_2_naming_it(data_dir, tmp_path, capsys):
     assert rc == 2
     assert f"checkpoint {missing} not found" in capsys.readouterr().err
     assert not (tmp_path / "o.json").exists()
+
+
+def test_an_unwritable_out_exits_2_before_any_evaluation(
+    data_dir, tiny_checkpoint, tmp_path, capsys, monkeypatch
+):
+    import fp8rl.evaluate.lm_eval_runner as runner
+
+    monkeypatch.setattr(runner, "run_lm_eval", lambda *a, **k: pytest.fail("evaluated before checking --out"))
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(json.dumps(CFG.model_dump(mode="json")))
+    (tmp_path / "a_file").write_text("")
+    args = [
+        "eval",
+        "lm-eval",
+        "--config",
+        str(cfg),
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--data",
+        str(data_dir),
+    ]
+    for out, message in ((tmp_path / "a_file" / "lm_eval.json", "cannot create its folder"),
+                         (tmp_path, "is a directory")):  # fmt: skip
+        assert main([*args, "--out", str(out)]) == 2
+        assert f"--out {out}: {message}" in capsys.readouterr().err
