@@ -16,7 +16,11 @@ NUMERICS_MODES = ("reproducible", "fast")
 
 TIERS = ("smoke", "mechanism", "stress", "small", "paper")
 ALGORITHMS = ("grpo", "dapo")
-VARIANTS = ("bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib")
+VARIANTS = (
+    "bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib",
+    # the mismatch corrections other frameworks offer, each alone and with calibrated clipping, and FP16
+    "fp8_seqtis", "fp8_seqtis_calib", "fp8_mis", "fp8_mis_calib", "fp8_icepop", "fp8_icepop_calib", "fp16",
+)  # fmt: skip
 # Recipe-level FP8 granularities (a run id's granularity); `bf16` runs use NO_GRANULARITY.
 GRANULARITIES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
 NO_GRANULARITY = "none"
@@ -24,25 +28,82 @@ NO_GRANULARITY = "none"
 # the condition is then part of the run id, and bf16 runs have condition NO_CONDITION.
 NO_CONDITION = "none"
 
+# What a variant computes in: bf16 (the reference), FP8 per recipe, or FP16 with dynamic loss scaling
+# (Qi et al. 2025: FP16 instead of a correction); fp16 runs have granularity `none`, like bf16.
+PRECISIONS = ("bf16", "fp8", "fp16")
+# The rollout/trainer mismatch corrections (fp8rl.rl.corrections), one per variant, with verl 0.9.1's
+# `algorithm.rollout_correction` spelling where it has one:
+#   none;
+#   tis: token-level truncated IS, min(r_t, cap) (rollout_is=token);
+#   seq_tis: sequence-level truncated IS, min(prod_t r_t, cap) on every token (rollout_is=sequence);
+#   mis: masked IS (NeMo-RL's seq-mask-tis, slime's MIS): a sequence whose geometric-mean ratio leaves
+#        the band `tis.mis` is dropped from the loss, the others keep token TIS weights
+#        (rollout_rs=seq_mean_k1 with rollout_is=token);
+#   icepop: the token's ratio r_t as its weight inside the band `tis.icepop` = [alpha, beta], 0 outside
+#        (rollout_is=token with rollout_is_threshold "alpha_beta").
+CORRECTIONS = ("none", "tis", "seq_tis", "mis", "icepop")
+
 
 @dataclass(frozen=True)
 class VariantSpec:
-    """What a variant name means: precision, and which fixes it turns on."""
+    """What a variant name means: its precision, its mismatch correction, and calibrated clipping."""
 
     name: str
-    fp8: bool
-    tis: bool
+    precision: str
+    correction: str
     calib: bool
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS or self.correction not in CORRECTIONS:
+            raise ValueError(f"variant {self.name}: unknown precision or correction")
+
+    @property
+    def fp8(self) -> bool:
+        return self.precision == "fp8"
+
+    @property
+    def fp16(self) -> bool:
+        return self.precision == "fp16"
+
+    @property
+    def tis(self) -> bool:
+        """Token-level TIS (the `*_tis` variants)."""
+        return self.correction == "tis"
+
+    @property
+    def corrected(self) -> bool:
+        """Any mismatch correction (IS weights and/or a mask)."""
+        return self.correction != "none"
+
+
+def _spec(name: str, precision: str, correction: str = "none", calib: bool = False) -> VariantSpec:
+    return VariantSpec(name, precision, correction, calib)
 
 
 VARIANT_SPECS = {
-    "bf16": VariantSpec("bf16", fp8=False, tis=False, calib=False),
-    "fp8": VariantSpec("fp8", fp8=True, tis=False, calib=False),
-    "fp8_tis": VariantSpec("fp8_tis", fp8=True, tis=True, calib=False),
-    "fp8_calib": VariantSpec("fp8_calib", fp8=True, tis=False, calib=True),
-    "fp8_tis_calib": VariantSpec("fp8_tis_calib", fp8=True, tis=True, calib=True),
+    "bf16": _spec("bf16", "bf16"),
+    "fp8": _spec("fp8", "fp8"),
+    "fp8_tis": _spec("fp8_tis", "fp8", "tis"),
+    "fp8_calib": _spec("fp8_calib", "fp8", calib=True),
+    "fp8_tis_calib": _spec("fp8_tis_calib", "fp8", "tis", calib=True),
+    "fp8_seqtis": _spec("fp8_seqtis", "fp8", "seq_tis"),
+    "fp8_seqtis_calib": _spec("fp8_seqtis_calib", "fp8", "seq_tis", calib=True),
+    "fp8_mis": _spec("fp8_mis", "fp8", "mis"),
+    "fp8_mis_calib": _spec("fp8_mis_calib", "fp8", "mis", calib=True),
+    "fp8_icepop": _spec("fp8_icepop", "fp8", "icepop"),
+    "fp8_icepop_calib": _spec("fp8_icepop_calib", "fp8", "icepop", calib=True),
+    "fp16": _spec("fp16", "fp16"),
 }
 assert tuple(VARIANT_SPECS) == VARIANTS
+
+# The rollout/trainer mismatch under the names other frameworks log (fp8rl.rl.corrections.
+# mismatch_aliases; definitions in docs/interfaces.md), written beside `mismatch/kl_k1` and `kl_k3`.
+MISMATCH_ALIASES = (
+    "token_mult_prob_error",  # NeMo-RL
+    "rollout_corr/kl",  # verl
+    "train_rollout_logprob_abs_diff",  # slime
+    "mismatch_kl",  # prime-rl
+)
 
 
 def granularities_of(variant: str) -> tuple[str, ...]:

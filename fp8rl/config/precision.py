@@ -66,12 +66,13 @@ class TISConfig(Strict):
     cap: float = Field(2.0, gt=0.0)
     level: Literal[TIS_LEVELS] = Field("token", description="*_tis variants: token or sequence (= *_seqtis)")
     icepop: tuple[float, float] | None = Field(
-        None, description="*_icepop variants: keep the ratio inside [low, high], zero it outside (None: [0.5, 5])"
+        None,
+        description="*_icepop variants: keep the ratio inside [low, high], zero it outside (None: [0.5, 5])",
     )
     mis: tuple[float, float] | None = Field(
         None,
         description="*_mis variants: drop sequences whose geometric-mean ratio leaves [low, high] "
-        "(None: [0.999, 1.001])",
+        "(None: [0.97, 1.03]; long responses want a narrower band, e.g. [0.999, 1.001])",
     )
 
     @field_validator("icepop", "mis")

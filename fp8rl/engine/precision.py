@@ -9,6 +9,8 @@ variant's precision.
   (`fp8.rollout`, optional FP8 KV cache `fp8.kv_cache`), and AdamW keeps its moments in FP8
   (`fp8.optimizer_state`, implementation `fp8.optimizer`). `fp8.noise_scale` s scales the quantization
   error of every one of those operands (x + s * (Q(x) - x)), the dose knob of the study tiers.
+- `fp16`: the linears and the rollout copy emulate FP16 GEMMs (fp8rl.fp8.fp16), AdamW with fp32 moments;
+  the trainer scales the loss dynamically (fp8rl.engine.loss_scale).
 Embeddings and `lm_head` stay high precision (as torchao and Transformer Engine recipes do).
 `as_bf16()` switches the policy's FP8 quantization off: inside it the linears compute the bf16-emulated
 GEMMs of the bf16 variant (what the BF16 shadow pass scores with). `runtime` is the FP8 layers' state (compile switch, GEMM
@@ -83,12 +85,21 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
     runtime.noise_scale = f.noise_scale if spec.fp8 else 1.0
     if spec.fp8 and f.gemms:
         fp8.convert_to_fp8(model, recipe, skip=SKIP, runtime=runtime)
+    elif spec.fp16:
+        from fp8rl.fp8.fp16 import convert_to_fp16_emulation
+
+        convert_to_fp16_emulation(model, skip=SKIP)
     else:
         fp8.convert_to_bf16_emulation(model, skip=SKIP)
     rollout_recipe = recipe if (spec.fp8 and f.rollout) else None
-    rollout = fp8.make_rollout_policy(
-        model, rollout_recipe, kv_cache_fp8=bool(spec.fp8 and f.kv_cache), runtime=runtime
-    )
+    if spec.fp16:
+        from fp8rl.fp8.fp16 import make_fp16_rollout_policy
+
+        rollout = make_fp16_rollout_policy(model, skip=SKIP, runtime=runtime)
+    else:
+        rollout = fp8.make_rollout_policy(
+            model, rollout_recipe, kv_cache_fp8=bool(spec.fp8 and f.kv_cache), runtime=runtime
+        )
     s = cfg.schedule
     optimizer = fp8.build_adamw(
         [p for p in model.parameters() if p.requires_grad],
@@ -109,7 +120,9 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
     real_fp8 = bool(spec.fp8 and f.gemms and backend == "scaled_mm" and exact)
     bf16_path = "bf16 (cuda)" if cuda else "bf16-emulated"
     fp8_path = f"fp8 {run.granularity} " + ("(_scaled_mm)" if real_fp8 else "emulated")
-    emulated = not (real_fp8 or (not spec.fp8 and cuda))
+    emulated = not (real_fp8 or (not spec.fp8 and not spec.fp16 and cuda))
+    if spec.fp16:
+        bf16_path = "fp16-emulated"
     gemms = {
         "policy": fp8_path if (spec.fp8 and f.gemms) else bf16_path,
         # the FP8 rollout copy quantizes weights and activations per recipe, then computes in fp32

@@ -5,12 +5,14 @@ One optimizer step (`step` = 1..schedule.steps), as nanochat-style straight-line
    samples `group_size` responses per prompt (`collect.collect_rollouts`: rewards, DAPO shaping and
    dynamic sampling, GRPO advantages);
 2. log-prob recompute: the trainer scores the same sequences in its own precision (`old_log_prob`),
-   giving the real rollout/trainer mismatch (`mismatch/*`), the entropy and, for `*_tis`, the TIS
-   weights; for fp8 variants a BF16 shadow pass (quantization switched off) re-scores a random
+   giving the real rollout/trainer mismatch (`mismatch/*` and the other frameworks' names for it), the
+   entropy and the variant's mismatch correction (fp8rl.rl.corrections: TIS, sequence TIS, masked IS,
+   IcePop: weights, and for masked IS the sequences dropped from the loss); for fp8 variants a BF16 shadow pass (quantization switched off) re-scores a random
    `calib.sample_frac` of the sequences (the calibration reference and the `phantom/low_neg` diagnostic);
 3. `ppo_epochs` × `mini_batches` updates with `fp8rl.rl.policy_loss`; `*_calib` variants take the
    bounds of `Calibrator` (shadow ratios of the current policy vs the old one, or the bf16 run's
    per-step clip fractions with `calib.reference: run`, or a static target: fp8rl.engine.update_bounds);
+   `fp16` scales the loss dynamically (fp8rl.engine.loss_scale);
 4. one line of metrics (docs/architecture.md#metrics) in metrics.jsonl, sent live to the config's
    trackers (fp8rl.tracking: TensorBoard in `{run}/tb/` by default) and, without a progress bar, a
    heartbeat line on stderr (fp8rl.engine.heartbeat); a checkpoint every `checkpoint_every` steps.
@@ -45,6 +47,7 @@ from fp8rl.engine.collect import StepRollout, collect_rollouts
 from fp8rl.engine.data import load_split
 from fp8rl.engine.device import resolve_device
 from fp8rl.engine.heartbeat import Heartbeat
+from fp8rl.engine.loss_scale import DynamicLossScaler
 from fp8rl.engine.model import load_hf
 from fp8rl.engine.phase_timer import PhaseTimer, throughput_report
 from fp8rl.engine.precision import bf16_emulation, setup_precision
@@ -66,9 +69,8 @@ from fp8rl.rl import (
     mismatch_kl,
     policy_loss,
     ratio_quantiles,
-    tis_stats,
-    tis_weights,
 )
+from fp8rl.rl.corrections import ICEPOP_BAND, MIS_BAND, mismatch_aliases, rollout_correction
 from fp8rl.rundir import PHASES, RunDir, build_summary
 from fp8rl.tracking import Trackers, check_trackers, open_trackers
 
@@ -145,6 +147,7 @@ class Trainer:
         self.prec = setup_precision(policy, cfg, run)
         self.policy = self.prec.policy
         self.policy.train()
+        self.scaler = DynamicLossScaler() if self.spec.fp16 else None
         self.timer = PhaseTimer(self.device)
         self.calibrator = (
             Calibrator.from_config(cfg.calib, clip_low=self.algo.clip_low, clip_high=self.algo.clip_high)
@@ -188,6 +191,7 @@ class Trainer:
             "calibrator": self.calibrator.state_dict() if self.calibrator else None,
             "ratio_hist": self.shadow.hist.state_dict() if self.shadow else None,
             "stability": self.stability.state_dict(),
+            "loss_scaler": self.scaler.state_dict() if self.scaler else None,
         }
 
     def _restore(self, state: dict) -> None:
@@ -198,6 +202,8 @@ class Trainer:
         if self.calibrator is not None:
             self.calibrator.load_state_dict(state["calibrator"])
         self.stability.load_state_dict(state["stability"])
+        if self.scaler is not None and state.get("loss_scaler") is not None:
+            self.scaler.load_state_dict(state["loss_scaler"])
         if self.shadow is not None and state.get("ratio_hist") is not None:
             self.shadow.hist.load_state_dict(state["ratio_hist"])
         set_rng_state(state["rng"])
@@ -372,12 +378,14 @@ class Trainer:
             if self.kl_policy is not None:
                 kl_ref_lp, _ = score(self.kl_policy, batch, temperature=sch.temperature)
         out.update(mismatch_kl(old_lp, batch.log_probs, mask))
-        is_w = None
-        if self.spec.tis:
-            t = self.cfg.tis
-            is_w = tis_weights(old_lp, batch.log_probs, mask, cap=t.cap, level=t.level, icepop=t.icepop)
-            out.update(tis_stats(old_lp, batch.log_probs, mask, cap=t.cap, level=t.level, icepop=t.icepop))
-        return StepScores(old_lp, is_w, kl_ref_lp, reused), out
+        out.update(mismatch_aliases(old_lp, batch.log_probs, mask))
+        t = self.cfg.tis
+        corr = rollout_correction(
+            self.spec.correction, old_lp, batch.log_probs, mask, cap=t.cap, level=t.level,
+            icepop=t.icepop or ICEPOP_BAND, mis=t.mis or MIS_BAND,
+        )  # fmt: skip
+        out.update(corr.metrics)
+        return StepScores(old_lp, corr.weights, kl_ref_lp, reused, corr.keep), out
 
     def _update(self, step: int, ro: StepRollout, scores: StepScores) -> dict[str, float]:
         """`ppo_epochs` x `mini_batches` PPO updates over the step's batch, in a seeded random order."""
@@ -425,11 +433,17 @@ class Trainer:
             )  # fmt: skip
             if not bool(torch.isfinite(loss)):
                 raise Diverged("non-finite loss")
-            self.prec.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            gnorm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), sch.grad_clip))
-            if not math.isfinite(gnorm):
-                raise Diverged("non-finite gradient norm")
-            self.prec.optimizer.step()
-        lm["grad_norm"] = gnorm
+            if self.scaler is not None:  # fp16: an overflowed step is skipped, not a divergence
+                params = [p for p in self.policy.parameters() if p.requires_grad]
+                gnorm, sm = self.scaler.backward_step(loss, params, self.prec.optimizer, sch.grad_clip)
+                lm.update(sm)
+            else:
+                self.prec.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                gnorm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), sch.grad_clip))
+                if not math.isfinite(gnorm):
+                    raise Diverged("non-finite gradient norm")
+                self.prec.optimizer.step()
+        if math.isfinite(gnorm):
+            lm["grad_norm"] = gnorm
         return {**lm, **metrics}, ratio

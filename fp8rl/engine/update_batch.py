@@ -24,6 +24,8 @@ class StepScores:
     # With a single update per step, the forward that gave `old_log_prob` (log-probs with grad, logits)
     # is the update's own forward: nothing has changed in between.
     reused_forward: tuple[torch.Tensor, torch.Tensor] | None
+    # [B] bool: the sequences the correction keeps in the loss (masked IS); None keeps every one
+    keep: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class MiniBatch:
 
     idx: torch.Tensor  # [b] rows of the step's rollout batch
     batch: RolloutBatch
-    mask: torch.Tensor  # [b, T] response mask
+    mask: torch.Tensor  # [b, T] response mask, without the sequences the correction dropped
     advantages: torch.Tensor  # [b]
     old_log_prob: torch.Tensor  # [b, T]
     is_weights: torch.Tensor | None
@@ -44,8 +46,11 @@ class MiniBatch:
         def rows(x: torch.Tensor | None) -> torch.Tensor | None:
             return None if x is None else x[idx]
 
+        mask = batch.response_mask[idx]
+        if scores.keep is not None:  # masked IS: dropped sequences leave the loss and its token counts
+            mask = mask * scores.keep[idx, None].to(mask.dtype)
         return cls(
-            idx, batch.select(idx), batch.response_mask[idx], advantages[idx], scores.old_log_prob[idx],
+            idx, batch.select(idx), mask, advantages[idx], scores.old_log_prob[idx],
             rows(scores.is_weights), rows(scores.kl_ref_log_prob), first_update,
         )  # fmt: skip
 

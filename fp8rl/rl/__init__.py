@@ -14,6 +14,7 @@ from fp8rl.rl.calibration import (
     reference_counts,
     target_quantiles,
 )
+from fp8rl.rl.corrections import Correction, icepop_weights, mis_keep, mismatch_aliases, rollout_correction
 from fp8rl.rl.diagnostics import clip_stats, mismatch_kl, phantom_low_neg, ratio_quantiles
 from fp8rl.rl.entropy import entropy_from_logits
 from fp8rl.rl.gibberish import GibberishRules, gibberish_rate, gibberish_reason
@@ -34,6 +35,11 @@ __all__ = [
     "gibberish_reason",
     "Calibrator",
     "ClipBounds",
+    "Correction",
+    "icepop_weights",
+    "mis_keep",
+    "mismatch_aliases",
+    "rollout_correction",
     "bounds_from_quantiles",
     "calibrated_bounds",
     "reference_counts",

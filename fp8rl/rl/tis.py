@@ -1,5 +1,5 @@
-"""Truncated importance sampling (Yao et al. 2025) for the rollout/trainer mismatch, with an optional
-IcePop-style mask.
+"""Truncated importance sampling (Yao et al. 2025) for the rollout/trainer mismatch (the other
+corrections, IcePop and masked IS, are in fp8rl.rl.corrections).
 
 The rollout engine samples from pi_rollout, the trainer scores the same tokens as pi_old; the weight
 `pi_old / pi_rollout`, truncated at `cap`, corrects the policy gradient for the difference. It is a
@@ -32,13 +32,9 @@ def _raw_ratio(
     return torch.where(m, ratio, torch.zeros_like(ratio))
 
 
-def _check_options(cap: float, icepop: tuple[float, float] | None, fn: str) -> None:
+def _check_options(cap: float, fn: str) -> None:
     if not cap > 0:
         raise ValueError(f"{fn}: cap must be > 0, got {cap}")
-    if icepop is not None:
-        lo, hi = icepop
-        if not 0 <= lo < hi:
-            raise ValueError(f"{fn}: icepop must be (low, high) with 0 <= low < high, got {icepop}")
 
 
 def tis_weights(
@@ -48,23 +44,14 @@ def tis_weights(
     *,
     cap: float = 2.0,
     level: str = "token",
-    icepop: tuple[float, float] | None = None,
 ) -> torch.Tensor:
     """Detached TIS weights [B, T]: `min(exp(old - rollout), cap)` per token (`level="token"`), or per
-    sequence from the summed log-ratio (`level="sequence"`); 0 at padding.
-
-    `icepop=(low, high)`: weights whose untruncated ratio lies outside [low, high] are set to 0, so those
-    tokens drop out of the gradient (IcePop's two-sided mask); the others keep their truncated weight.
-    """
+    sequence from the summed log-ratio (`level="sequence"`); 0 at padding."""
     fn = "tis_weights"
     m = check_mask(response_mask, fn)
-    _check_options(cap, icepop, fn)
+    _check_options(cap, fn)
     raw = _raw_ratio(old_log_prob, rollout_log_prob, m, level, fn)
-    w = torch.clamp(raw, max=cap)
-    if icepop is not None:
-        lo, hi = icepop
-        w = torch.where((raw >= lo) & (raw <= hi), w, torch.zeros_like(w))
-    return w
+    return torch.clamp(raw, max=cap)
 
 
 def tis_stats(
@@ -74,23 +61,17 @@ def tis_stats(
     *,
     cap: float = 2.0,
     level: str = "token",
-    icepop: tuple[float, float] | None = None,
 ) -> dict[str, float]:
-    """`tis/mean` (mean weight over valid tokens), `tis/clipped` (fraction of valid tokens whose ratio
-    exceeded `cap` and was truncated) and, with `icepop`, `tis/masked` (fraction zeroed by the mask).
-    Empty when there is no valid token."""
+    """`tis/mean` (mean weight over valid tokens) and `tis/clipped` (fraction of valid tokens whose ratio
+    exceeded `cap` and was truncated). Empty when there is no valid token."""
     fn = "tis_stats"
     m = check_mask(response_mask, fn)
     if int(m.sum()) == 0:
         return {}
-    _check_options(cap, icepop, fn)
+    _check_options(cap, fn)
     raw = _raw_ratio(old_log_prob, rollout_log_prob, m, level, fn)
-    w = tis_weights(old_log_prob, rollout_log_prob, m, cap=cap, level=level, icepop=icepop)
-    out = {
+    w = tis_weights(old_log_prob, rollout_log_prob, m, cap=cap, level=level)
+    return {
         "tis/mean": float(masked_mean(w, m)),
         "tis/clipped": float(masked_mean((raw > cap).float(), m)),
     }
-    if icepop is not None:
-        lo, hi = icepop
-        out["tis/masked"] = float(masked_mean(((raw < lo) | (raw > hi)).float(), m))
-    return out

@@ -84,18 +84,6 @@ def test_sequence_tis_uses_the_product_of_token_ratios():
     assert w[1].tolist() == pytest.approx([math.exp(0.1)] * 2 + [0.0])
 
 
-def test_icepop_zeroes_weights_outside_the_band():
-    old, rollout, mask = _lp()
-    w = tis_weights(old, rollout, mask, cap=2.0, icepop=(0.5, 2.0))
-    assert w[0, 0].item() == 0.0  # ratio e > 2
-    assert w[0, 1].item() == 0.0  # ratio 1/e < 0.5
-    assert w[1, 0].item() == pytest.approx(math.exp(0.2))
-    stats = tis_stats(old, rollout, mask, cap=2.0, icepop=(0.5, 2.0))
-    assert stats["tis/clipped"] == pytest.approx(1 / 5)
-    assert stats["tis/masked"] == pytest.approx(2 / 5)
-    assert stats["tis/mean"] == pytest.approx((1.0 + math.exp(0.2) + math.exp(-0.1)) / 5)
-
-
 def test_tis_bad_input():
     old, rollout, mask = _lp()
     with pytest.raises(ValueError, match="level"):
