@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import Counter
 from typing import Any
 
@@ -143,6 +144,11 @@ def resume_problem(run: RunDir, meta: dict) -> str | None:
     step, offset = meta.get("step"), meta.get("metrics_offset")
     if not (_is_int(step) and step >= 0 and _is_int(offset) and offset >= 0):
         return f"{ckpt}: state.json lacks a valid step and metrics_offset; {afresh}"
+    if run.metrics.is_symlink():
+        return (
+            f"{run.metrics}: a symbolic link (to {os.readlink(run.metrics)}); a resume would append to the "
+            f"file it points to; {afresh}"
+        )
     if not run.metrics.is_file():
         if offset == 0:
             return None

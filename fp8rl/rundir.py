@@ -32,7 +32,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -161,12 +161,26 @@ class RunDir:
             os.fsync(fh.fileno())
 
     def append_metrics(self, row: dict) -> int:
-        """Append one step's metrics (non-finite values dropped: absent, never NaN); returns the new size."""
-        with open(self.metrics, "a") as fh:
-            fh.write(json.dumps(_finite_only(row), allow_nan=False) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        return self.metrics.stat().st_size
+        """Append one step's metrics (non-finite values dropped: absent, never NaN); returns the new size.
+        All or nothing: a failed write (a full disk) is cut back off before the error goes on, so the
+        file never ends in half a line the summary would contradict. A symbolic link is not followed."""
+        line = (json.dumps(_finite_only(row), allow_nan=False) + "\n").encode()
+        fd = os.open(self.metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            except BaseException:
+                with suppress(OSError):
+                    os.ftruncate(fd, size)
+                    os.fsync(fd)
+                raise
+            return size + len(line)
+        finally:
+            os.close(fd)
 
     def write_summary(self, summary: dict) -> None:
         atomic_write_json(self.summary, summary)

@@ -5,7 +5,9 @@ pretrained one's.
 Arguments are checked before any work starts (a missing directory, a run id outside the config's
 matrix, an unknown task level: exit 2 with the problem named). `fp8rl train` holds its run directory
 locked for the whole run (`RunDir.lock`: a second trainer on the same `--out` exits 2 naming the
-holder), and refuses with exit 2 to resume a checkpoint whose `metrics.jsonl` is gone or damaged
+holder), refuses with exit 2 a directory whose files name another run id (`run.json`, `summary.json`,
+`checkpoint/state.json`: two runs' files never mix) and writes `run.json` into it, and refuses with
+exit 2 to resume a checkpoint whose `metrics.jsonl` is gone, damaged or a symbolic link
 (`fp8rl.run_checks.resume_problem`). It exits 0 for a finished or a diverged run (summary.json says
 which) and non-zero when it crashes (status `failed`).
 """
@@ -16,7 +18,13 @@ import argparse
 from pathlib import Path
 
 from fp8rl import numerics
-from fp8rl.commands.common import UsageError, add_config_args, model_arg
+from fp8rl.commands.common import (
+    UsageError,
+    add_config_args,
+    claim_run_dir,
+    model_arg,
+    refuse_foreign_run_dir,
+)
 from fp8rl.config_loader import load_config
 from fp8rl.engine.tasks import config_problems
 
@@ -136,17 +144,16 @@ def _train_locked(args: argparse.Namespace, cfg, run, out, base: Path, data: Pat
     from fp8rl.run_checks import resume_problem
 
     ckpt = out.checkpoint
-    if has_checkpoint(ckpt):
+    resumable = has_checkpoint(ckpt)  # also puts back what a kill inside a checkpoint save left
+    refuse_foreign_run_dir(out, run.run_id)
+    if resumable:
         try:
             meta = verify_checkpoint(ckpt)
         except CheckpointError as exc:
             raise UsageError(str(exc)) from None
-        if meta.get("run_id") != run.run_id:
-            raise UsageError(
-                f"{ckpt}: holds run {meta.get('run_id')!r}, not {run.run_id!r}; use another --out"
-            )
         if problem := resume_problem(out, meta):
             raise UsageError(problem)
+    claim_run_dir(out, run.run_id)
     try:
         trainer = Trainer(
             cfg,

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fp8rl.commands.common import UsageError, add_config_args
+from fp8rl.commands.common import UsageError, add_config_args, claim_run_dir, refuse_foreign_run_dir
 
 
 def _setup(args: argparse.Namespace):
@@ -77,7 +77,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _train_locked(args: argparse.Namespace, cfg, spec, paths) -> int:
     """Write verl's inputs, run the job script and import its log, with the run directory locked."""
     from fp8rl.adapters.verl_run import finish_run, run_script, write_run_files
+    from fp8rl.rundir import RunDir
 
+    refuse_foreign_run_dir(RunDir(paths.out), spec.run_id)
     try:
         script = write_run_files(
             cfg, spec, paths, data=Path(args.data),
@@ -85,6 +87,7 @@ def _train_locked(args: argparse.Namespace, cfg, spec, paths) -> int:
         )  # fmt: skip
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    claim_run_dir(RunDir(paths.out), spec.run_id)
     if args.dry_run:
         print(script.read_text())
         return 0

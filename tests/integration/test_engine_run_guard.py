@@ -126,3 +126,52 @@ def test_resume_with_an_intact_history_still_works(tier, finished, tmp_path, cap
     assert summary["status"] == "ok" and summary["step"] == 2
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     assert not (out / "run.lock").exists()
+
+
+@pytest.mark.parametrize("left", ["summary", "run.json"], ids=["finished", "killed-before-its-checkpoint"])
+def test_another_runs_directory_is_refused_and_left_as_it_was(tier, finished, tmp_path, capsys, left):
+    """Its checkpoint gone, a finished run's directory still names its run (summary.json, run.json); a
+    trainer of another run on it exits 2 instead of overwriting its metrics and summary."""
+    config, run = finished
+    out = tmp_path / "run"
+    shutil.copytree(run, out)
+    shutil.rmtree(out / "checkpoint")
+    if left == "run.json":
+        (out / "summary.json").unlink()
+        (out / "run.json").write_text(json.dumps({"run_id": RUN_ID}))
+    before = _snapshot(out)
+    other = "grpo/tiny/fp8/tensorwise/seed0"
+    code, err = _main(_train_args(tier, config, out, other), capsys)
+    assert code == 2, err
+    named = "summary.json" if left == "summary" else "run.json"
+    assert f"another run's directory ({out / named}: belongs to run {RUN_ID!r}, not {other!r})" in err
+    assert _snapshot(out) == before and not (out / "run.lock").exists()
+
+
+def test_a_symlinked_metrics_file_is_not_resumed_through(tier, finished, tmp_path, capsys):
+    config, run = finished
+    out = tmp_path / "run"
+    shutil.copytree(run, out)
+    (out / "summary.json").unlink()
+    elsewhere = tmp_path / "someone_elses.jsonl"
+    shutil.move(out / "metrics.jsonl", elsewhere)
+    (out / "metrics.jsonl").symlink_to(elsewhere)
+    before = elsewhere.read_bytes()
+    code, err = _main(_train_args(tier, config, out), capsys)
+    assert code == 2, err
+    assert "metrics.jsonl: a symbolic link" in err and "would append to the file it points to" in err
+    assert elsewhere.read_bytes() == before
+
+
+def test_a_resumed_run_claims_its_directory_and_clears_killed_writers_temp_files(
+    tier, finished, tmp_path, capsys, restore_torch_globals
+):
+    config, run = finished
+    out = tmp_path / "run"
+    shutil.copytree(run, out)
+    (out / "summary.json").unlink()
+    (out / ".summary.json.k1ll3d.tmp").write_text('{"run_id": "grpo/tiny/bf16/none/seed0", "sta')
+    code, err = _main(_train_args(tier, config, out), capsys)
+    assert code == 0, err
+    assert json.loads((out / "run.json").read_text()) == {"run_id": RUN_ID}
+    assert not list(out.glob(".*.tmp"))

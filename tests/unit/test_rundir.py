@@ -153,3 +153,40 @@ def test_reference_targets_mean_average_over_steps(tmp_path):
         reference_targets_mean(no_high, "all")
     with pytest.raises(ValueError, match=r"nope: no metrics.jsonl"):
         reference_targets_mean(tmp_path / "nope", "all")
+
+
+def test_a_failed_metrics_append_leaves_no_half_line(tmp_path, monkeypatch):
+    """A full disk mid-append (ENOSPC after part of the line): the file is cut back to the last whole
+    step, so a summary written after the crash agrees with it."""
+    import errno
+    import os
+
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    run.append_metrics({"step": 1, "reward/mean": 0.5})
+    size = run.metrics_size()
+    real = os.write
+
+    def full_disk(fd, data):
+        if len(data) > 4:
+            return real(fd, bytes(data[:4]))  # part of the line lands
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        run.append_metrics({"step": 2, "reward/mean": 0.6})
+    monkeypatch.undo()
+    assert run.metrics_size() == size and [r["step"] for r in run.read_metrics()] == [1]
+    assert run.append_metrics({"step": 2, "reward/mean": 0.6}) == run.metrics_size()
+    assert [r["step"] for r in run.read_metrics()] == [1, 2]
+
+
+def test_metrics_appends_do_not_follow_a_symlink(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_text("")
+    run.metrics.symlink_to(target)
+    with pytest.raises(OSError):
+        run.append_metrics({"step": 1})
+    assert target.read_text() == ""
