@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from fp8rl.adapters.verl_corrections import check_corrections, correction_overrides, precision_overrides
 from fp8rl.config import DAPOConfig, ExperimentConfig, FP8Config, ModelConfig
 from fp8rl.matrix import RunSpec
 from fp8rl.tracking import MLFLOW_DIR
@@ -170,6 +171,9 @@ def _run_problems(cfg: ExperimentConfig, spec: RunSpec) -> list[AdapterError]:
             "the matching bf16 run) or 'static:<q>'",
             key=("calib", "reference"),
         ))  # fmt: skip
+    why = check_corrections(cfg, spec.spec)
+    if why:
+        out.append(AdapterError(why, key=("tis", "icepop")))
     try:
         parallelism(cfg.model(spec.model))  # its messages start with the key (models.NAME.params: ...)
     except AdapterError as exc:
@@ -340,11 +344,9 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
         f"{R}.tensor_model_parallel_size": par.rollout_tp,
         f"{R}.calculate_log_probs": True,
         f"{R}.quantization": "fp8" if (variant.fp8 and fp8.rollout) else None,
-        # rollout correction: TIS as token (or sequence) IS weights truncated at the cap
-        "algorithm.rollout_correction.rollout_is": cfg.tis.level if variant.tis else None,
-        "algorithm.rollout_correction.rollout_is_threshold": (
-            f"{cfg.tis.icepop[0]}_{cfg.tis.icepop[1]}" if cfg.tis.icepop else cfg.tis.cap
-        ),
+        # the mismatch correction (TIS, sequence TIS, masked IS, IcePop) and the fp16 arm: verl_corrections
+        **correction_overrides(cfg, variant),
+        **precision_overrides(variant),
     }
     if algo.clip_c is not None:
         ov[f"{A}.clip_ratio_c"] = algo.clip_c

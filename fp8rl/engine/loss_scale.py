@@ -13,8 +13,8 @@ import math
 
 import torch
 
-INIT_SCALE = 2.0**16
-GROWTH_INTERVAL = 200
+INIT_SCALE = 2.0**15  # verl 0.9.1 Megatron fp16 optimizer: initial_loss_scale 32768
+GROWTH_INTERVAL = 1000  # Megatron's loss_scale_window
 
 
 class DynamicLossScaler:

@@ -13,7 +13,12 @@ ROOT = Path(__file__).resolve().parents[3]
 VERL_SITE = Path(os.environ.get("FP8RL_VERL_SITE", ROOT / "build" / "verl-site"))
 IN_VERL_ENV = os.environ.get("FP8RL_VERL_ENV") == "1"
 
-VERL_TESTS = ["test_adapters_verl_loss.py", "test_adapters_verl_compose.py", "test_adapters_verl_plugin.py"]
+VERL_TESTS = [
+    "test_adapters_verl_loss.py",
+    "test_adapters_verl_compose.py",
+    "test_adapters_verl_plugin.py",
+    "test_adapters_verl_corrections.py",
+]
 
 
 @pytest.mark.skipif(IN_VERL_ENV, reason="already inside the verl environment")
