@@ -10,7 +10,9 @@ sha256 and size of every file. The DAG writes that record next to what it stands
 
 The source is the hub (`huggingface_hub.snapshot_download`), or a local directory standing in for it
 (`$FP8RL_HUB_MIRROR/{repo_id}/`: tests, and sites that stage downloads elsewhere). A mirror copy is
-given the revision asked for, or `mirror-<digest of its files>` when none is pinned.
+given the revision asked for, or `mirror-<digest of its files>` when none is pinned. A repository id is
+`org/name` (config validation checks `models[].hf_id`; `fetch_snapshot` again), never a path: nothing
+outside the mirror is ever copied into the cache.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
+from fp8rl.config import is_hub_id
 from fp8rl.io import sha256_file
 
 MIRROR_ENV = "FP8RL_HUB_MIRROR"
@@ -50,10 +53,22 @@ def repo_cache_dir(hf_home: Path, repo_id: str, repo_type: RepoType) -> Path:
     return Path(hf_home) / "hub" / f"{repo_type}s--{repo_id.replace('/', '--')}"
 
 
+def mirror_path(mirror: Path, repo_id: str) -> Path:
+    """`{mirror}/{repo_id}`; ValueError unless `repo_id` is a hub id (`org/name`, no `..`, never absolute)
+    and the path stays under the mirror."""
+    if not is_hub_id(repo_id):
+        raise ValueError(f"{repo_id!r} is not a hub id ('org/name', no '..', never a path)")
+    root = Path(os.path.abspath(mirror))
+    src = Path(os.path.normpath(root / repo_id))
+    if not src.is_relative_to(root) or src == root:
+        raise ValueError(f"{repo_id!r} leads out of ${MIRROR_ENV}={mirror}")
+    return src
+
+
 def _from_mirror(
     mirror: Path, repo_id: str, repo_type: RepoType, revision: str | None, hf_home: Path
 ) -> Path:
-    src = mirror / repo_id
+    src = mirror_path(mirror, repo_id)
     if not src.is_dir():
         raise FileNotFoundError(f"${MIRROR_ENV}={mirror}: no {repo_type} {repo_id!r} (expected {src}/)")
     if revision is None:
@@ -92,6 +107,8 @@ def fetch_snapshot(
     """Download (or copy from `mirror`, default `$FP8RL_HUB_MIRROR`) one repository into `hf_home` and
     return its record (see the module docstring). `revision` None takes the default branch and records
     the commit it resolved to."""
+    if not is_hub_id(repo_id):  # never a path into the mirror or the cache
+        raise ValueError(f"{repo_id!r} is not a hub id ('org/name', no '..', never a path)")
     hf_home = Path(hf_home).resolve()
     mirror = mirror if mirror is not None else os.environ.get(MIRROR_ENV) or None
     if mirror:

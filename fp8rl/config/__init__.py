@@ -9,7 +9,8 @@ the verl adapter) reads it through these pydantic models; `fp8rl config schema` 
 One module per part of the file (module: the YAML sections it types); each imports only `base` and the
 modules above it in this list:
 
-- `base`: no section; `Strict` (unknown keys are errors), `SAFE_PATH`, `Fraction` and the vocabulary's field types
+- `base`: no section; `Strict` (unknown keys are errors, no boolean numbers), `SAFE_PATH`, `HUB_ID`, the
+  bounds of names and seeds, `Fraction` and the vocabulary's field types
 - `models`: `models` (`ModelConfig`, `ArchConfig`)
 - `algorithms`: `algorithms` (`GRPOConfig`, `DAPOConfig`)
 - `precision`: `fp8`, `tis`, `calib`
@@ -26,7 +27,11 @@ run id is `{algo}/{model}/{variant}/{granularity}/seed{seed}` and `bf16` runs us
 
 from fp8rl.config.algorithms import AlgorithmBase, AlgorithmsConfig, DAPOConfig, GRPOConfig
 from fp8rl.config.base import (
+    HUB_ID,
+    NAME_MAX,
+    NAME_PATTERN,
     SAFE_PATH,
+    SEED_MAX,
     AlgoName,
     CalibReferenceField,
     Fraction,
@@ -34,6 +39,7 @@ from fp8rl.config.base import (
     LossAggMode,
     Strict,
     VariantName,
+    is_hub_id,
     is_safe_path,
 )
 from fp8rl.config.evaluation import EvalConfig
@@ -49,11 +55,16 @@ from fp8rl.config.infrastructure import (
 from fp8rl.config.matrix import ConditionConfig, MatrixConfig
 from fp8rl.config.models import ArchConfig, ModelConfig
 from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
-from fp8rl.config.training import ScheduleConfig, SFTConfig, StabilityConfig, TaskConfig
+from fp8rl.config.training import STEPS_MAX, ScheduleConfig, SFTConfig, StabilityConfig, TaskConfig
 
 __all__ = [
+    "HUB_ID",
+    "NAME_MAX",
+    "NAME_PATTERN",
     "RESOURCE_RULES",
     "SAFE_PATH",
+    "SEED_MAX",
+    "STEPS_MAX",
     "TRAIN_SECTIONS",
     "AlgoName",
     "AlgorithmBase",
@@ -85,5 +96,6 @@ __all__ = [
     "TrackingConfig",
     "VariantName",
     "WandbConfig",
+    "is_hub_id",
     "is_safe_path",
 ]

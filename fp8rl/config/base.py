@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
 
 from fp8rl.vocabulary import ALGORITHMS, GRANULARITIES, LOSS_AGG_MODES, VARIANTS, CalibReference
 
@@ -30,7 +40,39 @@ def is_safe_path(path: str) -> bool:
     return bool(SAFE_PATH.fullmatch(path)) and ".." not in path.split("/")
 
 
+# A Hugging Face repository id: `org/name`, each part letters, digits, '_', '.', '-' starting with a
+# letter or digit, at most 96 characters, no '..' (never a path: a hub mirror and the hub cache join it).
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+
+
+def is_hub_id(repo_id: str) -> bool:
+    """True when `repo_id` is `org/name` (`HUB_ID`) with no `..`: never an absolute or parent path."""
+    return bool(HUB_ID.fullmatch(repo_id)) and ".." not in repo_id
+
+
+# Names that become a path component (models, FP8 conditions: run ids, base/{model}/): short enough for
+# any filesystem (255 bytes a component) with room for the files named after them.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+NAME_MAX = 64
+# Seeds (task.seed, matrix.seeds): what every generator seeds from (numpy's legacy seeding stops at 2^32).
+SEED_MAX = 2**32 - 1
+
+
+def _numeric(annotation: Any) -> bool:
+    """The annotation is a number (int or float, possibly optional), not a bool."""
+    args = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    return any(a in (int, float) for a in args) and bool not in args
+
+
 class Strict(BaseModel):
-    """Base: unknown keys are errors, assignments are validated."""
+    """Base: unknown keys are errors, assignments are validated, a number is never a boolean
+    (`steps: true` is an error, not 1)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and _numeric(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"{value!r} is a boolean, not a number")
+        return value

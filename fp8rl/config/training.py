@@ -7,12 +7,16 @@ from typing import Literal
 
 from pydantic import Field
 
-from fp8rl.config.base import Strict
+from fp8rl.config.base import SEED_MAX, Strict
 from fp8rl.vocabulary import ON_DIVERGENCE
+
+STEPS_MAX = (
+    100_000  # RL steps of one run: the paper's runs take 500; a bound keeps a typo from running for ever
+)
 
 
 class ScheduleConfig(Strict):
-    steps: int = Field(20, gt=0, description="RL optimizer steps (one rollout batch each)")
+    steps: int = Field(20, gt=0, le=STEPS_MAX, description="RL optimizer steps (one rollout batch each)")
     prompts_per_step: int = Field(8, gt=0)
     ppo_epochs: int = Field(1, gt=0)
     mini_batches: int = Field(2, gt=0, description="optimizer updates per epoch")
@@ -33,7 +37,7 @@ class TaskConfig(Strict):
     levels: list[str] = ["add2"]
     n_train: int = Field(2000, gt=0)
     n_test: int = Field(200, gt=0)
-    seed: int = 1234
+    seed: int = Field(1234, ge=0, le=SEED_MAX)
 
 
 class SFTConfig(Strict):
