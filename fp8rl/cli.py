@@ -30,6 +30,8 @@ COMMAND_MODULES = [
     "fp8rl.commands.study",
     "fp8rl.commands.containers",
     "fp8rl.commands.verl",
+    "fp8rl.commands.check",
+    "fp8rl.commands.quotes",
 ]
 
 

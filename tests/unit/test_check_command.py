@@ -1,0 +1,62 @@
+"""`fp8rl check`: a fresh tier's comparison table against a published one, within the published bands."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+from fp8rl.cli import main
+
+PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "published" / "smoke"
+
+
+def _copy(dst: Path) -> Path:
+    (dst / "tables").mkdir(parents=True)
+    shutil.copy(PUBLISHED / "tables" / "comparison.csv", dst / "tables" / "comparison.csv")
+    return dst
+
+
+def _perturb(root: Path, variant: str, column: str, value: str) -> None:
+    path = root / "tables" / "comparison.csv"
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    fields = list(rows[0])
+    for row in rows:
+        if row["algo"] == "grpo" and row["variant"] == variant:
+            row[column] = value
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_an_unchanged_run_passes_and_states_its_bands(tmp_path, capsys):
+    fresh = _copy(tmp_path / "fresh")
+    assert main(["check", str(fresh), "--against", str(PUBLISHED)]) == 0
+    out = capsys.readouterr().out
+    assert "band: the published 95 % interval over its seeds" in out
+    assert "ok   grpo/tiny/tensorwise/fp8 clip_low_neg: " in out
+
+
+def test_a_perturbed_run_fails_naming_the_metric_and_variant(tmp_path, capsys):
+    fresh = _copy(tmp_path / "fresh")
+    _perturb(fresh, "fp8_calib", "clip_low_neg", "0.5")  # far outside the published interval
+    assert main(["check", str(fresh), "--against", str(PUBLISHED)]) == 1
+    err = capsys.readouterr().err
+    assert "FAIL clip_low_neg of grpo/tiny/tensorwise/fp8_calib left its band: 0.5 not in [" in err
+    assert "fp8rl check: 1 metric(s) outside the published bands" in err
+    # widening the bands enough lets it through
+    assert main(["check", str(fresh), "--against", str(PUBLISHED), "--widen", "1000"]) == 0
+
+
+def test_a_missing_cell_fails_and_a_missing_table_is_a_usage_error(tmp_path, capsys):
+    fresh = _copy(tmp_path / "fresh")
+    path = fresh / "tables" / "comparison.csv"
+    lines = path.read_text().splitlines()
+    path.write_text(
+        "\n".join(line for line in lines if ",fp8_tis," not in line or "grpo," not in line) + "\n"
+    )
+    assert main(["check", str(fresh), "--against", str(PUBLISHED)]) == 1
+    assert "grpo/tiny/tensorwise/fp8_tis: missing from" in capsys.readouterr().err
+    assert main(["check", str(tmp_path / "nowhere"), "--against", str(PUBLISHED)]) == 2
