@@ -6,8 +6,13 @@ of `$SLURM_JOB_NODELIST`, `ray start --address` on the others (each through `sru
 node), waits until every GPU has joined, then runs `python -m verl.trainer.main_ppo` on the head with
 `RAY_ADDRESS` set. Outside Slurm, or on one node, verl starts its own local Ray. With an image, each of
 those processes runs under the given `apptainer exec` prefix (fp8rl.containers.apptainer_exec: the hub
-cache bound, read offline). Finally verl's model merger writes the last checkpoint in Hugging Face
-format to `{out}/checkpoint`.
+cache bound, read offline). Before anything starts, the preflight (fp8rl.adapters.preflight) checks the
+node and the image against the run's overrides and stops the job with a message when a known pitfall
+would waste it. verl is told when the Slurm job ends (`MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP`,
+from `$SLURM_JOB_END_TIME`, `squeue`, or the start plus the rule's runtime), so it checkpoints before the
+time limit (fp8rl.adapters.verl_sizing). Finally the last save's Hugging Face model is exported to
+`{out}/checkpoint` (fp8rl.adapters.verl_checkpoint, following verl's own `ckpt_contents.json`), and once
+the run has all its steps the resumable checkpoints, tens to hundreds of GB each, are removed.
 
 Each start of the script is one attempt with its own metrics log, `{out}/verl_logs/attempt-NNN.jsonl`:
 verl's file logger truncates the file it is given, and a resubmitted job resumes from the last
@@ -23,6 +28,9 @@ RAY_PORT = 6379
 RAY_JOIN_TIMEOUT_S = 600
 LOG_DIR = "verl_logs"  # one file-logger log per attempt, attempt-001.jsonl, attempt-002.jsonl, ...
 LOG_GLOB = "attempt-*.jsonl"
+OVERRIDES_FILE = "verl_overrides.json"  # written by fp8rl.adapters.verl_run, read by the preflight
+# verl's trainer checkpoints when this epoch time is closer than a step + a margin (verl_sizing)
+DEADLINE_ENV = "MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
 
 
 def slurm_resources(nodes: int, gpus_per_node: int) -> dict[str, int | str]:
@@ -42,19 +50,26 @@ def render_script(
     env: dict[str, str] | None = None,
     python: str = "python3",
     config_name: str = "ppo_megatron_trainer",
+    runtime_min: int = 720,
+    steps: int | None = None,
 ) -> str:
     """The bash script that trains one run through verl (see the module docstring); `prefix` runs a
     command in the image (empty: on the host), `env` is exported first (e.g. HF_HOME, offline flags)."""
     q = shlex.quote
-    log_env = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
+    ray_env = "+ray_kwargs.ray_init.runtime_env.env_vars"
     trainer = " \\\n    ".join(
         [f"{prefix}{python} -m verl.trainer.main_ppo --config-name {config_name}"]
         + [q(o) for o in overrides]
-        + [f'"{log_env}=$VERL_FILE_LOGGER_PATH"']
+        + [
+            f'"{ray_env}.VERL_FILE_LOGGER_PATH=$VERL_FILE_LOGGER_PATH"',
+            f'"{ray_env}.{DEADLINE_ENV}=$DEADLINE"',
+        ]
     )
+    ckpt = f"{out}/verl_checkpoints"
+    # once the run has all its steps only the exported checkpoint is kept (storage: verl_sizing)
+    cleanup = f'if [ "$STEP" -ge {steps} ]; then rm -rf {q(ckpt)}/global_step_*; fi\n' if steps else ""
     exports = "".join(f"export {k}={q(v)}\n" for k, v in (env or {}).items())
     logs = f"{out}/{LOG_DIR}"
-    ckpt = f"{out}/verl_checkpoints"
     return f"""#!/usr/bin/env bash
 # fp8rl: verl training of {run_id} (written by `fp8rl verl train`; DO NOT EDIT, it is rewritten each run).
 set -euo pipefail
@@ -66,6 +81,26 @@ ATTEMPT=$(( $(find {q(logs)} -maxdepth 1 -name {q(LOG_GLOB)} | wc -l) + 1 ))
 export VERL_FILE_LOGGER_PATH={q(logs)}/attempt-$(printf %03d "$ATTEMPT").jsonl
 GPUS_PER_NODE={gpus_per_node}
 WANT_NODES={nodes}
+
+# verl checkpoints before this time (epoch seconds): the Slurm job's end, else start + the rule's runtime
+DEADLINE="${{SLURM_JOB_END_TIME:-}}"
+if [ -z "$DEADLINE" ] && [ -n "${{SLURM_JOB_ID:-}}" ] && command -v squeue >/dev/null; then
+    END=$(squeue -h -j "$SLURM_JOB_ID" -o %e 2>/dev/null || true)
+    case "$END" in ""|N/A|Unknown) ;; *) DEADLINE=$(date -d "$END" +%s 2>/dev/null || true) ;; esac
+fi
+DEADLINE="${{DEADLINE:-$(( $(date +%s) + {runtime_min * 60} ))}}"
+export {DEADLINE_ENV}="$DEADLINE"
+
+# Transformer Engine's blockwise FP8 recipe reads this when it is imported: fp32 scales on Hopper,
+# power-of-two scales (MXFP8) on Blackwell. Exported before Ray starts, so every worker inherits it.
+CAP=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 || true)
+case "$CAP" in
+    9.*) export NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1 ;;
+    1[0-9].*) export NVTE_FP8_BLOCK_SCALING_FP32_SCALES=0 ;;
+esac
+
+# the pitfalls that would waste the allocation (CUDA, TE's FP8 recipe settings, FP8 exclusions, vLLM)
+{prefix}{python} -m fp8rl.adapters.preflight job {q(out + "/" + OVERRIDES_FILE)}
 
 if [ -n "${{SLURM_JOB_NODELIST:-}}" ] && [ "$WANT_NODES" -gt 1 ]; then
     mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
@@ -96,6 +131,6 @@ fi
 {trainer}
 
 STEP=$(cat {q(ckpt)}/latest_checkpointed_iteration.txt)
-{prefix}{python} -m verl.model_merger merge --backend megatron \\
-    --local_dir {q(ckpt)}/global_step_"$STEP"/actor --target_dir {q(out + "/checkpoint")}
-"""
+{prefix}{python} -m fp8rl.adapters.verl_checkpoint export {q(ckpt)}/global_step_"$STEP"/actor \\
+    {q(out + "/checkpoint")}
+{cleanup}"""

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fp8rl.adapters.verl_corrections import check_corrections, correction_overrides, precision_overrides
+from fp8rl.adapters.verl_sizing import MAX_CKPTS, esi_margin_s, sizing_problems
 from fp8rl.config import DAPOConfig, ExperimentConfig, FP8Config, ModelConfig
 from fp8rl.matrix import RunSpec
 from fp8rl.tracking import MLFLOW_DIR
@@ -36,6 +37,15 @@ LOSS_SPEC_ENV = "FP8RL_VERL_LOSS"
 CONFIG_NAME = "ppo_megatron_trainer"
 MAX_PROMPT_LENGTH = 2048
 VANILLA_MBRIDGE = True  # mbridge (verl's `mcore` extra) instead of Megatron-Bridge (its `megatron` extra)
+# Megatron's attention backend. verl 0.9.1 defaults to `flash`, for which megatron-core sets
+# NVTE_FUSED_ATTN=0 / NVTE_UNFUSED_ATTN=0 and Transformer Engine then needs the flash-attn package, which
+# the train image does not hold: every run would stop at its first forward ("No dot product attention
+# backend is available"). `fused` is TE's cuDNN attention (cuDNN is in the image's lock).
+ATTENTION_BACKEND = "fused"
+# Activation recompute: with dynamic batching a micro-batch packs 2 x (prompt + response) tokens per GPU
+# (~45k), whose activations (~110 GB for 8B at TP 2) do not fit without it. Full recompute of every layer
+# keeps one layer's activations per micro-batch (about a third more compute in the backward).
+RECOMPUTE = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
 
 # fp8rl granularity -> Megatron `fp8_recipe` (TransformerConfig); rowwise has none.
 MEGATRON_RECIPES = {
@@ -202,7 +212,7 @@ def verl_problems(cfg: ExperimentConfig) -> list[tuple[tuple, str]]:
             if key:  # validate_config reports the key path; drop the message's own copy
                 msg = re.sub(r"^[A-Za-z0-9_.-]+: ", "", msg)
             out.setdefault(key or (msg.split(":", 1)[0],), f"{msg} (first refused run: {spec.run_id})")
-    return [(key if len(key) > 1 else (), msg) for key, msg in out.items()]
+    return [(key if len(key) > 1 else (), msg) for key, msg in out.items()] + sizing_problems(cfg)
 
 
 def loss_spec(
@@ -304,7 +314,9 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
         "trainer.logger": verl_loggers(cfg),
         "trainer.default_local_dir": f"{paths.out}/verl_checkpoints",
         "trainer.save_freq": sched.checkpoint_every,
-        "trainer.max_actor_ckpt_to_keep": 2,  # resume point + one spare; each holds optimizer state
+        # a checkpoint before the Slurm job's end (verl_sizing: the job script sets the deadline)
+        "trainer.esi_redundant_time": esi_margin_s(model),
+        "trainer.max_actor_ckpt_to_keep": MAX_CKPTS,  # resume point + one spare; each holds optimizer state
         "trainer.resume_mode": "auto",
         "trainer.val_before_train": False,
         "trainer.test_freq": -1,
@@ -320,6 +332,8 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
         # verl 0.9.1 imports Megatron-Bridge (`megatron.bridge`) unless told to use mbridge, which the
         # train image's lock holds (containers/train/requirements.lock; checked by the tests)
         f"{A}.megatron.vanilla_mbridge": VANILLA_MBRIDGE,
+        f"{A}.megatron.override_transformer_config.attention_backend": ATTENTION_BACKEND,
+        **{f"{A}.megatron.override_transformer_config.{k}": v for k, v in RECOMPUTE.items()},
         f"{A}.ppo_mini_batch_size": max(1, sched.prompts_per_step // sched.mini_batches),
         f"{A}.ppo_epochs": sched.ppo_epochs,
         f"{A}.use_dynamic_bsz": True,
@@ -343,6 +357,7 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
         f"{R}.top_p": sched.top_p,
         f"{R}.tensor_model_parallel_size": par.rollout_tp,
         f"{R}.calculate_log_probs": True,
+        f"{R}.seed": spec.seed,  # vLLM's sampling seed (verl's default is 42 for every run)
         f"{R}.quantization": "fp8" if (variant.fp8 and fp8.rollout) else None,
         # the mismatch correction (TIS, sequence TIS, masked IS, IcePop) and the fp16 arm: verl_corrections
         **correction_overrides(cfg, variant),
@@ -360,6 +375,9 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
         ov["+reward.reward_kwargs.overlong_buffer_cfg.enable"] = algo.overlong_buffer_len > 0
         ov["+reward.reward_kwargs.overlong_buffer_cfg.len"] = algo.overlong_buffer_len
         ov["+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor"] = algo.overlong_penalty_factor
+        # verl's DAPO reward manager reads `.log` from this struct config (ConfigAttributeError without it);
+        # verl's own DAPO recipes pass log=False
+        ov["+reward.reward_kwargs.overlong_buffer_cfg.log"] = False
     if variant.fp8 and fp8.gemms:
         for key, value in fp8_transformer_overrides(fp8, spec.granularity).items():
             ov[f"+{A}.megatron.override_transformer_config.{key}"] = value

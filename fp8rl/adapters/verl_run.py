@@ -27,7 +27,7 @@ from pathlib import Path
 
 from fp8rl.adapters.hub import read_record
 from fp8rl.adapters.verl_data import write_parquet
-from fp8rl.adapters.verl_launch import LOG_DIR, LOG_GLOB, render_script
+from fp8rl.adapters.verl_launch import LOG_DIR, LOG_GLOB, OVERRIDES_FILE, render_script
 from fp8rl.adapters.verl_metrics import import_logs, run_status
 from fp8rl.adapters.verl_overrides import AdapterError, VerlPaths, deviations, loss_spec, verl_overrides
 from fp8rl.config import ExperimentConfig
@@ -40,7 +40,6 @@ from fp8rl.tracking import TENSORBOARD_DIR, open_trackers
 
 VERL_DATA_DIR = "verl_data"
 LOSS_FILE = "verl_loss.json"
-OVERRIDES_FILE = "verl_overrides.json"
 SCRIPT_FILE = "verl_launch.sh"
 MODEL_RECORD = "model.json"  # written by `fp8rl fetch model` into base/{model}/
 SPLITS = ("train", "test")
@@ -125,6 +124,7 @@ def write_run_files(
             run_id=spec.run_id, overrides=overrides, out=str(out), nodes=model.nodes,
             gpus_per_node=model.gpus_per_node, prefix=apptainer_exec(cfg, image) if image else "",
             env=image_env(cfg) if cfg.containers.mode != "none" else {},
+            runtime_min=cfg.resources_for("train").runtime, steps=cfg.schedule.steps,
         ),
     )  # fmt: skip
     return script

@@ -54,6 +54,12 @@ class ModelConfig(Strict):
     bfcl_handler: str | None = Field(
         None, description="bfcl-eval model handler for this model (paper tier: BFCL per model)"
     )
+    step_minutes: float | None = Field(
+        None,
+        gt=0,
+        description="estimated wall minutes of one training step (verl backend: sizes the train jobs' "
+        "retries and checks that a job reaches a checkpoint)",
+    )
 
     @field_validator("hf_id")
     @classmethod

@@ -184,7 +184,8 @@ def test_cli_errors_exit_2(tmp_path, capsys):
 
 
 FAKE_PYTHON = r"""#!/usr/bin/env bash
-# Stands in for the image's python3: "trains" by writing verl's file-logger rows, then "merges".
+# Stands in for the image's python3: passes the preflight, "trains" by writing verl's file-logger rows,
+# then "exports" the checkpoint.
 set -euo pipefail
 case " $* " in
   *" verl.trainer.main_ppo "*)
@@ -198,7 +199,8 @@ case " $* " in
     done
     mkdir -p "$ckpt" && echo "$FAKE_STEPS" > "$ckpt/latest_checkpointed_iteration.txt"
     exit "${FAKE_RC:-0}" ;;
-  *" verl.model_merger "*)
+  *" fp8rl.adapters.preflight job "*) [ -f "${@: -1}" ] || exit 5 ;;
+  *" fp8rl.adapters.verl_checkpoint export "*)
     target=${@: -1}; mkdir -p "$target"; echo '{}' > "$target/config.json" ;;
   *) exit 9 ;;
 esac
@@ -245,7 +247,7 @@ def test_cli_train_runs_the_job_script_and_imports(tmp_path, monkeypatch, steps,
     assert tp["fp8_backend"] == "transformer_engine" and tp["phases"]["rollout"]["seconds"] == 2.0 * steps
     assert (out / "checkpoint" / "config.json").is_file() == (rc == 0)
     calls = (tmp_path / "apptainer.log").read_text().splitlines() if mode == "build" else []
-    assert len(calls) == (2 if mode == "build" else 0)  # trainer and merger ran in the train image
+    assert len(calls) == (3 if mode == "build" else 0)  # preflight, trainer and export ran in the train image
     for call in calls:  # ... offline, from the shared hub cache
         image, offline = call.split()
         assert image.endswith("/results/containers/train.sif") and offline == "HF_HUB_OFFLINE=1"

@@ -84,7 +84,7 @@ def test_grpo_bf16_vs_dapo_fp8_overrides(paper):
     bf16 = _ov(verl_overrides(paper, RunSpec("grpo", "qwen3-14b", "bf16", "none", 1), PATHS))
     assert bf16["actor_rollout_ref.rollout.quantization"] == "null"
     assert bf16["algorithm.rollout_correction.rollout_is"] == "null"
-    assert not any("override_transformer_config" in k or "filter_groups" in k for k in bf16)
+    assert not any("override_transformer_config.fp8" in k or "filter_groups" in k for k in bf16)
     assert bf16["actor_rollout_ref.actor.clip_ratio_high"] == "0.2"
     assert "actor_rollout_ref.actor.clip_ratio_c" not in bf16  # grpo: no dual clip (clip_c None)
     assert (
@@ -192,7 +192,11 @@ def test_job_script_is_valid_bash(tmp_path, image, paper):
     script = tmp_path / "s.sh"
     script.write_text(text)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
-    assert "ray start --head" in text and "ray start --address" in text and "verl.model_merger merge" in text
+    assert (
+        "ray start --head" in text
+        and "ray start --address" in text
+        and "fp8rl.adapters.verl_checkpoint export" in text
+    )
     assert (
         "-m verl.trainer.main_ppo --config-name ppo_megatron_trainer" in text
         and "'c='\"'\"'x y'\"'\"''" in text

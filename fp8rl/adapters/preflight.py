@@ -1,0 +1,174 @@
+"""Preflight of a verl training job: the pitfalls the frameworks' users report, checked before a GPU hour
+is spent. A failing check stops the job with one message per problem (exit 3).
+
+    python -m fp8rl.adapters.preflight job RUN_DIR/verl_overrides.json   # start of every job (verl_launch)
+    python -m fp8rl.adapters.preflight login CONFIG                      # login node: the config's runs
+
+Checks (`problems(overrides, env)`, pure, so tests feed it what a node would report):
+
+- **CUDA for blockwise FP8**: Transformer Engine's blockwise recipe (`Float8BlockScaling`) needs a CUDA
+  >= 12.9 torch build.
+- **NVTE_FP8_BLOCK_SCALING_FP32_SCALES**: on Hopper (compute capability 9.x) the blockwise recipe needs
+  fp32 scales (`=1`); on Blackwell (>= 10.0) TE runs blockwise through MXFP8 with power-of-two scales
+  and it must be 0 or unset. The job script sets it from the GPU (`nvidia-smi`); this checks the result.
+- **Attention backend**: megatron-core asserts that NVTE_FLASH_ATTN / NVTE_FUSED_ATTN / NVTE_UNFUSED_ATTN
+  are unset or match the chosen backend; `flash` needs the flash-attn package.
+- **FP8 exclusions**: the model's real module names (its config.json, built on the meta device) hold no
+  router / gate / lm_head / embedding among the modules FP8 applies to (`fp8_modules`).
+- **vLLM pin**: the rollout's FP8 weight loader is verl's patch of one vLLM release (`VLLM_PIN`, the train
+  image's lock); another vLLM may load the weights differently without failing.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import sys
+from pathlib import Path
+
+VLLM_PIN = "0.24.0"  # containers/train/requirements.lock (checked by the tests)
+MIN_CUDA_BLOCKWISE = (12, 9)
+TE = "actor_rollout_ref.actor.megatron.override_transformer_config"
+# What FP8 GEMMs apply to: the linear layers inside the transformer blocks. Megatron's output layer
+# (lm_head) and embedding are not TE linears; vLLM's FP8 config quantizes LinearBase layers only and verl
+# adds every `model.layers.N.mlp.gate` (an MoE router) to `ignored_layers`.
+FP8_LINEAR_PATTERNS = ("model.layers.*.self_attn.*_proj", "model.layers.*.mlp.*_proj")
+NEVER_FP8 = ("lm_head", "*embed_tokens*", "*.mlp.gate", "*router*", "*norm*")
+
+
+def _overrides_map(overrides: list[str]) -> dict[str, str]:
+    return {k.lstrip("+"): v for k, v in (o.split("=", 1) for o in overrides)}
+
+
+def fp8_modules(module_names: list[str]) -> list[str]:
+    """The modules FP8 applies to, of a model's `named_modules()` names."""
+    return [n for n in module_names if any(fnmatch.fnmatchcase(n, p) for p in FP8_LINEAR_PATTERNS)]
+
+
+def exclusion_problems(module_names: list[str]) -> list[str]:
+    """Modules that must stay high precision but match the FP8 patterns."""
+    bad = [n for n in fp8_modules(module_names) if any(fnmatch.fnmatchcase(n, p) for p in NEVER_FP8)]
+    return [f"FP8 would apply to {n} (router/gate/lm_head/embedding/norm stay high precision)" for n in bad]
+
+
+def meta_module_names(model_path: str) -> list[str]:
+    """`named_modules()` of the model at `model_path`, built from its config on the meta device."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_path)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return [n for n, _ in model.named_modules() if n]
+
+
+def problems(overrides: list[str], env: dict) -> list[str]:
+    """What would waste the job, given its verl overrides and what the node reports in `env`:
+    `cuda` (torch.version.cuda), `capability` ((major, minor) of GPU 0), `environ`, `vllm` (version),
+    `flash_attn` (installed), `modules` (the model's module names, or None when not checked)."""
+    ov = _overrides_map(overrides)
+    environ = env.get("environ", {})
+    out = []
+    recipe = ov.get(f"{TE}.fp8_recipe")
+    cap = env.get("capability")
+    if recipe == "blockwise":
+        cuda = env.get("cuda")
+        if cuda is None or tuple(int(x) for x in str(cuda).split(".")[:2]) < MIN_CUDA_BLOCKWISE:
+            out.append(f"blockwise FP8 needs a CUDA >= 12.9 torch build (torch.version.cuda is {cuda})")
+        scales = environ.get("NVTE_FP8_BLOCK_SCALING_FP32_SCALES")
+        if cap is not None and cap[0] == 9 and scales != "1":
+            out.append(f"blockwise FP8 on Hopper needs NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1 (got {scales})")
+        if cap is not None and cap[0] >= 10 and scales not in (None, "", "0"):
+            out.append(
+                "blockwise FP8 on Blackwell runs through MXFP8 with power-of-two scales: "
+                f"NVTE_FP8_BLOCK_SCALING_FP32_SCALES must be 0 or unset (got {scales})"
+            )
+    if recipe and cap is not None and cap < (8, 9):
+        out.append(f"FP8 GEMMs need compute capability >= 8.9 (GPU 0 is {cap[0]}.{cap[1]})")
+    if recipe == "mxfp8" and cap is not None and cap[0] < 10:
+        out.append(
+            f"the mxfp8 recipe needs Blackwell (compute capability >= 10.0; GPU 0 is {cap[0]}.{cap[1]})"
+        )
+    backend = ov.get(f"{TE}.attention_backend", "flash")
+    want = {"flash": ("1", "0", "0"), "fused": ("0", "1", "0"), "unfused": ("0", "0", "1")}.get(backend)
+    for name, value in zip(
+        ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN"), want or (), strict=False
+    ):
+        if environ.get(name) not in (None, value):
+            out.append(
+                f"{name}={environ[name]} contradicts attention_backend {backend} (megatron-core asserts)"
+            )
+    if backend == "flash" and not env.get("flash_attn"):
+        out.append("attention_backend flash needs the flash-attn package, which is not installed")
+    if ov.get("actor_rollout_ref.rollout.quantization") == "fp8" and env.get("vllm") != VLLM_PIN:
+        out.append(
+            f"the FP8 rollout's weight loader is verl's patch of vLLM {VLLM_PIN}; found {env.get('vllm')}"
+        )
+    if env.get("modules") is not None:
+        out.extend(exclusion_problems(env["modules"]))
+    return out
+
+
+def node_env(model_path: str | None) -> dict:
+    """What this node reports (torch, the GPU, installed packages, the model's module names)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    def _v(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    cap = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else None
+    modules = (
+        meta_module_names(model_path) if model_path and Path(model_path, "config.json").is_file() else None
+    )
+    return {"cuda": torch.version.cuda, "capability": cap, "environ": dict(os.environ), "vllm": _v("vllm"),
+            "flash_attn": _v("flash-attn") is not None, "modules": modules}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] not in ("job", "login"):
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    if args[0] == "job":
+        overrides = json.loads(Path(args[1]).read_text())["overrides"]
+        found = problems(overrides, node_env(_overrides_map(overrides).get("actor_rollout_ref.model.path")))
+    else:
+        found = login_problems(args[1])
+    for p in found:
+        print(f"preflight: {p}", file=sys.stderr)
+    if found:
+        print(f"preflight: {len(found)} problem(s); the job stops before starting Ray", file=sys.stderr)
+        return 3
+    print("preflight: ok", file=sys.stderr)
+    return 0
+
+
+def login_problems(config: str) -> list[str]:
+    """On the login node: the config's checks (as `fp8rl config validate`), the FP8 exclusions against
+    each fetched model's real module names, and the overrides' settings that need no GPU."""
+    from fp8rl.adapters.hub import read_record
+    from fp8rl.commands.config import CONFIG_CHECKS
+    from fp8rl.config_loader import ConfigError, load_config
+
+    try:
+        cfg = load_config(config, checks=CONFIG_CHECKS)
+    except ConfigError as exc:
+        return [str(exc)]
+    out = []
+    for name in cfg.matrix.models:
+        record = Path(cfg.results_dir) / cfg.tier / "base" / name / "model.json"
+        if record.is_file():
+            out.extend(
+                f"{name}: {p}" for p in exclusion_problems(meta_module_names(read_record(record)["path"]))
+            )
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""The paper tier on a cluster (issue #27), without verl: the job script (deadline, TE's blockwise scale
+setting, preflight, checkpoint export), the job chain's sizing, the preflight's checks against the paper
+models' real module names, and a transformers-5 config read by the bfcl image's transformers 4.51.3."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fp8rl.adapters import preflight
+from fp8rl.adapters.verl_checkpoint import CheckpointError, compat_config, export
+from fp8rl.adapters.verl_launch import DEADLINE_ENV, render_script
+from fp8rl.adapters.verl_overrides import VerlPaths, verl_overrides
+from fp8rl.adapters.verl_sizing import attempts_needed, checkpoint_bytes, esi_margin_s
+from fp8rl.commands.config import CONFIG_CHECKS
+from fp8rl.config_loader import ConfigError, load_config
+from fp8rl.matrix import RunSpec
+
+ROOT = Path(__file__).resolve().parents[3]
+PAPER = ROOT / "config" / "paper.yaml"
+PATHS = VerlPaths("/m", "/d/train.parquet", "/d/test.parquet", "/out")
+TF4 = ROOT / "build" / "tf4-venv" / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return load_config(PAPER, checks=CONFIG_CHECKS)
+
+
+def _ov(overrides: list[str]) -> dict[str, str]:
+    return dict(o.split("=", 1) for o in overrides)
+
+
+def test_overrides_fix_the_first_forward_and_reward(paper):
+    ov = _ov(verl_overrides(paper, RunSpec("dapo", "qwen3-8b", "fp8", "blockwise", 2), PATHS))
+    te = "actor_rollout_ref.actor.megatron.override_transformer_config"
+    assert ov[f"{te}.attention_backend"] == "fused"  # verl's default flash needs flash-attn
+    assert ov[f"{te}.recompute_granularity"] == "full" and ov[f"{te}.recompute_num_layers"] == "1"
+    assert ov["+reward.reward_kwargs.overlong_buffer_cfg.log"] == "false"
+    assert ov["actor_rollout_ref.rollout.seed"] == "2"  # not verl's 42 for every seed
+    assert int(ov["trainer.esi_redundant_time"]) == esi_margin_s(paper.model("qwen3-8b"))
+
+
+def test_the_job_chain_reaches_500_steps(paper):
+    runtime = paper.resources_for("train").runtime
+    retries = paper.resources_for("train").retries
+    for name in paper.matrix.models:
+        model = paper.model(name)
+        need = attempts_needed(paper, model)
+        assert need is not None and need <= retries + 1
+        # each job trains more steps than it loses to start-up and its final checkpoint
+        assert runtime > 20 + esi_margin_s(model) / 60 + 2 * model.step_minutes
+    with pytest.raises(ConfigError, match=r"resources\.train\.retries: 12 allow 13 jobs"):
+        load_config(PAPER, ["resources.train.retries=12"], checks=CONFIG_CHECKS)
+    with pytest.raises(ConfigError, match=r"resources\.train\.runtime: .*no job would reach a checkpoint"):
+        load_config(PAPER, ["resources.train.runtime=90"], checks=CONFIG_CHECKS)
+    # storage: a 32B checkpoint with fp32 moments is ~450 GB, two kept while a run trains
+    assert 4.0e11 < checkpoint_bytes(paper.model("qwen2.5-32b"), fp8_moments=False) < 5.0e11
+
+
+def _script(tmp_path: Path, steps: int = 3) -> Path:
+    script = tmp_path / "verl_launch.sh"
+    script.write_text(render_script(run_id="grpo/m/bf16/none/seed0", overrides=["a=1"], out=str(tmp_path),
+                                    nodes=1, gpus_per_node=8, python="python3", runtime_min=60, steps=steps))  # fmt: skip
+    return script
+
+
+def test_the_job_script_sets_the_deadline_and_exports_the_checkpoint(tmp_path):
+    """The script run with stand-ins for nvidia-smi, the preflight, verl and the export: verl gets the
+    job's end, TE's blockwise scale setting follows the GPU, checkpoints go once the run is complete."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 9.0\n")
+    # python3 stand-in: records its arguments and the environment it got, plays verl's checkpoint
+    (bin_dir / "python3").write_text(f"""#!/bin/sh
+echo "$@" >> {tmp_path}/calls
+env | grep -E '^(NVTE_|{DEADLINE_ENV})' >> {tmp_path}/env
+case "$*" in *main_ppo*) mkdir -p {tmp_path}/verl_checkpoints/global_step_3 && \
+echo 3 > {tmp_path}/verl_checkpoints/latest_checkpointed_iteration.txt ;; esac
+""")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_END_TIME": "1900000000"}
+    env.pop("SLURM_JOB_ID", None)
+    res = subprocess.run(["bash", str(_script(tmp_path))], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls[0].startswith("-m fp8rl.adapters.preflight job") and "main_ppo" in calls[1]
+    assert f"{DEADLINE_ENV}=1900000000" in calls[1]
+    assert (
+        calls[2].startswith("-m fp8rl.adapters.verl_checkpoint export") and "global_step_3/actor" in calls[2]
+    )
+    assert "NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1" in (tmp_path / "env").read_text()
+    assert not list((tmp_path / "verl_checkpoints").glob("global_step_*"))  # complete: only checkpoint/ stays
+
+
+def test_export_refuses_what_is_not_a_verl_save(tmp_path):
+    with pytest.raises(CheckpointError, match="not a verl save"):
+        export(tmp_path, tmp_path / "checkpoint")
+
+
+# ---------------------------------------------------------------------------------------- preflight
+
+BLOCK = ["+actor_rollout_ref.actor.megatron.override_transformer_config.fp8_recipe=blockwise",
+         "actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=fused",
+         "actor_rollout_ref.rollout.quantization=fp8"]  # fmt: skip
+GOOD = {"cuda": "13.0", "capability": (9, 0), "vllm": preflight.VLLM_PIN, "flash_attn": False,
+        "environ": {"NVTE_FP8_BLOCK_SCALING_FP32_SCALES": "1"}, "modules": None}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"cuda": "12.8"}, "CUDA >= 12.9"),
+        ({"environ": {}}, "NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1"),
+        ({"capability": (10, 0)}, "must be 0 or unset"),
+        ({"vllm": "0.25.0"}, "verl's patch of vLLM"),
+        (
+            {"environ": {"NVTE_FP8_BLOCK_SCALING_FP32_SCALES": "1", "NVTE_FUSED_ATTN": "0"}},
+            "NVTE_FUSED_ATTN=0",
+        ),
+        ({"capability": (8, 0)}, "compute capability >= 8.9"),
+        ({"modules": ["lm_head", "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.gate"]}, None),
+    ],
+)
+def test_preflight_names_each_pitfall(change, needle):
+    assert preflight.problems(BLOCK, GOOD) == []
+    found = preflight.problems(BLOCK, {**GOOD, **change})
+    if needle is None:  # router and lm_head are not FP8 modules, gate_proj is
+        assert found == []
+    else:
+        assert any(needle in p for p in found), found
+
+
+def test_preflight_rejects_verls_default_attention_without_flash_attn():
+    found = preflight.problems(BLOCK[:1] + BLOCK[2:], GOOD)
+    assert any("flash-attn" in p for p in found)
+
+
+# The paper models' shapes (hub config.json): layers and the fields that name modules.
+PAPER_MODELS = {
+    "qwen3-8b": ("Qwen3Config", 36),
+    "qwen3-14b": ("Qwen3Config", 40),
+    "qwen2.5-32b": ("Qwen2Config", 64),
+}
+
+
+@pytest.mark.parametrize("name", PAPER_MODELS)
+def test_fp8_stays_off_router_gate_lm_head_of_each_paper_model(name, tmp_path):
+    """The real module names of each paper model (its transformers class, on the meta device): FP8 takes
+    the block linears and nothing else; lm_head, embeddings, norms stay high precision."""
+    import transformers
+
+    cls, layers = PAPER_MODELS[name]
+    config = getattr(transformers, cls)(vocab_size=128, hidden_size=64, intermediate_size=128,
+                                        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+    config.save_pretrained(tmp_path)
+    names = preflight.meta_module_names(str(tmp_path))
+    fp8 = preflight.fp8_modules(names)
+    assert preflight.exclusion_problems(names) == []
+    assert "lm_head" in names and "lm_head" not in fp8 and "model.embed_tokens" not in fp8
+    assert len(fp8) == layers * 7  # q, k, v, o, gate_proj, up_proj, down_proj per layer
+    assert not any(
+        n.endswith("mlp.gate") for n in names
+    )  # dense: verl's vLLM router exclusions match nothing
+
+
+# --------------------------------------------------------------------- RoPE base for the bfcl image
+
+
+def test_a_transformers_5_checkpoint_reads_with_rope_base_1e6_in_transformers_4(tmp_path):
+    if not TF4.is_file():
+        pytest.skip(f"needs transformers 4.51.3 (the bfcl image's): run scripts/upstream_src.sh (no {TF4})")
+    import transformers
+
+    config = transformers.Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, rope_theta=1_000_000.0)  # fmt: skip
+    config.save_pretrained(tmp_path)
+    raw = json.loads((tmp_path / "config.json").read_text())
+    read = "import sys, transformers; print(transformers.AutoConfig.from_pretrained(sys.argv[1]).rope_theta)"
+    if "rope_theta" not in raw:  # what transformers 5 writes: 4.51.3 falls back to its default base
+        before = subprocess.run(
+            [str(TF4), "-c", read, str(tmp_path)], capture_output=True, text=True, check=True
+        )
+        assert float(before.stdout) == 10000.0
+    (tmp_path / "config.json").write_text(json.dumps(compat_config(raw)))
+    after = subprocess.run([str(TF4), "-c", read, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert float(after.stdout) == 1_000_000.0
