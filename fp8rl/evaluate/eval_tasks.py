@@ -38,6 +38,9 @@ class TaskPlan:
     report_names: dict[str, str]
     bfcl: list[str]
     sources: dict[str, Path] = field(default_factory=dict)
+    # hub dataset id -> its snapshot folder in the shared cache, from the tier's `data/hub.json`
+    # (`fp8rl fetch data`): lm-eval's own tasks read their data from there, offline
+    dataset_paths: dict[str, str] = field(default_factory=dict)
 
     @property
     def needs_builtin_tasks(self) -> bool:
@@ -130,4 +133,19 @@ def plan_tasks(
             raise EvalInputError(
                 f"eval.agent: unknown task {name!r}: no {path} and not a BFCL category (bfcl_<category>)"
             )
-    return TaskPlan(specs, report, bfcl, sources)
+    return TaskPlan(specs, report, bfcl, sources, hub_dataset_paths(data_dir))
+
+
+def hub_dataset_paths(data_dir: Path) -> dict[str, str]:
+    """`{repo_id: snapshot folder}` of the datasets `fetch data` recorded in `data_dir/hub.json`; {}
+    without one. Offline, `datasets` 5 loads a hub id only from a prepared cache, which nothing builds
+    on a compute node; a snapshot folder it reads like any local dataset (its card's `configs`)."""
+    record = Path(data_dir) / "hub.json"
+    if not record.is_file():
+        return {}
+    from fp8rl.adapters.hub import read_record
+
+    try:
+        return {repo: snap["path"] for repo, snap in read_record(record).get("datasets", {}).items()}
+    except ValueError as exc:
+        raise EvalInputError(str(exc)) from None

@@ -74,6 +74,17 @@ def registered_config(manager: Any, name: str) -> dict:
         ) from None
 
 
+def local_dataset(spec: str | dict, paths: dict[str, str], resolve) -> str | dict:
+    """The task spec reading its hub dataset from the fetched snapshot folder (`paths`, by repo id)
+    instead of the hub id, which `datasets` cannot load offline without a prepared cache."""
+    if not paths:
+        return spec
+    cfg = resolve(spec) if isinstance(spec, str) else spec
+    if cfg.get("dataset_path") not in paths:
+        return spec
+    return {**cfg, "dataset_path": paths[cfg["dataset_path"]]}
+
+
 def build_tasks(cfg: ExperimentConfig, plan: TaskPlan) -> tuple[list, Any]:
     """Instantiate every lm-eval task of the plan with the eval protocol applied (datasets are read
     here, before any model load); returns the tasks and the TaskManager (lm-eval's built-in index is
@@ -89,6 +100,7 @@ def build_tasks(cfg: ExperimentConfig, plan: TaskPlan) -> tuple[list, Any]:
     specs = task_specs(
         plan.lm_eval_specs, plan.report_names, cfg.eval, lambda name: registered_config(manager, name)
     )
+    specs = [local_dataset(s, plan.dataset_paths, lambda n: registered_config(manager, n)) for s in specs]
     tasks = []
     for spec in specs:
         name = spec if isinstance(spec, str) else spec["task"]
