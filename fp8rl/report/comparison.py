@@ -9,12 +9,15 @@ every group of their algo/model, so their row repeats in each group. Columns:
 - per eval score `E` (`{task}/{metric}`): `E mean`, `E ci_low`, `E ci_high`, `E n` (Student t over the
   seeds that have the score) and `E delta`, `E delta_ci_low`, `E delta_ci_high` (vs bf16, Welch t).
 - per stability diagnostic (summaries.DIAGNOSTICS): the mean over seeds of the per-run value, `{col} n`.
-- per-step metrics with a hierarchical bootstrap interval over steps × seeds (stats.BOOTSTRAP_METHOD):
-  `clip_low_neg ci_low|ci_high` and its `delta`, `delta_ci_low`, `delta_ci_high` vs bf16;
-  `mismatch_kl_k3 ci_low|ci_high`.
+- per-step metrics, the seed being the unit (stats.SEED_MEAN_METHOD): the mean of the runs' means over
+  steps with the t-interval over those seed means, `clip_low_neg ci_low|ci_high` and its `delta`,
+  `delta_ci_low`, `delta_ci_high` vs bf16 (Welch t on the seed means); `mismatch_kl_k3 ci_low|ci_high`.
 - the paired section (`PAIRED`; FP8 variants, from the BF16 shadow pass of the same tokens):
   `phantom_low_neg`, `phantom_missed_neg` and `excess_clip` = their per-step difference, each with
-  `ci_low`, `ci_high` and `n` (seeds).
+  `ci_low`, `ci_high` and `n` (seeds), by the same t-interval over seed means.
+
+Intervals are cut to the metric's range (stats.RANGE_METHOD: [0, 1] for proportions, declared in
+stats.PROPORTIONS; [-1, 1] for their differences, excess clipping included).
 
 Seeds contribute when their run is `ok` or `diverged` (a diverged run's collapse belongs in the
 numbers); `failed` and `missing` runs are counted only. Non-finite per-run values are left out of the
@@ -29,12 +32,20 @@ import numpy as np
 import pandas as pd
 
 from fp8rl.report.load import STATUSES, RunSet
-from fp8rl.report.stats import Interval, bootstrap_delta, bootstrap_interval, t_interval, welch_interval
+from fp8rl.report.stats import (
+    Interval,
+    delta_range,
+    seed_delta,
+    seed_interval,
+    t_interval,
+    value_range,
+    welch_interval,
+)
 from fp8rl.report.summaries import DIAGNOSTICS, eval_keys, run_summaries, step_difference, step_series
 from fp8rl.vocabulary import NO_GRANULARITY, VARIANT_SPECS, VARIANTS
 
 USED_STATUSES = ("ok", "diverged")
-# (column, metrics.jsonl name): per-step diagnostics that get a bootstrap interval over steps × seeds
+# (column, metrics.jsonl name): per-step diagnostics that get a t-interval over the seeds' step means
 STEP_INTERVALS = (("clip_low_neg", "clip/low_neg"), ("mismatch_kl_k3", "mismatch/kl_k3"))
 # per-step metrics whose difference to bf16 gets an interval
 STEP_DELTAS = ("clip_low_neg",)
@@ -46,6 +57,12 @@ PAIRED = (
     (EXCESS, "excess clipping: phantom/low_neg − phantom/missed_neg per step (net gradients FP8 zeroes)"),
 )
 PAIRED_METRICS = {"phantom_low_neg": "phantom/low_neg", "phantom_missed_neg": "phantom/missed_neg"}
+# the range of each paired column: excess clipping is a difference of two proportions
+PAIRED_RANGES = {
+    "phantom_low_neg": value_range("phantom/low_neg"),
+    "phantom_missed_neg": value_range("phantom/missed_neg"),
+    EXCESS: delta_range("phantom/low_neg"),
+}
 
 
 def has_conditions(runs: pd.DataFrame) -> bool:
@@ -119,24 +136,27 @@ def comparison_table(runset: RunSet, baseline_steps: int) -> pd.DataFrame:
             row["runs"] = len(runs)
             row |= {s: int((runs["status"] == s).sum()) for s in STATUSES}
             for key in keys:
-                ci = t_interval(used[key])
+                ci = t_interval(used[key], bounds=value_range(key))
                 row |= {f"{key} mean": ci.estimate, f"{key} ci_low": ci.low, f"{key} ci_high": ci.high}
                 row[f"{key} n"] = ci.n
                 no_delta = variant == "bf16" or ref.empty
-                row |= _delta_cells(key, NO_INTERVAL if no_delta else welch_interval(used[key], ref[key]))
+                d = NO_INTERVAL if no_delta else welch_interval(used[key], ref[key], bounds=delta_range(key))
+                row |= _delta_cells(key, d)
             for column, *_ in DIAGNOSTICS:
                 mean, n = _finite_mean(used[column])
                 row |= {column: mean, f"{column} n": n}
             for column, metric in STEP_INTERVALS:
-                row |= _ci_cells(column, bootstrap_interval(per_seed(metric, used["run_id"])))
+                values = per_seed(metric, used["run_id"])
+                row |= _ci_cells(column, seed_interval(values, bounds=value_range(metric)))
                 if column in STEP_DELTAS:
                     d = NO_INTERVAL
                     if variant != "bf16" and not ref.empty:
-                        d = bootstrap_delta(per_seed(metric, used["run_id"]), per_seed(metric, ref["run_id"]))
+                        d = seed_delta(values, per_seed(metric, ref["run_id"]), bounds=delta_range(metric))
                     row |= _delta_cells(column, d)
             for column, _ in PAIRED:
                 metric = PAIRED_METRICS.get(column, column)
-                ci = bootstrap_interval(per_seed(metric, used["run_id"])) if fp8 else NO_INTERVAL
+                values = per_seed(metric, used["run_id"])
+                ci = seed_interval(values, bounds=PAIRED_RANGES[column]) if fp8 else NO_INTERVAL
                 row |= _ci_cells(column, ci, n=True)
             rows.append(row)
     return pd.DataFrame(rows)

@@ -1,7 +1,11 @@
 """Human-readable versions of the tables: formatted cells, notes, Markdown (and HTML) text.
 
 The CSV files keep every number; these views round them and fold `mean`/`ci_low`/`ci_high` into one
-cell, `0.515 [0.324, 0.706]`, with a blank interval and `(n=1)` when there is only one seed.
+cell, `0.515 [0.324, 0.706]`, with a blank interval and `(n=1)` when there is only one seed. Every
+table formats a figure and its interval through `fmt_ci` (`figures`): the three numbers of a cell get
+the same number of decimals, those that give the largest of them three significant digits
+(`0.00110 [0.00040, 0.00210]`, `0.0196 [0.0156, 0.0240]`), or one shared power of ten below 0.001
+(`1.26e-08 [0.05e-08, 3.09e-08]`).
 """
 
 from __future__ import annotations
@@ -11,13 +15,14 @@ import math
 import pandas as pd
 
 from fp8rl.report.comparison import PAIRED, STEP_DELTAS, STEP_INTERVALS, USED_STATUSES
-from fp8rl.report.stats import BOOTSTRAP_METHOD, CI_METHOD, DELTA_METHOD, NO_CI_NOTE
+from fp8rl.report.stats import CI_METHOD, DELTA_METHOD, NO_CI_NOTE, RANGE_METHOD, SEED_MEAN_METHOD
 from fp8rl.report.summaries import DIAGNOSTICS
 
 COMPARISON_NOTES = [
     CI_METHOD + " (eval scores).",
     DELTA_METHOD + " (eval scores).",
-    BOOTSTRAP_METHOD + f" ({', '.join(c for c, _ in STEP_INTERVALS)}, and the paired section).",
+    SEED_MEAN_METHOD + f" ({', '.join(c for c, _ in STEP_INTERVALS)}, and the paired section).",
+    RANGE_METHOD + ".",
     NO_CI_NOTE + ".",
     f"Seeds with status {' or '.join(USED_STATUSES)} enter the means; failed and missing runs are counted only.",
     "Status counts are ok / diverged / failed / missing over the variant's seeds.",
@@ -30,7 +35,7 @@ PAIRED_NOTES = [
     "Paired: each FP8 run re-scores a sample of its own tokens with quantization switched off (the BF16 "
     "shadow pass), so FP8 and BF16 clipping are compared on the same tokens of the same step.",
     *(f"`{col}`: {desc}; mean over steps, then over seeds." for col, desc in PAIRED),
-    BOOTSTRAP_METHOD + ".",
+    SEED_MEAN_METHOD + "; intervals cut to [0, 1] ([-1, 1] for excess clipping, a difference).",
     "Fractions are of the negative-advantage shadow tokens; `seeds` = runs that logged them.",
 ]
 
@@ -43,7 +48,12 @@ THROUGHPUT_NOTES = [
 ]
 
 
+SCIENTIFIC_BELOW = 1e-3  # cells whose largest number is smaller share a power of ten
+
+
 def fmt(x: float, digits: int = 3) -> str:
+    """A lone number (no interval): `digits` decimals, integers from 100, `digits` significant digits
+    below 0.001. A figure with an interval goes through `fmt_ci`."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return ""
     if isinstance(x, float) and math.isinf(x):
@@ -53,16 +63,49 @@ def fmt(x: float, digits: int = 3) -> str:
     return f"{x:.{digits}g}" if x != 0 and abs(x) < 1e-3 else f"{x:.{digits}f}"
 
 
+def _fixed(x: float, decimals: int, suffix: str = "") -> str:
+    text = f"{x:.{decimals}f}"
+    if float(text) == 0:  # no "-0.000"
+        text = text.lstrip("-")
+    return text + suffix
+
+
+def figures(values: list[float], digits: int = 3) -> list[str]:
+    """Format numbers that belong together (a figure and its bounds) alike: the same decimals, those that
+    give the largest magnitude `digits` significant digits; below `SCIENTIFIC_BELOW` all share its power
+    of ten (`1.26e-08`, `0.05e-08`). NaN gives "", ±inf "inf"/"-inf"."""
+    finite = [abs(v) for v in values if v is not None and math.isfinite(v)]
+    top = max(finite, default=0.0)
+    exponent = math.floor(math.log10(top)) if top > 0 else 0
+    scale, suffix = 1.0, ""
+    if 0 < top < SCIENTIFIC_BELOW:
+        scale, suffix = 10.0**exponent, f"e{exponent:+03d}"
+        decimals = digits - 1
+    else:
+        decimals = max(0, digits - 1 - exponent)
+    out = []
+    for v in values:
+        if v is None or math.isnan(v):
+            out.append("")
+        elif math.isinf(v):
+            out.append("inf" if v > 0 else "-inf")
+        else:
+            out.append(_fixed(v / scale, decimals, suffix))
+    return out
+
+
 def fmt_ci(
     est: float, low: float, high: float, missing_ci: str, *, signed: bool = False, digits: int = 3
 ) -> str:
-    """`est [low, high]`, or `est (missing_ci)` when the interval does not exist."""
+    """`est [low, high]` formatted alike (`figures`), or `est (missing_ci)` when the interval does not
+    exist; `signed` puts a sign on the estimate (a difference)."""
     if est is None or math.isnan(est):
         return ""
-    head = ("-" if est < 0 else "+") + fmt(abs(est), digits) if signed else fmt(est, digits)
-    if math.isnan(low) or math.isnan(high):
-        return f"{head} ({missing_ci})"
-    return f"{head} [{fmt(low, digits)}, {fmt(high, digits)}]"
+    has_ci = not (math.isnan(low) or math.isnan(high))
+    head, lo, hi = figures([est, low, high] if has_ci else [est, math.nan, math.nan], digits)
+    if signed and not head.startswith("-"):
+        head = "+" + head
+    return f"{head} [{lo}, {hi}]" if has_ci else f"{head} ({missing_ci})"
 
 
 def _group_cells(r: pd.Series) -> dict:
@@ -74,7 +117,7 @@ def _group_cells(r: pd.Series) -> dict:
 
 
 def _step_ci(r: pd.Series, col: str) -> str:
-    return fmt_ci(r[col], r[f"{col} ci_low"], r[f"{col} ci_high"], "no CI", digits=4)
+    return fmt_ci(r[col], r[f"{col} ci_low"], r[f"{col} ci_high"], "no CI")
 
 
 def comparison_view(table: pd.DataFrame, eval_keys: list[str]) -> pd.DataFrame:
@@ -95,9 +138,12 @@ def comparison_view(table: pd.DataFrame, eval_keys: list[str]) -> pd.DataFrame:
             row[col] = _step_ci(r, col) if col in intervals else fmt(r[col], 4)
             if col in STEP_DELTAS:
                 row[f"Δ {col}"] = fmt_ci(
-                    r[f"{col} delta"], r[f"{col} delta_ci_low"], r[f"{col} delta_ci_high"], "no CI",
-                    signed=True, digits=4,
-                )  # fmt: skip
+                    r[f"{col} delta"],
+                    r[f"{col} delta_ci_low"],
+                    r[f"{col} delta_ci_high"],
+                    "no CI",
+                    signed=True,
+                )
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -1,7 +1,7 @@
 """The mechanism study's table and figures, for a matrix with FP8 conditions (`matrix.conditions`).
 
 `mechanism_table(comparison, runset, cfg)` has one row per (algo, model, condition, granularity,
-variant ∈ `MECHANISM_VARIANTS`), read off the comparison table (comparison.py; same seeds, same bootstrap):
+variant ∈ `MECHANISM_VARIANTS`), read off the comparison table (comparison.py; same seeds, same intervals):
 
 - the condition's FP8 settings from `cfg.fp8_for(condition)`: `format` (the configured recipe format),
   `gemm_format` (what the granularity's GEMMs really use: rowwise, blockwise and mxfp8 are e4m3
@@ -13,7 +13,8 @@ variant ∈ `MECHANISM_VARIANTS`), read off the comparison table (comparison.py;
 - `mismatch_kl_k3` (trainer vs rollout log-probs);
 - `calib_low`, `calib_high`: mean over steps and seeds of the calibrated bounds (fp8_calib only);
 - `seeds` (runs that logged the paired metrics) and `ok/div/fail/miss`.
-Each estimate has `ci_low`/`ci_high`: the hierarchical bootstrap over steps × seeds of stats.py.
+Each estimate has `ci_low`/`ci_high`: the t-interval over the seeds' means over steps (stats.seed_interval;
+the seed is the unit), cut to the metric's range (stats.value_range).
 
 `mechanism_plots` draws `excess_clip` and `mismatch_kl_k3` against the dose: one panel per variant
 (columns) and per (algo/model, format, KV cache) setting (rows), one line per granularity, error bars
@@ -38,7 +39,7 @@ from fp8rl.report.comparison import USED_STATUSES  # noqa: E402
 from fp8rl.report.load import RunSet  # noqa: E402
 from fp8rl.report.markdown import fmt, fmt_ci  # noqa: E402
 from fp8rl.report.plots import save_figure  # noqa: E402
-from fp8rl.report.stats import BOOTSTRAP_METHOD, bootstrap_interval  # noqa: E402
+from fp8rl.report.stats import RANGE_METHOD, SEED_MEAN_METHOD, seed_interval, value_range  # noqa: E402
 from fp8rl.report.summaries import step_series  # noqa: E402
 
 MECHANISM_VARIANTS = ("fp8", "fp8_calib")
@@ -65,7 +66,8 @@ MECHANISM_NOTES = [
     "`clip_low_neg` vs `bf16_clip_low_neg`: the fraction of A<0 tokens below the lower bound in the run "
     "itself and in the bf16 runs; Δ is their difference.",
     "`calib_low`/`calib_high`: the calibrated bounds (fp8_calib), mean over steps and seeds.",
-    BOOTSTRAP_METHOD + ".",
+    SEED_MEAN_METHOD + ".",
+    RANGE_METHOD + ".",
     "n = 1 seed gives no interval: its bounds are left blank.",
 ]
 
@@ -125,14 +127,15 @@ def mechanism_table(comparison: pd.DataFrame, runset: RunSet, cfg: ExperimentCon
             & (used["condition"] == r["condition"])
         ]["run_id"]
         for col, metric in CALIB:
-            ci = bootstrap_interval([series[metric][i] for i in runs if i in series[metric]])
+            values = [series[metric][i] for i in runs if i in series[metric]]
+            ci = seed_interval(values, bounds=value_range(metric))
             row |= {col: ci.estimate, f"{col} ci_low": ci.low, f"{col} ci_high": ci.high}
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def _ci(r: pd.Series, col: str, *, signed: bool = False) -> str:
-    return fmt_ci(r[col], r[f"{col} ci_low"], r[f"{col} ci_high"], "no CI", signed=signed, digits=4)
+    return fmt_ci(r[col], r[f"{col} ci_low"], r[f"{col} ci_high"], "no CI", signed=signed)
 
 
 def mechanism_view(table: pd.DataFrame) -> pd.DataFrame:
@@ -149,7 +152,7 @@ def mechanism_view(table: pd.DataFrame) -> pd.DataFrame:
         row["bf16_clip_low_neg"] = _ci(r, "bf16_clip_low_neg")
         row["Δ clip_low_neg"] = fmt_ci(
             r["clip_low_neg delta"], r["clip_low_neg delta_ci_low"], r["clip_low_neg delta_ci_high"], "no CI",
-            signed=True, digits=4,
+            signed=True,
         )  # fmt: skip
         row["mismatch_kl_k3"] = _ci(r, "mismatch_kl_k3")
         row["calib_low"] = _ci(r, "calib_low")
@@ -210,7 +213,7 @@ def dose_figure(table: pd.DataFrame, column: str, ylabel: str) -> plt.Figure:
             elif not ax.has_data():
                 ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="grey")
     what = SUBTITLES.get(column, column)
-    fig.suptitle(f"{ylabel} ({what}) vs noise dose; bars: 95% hierarchical-bootstrap intervals", fontsize=10)
+    fig.suptitle(f"{ylabel} ({what}) vs noise dose; bars: 95% t-intervals over seeds", fontsize=10)
     return fig
 
 

@@ -13,7 +13,8 @@ One panel per (algo, model); one series per (variant, granularity), labelled `va
 - `ratio_hist`: per-token PPO-ratio distributions of the shadow tokens, FP8 (solid) against the
   BF16 shadow pass of the same tokens (dashed), summed over seeds, for all tokens (top row) and A<0
   tokens (bottom row), with the fixed clip bounds; from each FP8 run's `ratio_hist.json`.
-- `eval_scores`: per eval score, bars of the seed mean with the 95 % t-interval (no bar for n = 1).
+- `eval_scores`: per eval score, bars of the seed mean with the 95 % t-interval (no bar for n = 1), cut to
+  [0, 1] for a proportion (fp8rl.report.stats.is_proportion).
 - `throughput`: tokens/s per phase per variant, grouped bars, labelled emulated or hardware.
 """
 
@@ -33,6 +34,7 @@ from fp8rl.io import atomic_write  # noqa: E402
 from fp8rl.report.comparison import USED_STATUSES  # noqa: E402
 from fp8rl.report.load import RunSet  # noqa: E402
 from fp8rl.report.paths import PLOT_FORMATS  # noqa: E402
+from fp8rl.report.stats import is_proportion  # noqa: E402
 from fp8rl.vocabulary import VARIANT_SPECS  # noqa: E402
 
 PANEL = (4.6, 3.2)
@@ -227,7 +229,7 @@ def _seed_scores(runset: RunSet, key: str) -> pd.DataFrame:
 
 def eval_bars(comparison: pd.DataFrame, keys: list[str], runset: RunSet | None = None) -> plt.Figure:
     """Horizontal bars (one row per algo/model/series, bf16 once) of the seed mean, its 95 % t-interval
-    cut to [0, 1] when every score of the panel is a proportion, and each seed's score as a dot."""
+    cut to [0, 1] when the score is a proportion (stats.is_proportion), and each seed's score as a dot."""
     rows = comparison[comparison["variant"] != "bf16"]
     # bf16 once per algo/model (it repeats in every granularity group)
     ref = comparison[comparison["variant"] == "bf16"].drop_duplicates(["algo", "model"])
@@ -256,9 +258,8 @@ def eval_bars(comparison: pd.DataFrame, keys: list[str], runset: RunSet | None =
         mean = rows[f"{key} mean"].to_numpy(float)
         low, high = rows[f"{key} ci_low"].to_numpy(float), rows[f"{key} ci_high"].to_numpy(float)
         seeds = _seed_scores(runset, key) if runset is not None else pd.DataFrame(columns=["value"])
-        values = np.concatenate([mean[np.isfinite(mean)], seeds["value"].to_numpy(float)])
-        proportion = values.size > 0 and bool(((values >= 0) & (values <= 1)).all())
-        if proportion:  # a t-interval over few seeds runs past what a proportion can be
+        proportion = is_proportion(key)
+        if proportion:  # the table's intervals are cut already (stats.value_range); a plot may get others
             low, high = np.clip(low, 0, 1), np.clip(high, 0, 1)
         err = np.vstack([mean - low, high - mean])  # NaN (n = 1): no error bar
         ax.barh(y, np.nan_to_num(mean), xerr=err, capsize=3, color=colors, alpha=0.8, height=0.7)

@@ -1,17 +1,32 @@
-"""Confidence intervals: Student t for one mean over seeds, Welch t for a difference of means, and a
-hierarchical bootstrap for per-step metrics (steps nested in seeds).
+"""Confidence intervals over seeds: the seed is the unit.
 
-The report says which interval it uses (`CI_METHOD`, `DELTA_METHOD`, `BOOTSTRAP_METHOD`). With fewer
-than two seeds neither interval exists: the bounds are NaN (a blank cell in the tables) and the tables
-carry a note. Values that are NaN (a metric missing from a run) are left out before counting n.
+Every interval in the tables treats a seed (one run) as one observation. Eval scores have one value per
+seed; a per-step metric (steps nested in seeds) is first reduced to each seed's mean over its steps
+(`seed_means`: every seed weighs the same, whatever its number of steps), because the steps of one run
+are correlated and pooling them would overstate the sample size. Then:
 
-The bootstrap (`bootstrap_interval`, `bootstrap_delta`) takes one array of per-step values per seed. Its
-estimate is the mean over seeds of each seed's mean over steps (every seed weighs the same, like the
-seed means of the t-intervals). One replicate resamples the seeds with replacement, then, for each seed
-drawn, that seed's steps with replacement, and takes the same mean of means; the interval is the 2.5 and
-97.5 percentiles of `BOOTSTRAP_REPLICATES` replicates (the percentile method). Both levels are resampled
-because the steps of one run are correlated: steps alone would understate the seed-to-seed spread. The
-generator is seeded (`BOOTSTRAP_SEED`), so the same data always give the same interval.
+- one mean: Student t-interval over the n seed values, df = n - 1 (`t_interval`, `seed_interval`);
+- Δ vs bf16: Welch's t-interval on the two sets of seed values (`welch_interval`, `seed_delta`). bf16
+  and the variant are different runs; the report does not pair them by seed (a seed number fixes the
+  data order and initial sampling, not a shared run), so the comparison is unpaired.
+
+With three seeds this is the interval whose coverage holds: the t-interval is exact for normal seed
+values, and a unit test (tests/unit/report/test_report_stats.py) simulates its coverage at n = 3 and
+n = 5 with correlated steps nested in seeds. The hierarchical bootstrap over seeds × steps used before
+covered 76-86 % at n = 3 and 84-91 % at n = 5 for a nominal 95 % in such simulations (at n = 3 its
+intervals were 0.4× the t width): resampling 3 seeds cannot show the spread of a t with 2 df.
+
+Ranges (`value_range`, `delta_range`, the single declaration of which metrics are proportions,
+`is_proportion`): an interval of a proportion (accuracy, rate, clip fraction) is intersected with
+[0, 1], that of a difference of proportions with [-1, 1], that of a non-negative metric with [0, ∞).
+The true value lies in that range, so the cut never removes it: the coverage of the t-interval is kept
+exactly, and the cell no longer shows impossible values. A t-interval on the logit of the seed means
+would also stay inside [0, 1], but it is undefined for a seed mean of exactly 0 or 1 (a perfect eval
+score, a run that never clipped) and targets a different quantity than the arithmetic mean the table
+shows; hence the intersection.
+
+With fewer than two seeds no interval exists: the bounds are NaN (a blank cell in the tables) and the
+tables carry a note. Values that are NaN (a metric missing from a run) are left out before counting n.
 """
 
 from __future__ import annotations
@@ -25,15 +40,80 @@ from scipy import stats
 
 CONFIDENCE = 0.95
 CI_METHOD = "95% CI: Student t-interval over seeds (scipy.stats.t, df = n-1)"
-DELTA_METHOD = "Δ vs bf16: difference of seed means, 95% CI by Welch's t-interval (unequal variances)"
-NO_CI_NOTE = "n = 1 seed gives no interval: its bounds are left blank (NaN)"
-BOOTSTRAP_REPLICATES = 2000
-BOOTSTRAP_SEED = 20250101
-BOOTSTRAP_METHOD = (
-    "Per-step metrics: estimate = mean over seeds of each run's mean over steps; 95% CI by a "
-    f"hierarchical percentile bootstrap ({BOOTSTRAP_REPLICATES} replicates, seeded): resample seeds with "
-    "replacement, then steps within each drawn seed; Δ vs bf16 resamples both variants independently"
+DELTA_METHOD = (
+    "Δ vs bf16: difference of seed means, 95% CI by Welch's t-interval (unequal variances; unpaired: "
+    "bf16 and the variant are different runs)"
 )
+SEED_MEAN_METHOD = (
+    "Per-step metrics: the seed is the unit; each run's mean over its steps is one value, the estimate "
+    "is the mean of those seed means and its 95% CI the Student t-interval over them (df = n-1); Δ vs "
+    "bf16 by Welch's t on the seed means"
+)
+RANGE_METHOD = (
+    "Intervals of proportions (accuracies, rates, clip fractions) are cut to [0, 1] (differences of "
+    "proportions to [-1, 1], non-negative metrics to [0, ∞)): the true value lies there, so the cut keeps "
+    "the t-interval's coverage; a logit-scale interval would fail on seed means of exactly 0 or 1"
+)
+NO_CI_NOTE = "n = 1 seed gives no interval: its bounds are left blank (NaN)"
+
+# The single declaration of which metrics are proportions (fractions in [0, 1]): metrics.jsonl names
+# (docs/architecture.md#metrics) and, for eval scores `{task}/{metric}`, the metric part (before any
+# lm-eval `,filter`). avg@k is the mean of k scores of a proportion metric (fp8rl.evaluate.protocol).
+PROPORTIONS = frozenset(
+    {
+        "acc/mean",
+        "gibberish/rate",
+        "clip/low_neg",
+        "clip/high_pos",
+        "clip/dual",
+        "clip/low_all",
+        "clip/high_all",
+        "phantom/low_neg",
+        "phantom/missed_neg",
+        "tis/clipped",
+        "tis/masked",
+        "calib/target_q",
+        "calib/target_q_high",
+    }
+)
+EVAL_PROPORTIONS = frozenset(
+    {
+        "exact_match",
+        "acc",
+        "acc_norm",
+        "accuracy",
+        "ast_accuracy",
+        "name_accuracy",
+        "parse_rate",
+        "math_verify",
+    }
+)
+# metrics that cannot be negative (k3 = (r - 1) - log r >= 0 per token; entropy, lengths, KL penalty)
+NONNEGATIVE = frozenset({"entropy", "mismatch/kl_k3", "resp_len/mean", "loss/kl", "grad_norm"})
+UNBOUNDED = (-math.inf, math.inf)
+
+
+def is_proportion(name: str) -> bool:
+    """Whether the metric `name` (a metrics.jsonl name or an eval score `{task}/{metric}`) is a
+    proportion, per the declaration above."""
+    if name in PROPORTIONS:
+        return True
+    if "/" not in name:
+        return False
+    metric = name.rsplit("/", 1)[1].split(",", 1)[0]
+    return metric in EVAL_PROPORTIONS or metric.startswith("avg@")
+
+
+def value_range(name: str) -> tuple[float, float]:
+    """The range of a mean of metric `name`: [0, 1] for proportions, [0, inf) for non-negative metrics."""
+    if is_proportion(name):
+        return 0.0, 1.0
+    return (0.0, math.inf) if name in NONNEGATIVE else UNBOUNDED
+
+
+def delta_range(name: str) -> tuple[float, float]:
+    """The range of a difference of two means of metric `name`: [-1, 1] for proportions."""
+    return (-1.0, 1.0) if is_proportion(name) else UNBOUNDED
 
 
 @dataclass(frozen=True)
@@ -55,8 +135,18 @@ def _clean(values: Iterable[float]) -> np.ndarray:
     return arr[np.isfinite(arr)]
 
 
-def t_interval(values: Iterable[float], confidence: float = CONFIDENCE) -> Interval:
-    """Mean of `values` with a two-sided Student t confidence interval (NaN bounds for n < 2)."""
+def _within(est: float, low: float, high: float, n: int, bounds: tuple[float, float] | None) -> Interval:
+    """The interval intersected with `bounds` (NaN bounds stay NaN)."""
+    if bounds is not None and not (math.isnan(low) or math.isnan(high)):
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return Interval(est, low, high, n)
+
+
+def t_interval(
+    values: Iterable[float], confidence: float = CONFIDENCE, *, bounds: tuple[float, float] | None = None
+) -> Interval:
+    """Mean of `values` with a two-sided Student t confidence interval (NaN bounds for n < 2),
+    intersected with `bounds` when given (e.g. `value_range(metric)`)."""
     x = _clean(values)
     n = int(x.size)
     if n == 0:
@@ -66,15 +156,20 @@ def t_interval(values: Iterable[float], confidence: float = CONFIDENCE) -> Inter
         return Interval(mean, math.nan, math.nan, n)
     sem = float(x.std(ddof=1)) / math.sqrt(n)
     if sem == 0.0:
-        return Interval(mean, mean, mean, n)
+        return _within(mean, mean, mean, n, bounds)
     half = float(stats.t.ppf(0.5 + confidence / 2, df=n - 1)) * sem
-    return Interval(mean, mean - half, mean + half, n)
+    return _within(mean, mean - half, mean + half, n, bounds)
 
 
 def welch_interval(
-    values: Iterable[float], reference: Iterable[float], confidence: float = CONFIDENCE
+    values: Iterable[float],
+    reference: Iterable[float],
+    confidence: float = CONFIDENCE,
+    *,
+    bounds: tuple[float, float] | None = None,
 ) -> Interval:
-    """mean(values) - mean(reference) with Welch's t-interval (Welch–Satterthwaite df).
+    """mean(values) - mean(reference) with Welch's t-interval (Welch–Satterthwaite df), intersected
+    with `bounds` when given (e.g. `delta_range(metric)`).
 
     `n` is the smaller of the two sample sizes; bounds are NaN unless both have at least two values.
     """
@@ -88,83 +183,36 @@ def welch_interval(
     va, vb = float(a.var(ddof=1)) / a.size, float(b.var(ddof=1)) / b.size
     se = math.sqrt(va + vb)
     if se == 0.0:
-        return Interval(diff, diff, diff, n)
+        return _within(diff, diff, diff, n, bounds)
     df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
     half = float(stats.t.ppf(0.5 + confidence / 2, df=df)) * se
-    return Interval(diff, diff - half, diff + half, n)
+    return _within(diff, diff - half, diff + half, n, bounds)
 
 
-def _per_seed(groups: Iterable[Iterable[float]]) -> list[np.ndarray]:
-    """The finite values of each seed; seeds with none are dropped."""
-    out = [_clean(g) for g in groups]
-    return [g for g in out if g.size]
+def seed_means(groups: Iterable[Iterable[float]]) -> np.ndarray:
+    """Each seed's mean over its finite per-step values; seeds with none are dropped."""
+    means = [g.mean() for g in (_clean(s) for s in groups) if g.size]
+    return np.asarray(means, dtype=float)
 
 
-def _replicates(seeds: list[np.ndarray], rng: np.random.Generator, replicates: int) -> np.ndarray:
-    """`replicates` hierarchical bootstrap means of means: seeds, then steps within each drawn seed."""
-    k = len(seeds)
-    lengths = np.array([g.size for g in seeds])
-    padded = np.zeros((k, int(lengths.max())))
-    for i, g in enumerate(seeds):
-        padded[i, : g.size] = g
-    cols = np.arange(padded.shape[1])
-    total = np.zeros(replicates)
-    for _ in range(k):  # one slot of the seed resample at a time: each drawn seed gets its own steps
-        seed = rng.integers(0, k, size=replicates)
-        n = lengths[seed][:, None]
-        steps = np.floor(rng.random((replicates, padded.shape[1])) * n).astype(int)
-        use = cols[None, :] < n
-        total += np.where(use, padded[seed[:, None], steps], 0.0).sum(axis=1) / lengths[seed]
-    return total / k
-
-
-def _mean_of_means(seeds: list[np.ndarray]) -> float:
-    return float(np.mean([g.mean() for g in seeds]))
-
-
-def bootstrap_interval(
+def seed_interval(
     groups: Iterable[Iterable[float]],
     confidence: float = CONFIDENCE,
     *,
-    replicates: int = BOOTSTRAP_REPLICATES,
-    seed: int = BOOTSTRAP_SEED,
+    bounds: tuple[float, float] | None = None,
 ) -> Interval:
-    """Mean over seeds of per-step means with a hierarchical bootstrap interval (module docstring).
-
-    `groups` holds one sequence of per-step values per seed; `n` is the number of seeds with a finite
-    value. Bounds are NaN for fewer than two seeds.
-    """
-    seeds = _per_seed(groups)
-    if not seeds:
-        return Interval(math.nan, math.nan, math.nan, 0)
-    est = _mean_of_means(seeds)
-    if len(seeds) < 2:
-        return Interval(est, math.nan, math.nan, len(seeds))
-    reps = _replicates(seeds, np.random.default_rng(seed), replicates)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(reps, [alpha, 1 - alpha])
-    return Interval(est, float(low), float(high), len(seeds))
+    """Per-step metric, one sequence of per-step values per seed: the mean of the seed means with the
+    t-interval over them (module docstring); `n` is the number of seeds with a finite value."""
+    return t_interval(seed_means(groups), confidence, bounds=bounds)
 
 
-def bootstrap_delta(
+def seed_delta(
     groups: Iterable[Iterable[float]],
     reference: Iterable[Iterable[float]],
     confidence: float = CONFIDENCE,
     *,
-    replicates: int = BOOTSTRAP_REPLICATES,
-    seed: int = BOOTSTRAP_SEED,
+    bounds: tuple[float, float] | None = None,
 ) -> Interval:
-    """(mean of means of `groups`) - (that of `reference`), each resampled independently as in
-    `bootstrap_interval`; `n` is the smaller seed count, bounds NaN unless both have two seeds."""
-    a, b = _per_seed(groups), _per_seed(reference)
-    n = min(len(a), len(b))
-    if n == 0:
-        return Interval(math.nan, math.nan, math.nan, 0)
-    est = _mean_of_means(a) - _mean_of_means(b)
-    if n < 2:
-        return Interval(est, math.nan, math.nan, n)
-    rng = np.random.default_rng(seed)
-    reps = _replicates(a, rng, replicates) - _replicates(b, rng, replicates)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(reps, [alpha, 1 - alpha])
-    return Interval(est, float(low), float(high), n)
+    """(mean of the seed means of `groups`) - (that of `reference`) with Welch's t-interval on the two
+    sets of seed means; `n` is the smaller seed count, bounds NaN unless both have two seeds."""
+    return welch_interval(seed_means(groups), seed_means(reference), confidence, bounds=bounds)

@@ -12,7 +12,7 @@ only fell after the baseline; the detector calls a run diverged above `stability
 with no step after the baseline window, or a baseline that is not positive, have NaN.
 
 `step_series(runset, metrics)` gives, per metric, each run's per-step values in step order (the input of
-the hierarchical bootstrap, stats.bootstrap_interval); `step_difference` the per-step difference of two
+the t-interval over seed means, stats.seed_interval); `step_difference` the per-step difference of two
 metrics logged at the same steps (a paired difference: the same tokens of the same step).
 """
 

@@ -83,10 +83,13 @@ def test_eval_mean_ci_and_delta_match_scipy(tier, algo, variant):
     row = t.loc[(algo, variant)]
     ci = stats.ttest_1samp(x, 0.0).confidence_interval(0.95)
     assert row[f"{KEY} mean"] == pytest.approx(np.mean(x))
-    assert (row[f"{KEY} ci_low"], row[f"{KEY} ci_high"]) == pytest.approx((ci.low, ci.high))
+    # exact_match is a proportion: its interval is the t-interval cut to [0, 1], its Δ's to [-1, 1]
+    assert (row[f"{KEY} ci_low"], row[f"{KEY} ci_high"]) == pytest.approx((max(ci.low, 0), min(ci.high, 1)))
     d = stats.ttest_ind(x, ref, equal_var=False).confidence_interval(0.95)
     assert row[f"{KEY} delta"] == pytest.approx(np.mean(x) - np.mean(ref))
-    assert (row[f"{KEY} delta_ci_low"], row[f"{KEY} delta_ci_high"]) == pytest.approx((d.low, d.high))
+    assert (row[f"{KEY} delta_ci_low"], row[f"{KEY} delta_ci_high"]) == pytest.approx(
+        (max(d.low, -1), min(d.high, 1))
+    )
     assert math.isnan(t.loc[(algo, "bf16"), f"{KEY} delta"])
 
 
@@ -99,6 +102,20 @@ def test_single_seed_has_no_interval_and_says_so(tier):
         assert math.isnan(row[f"{KEY} ci_low"]) and math.isnan(row[f"{KEY} delta_ci_low"])
     md = comparison_markdown("t", comparison_view(comparison_table(rs, 3), eval_keys(rs)))
     assert "n=1, no CI" in md and "Student t-interval" in md and "Welch" in md
+
+
+def test_intervals_of_proportions_stay_in_their_range(tier):
+    """Every interval of a proportion in the table lies in [0, 1], of a difference of two in [-1, 1] (the
+    cut itself: test_report_stats.py)."""
+    _, rs, t = tier
+    for key in eval_keys(rs):
+        low, high = t[f"{key} ci_low"].dropna(), t[f"{key} ci_high"].dropna()
+        assert (low >= 0).all() and (high <= 1).all()
+        d_low, d_high = t[f"{key} delta_ci_low"].dropna(), t[f"{key} delta_ci_high"].dropna()
+        assert (d_low >= -1).all() and (d_high <= 1).all()
+    for col in ("clip_low_neg", "phantom_low_neg", "phantom_missed_neg"):
+        assert (t[f"{col} ci_low"].dropna() >= 0).all() and (t[f"{col} ci_high"].dropna() <= 1).all()
+    assert (t["excess_clip ci_low"].dropna() >= -1).all() and (t["mismatch_kl_k3 ci_low"].dropna() >= 0).all()
 
 
 def _peak_rel(spec, baseline_steps: int) -> float:
@@ -136,18 +153,26 @@ def _mean_of_means(values_per_seed):
     return float(np.mean([np.mean(v) for v in values_per_seed]))
 
 
-def test_clip_low_neg_gets_a_bootstrap_interval_and_a_delta_vs_bf16(tier):
+def test_clip_low_neg_gets_a_t_interval_over_seed_means_and_a_welch_delta_vs_bf16(tier):
     cfg, _, t = tier
     per_seed = {
         v: [[clip_low_neg(s, k) for k in range(1, steps_of(s) + 1)] for s in seeds_used(cfg, "grpo", v)]
         for v in ("bf16", "fp8")
     }
+    means = {v: [np.mean(steps) for steps in per_seed[v]] for v in per_seed}
     row = t.loc[("grpo", "fp8")]
     assert row["clip_low_neg"] == pytest.approx(_mean_of_means(per_seed["fp8"]))
+    ci = stats.ttest_1samp(means["fp8"], 0.0).confidence_interval(0.95)  # the seed is the unit
+    assert (row["clip_low_neg ci_low"], row["clip_low_neg ci_high"]) == pytest.approx(
+        (max(ci.low, 0.0), ci.high)
+    )
     assert row["clip_low_neg ci_low"] < row["clip_low_neg"] < row["clip_low_neg ci_high"]
     delta = _mean_of_means(per_seed["fp8"]) - _mean_of_means(per_seed["bf16"])
     assert row["clip_low_neg delta"] == pytest.approx(delta)
-    assert 0 < row["clip_low_neg delta_ci_low"] < delta < row["clip_low_neg delta_ci_high"]
+    d = stats.ttest_ind(means["fp8"], means["bf16"], equal_var=False).confidence_interval(0.95)
+    assert (row["clip_low_neg delta_ci_low"], row["clip_low_neg delta_ci_high"]) == pytest.approx(
+        (d.low, d.high)
+    )
     assert math.isnan(t.loc[("grpo", "bf16"), "clip_low_neg delta"])
     assert math.isnan(t.loc[("grpo", "fp8_calib"), "clip_low_neg ci_low"])  # one seed (the other missing)
 
@@ -167,7 +192,7 @@ def test_paired_section_is_the_per_step_difference_of_phantom_fractions(tier):
     view = paired_view(comparison_table(rs, 3))
     assert "bf16" not in set(view["variant"]) and len(view) == 2 * 3
     md = comparison_markdown("t", comparison_view(comparison_table(rs, 3), eval_keys(rs)), view)
-    assert "Paired: FP8 vs its BF16 shadow" in md and "hierarchical percentile bootstrap" in md
+    assert "Paired: FP8 vs its BF16 shadow" in md and "the seed is the unit" in md and "bootstrap" not in md
     assert "phantom/low_neg − phantom/missed_neg" in md
 
 
