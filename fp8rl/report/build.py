@@ -126,6 +126,7 @@ def write_stability_report(
         BREAKING_NOTES,
         STABILITY_NOTES,
         breaking_dose_table,
+        breaking_view,
         run_stability,
         stability_table,
         stability_view,
@@ -135,7 +136,7 @@ def write_stability_report(
     per_run = run_stability(runset, runs_dir, cfg)
     table = stability_table(per_run)
     breaking = breaking_dose_table(table)
-    view, b_view = stability_view(table), numbers_view(breaking)
+    view, b_view = stability_view(table), breaking_view(breaking)
     _csv(table, paths.table("stability", "csv"))
     atomic_write_text(
         paths.table("stability", "md"), to_markdown(f"{title}: stability", view, STABILITY_NOTES)

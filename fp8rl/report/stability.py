@@ -8,19 +8,24 @@ One row per run (`run_stability`), read from the tidy `RunSet` and each run's `s
 - `peak_rel_entropy`: max entropy / the median entropy of the first `baseline_steps` steps (the
   detectors' baseline); `gibberish`: mean `gibberish/rate` over the run.
 
-Per (algo, model, variant, granularity, dose) group (`stability_table`): runs diverged / total with a
-Wilson 95 % interval of the fraction; time to divergence as the Kaplan-Meier median (runs that did not
-diverge are censored at their last step; blank while fewer than half the runs have diverged) and the
-range of the divergence steps; final and best accuracy, peak relative entropy and gibberish as seed means
-with 95 % t-intervals (fp8rl.report.stats).
+Per (algo, model, variant, granularity, dose) group (`stability_table`): runs diverged / total with an
+exact Clopper-Pearson 95 % interval of the fraction, and Fisher's exact test against the variant's
+reference at the same dose (`REFERENCE`: fp8 against bf16, a fixed FP8 variant against plain fp8;
+fp8rl.report.binomial); time to divergence as the Kaplan-Meier median (runs that did not diverge are
+censored at their last step; blank while fewer than half the runs have diverged) and the range of the
+divergence steps; final and best accuracy, peak relative entropy and gibberish as seed means with 95 %
+t-intervals (fp8rl.report.stats), those of proportions cut to [0, 1].
 
-`breaking_dose_table`: per FP8 variant with more than one dose, the smallest dose at which at least half
-the runs diverged (blank: none in the sweep) and the dose where the diverged fraction crosses 1/2 by
-linear interpolation in log2(dose).
+`breaking_dose_table`: per FP8 variant with more than one dose, the ED50, the dose at which half the runs
+diverge, from a logistic fit of divergence on log2(dose) over all its runs, with a profile-likelihood
+95 % interval; `fit` says where the data separate (no run diverged below a dose, all above it), which
+makes the slope unbounded and the interval one-sided or bounded by the doses run
+(binomial.dose_response).
 
 Figures: `survival` (Kaplan-Meier curves, fraction of runs not yet diverged vs step, per group),
 `stability_curves` (entropy, reward and `clip/low_neg` vs step, seed mean with a min–max band; top row
-every variant at dose 1, bottom row the dose sweep), `breaking_dose` (diverged fraction vs dose).
+every variant at dose 1, bottom row the dose sweep), `breaking_dose` (diverged fraction vs dose with
+its exact intervals, the ED50 interval at one half).
 """
 
 from __future__ import annotations
@@ -34,26 +39,49 @@ import pandas as pd
 
 from fp8rl.config import ExperimentConfig
 from fp8rl.matrix import RunSpec
+from fp8rl.report.binomial import (
+    BINOMIAL_METHOD,
+    ED50_METHOD,
+    FISHER_METHOD,
+    clopper_pearson,
+    dose_response,
+    fisher_p,
+)
 from fp8rl.report.load import RunSet
-from fp8rl.report.stats import t_interval
+from fp8rl.report.stats import CI_METHOD, RANGE_METHOD, t_interval, value_range
 from fp8rl.rundir import RunDir
 
 ACC_WINDOW = 5
 GROUP = ["algo", "model", "variant", "granularity", "noise"]
 CURVES = (("entropy", "entropy"), ("reward/mean", "reward"), ("clip/low_neg", "clip/low_neg"))
+# per-run columns with a t-interval over seeds, and the metric whose range (stats.value_range) they share
+SEED_COLUMNS = {
+    "final_acc": "acc/mean",
+    "best_acc": "acc/mean",
+    "peak_rel_entropy": "entropy",
+    "gibberish": "gibberish/rate",
+}
+# the variant each variant's divergence count is tested against at the same dose (others: plain fp8)
+REFERENCE = {"bf16": None, "fp8": "bf16"}
 STABILITY_NOTES = [
-    "`diverged/total`: runs whose status is diverged; `[low, high]`: Wilson 95% interval of the fraction.",
+    f"`diverged/total`: runs whose status is diverged, `= fraction [low, high]`: {BINOMIAL_METHOD}.",
+    f"`vs`, `p`: {FISHER_METHOD}, against `vs` at the same dose (fp8 against bf16, fixed FP8 variants "
+    "against fp8).",
     "`median_div_step`: Kaplan-Meier median step of the first divergence (runs that did not diverge are "
     "censored at their last step); blank while fewer than half the runs diverged. `div_steps`: the range.",
     f"`final_acc`: mean acc/mean over the last {ACC_WINDOW} steps; `best_acc`: best {ACC_WINDOW}-step moving "
-    "mean; seed means with 95% Student t-intervals (blank with one seed).",
+    f"mean; seed means with the {CI_METHOD} (blank with one seed).",
+    RANGE_METHOD + ".",
     "`peak_rel_entropy`: max entropy / median entropy of the first baseline steps; `gibberish`: mean "
     "gibberish/rate over the run.",
     "`kinds`: how the runs first diverged (fp8rl.rl.stability kinds), with counts.",
 ]
 BREAKING_NOTES = [
-    "`d50`: the smallest fp8.noise_scale dose at which at least half the runs diverged (blank: none did).",
-    "`d50_interp`: where the diverged fraction crosses 1/2, interpolated linearly in log2(dose).",
+    f"`ED50 [95% CI]`: {ED50_METHOD}.",
+    "An estimate without a value: the data separate and no point estimate exists; `inf` or a 0 bound: the "
+    "interval is open on that side. `fit` says which case the variant is in.",
+    "Overlapping ED50 intervals do not show that two variants break at the same dose; at 3 runs per dose "
+    "they cannot tell apart much at all (see `p` in the stability table).",
 ]
 
 
@@ -104,16 +132,6 @@ def run_stability(runset: RunSet, runs_dir: str | Path, cfg: ExperimentConfig) -
     return pd.DataFrame(rows, columns=cols)
 
 
-def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """Wilson score interval of a binomial fraction k/n (NaN for n = 0)."""
-    if n == 0:
-        return math.nan, math.nan
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def kaplan_meier(times: np.ndarray, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Survival curve S(t) at each distinct event time: (times, survival). `events` 1 = diverged at
     `times`, 0 = censored there (did not diverge by its last step)."""
@@ -144,12 +162,26 @@ def _group_times(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return times, g["diverged"].to_numpy().astype(int)
 
 
+def _reference_counts(per_run: pd.DataFrame, algo, model, variant: str, gran, noise) -> tuple[str, int, int]:
+    """(reference variant, its diverged count, its runs) at the same dose; ("", 0, 0) without one."""
+    ref = REFERENCE.get(variant, "fp8")
+    if ref is None:
+        return "", 0, 0
+    same = (per_run["algo"] == algo) & (per_run["model"] == model) & (per_run["variant"] == ref)
+    same &= per_run["noise"] == noise
+    if ref != "bf16":
+        same &= per_run["granularity"] == gran
+    g = per_run[same]
+    return (ref, int(g["diverged"].sum()), len(g)) if len(g) else ("", 0, 0)
+
+
 def stability_table(per_run: pd.DataFrame) -> pd.DataFrame:
     """One row per (algo, model, variant, granularity, dose); see the module docstring."""
     rows = []
     for key, g in per_run.groupby(GROUP, sort=False):
         k, n = int(g["diverged"].sum()), len(g)
-        lo, hi = wilson(k, n)
+        lo, hi = clopper_pearson(k, n)
+        ref, ref_k, ref_n = _reference_counts(per_run, *key)
         times, events = _group_times(g)
         steps = g.loc[g["diverged"], "div_step"]
         row = dict(zip(GROUP, key, strict=True)) | {
@@ -158,6 +190,9 @@ def stability_table(per_run: pd.DataFrame) -> pd.DataFrame:
             "diverged_frac": k / n,
             "diverged_low": lo,
             "diverged_high": hi,
+            "vs": ref,
+            "vs_diverged": f"{ref_k}/{ref_n}" if ref else "",
+            "fisher_p": fisher_p(k, n, ref_k, ref_n) if ref else math.nan,
             "median_div_step": km_median(times, events),
             "div_step_min": float(steps.min()) if k else math.nan,
             "div_step_max": float(steps.max()) if k else math.nan,
@@ -165,34 +200,35 @@ def stability_table(per_run: pd.DataFrame) -> pd.DataFrame:
                 f"{kind}: {c}" for kind, c in g.loc[g["diverged"], "div_kind"].value_counts().items()
             ),
         }
-        for col in ("final_acc", "best_acc", "peak_rel_entropy", "gibberish"):
-            ci = t_interval(g[col])
+        for col, metric in SEED_COLUMNS.items():
+            ci = t_interval(g[col], bounds=value_range(metric))
             row |= {col: ci.estimate, f"{col}_low": ci.low, f"{col}_high": ci.high}
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def _d50(doses: np.ndarray, frac: np.ndarray) -> tuple[float, float]:
-    hit = np.nonzero(frac >= 0.5)[0]
-    if not len(hit):
-        return math.nan, math.nan
-    i = int(hit[0])
-    if i == 0:
-        return float(doses[0]), float(doses[0])
-    x0, x1 = math.log2(doses[i - 1]), math.log2(doses[i])
-    f0, f1 = frac[i - 1], frac[i]
-    x = x0 + (0.5 - f0) / (f1 - f0) * (x1 - x0)
-    return float(doses[i]), float(2**x)
+BREAKING_COLUMNS = [
+    *GROUP[:4],
+    "doses",
+    "diverged_by_dose",
+    "ed50",
+    "ed50_low",
+    "ed50_high",
+    "slope",
+    "fit",
+    "note",
+]
 
 
 def breaking_dose_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Per FP8 variant swept over more than one dose: `d50` and `d50_interp` (module docstring)."""
+    """Per FP8 variant swept over more than one dose: the logistic ED50 with its profile-likelihood
+    interval (module docstring; binomial.dose_response)."""
     rows = []
     for key, g in table.groupby(GROUP[:4], sort=False):
         if g["noise"].nunique() < 2:
             continue
         g = g.sort_values("noise")
-        d50, interp = _d50(g["noise"].to_numpy(float), g["diverged_frac"].to_numpy(float))
+        fit = dose_response(g["noise"].to_numpy(float), g["diverged"].to_numpy(int), g["runs"].to_numpy(int))
         rows.append(
             dict(zip(GROUP[:4], key, strict=True))
             | {
@@ -200,12 +236,36 @@ def breaking_dose_table(table: pd.DataFrame) -> pd.DataFrame:
                 "diverged_by_dose": ", ".join(
                     f"{k}/{n}" for k, n in zip(g["diverged"], g["runs"], strict=True)
                 ),
-                "d50": d50,
-                "d50_interp": interp,
+                "ed50": fit.ed50,
+                "ed50_low": fit.low,
+                "ed50_high": fit.high,
+                "slope": fit.slope,
+                "fit": fit.fit,
+                "note": fit.note,
             }
         )
-    cols = [*GROUP[:4], "doses", "diverged_by_dose", "d50", "d50_interp"]
-    return pd.DataFrame(rows, columns=cols)
+    return pd.DataFrame(rows, columns=BREAKING_COLUMNS)
+
+
+def _ed50_cell(r: pd.Series) -> str:
+    """`ed50 [low, high]` formatted alike; `– [low, high]` without a point estimate."""
+    from fp8rl.report.markdown import figures
+
+    if math.isnan(r["ed50_low"]) or math.isnan(r["ed50_high"]):
+        return ""
+    est, low, high = figures([r["ed50"], r["ed50_low"], r["ed50_high"]])
+    return f"{est or '–'} [{low}, {high}]"
+
+
+def breaking_view(breaking: pd.DataFrame) -> pd.DataFrame:
+    """The breaking-dose table with the ED50 and its interval in one cell, for Markdown and HTML."""
+    rows = []
+    for _, r in breaking.iterrows():
+        row = {k: r[k] for k in [*GROUP[:4], "doses", "diverged_by_dose"]}
+        row["ED50 [95% CI]"] = _ed50_cell(r)
+        row["fit"] = r["note"]
+        rows.append(row)
+    return pd.DataFrame(rows, columns=[*GROUP[:4], "doses", "diverged_by_dose", "ED50 [95% CI]", "fit"])
 
 
 def stability_view(table: pd.DataFrame) -> pd.DataFrame:
@@ -215,14 +275,15 @@ def stability_view(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in table.iterrows():
         row = {k: r[k] for k in GROUP[:4]} | {"dose": f"{r['noise']:g}"}
-        row["diverged/total"] = (
-            f"{r['diverged']}/{r['runs']} [{fmt(r['diverged_low'], 2)}, {fmt(r['diverged_high'], 2)}]"
-        )
-        row["median_div_step"] = fmt(r["median_div_step"])
+        frac = fmt_ci(r["diverged_frac"], r["diverged_low"], r["diverged_high"], "no runs")
+        row["diverged/total"] = f"{r['diverged']}/{r['runs']} = {frac}"
+        row["vs"] = f"{r['vs']} {r['vs_diverged']}" if r["vs"] else ""
+        row["p"] = fmt(r["fisher_p"], 2)
+        row["median_div_step"] = fmt(r["median_div_step"], 0)
         row["div_steps"] = (
             "" if math.isnan(r["div_step_min"]) else f"{r['div_step_min']:.0f}-{r['div_step_max']:.0f}"
         )
-        for col in ("final_acc", "best_acc", "peak_rel_entropy", "gibberish"):
+        for col in SEED_COLUMNS:
             row[col] = fmt_ci(r[col], r[f"{col}_low"], r[f"{col}_high"], "n=1, no CI")
         row["kinds"] = r["kinds"]
         rows.append(row)

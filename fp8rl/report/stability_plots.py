@@ -9,14 +9,15 @@ import pandas as pd
 
 from fp8rl.report.load import RunSet
 from fp8rl.report.plots import PANEL, plt, save_figure
-from fp8rl.report.stability import CURVES, GROUP, _group_times, kaplan_meier
+from fp8rl.report.stability import CURVES, GROUP, _group_times, breaking_dose_table, kaplan_meier
 
 PLOTS = ("survival", "stability_curves", "breaking_dose")
 CAPTIONS = {
     "survival": "Runs not yet diverged vs step (Kaplan-Meier), per variant and fp8.noise_scale dose",
     "stability_curves": "Entropy, reward and clip/low_neg vs step (seed mean, min-max band): "
     "top every variant at dose 1, bottom the dose sweep",
-    "breaking_dose": "Fraction of runs diverged vs fp8.noise_scale dose (dashed: one half)",
+    "breaking_dose": "Fraction of runs diverged vs fp8.noise_scale dose, exact 95% intervals (dashed: one "
+    "half; the horizontal bar at one half: the ED50's 95% interval, its dot the estimate)",
 }
 
 
@@ -73,15 +74,28 @@ def _curves(runset: RunSet, per_run: pd.DataFrame, out_dir: Path) -> list[Path]:
 def _breaking(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     fig, axes = _figure(1)
     ax = axes[0, 0]
-    for key, g in table.groupby(GROUP[:4], sort=False):
+    fits = breaking_dose_table(table).set_index(GROUP[:4]) if not table.empty else None
+    for i, (key, g) in enumerate(table.groupby(GROUP[:4], sort=False)):
         if g["noise"].nunique() < 2:
             continue
         g = g.sort_values("noise")
         err = np.vstack([g["diverged_frac"] - g["diverged_low"], g["diverged_high"] - g["diverged_frac"]])
-        ax.errorbar(g["noise"], g["diverged_frac"], yerr=err, marker="o", capsize=3, label="/".join(key))
+        line = ax.errorbar(
+            g["noise"], g["diverged_frac"], yerr=err, marker="o", capsize=3, label="/".join(key)
+        )
+        fit = fits.loc[key]
+        if not (np.isnan(fit["ed50_low"]) or np.isnan(fit["ed50_high"])):  # open ends: past the doses run
+            doses = g["noise"].to_numpy(float)
+            lo, hi = max(fit["ed50_low"], doses.min() / 2), min(fit["ed50_high"], doses.max() * 2)
+            y = 0.5 + 0.02 * i
+            ax.plot([lo, hi], [y, y], color=line[0].get_color(), lw=3, alpha=0.5)
+            if np.isfinite(fit["ed50"]):
+                ax.plot([fit["ed50"]], [y], "o", color=line[0].get_color(), ms=4)
     ax.axhline(0.5, ls="--", color="grey", lw=0.8)
     ax.set_xscale("log", base=2)
-    ax.set(xlabel="fp8.noise_scale dose", ylabel="fraction diverged (Wilson 95%)", ylim=(-0.03, 1.03))
+    ax.set(
+        xlabel="fp8.noise_scale dose", ylabel="fraction diverged (Clopper-Pearson 95%)", ylim=(-0.03, 1.03)
+    )
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     return save_figure(fig, out_dir, "breaking_dose")

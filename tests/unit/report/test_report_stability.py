@@ -1,5 +1,5 @@
-"""The stability report: per-run numbers, Kaplan-Meier, Wilson intervals, the breaking dose, and the
-files a tier with a dose axis writes."""
+"""The stability report: per-run numbers, Kaplan-Meier, exact intervals and Fisher tests of the diverged
+fractions, the logistic ED50, and the files a tier with a dose axis writes."""
 
 from __future__ import annotations
 
@@ -9,13 +9,16 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
+from fp8rl.report.binomial import dose_response
 from fp8rl.report.stability import (
     breaking_dose_table,
+    breaking_view,
     kaplan_meier,
     km_median,
     stability_table,
-    wilson,
+    stability_view,
 )
 
 
@@ -25,13 +28,6 @@ def test_kaplan_meier_with_censoring():
     assert list(t) == [0.0, 10.0, 30.0] and s == pytest.approx([1.0, 0.75, 0.5])
     assert km_median(np.array([10.0, 30.0, 50.0, 50.0]), np.array([1, 1, 0, 0])) == 30.0
     assert math.isnan(km_median(np.array([10.0, 50.0, 50.0]), np.array([1, 0, 0])))  # < half diverged
-
-
-def test_wilson_interval():
-    lo, hi = wilson(0, 3)
-    assert lo == 0.0 and 0.5 < hi < 0.6
-    lo, hi = wilson(3, 3)
-    assert 0.4 < lo < 0.5 and hi == 1.0
 
 
 def _per_run(rows):
@@ -58,21 +54,51 @@ def test_stability_and_breaking_dose_tables():
     fp8_4 = table[(table["variant"] == "fp8") & (table["noise"] == 4.0)].iloc[0]
     assert (fp8_4["diverged"], fp8_4["runs"], fp8_4["median_div_step"]) == (2, 2, 20.0)
     assert fp8_4["kinds"] == "entropy_spike: 2" and fp8_4["peak_rel_entropy"] == 2.0
+    assert (fp8_4["diverged_low"], fp8_4["diverged_high"]) == pytest.approx((0.158114, 1.0), abs=1e-6)
     bf16 = table[table["variant"] == "bf16"].iloc[0]
     assert bf16["final_acc"] == pytest.approx(0.5) and bf16["final_acc_low"] == pytest.approx(0.5)
+    assert bf16["vs"] == "" and math.isnan(bf16["fisher_p"])
+    # Fisher: fp8 against bf16 at dose 1, a fixed variant against fp8 at the same dose
+    fp8_1 = table[(table["variant"] == "fp8") & (table["noise"] == 1.0)].iloc[0]
+    assert (fp8_1["vs"], fp8_1["vs_diverged"], fp8_1["fisher_p"]) == ("bf16", "0/3", 1.0)
+    assert (fp8_4["vs"], fp8_4["vs_diverged"]) == ("", "")  # no bf16 run at dose 4
+    calib_4 = table[(table["variant"] == "fp8_calib") & (table["noise"] == 4.0)].iloc[0]
+    assert (calib_4["vs"], calib_4["vs_diverged"]) == ("fp8", "2/2")
+    assert calib_4["fisher_p"] == pytest.approx(stats.fisher_exact([[0, 2], [2, 0]]).pvalue)
     breaking = breaking_dose_table(table).set_index("variant")
     assert list(breaking.index) == ["fp8", "fp8_calib"]  # bf16 has a single dose
-    assert breaking.loc["fp8", "d50"] == 2.0 and breaking.loc["fp8", "d50_interp"] == pytest.approx(2.0)
     assert breaking.loc["fp8", "diverged_by_dose"] == "0/3, 1/2, 2/2"
-    assert math.isnan(breaking.loc["fp8_calib", "d50"])
+    assert breaking.loc["fp8", "fit"] == "quasi-complete separation" and breaking.loc["fp8", "ed50"] == 2.0
+    assert breaking.loc["fp8", "ed50_low"] < 2.0 < breaking.loc["fp8", "ed50_high"]
+    assert breaking.loc["fp8_calib", "fit"] == "none diverged" and math.isnan(
+        breaking.loc["fp8_calib", "ed50"]
+    )
+    assert breaking.loc["fp8_calib", "ed50_low"] > 1 and breaking.loc["fp8_calib", "ed50_high"] == math.inf
+    view = breaking_view(breaking_dose_table(table)).set_index("variant")
+    assert view.loc["fp8", "ED50 [95% CI]"].startswith("2.00 [")
+    assert (
+        view.loc["fp8_calib", "ED50 [95% CI]"].endswith(", inf]")
+        and "one-sided" in view.loc["fp8_calib", "fit"]
+    )
+    cells = stability_view(table).set_index(["variant", "dose"])
+    assert cells.loc[("fp8", "4"), "diverged/total"] == "2/2 = 1.00 [0.16, 1.00]"
+    assert cells.loc[("fp8", "1"), "vs"] == "bf16 0/3" and cells.loc[("fp8", "1"), "p"] == "1.00"
 
 
-def test_interpolated_breaking_dose():
-    rows = [_run("fp8", 1.0, s) for s in range(4)] + [_run("fp8", 4.0, s, 10) for s in range(3)]
-    rows += [_run("fp8", 4.0, 3)]  # 3/4 at dose 4: 1/2 is crossed at log2 dose 2 * (0.5 / 0.75)
-    breaking = breaking_dose_table(stability_table(_per_run(rows)))
-    assert breaking.iloc[0]["d50"] == 4.0
-    assert breaking.iloc[0]["d50_interp"] == pytest.approx(2 ** (2 * 0.5 / 0.75))
+def test_the_breaking_dose_is_a_logistic_fit_over_all_runs():
+    """Overlapping outcomes (a run diverges at dose 2, one survives dose 4): a finite maximum-likelihood
+    ED50 from every run, not an interpolation between two doses."""
+    rows = (
+        [_run("fp8", 1.0, s) for s in range(4)]
+        + [_run("fp8", 2.0, 0, 10)]
+        + [_run("fp8", 2.0, s) for s in (1, 2, 3)]
+    )
+    rows += [_run("fp8", 4.0, s, 10) for s in range(3)] + [_run("fp8", 4.0, 3)]
+    rows += [_run("fp8", 8.0, s, 10) for s in range(4)]
+    fit = breaking_dose_table(stability_table(_per_run(rows))).iloc[0]
+    ref = dose_response([1, 2, 4, 8], [0, 1, 3, 4], [4, 4, 4, 4])
+    assert fit["fit"] == "logistic" and fit["ed50"] == pytest.approx(ref.ed50)
+    assert 2 < fit["ed50"] < 4 and fit["ed50_low"] < fit["ed50"] < fit["ed50_high"] < 8
 
 
 def test_a_dose_tier_report_writes_the_stability_files(tmp_path):
@@ -119,3 +145,5 @@ def test_a_dose_tier_report_writes_the_stability_files(tmp_path):
     table = pd.read_csv(paths.table("stability", "csv"))
     assert list(table["diverged"]) == [0, 1] and table["median_div_step"].iloc[1] == 3
     assert "Breaking dose" in paths.html.read_text()
+    breaking = paths.table("breaking_dose", "md").read_text()
+    assert "profile likelihood" in breaking and "complete separation" in breaking  # 0/1 then 1/1
