@@ -9,7 +9,8 @@ from `{results_dir}/{tier}/runs/` and writes, with `R = {results_dir}/{tier}`:
                                              eval scores as mean and 95% Student-t CI over seeds, Δ vs
                                              bf16 (Welch t), final/best reward, peak entropy over its
                                              early baseline, clip/low_neg and mismatch KL with
-                                             hierarchical-bootstrap CIs (clip/low_neg also Δ vs bf16),
+                                             t-CIs over the seeds' step means (clip/low_neg also Δ
+                                             vs bf16, Welch t), proportions' CIs cut to [0, 1],
                                              the paired section (phantom/low_neg, phantom/missed_neg,
                                              excess clipping), status counts
     R/tables/throughput.csv, throughput.md   tokens/s per phase, step time, speedup vs bf16,
@@ -28,8 +29,9 @@ The report is built in a temp folder and moved into place with report.json last 
 `{results_dir}/published/{TIER}/` if every output has the hash report.json records, and swaps the copy
 in whole (see `publish.py`).
 
-Modules: `paths` (file names), `load` (run directories → tidy frames), `stats` (t-intervals, the
-hierarchical bootstrap), `summaries` (per-run reductions, per-step series), `comparison`,
+Modules: `paths` (file names), `load` (run directories → tidy frames), `stats` (t-intervals over seeds,
+the range of each metric), `binomial` (divergence counts: exact intervals, Fisher, the dose-response
+fit), `summaries` (per-run reductions, per-step series), `comparison`,
 `throughput_table`, `mechanism` (tables), `markdown` (formatted views),
 `plots`, `html`, `build` (`build_report`), `publish` (`publish_tier`).
 """
