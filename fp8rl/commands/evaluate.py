@@ -67,6 +67,7 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
     from fp8rl.provenance import provenance
 
     torch.set_num_threads(cfg.resources_for("eval").threads)
+    from fp8rl.engine.data import load_split_lines
     from fp8rl.io import remove_stale_temps
     from fp8rl.rundir import RunDirLocked, checkpoint_digest, hold_lock
 
@@ -79,6 +80,12 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
                 check_checkpoint(checkpoint)
                 if not data.is_dir():
                     raise EvalInputError(f"data directory {data} not found")
+                split = "test.jsonl" if suite == "lm_eval" else "tool_test.jsonl"
+                if (data / split).is_file():  # every row, before any model is loaded
+                    try:
+                        load_split_lines(data, split, allow_empty=True)
+                    except ValueError as exc:
+                        raise EvalInputError(str(exc)) from None
                 digest = checkpoint_digest(checkpoint)
                 plan = plan_tasks(suite, names, data, cache_dir=work / "datasets")
                 model, model_args = model_spec(cfg, checkpoint) if plan.lm_eval_specs else ("bfcl", {})

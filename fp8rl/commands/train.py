@@ -3,7 +3,8 @@ fp8rl.commands.data) (docs/interfaces.md). `sft` builds a scratch model's base d
 pretrained one's.
 
 Arguments are checked before any work starts (a missing directory, a run id outside the config's
-matrix, an unknown task level: exit 2 with the problem named). `fp8rl train` holds its run directory
+matrix, an unknown task level, a base model that is not the config's, a data row that is malformed or
+longer than the model's positions: exit 2 with the problem named; fp8rl.engine.inputs). `fp8rl train` holds its run directory
 locked for the whole run (`RunDir.lock`: a second trainer on the same `--out` exits 2 naming the
 holder), refuses with exit 2 a directory whose files name another run id (`run.json`, `summary.json`,
 `checkpoint/state.json`: two runs' files never mix) and writes `run.json` into it, and refuses with
@@ -54,6 +55,12 @@ def cmd_sft(args: argparse.Namespace) -> int:
         raise UsageError(f"--seed {args.seed}: the config shares one base model (sft.per_seed: false)")
     if args.seed is None and cfg.sft.per_seed:
         raise UsageError("--seed: the config trains one base model per RL seed (sft.per_seed: true); name it")
+    from fp8rl.engine.inputs import check_sft_data
+
+    try:
+        check_sft_data(cfg, args.model, data)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     info = run_sft(cfg, args.model, data, args.out, seed=args.seed, progress=not args.no_progress)
     # sft.steps: 0 saves the random-init model: there is no loss to report.
     loss = "no SFT steps (random init)" if info["loss/final"] is None else f"loss {info['loss/final']:.3f}"
@@ -101,6 +108,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     data = _require_dir(args.data, "data directory", "--data")
     if not (data / "train.jsonl").is_file():
         raise UsageError(f"--data {args.data}: no train.jsonl (run `fp8rl data` first)")
+    from fp8rl.engine.inputs import check_base, check_train_data
+
+    try:  # the base model and every data row, before anything is loaded or written
+        check_train_data(cfg, base, data, check_base(cfg, run.model, base))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     needs_ref = run.spec.calib and cfg.calib.reference.mode == "run"
     if needs_ref and not args.reference:
         raise UsageError(
@@ -153,7 +166,6 @@ def _train_locked(args: argparse.Namespace, cfg, run, out, base: Path, data: Pat
             raise UsageError(str(exc)) from None
         if problem := resume_problem(out, meta):
             raise UsageError(problem)
-    claim_run_dir(out, run.run_id)
     try:
         trainer = Trainer(
             cfg,
@@ -167,6 +179,7 @@ def _train_locked(args: argparse.Namespace, cfg, run, out, base: Path, data: Pat
         )
     except ValueError as exc:  # e.g. CUDA asked for and none visible
         raise UsageError(str(exc)) from None
+    claim_run_dir(out, run.run_id)  # refused or not, nothing was written before this
     return trainer.run()
 
 

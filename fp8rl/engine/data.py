@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from fp8rl.config import ExperimentConfig
 from fp8rl.engine import tasks, word_problems
-from fp8rl.io import atomic_write_json, atomic_write_jsonl, read_jsonl
+from fp8rl.io import atomic_write_json, atomic_write_jsonl, read_jsonl_lines
 
 DATA_TASKS = ("arithmetic", "word_problems", "gsm8k")
 GSM8K = ("openai/gsm8k", "main")
@@ -87,12 +88,70 @@ def write_data(cfg: ExperimentConfig, out_dir: str | Path) -> dict:
     return info
 
 
-def load_split(data_dir: str | Path, name: str) -> list[dict]:
-    """Read one split; ValueError naming the file when it is missing or empty."""
+# What every row of a split holds (docs/interfaces.md): required string fields, then optional ones.
+TASK_FIELDS = (("id", "prompt", "answer"), ("level", "solution", "target"))
+TOOL_FIELDS = (("id", "prompt"), ())
+
+
+def row_problem(row, tool: bool) -> str | None:
+    """What is wrong with one data row (None when nothing is): an object with the split's string fields
+    (`id`, a non-empty `prompt`, and `answer` for a task row or a `call` object `{"name", "arguments"}`
+    for a tool row); optional fields (`level`, `solution`, `target`) strings when present."""
+    if not isinstance(row, dict):
+        return f"a row must be a JSON object, not {type(row).__name__}"
+    required, optional = TOOL_FIELDS if tool else TASK_FIELDS
+    for key in required:
+        if key not in row:
+            return f"no {key!r} field"
+        if not isinstance(row[key], str):
+            return f"{key!r} must be a string, not {type(row[key]).__name__}"
+    if not row["prompt"].strip():
+        return "'prompt' is empty"
+    for key in optional:
+        if key in row and not isinstance(row[key], str):
+            return f"{key!r} must be a string, not {type(row[key]).__name__}"
+    if tool:
+        call = row.get("call")
+        if not (
+            isinstance(call, dict)
+            and isinstance(call.get("name"), str)
+            and isinstance(call.get("arguments"), dict)
+        ):
+            return "'call' must be an object with a string 'name' and an object 'arguments'"
+    return None
+
+
+def load_split_lines(data_dir: str | Path, name: str, *, allow_empty: bool = False) -> list[tuple[int, dict]]:
+    """One split's rows with their line numbers; ValueError naming the file and line of a line that is
+    not UTF-8 or JSON or a row that is not one of the split's (`row_problem`: `tool_*.jsonl` hold tool
+    rows), naming the file when it is missing or (unless `allow_empty`) empty."""
     path = Path(data_dir) / name
     if not path.is_file():
         raise ValueError(f"{path}: missing (run `fp8rl data` first)")
-    rows = read_jsonl(path)
-    if not rows:
+    rows = read_jsonl_lines(path)
+    for lineno, row in rows:
+        if problem := row_problem(row, tool=name.startswith("tool_")):
+            raise ValueError(f"{path}:{lineno}: {problem}")
+    if not rows and not allow_empty:
         raise ValueError(f"{path}: no rows")
     return rows
+
+
+def load_split(data_dir: str | Path, name: str) -> list[dict]:
+    """Read one split, every row checked (`load_split_lines`); ValueError naming the file (and line)."""
+    return [row for _, row in load_split_lines(data_dir, name)]
+
+
+def length_problem(
+    rows: list[tuple[int, dict]], path: str | Path, length: Callable[[dict], int], limit: int, what: str
+) -> str | None:
+    """`{path}:{line}: ...` for the first row whose `length(row)` (tokens) exceeds `limit`, the model's
+    positions; `what` says what was counted. None when every row fits."""
+    for lineno, row in rows:
+        n = length(row)
+        if n > limit:
+            return (
+                f"{path}:{lineno}: {what} is {n} tokens, more than the model's {limit} positions "
+                "(shorten or drop the row, or use a model with a longer context)"
+            )
+    return None

@@ -187,3 +187,27 @@ def test_an_unwritable_out_exits_2_before_any_evaluation(
                          (tmp_path, "is a directory")):  # fmt: skip
         assert main([*args, "--out", str(out)]) == 2
         assert f"--out {out}: {message}" in capsys.readouterr().err
+
+
+def test_a_bad_test_row_exits_2_naming_file_and_line(
+    data_dir, tiny_checkpoint, tmp_path, capsys, monkeypatch
+):
+    import fp8rl.evaluate.lm_eval_runner as runner
+
+    monkeypatch.setattr(runner, "run_lm_eval", lambda *a, **k: pytest.fail("evaluated a bad data file"))
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(json.dumps(CFG.model_dump(mode="json")))
+    with open(data_dir / "test.jsonl", "a") as fh:
+        fh.write('{"id": "x", "prompt": "1+1="}\n')
+    args = [
+        "eval",
+        "lm-eval",
+        "--config",
+        str(cfg),
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--data",
+        str(data_dir),
+    ]
+    assert main([*args, "--out", str(tmp_path / "eval" / "lm_eval.json")]) == 2
+    assert f"{data_dir / 'test.jsonl'}:25: no 'answer' field" in capsys.readouterr().err
