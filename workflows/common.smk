@@ -1,6 +1,7 @@
 # Shared by the workflow files: the validated config, the tier's paths, per-rule resources, and the
 # helpers that map wildcards to run ids. The Snakefile includes it first (after its configfile).
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -10,9 +11,9 @@ from fp8rl.config import TRAIN_SECTIONS
 from fp8rl.matrix import RunSpec, expand_matrix, reference_run
 from fp8rl.vocabulary import ALGORITHMS, GRANULARITIES, NO_CONDITION, NO_GRANULARITY, VARIANTS
 from fp8rl.config_loader import ConfigError, key_lines, parse_yaml, validate_config
-from fp8rl.commands.config import CONFIG_CHECKS
+from fp8rl.validation import CONFIG_CHECKS
 from fp8rl.io import atomic_write_text
-from fp8rl.rundir import RunDir, runs_dir
+from fp8rl.rundir import RunDir, RunDirLocked, hold_lock, runs_dir
 
 # ------------------------------------------------------------------------------------------ config
 
@@ -61,12 +62,32 @@ RUN_DIR = RunDir.of(runs_dir(CFG.results_dir, CFG.tier), RUN)
 CONFIG_FILE = Path(R) / "config" / f"{CFG.digest()}.yaml"
 
 
+# One DAG per tier's results at a time: Snakemake's own lock lives in the working directory, so a second
+# DAG started from elsewhere on the same results_dir would run the same jobs over this one's outputs and
+# logs. `{R}/dag.lock` (fcntl.flock, fp8rl.rundir.hold_lock) is held from the first job to the end; the
+# second DAG exits 2 naming the first before any job. Jobs Snakemake spawns run without hooks.
+DAG_LOCK = contextlib.ExitStack()
+
+
 onstart:
     # Written when jobs are about to run, never while planning: `snakemake -n` writes nothing.
     import yaml
 
+    try:
+        DAG_LOCK.enter_context(hold_lock(Path(R) / "dag.lock", "wait for that DAG to end, or stop it"))
+    except RunDirLocked as exc:
+        print(f"error: another DAG runs on {R}: {exc}", file=sys.stderr)
+        sys.exit(2)
     if not CONFIG_FILE.is_file():
         atomic_write_text(CONFIG_FILE, yaml.safe_dump(CFG.model_dump(mode="json"), sort_keys=False))
+
+
+onsuccess:
+    DAG_LOCK.close()
+
+
+onerror:
+    DAG_LOCK.close()
 
 
 wildcard_constraints:

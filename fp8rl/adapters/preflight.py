@@ -153,8 +153,8 @@ def login_problems(config: str) -> list[str]:
     """On the login node: the config's checks (as `fp8rl config validate`), the FP8 exclusions against
     each fetched model's real module names, and the overrides' settings that need no GPU."""
     from fp8rl.adapters.hub import read_record
-    from fp8rl.commands.config import CONFIG_CHECKS
     from fp8rl.config_loader import ConfigError, load_config
+    from fp8rl.validation import CONFIG_CHECKS
 
     try:
         cfg = load_config(config, checks=CONFIG_CHECKS)

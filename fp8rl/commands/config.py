@@ -6,16 +6,10 @@ import argparse
 import json
 from collections import Counter
 
-from fp8rl.adapters.math_data import task_problems
-from fp8rl.adapters.verl_overrides import verl_problems
 from fp8rl.commands.common import UsageError, add_config_args
 from fp8rl.config_loader import load_config
-from fp8rl.engine.tasks import config_problems
+from fp8rl.validation import CONFIG_CHECKS
 
-# Every check beyond the schema: what the task needs of the config, and what its backend can run (the
-# verl backend's refusals, fp8rl.adapters.verl_overrides). `fp8rl config validate` and the Snakefile's
-# validation (workflows/common.smk) run exactly these, so a config either fails both or neither.
-CONFIG_CHECKS = (config_problems, task_problems, verl_problems)
 MATRIX_AXES = ("algo", "model", "variant", "granularity", "seed", "condition")  # `fp8rl matrix` filters
 
 # ------------------------------------------------------------------------------------------ config

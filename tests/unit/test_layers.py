@@ -1,0 +1,104 @@
+"""The floor plan of docs/architecture.md ("Pieces and layering"), checked on every import in fp8rl/,
+those inside functions included:
+
+    commands / cli  ->  engine | adapters | evaluate | report  ->  rl, fp8, config, io  ->  torch
+
+`ALLOWED` lists, per area (a sub-package or a top-level module of fp8rl), the areas it may import; a
+new arrow has to be added here on purpose, with the floor plan in mind.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "fp8rl"
+
+BOTTOM = {"vocabulary", "io", "quiet"}  # import nothing from fp8rl
+CORE = {"vocabulary", "io", "numerics"}
+ALLOWED: dict[str, set[str]] = {
+    "vocabulary": set(),
+    "io": set(),
+    "quiet": set(),
+    "numerics": {"vocabulary"},
+    "provenance": {"numerics"},
+    "config": {"vocabulary", "matrix"},
+    "matrix": {"config", "vocabulary"},
+    "config_loader": {"config"},
+    "rundir": CORE,
+    "run_checks": {"rundir", *CORE},
+    "tracking": {"config"},
+    "containers": {"config"},
+    "fp8": {"vocabulary", "numerics"},  # never rl; numerics: fast-mode kernels only where asked
+    "rl": {"vocabulary"},  # never fp8
+    "engine": {"config", "matrix", "fp8", "rl", "provenance", "rundir", "tracking", *CORE},
+    "evaluate": {"config", "matrix", "rundir", "provenance", "adapters", *CORE},  # adapters.hub: records
+    "adapters": {
+        "config",
+        "config_loader",
+        "matrix",
+        "rl",
+        "engine",
+        "containers",
+        "provenance",
+        "rundir",
+        "tracking",
+        "validation",
+        *CORE,
+    },  # fmt: skip
+    "report": {"config", "matrix", "fp8", "rl", "provenance", "rundir", "run_checks", *CORE},
+    "validation": {"config", "engine", "adapters"},
+    "commands": {
+        "adapters",
+        "config",
+        "config_loader",
+        "containers",
+        "engine",
+        "evaluate",
+        "matrix",
+        "provenance",
+        "report",
+        "rl",
+        "run_checks",
+        "rundir",
+        "tracking",
+        "validation",
+        *CORE,
+    },  # fmt: skip
+    "cli": {"commands", "config_loader", "numerics", "quiet"},
+    "__init__": {"numerics"},
+}
+
+
+def _area(path: Path) -> str:
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imports(path: Path) -> set[str]:
+    """The fp8rl areas `path` imports, at any depth of its code."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "fp8rl":
+                out |= {a.name for a in node.names}
+            elif node.module.startswith("fp8rl."):
+                out.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            out |= {a.name.split(".")[1] for a in node.names if a.name.startswith("fp8rl.")}
+    return out
+
+
+def test_every_area_imports_only_what_the_floor_plan_allows():
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        area = _area(path)
+        assert area in ALLOWED, f"{path}: area {area!r} is not in the floor plan (tests/unit/test_layers.py)"
+        for dst in sorted(_imports(path) - {area} - ALLOWED[area]):
+            wrong.append(f"{path.relative_to(PACKAGE.parent)} imports fp8rl.{dst}")
+    assert wrong == []
+
+
+def test_rl_and_fp8_never_import_each_other():
+    assert "fp8" not in ALLOWED["rl"] and "rl" not in ALLOWED["fp8"]
+    assert all(not ALLOWED[a] for a in BOTTOM)
