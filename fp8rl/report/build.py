@@ -13,6 +13,7 @@ FP8 conditions also gets the mechanism table and figures (mechanism.py).
 
 from __future__ import annotations
 
+import html
 import math
 import os
 import shutil
@@ -77,6 +78,20 @@ def runs_table(runset: RunSet) -> pd.DataFrame:
         runs[col] = runs[col].map(lambda v: "" if v is None or v != v else str(int(v)))
     runs["reason"] = runs["reason"].map(lambda v: "" if v is None or v != v else str(v))
     return runs[CONDITION_RUN_COLUMNS if has_conditions(runs) else RUN_COLUMNS]
+
+
+def markdown_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with its text cells safe in a Markdown table (a run's reason is free text, an exception's
+    message): line breaks as spaces, `|` escaped, `&`, `<` and `>` as HTML entities."""
+
+    def cell(v):
+        return (
+            html.escape(" ".join(v.splitlines()), quote=False).replace("|", "\\|")
+            if isinstance(v, str)
+            else v
+        )
+
+    return frame.map(cell)
 
 
 DEVIATION_NOTES = [
@@ -215,7 +230,9 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
 
     _csv(runs, paths.table("runs", "csv"))
     status_note = [", ".join(f"{s}: {n}" for s, n in counts.items())]
-    atomic_write_text(paths.table("runs", "md"), to_markdown(f"{title}: runs", runs, status_note))
+    atomic_write_text(
+        paths.table("runs", "md"), to_markdown(f"{title}: runs", markdown_cells(runs), status_note)
+    )
     _csv(comparison, paths.table("comparison", "csv"))
     view = comparison_view(comparison, keys)
     paired = paired_view(comparison)

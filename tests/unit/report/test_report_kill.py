@@ -156,8 +156,11 @@ def test_a_report_killed_while_it_builds_leaves_the_old_report_and_its_temp_is_c
     assert {p: p.read_bytes() for p in paths.outputs()} == before
     assert fp8rl.io.temp_names(paths.root, "report")  # the killed report's staging folder
     assert _publishable(cfg, results) == 1
+    (paths.plots_dir / ".reward.png.k1ll3d.tmp").write_bytes(b"\x89PNG half")  # killed atomic writes of
+    (paths.tables_dir / ".runs.md.k1ll3d.tmp").write_text("| half")  # an earlier report, in place
     build_report(cfg)
     assert not fp8rl.io.temp_names(paths.root, "report") and not paths.lock_file.exists()
+    assert not fp8rl.io.temp_names(paths.plots_dir) and not fp8rl.io.temp_names(paths.tables_dir)
     assert _publishable(cfg, results) == 0
 
 

@@ -1,0 +1,30 @@
+"""runs.md stays a table whatever a run's reason says: a line break, a `|` or HTML in an exception's
+message is one cell of text, never a broken row or markup."""
+
+from __future__ import annotations
+
+import json
+
+from report_fixtures import FAILED, write_tier
+
+from fp8rl.report.build import markdown_cells, runs_table
+from fp8rl.report.load import load_tier
+from fp8rl.report.markdown import to_markdown
+
+REASON = "RuntimeError: boom\nat step 3 | rank 0\r\n<script>alert(1)</script> & more"
+
+
+def test_a_reason_with_line_breaks_pipes_and_html_is_one_escaped_cell(tmp_path):
+    cfg = write_tier(tmp_path)
+    summary = tmp_path / "results" / cfg.tier / "runs" / FAILED / "summary.json"
+    summary.write_text(json.dumps(json.loads(summary.read_text()) | {"reason": REASON}))
+    runs = runs_table(load_tier(cfg))
+    md = to_markdown("runs", markdown_cells(runs))
+    rows = [line for line in md.splitlines() if line.startswith("|")]
+    assert len(rows) == len(runs) + 2  # header, rule, one line per run
+    row = next(r for r in rows if FAILED in r)
+    cells = row.replace("\\|", "\0").split("|")[1:-1]
+    assert len(cells) == len(runs.columns)
+    assert "RuntimeError: boom at step 3 \\| rank 0 &lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in row
+    assert "<script>" not in md
+    assert runs.set_index("run_id").loc[FAILED, "reason"] == REASON  # the CSV keeps the text as it is
