@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fp8rl.fp8 import fastgemm
 from fp8rl.fp8.backend import gemm_backend, gemm_path
 from fp8rl.fp8.formats import round_to_bf16
 from fp8rl.fp8.quantize import fake_quantize_tiled, quantize_tiled, tensor_to_amax
@@ -243,11 +244,122 @@ class _BF16LinearFn(torch.autograd.Function):
         return dx, dw, db
 
 
+def _fast_fp8_gemm(a, b, spec, rule, rt: FP8Runtime, *, scale_a=None, scale_b=None, qa=None, qb=None):
+    """One GEMM of `_FastFP8LinearFn`: a real bf16 GEMM of the FP8 values (fp8rl.fp8.fastgemm) when the
+    rule takes this size, else the emulated one (`fp8_gemm`); `qa`/`qb` prepared operands to reuse."""
+    m, k, n = a.shape[0], a.shape[1], b.shape[0]
+    if not rule.use_real(m, k, n):
+        return fp8_gemm(a, b, spec, scale_a=scale_a, scale_b=scale_b, counter=rt.gemms)
+    qa = qa if qa is not None else fastgemm.prepare(a, spec.a, scale_a)
+    qb = qb if qb is not None else fastgemm.prepare(b, spec.b, scale_b)
+    rt.gemms.add("bf16")
+    return fastgemm.fp8_mm(qa, qb)
+
+
+class _FastFP8LinearFn(torch.autograd.Function):
+    """`_FP8LinearFn` in the `fast` numerics mode: the same quantization, each GEMM a real bf16 GEMM of
+    the FP8 values with the scales applied to its output (fp8rl.fp8.fastgemm), or emulated where that is
+    slower. Noise doses other than 1 never come here (not FP8 values)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, layer):  # type: ignore[override]
+        out, gi, gw = layer.recipe.gemms()
+        rt: FP8Runtime = layer.runtime
+        rule = fastgemm.rule(torch.bfloat16)
+        h: dict[str, AmaxHistory] = layer.amax_histories
+        x2 = x.reshape(-1, x.shape[-1]).float()
+        sx = delayed_scale(x2, out.a, h.get("input"))
+        sw = delayed_scale(weight, out.b, h.get("weight"))
+        real = rule.use_real(x2.shape[0], x2.shape[1], weight.shape[0])
+        qx = fastgemm.prepare(x2, out.a, sx) if real else None
+        qw = fastgemm.prepare(weight, out.b, sw) if real else None
+        y = _fast_fp8_gemm(x2, weight, out, rule, rt, scale_a=sx, scale_b=sw, qa=qx, qb=qw)
+        if bias is not None:
+            y = y + bias.float()
+        # a weight whose quantization does not depend on the axis serves the grad-input GEMM transposed;
+        # tensorwise activations the grad-weight GEMM
+        keep_w = qw.t() if qw is not None and _reusable(out.b, gi.b) else None
+        keep_x = qx.t() if qx is not None and _reusable(out.a, gw.b) else None
+        ctx.layer, ctx.has_bias, ctx.x_shape = layer, bias is not None, x.shape
+        ctx.keep = (keep_x, keep_w)
+        ctx.save_for_backward(x2, weight, sx, sw)
+        return round_to_bf16(y).to(x.dtype).reshape(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):  # type: ignore[override]
+        x2, weight, sx, sw = ctx.saved_tensors
+        keep_x, keep_w = ctx.keep
+        ctx.keep = None
+        layer = ctx.layer
+        _, gi, gw = layer.recipe.gemms()
+        rt: FP8Runtime = layer.runtime
+        rule = fastgemm.rule(torch.bfloat16)
+        dy2 = dy.reshape(-1, dy.shape[-1]).float()
+        sdy = delayed_scale(dy2, gi.a, layer.amax_histories.get("grad_output"))
+        qdy = None
+        if _reusable(gi.a, gw.a) and rule.use_real(dy2.shape[0], dy2.shape[1], weight.shape[1]):
+            qdy = fastgemm.prepare(dy2, gi.a, sdy)
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx2 = _fast_fp8_gemm(dy2, weight.t(), gi, rule, rt, scale_a=sdy, scale_b=sw, qa=qdy, qb=keep_w)
+            dx = round_to_bf16(dx2).reshape(ctx.x_shape).to(dy.dtype)
+        if ctx.needs_input_grad[1]:
+            dw = _fast_fp8_gemm(dy2.t(), x2.t(), gw, rule, rt, scale_a=sdy, scale_b=sx,
+                                qa=None if qdy is None else qdy.t(), qb=keep_x)  # fmt: skip
+            dw = dw.to(weight.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy2.sum(0).to(weight.dtype)
+        return dx, dw, db, None
+
+
+class _RealLowpLinearFn(torch.autograd.Function):
+    """`_BF16LinearFn` in the `fast` numerics mode (generic over the rounding dtype): operands cast to
+    `dtype`, each GEMM a real `dtype` GEMM (fp32 sums, `dtype` output, weight gradient included: what a
+    bf16 trainer computes) where the dispatch rule takes its size, else emulated (fp8rl.fp8.fastgemm.mm)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, dtype):  # type: ignore[override]
+        rule = fastgemm.rule(dtype)
+        x2 = x.reshape(-1, x.shape[-1]).to(dtype)
+        w = weight.to(dtype)
+        if bias is None:
+            y = fastgemm.mm(x2, w.t(), dtype, rule)
+        else:  # as the emulation: the bias added in fp32 before the output is rounded
+            y = (fastgemm.mm(x2, w.t(), torch.float32, rule) + bias.float()).to(dtype)
+        ctx.save_for_backward(x2, w)
+        ctx.has_bias, ctx.x_shape, ctx.dtype = bias is not None, x.shape, dtype
+        return y.to(x.dtype).reshape(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):  # type: ignore[override]
+        x2, w = ctx.saved_tensors
+        dtype = ctx.dtype
+        rule = fastgemm.rule(dtype)
+        dy2 = dy.reshape(-1, dy.shape[-1]).to(dtype)
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = fastgemm.mm(dy2, w, dtype, rule).reshape(ctx.x_shape).to(dy.dtype)
+        if ctx.needs_input_grad[1]:
+            dw = fastgemm.mm(dy2.t(), x2, dtype, rule).float()
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy2.float().sum(0)
+        return dx, dw, db, None
+
+
+def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, real: bool) -> torch.Tensor:
+    """The bf16 variant's linear: real bf16 GEMMs (`real`: the layer's choice, fast numerics on CPU), else
+    the emulated GEMMs of the pinned path (real on CUDA)."""
+    if real and not x.is_cuda:
+        return _RealLowpLinearFn.apply(x, weight, bias, torch.bfloat16)
+    return _BF16LinearFn.apply(x, weight, bias)
+
+
 class QuantizedLinearBase(nn.Linear):
     """An `nn.Linear` built around an existing layer's Parameters; `quant_enabled=False` makes it a plain
     `F.linear`."""
 
     quant_enabled: bool
+    real_bf16: bool = False
     # With quantization off: the plain fp32 `F.linear`, or the bf16-emulated GEMM (`BF16Linear`'s).
     disabled_as_bf16: bool = False
 
@@ -260,13 +372,15 @@ class QuantizedLinearBase(nn.Linear):
         new.bias = linear.bias
         new.quant_enabled = True
         new.disabled_as_bf16 = False
+        # real bf16 GEMMs in the `fast` numerics mode (fp8rl.fp8.fastgemm), decided once per layer
+        new.real_bf16 = fastgemm.enabled(torch.bfloat16)
         new.train(linear.training)
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.quant_enabled:
             if self.disabled_as_bf16:
-                return _BF16LinearFn.apply(x, self.weight, self.bias)
+                return bf16_linear(x, self.weight, self.bias, self.real_bf16)
             return F.linear(x, self.weight, self.bias)
         return self.quantized_forward(x)
 
@@ -285,6 +399,7 @@ class FP8Linear(QuantizedLinearBase):
     recipe: Recipe
     backend: str
     gemm_paths: tuple[str, str, str]
+    real_bf16_fp8: bool
     runtime: FP8Runtime
     amax_histories: dict[str, AmaxHistory]
     _asked_backend: str | None
@@ -320,6 +435,14 @@ class FP8Linear(QuantizedLinearBase):
         self.backend = self._asked_backend or auto
         out, gi, gw = (gemm_path(g, self.backend, device) for g in self.recipe.gemms())
         self.gemm_paths = (out, gi, gw)
+        # `fast` numerics on CPU: the emulated GEMMs run as real bf16 GEMMs of the FP8 values
+        # (fp8rl.fp8.fastgemm); FP8 values only, so not under a noise dose other than 1
+        self.real_bf16_fp8 = (
+            device.type == "cpu"
+            and self.gemm_paths == ("emulated",) * 3
+            and self.runtime.noise_scale == 1.0
+            and fastgemm.enabled(torch.bfloat16)
+        )
 
     def _apply(self, fn, *args, **kwargs):
         """`nn.Module`'s hook behind `.to()`/`.cuda()`/`.cpu()`: the GEMM paths follow the new device."""
@@ -328,6 +451,8 @@ class FP8Linear(QuantizedLinearBase):
         return module
 
     def quantized_forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.real_bf16_fp8:
+            return _FastFP8LinearFn.apply(x, self.weight, self.bias, self)
         return _FP8LinearFn.apply(x, self.weight, self.bias, self)
 
     def extra_repr(self) -> str:
@@ -342,4 +467,4 @@ class BF16Linear(QuantizedLinearBase):
         return cls._wrap(linear)
 
     def quantized_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _BF16LinearFn.apply(x, self.weight, self.bias)
+        return bf16_linear(x, self.weight, self.bias, self.real_bf16)

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache
 
+from fp8rl.fp8 import fastgemm
 from fp8rl.fp8.convert import DEFAULT_SKIP, swap_linears
 from fp8rl.fp8.formats import round_to_bf16
 from fp8rl.fp8.kv_cache import FP8DynamicCache, KVCacheQuantizer
@@ -40,6 +41,8 @@ class RolloutLinear(QuantizedLinearBase):
     act_spec: OperandSpec | None  # None: bf16 emulation
     weight_spec: OperandSpec | None
     runtime: FP8Runtime
+    real: bool  # `fast` numerics: real bf16 GEMMs (module fp8rl.fp8.fastgemm)
+    weight_op: fastgemm.Operand | None
 
     @classmethod
     def from_linear(
@@ -53,6 +56,10 @@ class RolloutLinear(QuantizedLinearBase):
             new.act_spec = dataclasses.replace(recipe.output.a, delayed=False)
             new.weight_spec = dataclasses.replace(recipe.output.b, delayed=False)
         new.register_buffer("weight_q", torch.empty(0), persistent=False)
+        # `fast` numerics on CPU: real bf16 GEMMs (of the FP8 values, for an FP8 recipe), decided once
+        # per layer (fp8rl.fp8.fastgemm); FP8 values only, so not under a noise dose other than 1
+        new.real = new.real_bf16 and (recipe is None or new.runtime.noise_scale == 1.0)
+        new.weight_op = None
         new.requantize()
         return new
 
@@ -68,8 +75,18 @@ class RolloutLinear(QuantizedLinearBase):
                 w, self.weight_spec, compiled=compiled, noise_scale=self.runtime.noise_scale
             )
         )
+        if getattr(self, "real", False) and not w.is_cuda:
+            self.weight_op = (
+                fastgemm.Operand(w.to(torch.bfloat16), None, None)
+                if self.weight_spec is None
+                else fastgemm.prepare(w, self.weight_spec)
+            )
 
     def quantized_forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight_op is not None:
+            x2 = x.reshape(-1, x.shape[-1])
+            if fastgemm.rule(torch.bfloat16).use_real(x2.shape[0], x2.shape[1], self.out_features):
+                return self._real_forward(x2).to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         compiled = self.runtime.compiled
         xq = (
             round_to_bf16(x.float())
@@ -82,6 +99,16 @@ class RolloutLinear(QuantizedLinearBase):
             return y.to(x.dtype)
         y = F.linear(xq, self.weight_q, bias)
         return round_to_bf16(y).to(x.dtype)
+
+    def _real_forward(self, x2: torch.Tensor) -> torch.Tensor:
+        """The forward as real bf16 GEMMs (`fast` numerics): bf16 activations times the bf16 weight, or
+        the FP8 values of both with the scales applied to the output (fp8rl.fp8.fastgemm.fp8_mm)."""
+        w = self.weight_op
+        if self.act_spec is None:
+            y = x2.to(torch.bfloat16) @ w.values.t()
+            return y if self.bias is None else (y.float() + self.bias.float()).to(torch.bfloat16)
+        y = fastgemm.fp8_mm(fastgemm.prepare(x2, self.act_spec), w)
+        return round_to_bf16(y if self.bias is None else y + self.bias.float())
 
 
 class RolloutPolicyMixin:

@@ -14,26 +14,32 @@ from dataclasses import dataclass, field
 
 from fp8rl.fp8.backend import BACKENDS
 
+# `bf16`: a real bf16 GEMM of the FP8 values, scales applied to its output (`fast` numerics on CPU,
+# fp8rl.fp8.fastgemm)
+PATHS = (*BACKENDS, "bf16")
+
 
 class GemmCounter:
-    """FP8 GEMMs run per path (`scaled_mm`: real FP8 GEMMs; `emulated`). A recipe `_scaled_mm` computes
-    can still emulate one GEMM (e.g. e5m2 × e5m2), and the throughput report says how many did."""
+    """FP8 GEMMs run per path (`scaled_mm`: real FP8 GEMMs; `emulated`; `bf16`: the `fast` numerics
+    mode's bf16 GEMMs of FP8 values). A recipe `_scaled_mm` computes can still emulate one GEMM (e.g.
+    e5m2 × e5m2), and the throughput report says how many did."""
 
     def __init__(self) -> None:
-        self._counts = dict.fromkeys(BACKENDS, 0)
+        self._counts = dict.fromkeys(PATHS, 0)
 
     def add(self, path: str) -> None:
         """Record that one FP8 GEMM ran on `path`."""
         if path not in self._counts:
-            raise ValueError(f"path: unknown GEMM path {path!r}; allowed: {', '.join(BACKENDS)}")
+            raise ValueError(f"path: unknown GEMM path {path!r}; allowed: {', '.join(PATHS)}")
         self._counts[path] += 1
 
     def counts(self) -> dict[str, int]:
-        """GEMMs per path since this counter was made or last reset."""
-        return dict(self._counts)
+        """GEMMs per path since this counter was made or last reset (`bf16` only once one ran: the
+        pinned path's record is what it always was)."""
+        return {k: v for k, v in self._counts.items() if k in BACKENDS or v}
 
     def reset(self) -> None:
-        self._counts = dict.fromkeys(BACKENDS, 0)
+        self._counts = dict.fromkeys(PATHS, 0)
 
 
 @dataclass
