@@ -13,6 +13,7 @@ from report_fixtures import MALFORMED, MALFORMED_LINE, REPO, write_tier
 from fp8rl.cli import main
 from fp8rl.io import atomic_write_json
 from fp8rl.report import PLOTS, report_outputs
+from fp8rl.report.paths import TABLES
 
 SMOKE = str(REPO / "config" / "smoke.yaml")
 
@@ -42,7 +43,7 @@ def built(tmp_path_factory):
 def test_every_declared_output_is_written(built):
     results, _ = built
     outputs = report_outputs(results, "smoke")
-    assert len(outputs) == 3 * 2 + len(PLOTS) * 2 + 2
+    assert len(outputs) == len(TABLES) * 2 + len(PLOTS) * 2 + 2  # csv + md, png + svg, html + json
     for path in outputs:
         data = Path(path).read_bytes()
         assert data, path
