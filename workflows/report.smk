@@ -3,10 +3,11 @@
 # run): CSV tables, PNG figures and the project's report.html (`registered`, common.smk), with the
 # captions of workflows/report/.
 
-from fp8rl.report.paths import has_dose_axis, report_outputs
+from fp8rl.report.paths import report_flags, report_outputs
 
-# The study tiers' extra outputs: the mechanism table (FP8 conditions), the stability report (a dose axis).
-REPORT_FLAGS = {"mechanism": bool(CFG.matrix.conditions), "stability": has_dose_axis(CFG)}
+# The study tiers' extra outputs: the mechanism table (FP8 conditions), the stability report (a dose
+# axis), the planned contrasts (a `study` section).
+REPORT_FLAGS = report_flags(CFG)
 
 
 report: "report/workflow.rst"

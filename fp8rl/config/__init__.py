@@ -18,6 +18,7 @@ modules above it in this list:
 - `evaluation`: `eval`
 - `infrastructure`: `resources`, `hub`, `containers`, `tracking`
 - `matrix`: `matrix` (`MatrixConfig`, a study's `ConditionConfig`s)
+- `study`: `study` (`StudyConfig`: a study tier's pre-registration, its arms checked against the matrix)
 - `experiment`: `ExperimentConfig` (the whole file, its cross-section checks and digests),
   `TRAIN_SECTIONS`, `RESOURCE_RULES`
 
@@ -55,6 +56,7 @@ from fp8rl.config.infrastructure import (
 from fp8rl.config.matrix import ConditionConfig, MatrixConfig
 from fp8rl.config.models import ArchConfig, ModelConfig
 from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
+from fp8rl.config.study import ContrastConfig, EndpointConfig, StudyConfig, arm_cell, check_arms
 from fp8rl.config.training import STEPS_MAX, ScheduleConfig, SFTConfig, StabilityConfig, TaskConfig
 
 __all__ = [
@@ -73,8 +75,10 @@ __all__ = [
     "CalibConfig",
     "CalibReferenceField",
     "ConditionConfig",
+    "ContrastConfig",
     "ContainersConfig",
     "DAPOConfig",
+    "EndpointConfig",
     "EvalConfig",
     "ExperimentConfig",
     "FP8Config",
@@ -90,12 +94,15 @@ __all__ = [
     "SFTConfig",
     "ScheduleConfig",
     "StabilityConfig",
+    "StudyConfig",
     "Strict",
     "TISConfig",
     "TaskConfig",
     "TrackingConfig",
     "VariantName",
     "WandbConfig",
+    "arm_cell",
+    "check_arms",
     "is_hub_id",
     "is_safe_path",
 ]

@@ -8,7 +8,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from fp8rl.config.algorithms import AlgorithmsConfig, DAPOConfig, GRPOConfig
 from fp8rl.config.base import Strict, is_safe_path
@@ -17,6 +17,7 @@ from fp8rl.config.infrastructure import ContainersConfig, HubConfig, Resources, 
 from fp8rl.config.matrix import MatrixConfig
 from fp8rl.config.models import ModelConfig
 from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
+from fp8rl.config.study import StudyConfig, check_arms
 from fp8rl.config.training import ScheduleConfig, SFTConfig, StabilityConfig, TaskConfig
 from fp8rl.vocabulary import NO_CONDITION, NUMERICS_MODES, TIERS
 
@@ -73,6 +74,10 @@ class ExperimentConfig(Strict):
     containers: ContainersConfig = ContainersConfig()
     hub: HubConfig = HubConfig()
     tracking: TrackingConfig = TrackingConfig()
+    study: StudyConfig | None = Field(
+        None,
+        description="a study tier's pre-registration: arms, endpoint, planned contrasts (docs/attribution.md)",
+    )
 
     @field_validator("results_dir")
     @classmethod
@@ -103,7 +108,18 @@ class ExperimentConfig(Strict):
             )
         # What the verl backend can run is checked by fp8rl.adapters.verl_overrides.verl_problems, one of
         # the checks `fp8rl config validate` and the Snakefile run (fp8rl.validation.CONFIG_CHECKS).
+        if self.study is not None:
+            check_arms(self.study, [r.run_id for r in self.runs()])
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_study(self, handler):
+        # `study` came after configs were published: left out of the dump while unset, so their digests
+        # stay as they were.
+        out = handler(self)
+        if self.study is None:
+            out.pop("study", None)
+        return out
 
     # ------------------------------------------------------------------------------------ helpers
 

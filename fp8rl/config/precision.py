@@ -49,6 +49,27 @@ class FP8Config(Strict):
             "'torchao' (torchao.optim.AdamWFp8; compiles its step, ~1 min per process on CPU)"
         ),
     )
+    # The attribution tier's knobs (docs/attribution.md). Both are left out of the dump at their defaults
+    # (`_omit_unset_study_keys`), so the digests of configs written before them stay as they were.
+    rollout_noise_scale: float | None = Field(
+        None,
+        gt=0.0,
+        le=64.0,
+        description=(
+            "the dose of the rollout copy alone (its weights, activations and KV cache); None: noise_scale. "
+            "With it, noise_scale is the trainer's dose (GEMMs, optimizer moments): the dose split by path"
+        ),
+    )
+    ratio_noise: float = Field(
+        0.0,
+        ge=0.0,
+        le=4.0,
+        description=(
+            "synthetic phantom clipping: seeded noise on the PPO ratio's log-probs only (the loss's ratio, "
+            "clip decisions and calibration see it; the GEMMs, gradient path and shadow pass do not): "
+            "the logit-error level of `fp8rl study ratio-noise`, per token sqrt(2) * level * (1 - p_old) * z"
+        ),
+    )
 
     @model_validator(mode="after")
     def _noise_needs_blockwise_optimizer(self) -> FP8Config:
@@ -57,6 +78,20 @@ class FP8Config(Strict):
                 "noise_scale != 1 needs optimizer: 'blockwise' (torchao's AdamWFp8 has no noise dose)"
             )
         return self
+
+    @property
+    def rollout_dose(self) -> float:
+        """The noise dose of the rollout copy: `rollout_noise_scale`, else `noise_scale`."""
+        return self.noise_scale if self.rollout_noise_scale is None else self.rollout_noise_scale
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_study_keys(self, handler):
+        out = handler(self)
+        if self.rollout_noise_scale is None:
+            out.pop("rollout_noise_scale", None)
+        if self.ratio_noise == 0.0:
+            out.pop("ratio_noise", None)
+        return out
 
 
 class TISConfig(Strict):

@@ -19,6 +19,7 @@ counts per path) that the trainer owns through its `Precision`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -66,6 +67,14 @@ class Precision:
         self.rollout.refresh_from(self.policy)
 
 
+def rollout_runtime(runtime: FP8Runtime, f, fp8_variant: bool) -> FP8Runtime:
+    """The runtime of the rollout copy: the trainer's own (shared GEMM counts and compile switch), with
+    its own noise dose when `fp8.rollout_noise_scale` splits the dose by path (the attribution tier)."""
+    if not fp8_variant or f.rollout_dose == runtime.noise_scale:
+        return runtime
+    return dataclasses.replace(runtime, noise_scale=f.rollout_dose)
+
+
 def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec) -> Precision:
     """Convert `model` (already on its device) for `run`'s variant and build its rollout copy and
     optimizer; FP8 linears pick their GEMM path for that device."""
@@ -98,7 +107,10 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
         rollout = make_fp16_rollout_policy(model, skip=SKIP, runtime=runtime)
     else:
         rollout = fp8.make_rollout_policy(
-            model, rollout_recipe, kv_cache_fp8=bool(spec.fp8 and f.kv_cache), runtime=runtime
+            model,
+            rollout_recipe,
+            kv_cache_fp8=bool(spec.fp8 and f.kv_cache),
+            runtime=rollout_runtime(runtime, f, spec.fp8),
         )
     s = cfg.schedule
     optimizer = fp8.build_adamw(

@@ -51,6 +51,7 @@ from fp8rl.engine.loss_scale import DynamicLossScaler
 from fp8rl.engine.model import load_hf
 from fp8rl.engine.phase_timer import PhaseTimer, throughput_report
 from fp8rl.engine.precision import bf16_emulation, setup_precision
+from fp8rl.engine.ratio_noise import RatioNoise
 from fp8rl.engine.sampler import RolloutBatch
 from fp8rl.engine.scoring import score
 from fp8rl.engine.shadow import ShadowPass
@@ -174,6 +175,7 @@ class Trainer:
             timer=self.timer,
         )
         self.stability = StabilityMonitor.from_config(cfg.stability)
+        self.ratio_noise = RatioNoise.for_run(cfg, run)  # synthetic phantom clipping (fp8.ratio_noise)
         rows = load_split(self.data_dir, "train.jsonl")
         self.prompt_ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in rows]
         self.answers = [r["answer"] for r in rows]
@@ -393,6 +395,7 @@ class Trainer:
         n = len(batch.response_mask)
         mb_size = math.ceil(n / sch.mini_batches)
         gen = _gen(self.run_spec.seed, step, "minibatch")
+        self.ratio_noise.start_step(self.run_spec.seed, step)
         set_lr(self.prec.optimizer, self._lr(step))
         means = StepMeans()
         ratios = []
@@ -421,6 +424,7 @@ class Trainer:
                 )
                 ph.tokens = float(mb.batch.attention_mask.sum())
             _finite("log-probs in the update", lp.detach(), mb.mask)
+            lp = self.ratio_noise.apply(lp, mb.old_log_prob)
             ratio = masked_ratio(lp.detach(), mb.old_log_prob, mb.mask)
         bounds, metrics = self.bounds.for_update(step, mb, ratio)
         with self.timer.phase("train"):

@@ -165,6 +165,25 @@ def write_stability_report(
     return sections, [(files[0], CAPTIONS[name]) for name, files in figures.items()]
 
 
+def write_study_report(
+    cfg: ExperimentConfig, runset: RunSet, paths: ReportPaths, title: str
+) -> list[tuple[str, list[str], pd.DataFrame]]:
+    """The arms, planned and exploratory tables of a config with a `study` section; returns their HTML
+    sections, planned first."""
+    from fp8rl.report.planned import SECTION_TITLES, study_tables
+
+    tables = study_tables(runset, cfg)
+    sections = []
+    for name in ("planned", "exploratory", "arms"):
+        table, view, notes = tables[name]
+        _csv(table, paths.table(name, "csv"))
+        atomic_write_text(
+            paths.table(name, "md"), to_markdown(f"{title}: {SECTION_TITLES[name]}", view, notes)
+        )
+        sections.append((SECTION_TITLES[name], notes, view))
+    return sections
+
+
 LOCK_HINT = "wait for that report or publication of the tier to end"
 
 
@@ -182,6 +201,7 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
             Path(tempfile.mkdtemp(prefix=".report.", suffix=".tmp", dir=final.root)),
             final.mechanism,
             final.stability,
+            final.study,
         )
         try:
             manifest = write_report(cfg, runs_dir, stage, final)
@@ -277,6 +297,8 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
         stability_sections, more = write_stability_report(cfg, runset, paths, runs_dir, title)
         sections[:0] = stability_sections
         captions += more
+    if paths.study:  # the pre-registered study's answers come first (fp8rl.report.planned)
+        sections[:0] = write_study_report(cfg, runset, paths, title)
 
     numerics = runs_numerics(runs_dir)
     header = {
@@ -311,6 +333,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
         "eval_scores": keys,
         "mechanism": paths.mechanism,
         "stability": paths.stability,
+        "study": paths.study,
         "outputs": [str(p) for p in final.outputs()],
         "files": output_hashes(paths),
     }

@@ -40,6 +40,8 @@ MECHANISM_PLOTS = ("mechanism_excess_clip", "mechanism_mismatch_kl")
 # (fp8rl.report.stability)
 STABILITY_TABLES = ("stability", "breaking_dose")
 STABILITY_PLOTS = ("survival", "stability_curves", "breaking_dose")
+# only for configs with a `study` section (a pre-registered study tier: fp8rl.report.planned)
+STUDY_TABLES = ("arms", "planned", "exploratory")
 
 
 @dataclass(frozen=True)
@@ -49,18 +51,23 @@ class ReportPaths:
     root: Path
     mechanism: bool = False  # the matrix has FP8 conditions: the mechanism table and plots too
     stability: bool = False  # the conditions vary the noise dose: the stability report too
+    study: bool = False  # the config pre-registers a study: its arms and planned contrasts too
 
     @classmethod
     def for_tier(
-        cls, results_dir: str | Path, tier: str, *, mechanism: bool = False, stability: bool = False
+        cls,
+        results_dir: str | Path,
+        tier: str,
+        *,
+        mechanism: bool = False,
+        stability: bool = False,
+        study: bool = False,
     ) -> ReportPaths:
-        return cls(Path(results_dir) / tier, mechanism, stability)
+        return cls(Path(results_dir) / tier, mechanism, stability, study)
 
     @classmethod
     def for_config(cls, cfg: ExperimentConfig) -> ReportPaths:
-        return cls.for_tier(
-            cfg.results_dir, cfg.tier, mechanism=bool(cfg.matrix.conditions), stability=has_dose_axis(cfg)
-        )
+        return cls.for_tier(cfg.results_dir, cfg.tier, **report_flags(cfg))
 
     @property
     def runs_dir(self) -> Path:
@@ -100,6 +107,7 @@ class ReportPaths:
             TABLES
             + (MECHANISM_TABLES if self.mechanism else ())
             + (STABILITY_TABLES if self.stability else ())
+            + (STUDY_TABLES if self.study else ())
         )
         plots = (
             PLOTS + (MECHANISM_PLOTS if self.mechanism else ()) + (STABILITY_PLOTS if self.stability else ())
@@ -118,10 +126,26 @@ def has_dose_axis(cfg: ExperimentConfig) -> bool:
     return len(doses) > 1 and all(s == settings[0] for s in settings)
 
 
+def report_flags(cfg: ExperimentConfig) -> dict[str, bool]:
+    """Which optional parts a tier's report has: `mechanism` (FP8 conditions), `stability` (a noise-dose
+    axis), `study` (a pre-registered study section)."""
+    return {
+        "mechanism": bool(cfg.matrix.conditions),
+        "stability": has_dose_axis(cfg),
+        "study": cfg.study is not None,
+    }
+
+
 def report_outputs(
-    results_dir: str | Path, tier: str, *, mechanism: bool = False, stability: bool = False
+    results_dir: str | Path,
+    tier: str,
+    *,
+    mechanism: bool = False,
+    stability: bool = False,
+    study: bool = False,
 ) -> list[str]:
     """The report rule's output paths as strings (for a Snakefile); `mechanism`: the matrix has FP8
-    conditions; `stability`: they are a noise-dose axis (`has_dose_axis`)."""
-    paths = ReportPaths.for_tier(results_dir, tier, mechanism=mechanism, stability=stability)
+    conditions; `stability`: they are a noise-dose axis (`has_dose_axis`); `study`: the config has a
+    `study` section (`report_flags` gives all three for a config)."""
+    paths = ReportPaths.for_tier(results_dir, tier, mechanism=mechanism, stability=stability, study=study)
     return [str(p) for p in paths.outputs()]

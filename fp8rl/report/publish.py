@@ -32,7 +32,7 @@ from fp8rl import numerics
 from fp8rl.config import ExperimentConfig
 from fp8rl.io import atomic_write_json, fsync_dir, recover_dir, replace_dir, sha256_file
 from fp8rl.provenance import git_commit, machine, package_versions
-from fp8rl.report.paths import ReportPaths, has_dose_axis
+from fp8rl.report.paths import ReportPaths, report_flags
 
 
 class PublishError(Exception):
@@ -63,11 +63,11 @@ def check_publishable(tier: str, results_dir: Path, cfg: ExperimentConfig | None
     The mechanism table and plots belong to the report when the config has FP8 conditions, or, without
     a config, when the report's manifest says it was built with them."""
     if cfg is not None:
-        flags = {"mechanism": bool(cfg.matrix.conditions), "stability": has_dose_axis(cfg)}
+        flags = report_flags(cfg)
         paths = ReportPaths.for_tier(results_dir, tier, **flags)
     else:
         paths = ReportPaths.for_tier(results_dir, tier)
-        flags = {k: _manifest_flag(paths.manifest, k) for k in ("mechanism", "stability")}
+        flags = {k: _manifest_flag(paths.manifest, k) for k in ("mechanism", "stability", "study")}
         paths = ReportPaths.for_tier(results_dir, tier, **flags)
     if cfg is not None and cfg.tier != tier:
         raise PublishError(f"TIER {tier!r} does not match the config's tier {cfg.tier!r}")

@@ -23,6 +23,7 @@ ORDER = [
     "evaluation",
     "infrastructure",
     "matrix",
+    "study",
     "experiment",
 ]
 # What the config may import from the rest of fp8rl (the matrix expansion only lazily, from `runs()`).

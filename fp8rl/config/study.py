@@ -1,0 +1,112 @@
+"""The `study` section: a tier's pre-registration (docs/attribution.md).
+
+Written into the config before any run, it names the arms (cells of the matrix without the seed), the
+primary endpoint (one number per run: the mean of a metric over the last part of the run), the planned
+contrasts with their test, and the smallest effect the tier should be able to see. The report
+(fp8rl.report.planned) answers the planned contrasts with that test and keeps every other comparison
+in a separate, exploratory table.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from fp8rl.config.base import Strict
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class EndpointConfig(Strict):
+    """One value per run: the mean of `metric` over the steps after `from_frac` of the planned steps."""
+
+    metric: str = Field("reward/mean", description="a metrics.jsonl key")
+    from_frac: float = Field(
+        0.5,
+        ge=0.0,
+        lt=1.0,
+        description="the window starts after this fraction of schedule.steps (0.5: last half)",
+    )
+
+
+class ContrastConfig(Strict):
+    """`arm` minus `reference`, each the mean of its runs' endpoints."""
+
+    name: str = Field(pattern=_NAME)
+    arm: str
+    reference: str
+    question: str = Field("", description="what the contrast decides, in words")
+
+
+class StudyConfig(Strict):
+    """The pre-registered design of a study tier (module docstring)."""
+
+    arms: dict[str, str] = Field(
+        min_length=2,
+        description="arm name -> its cell without the seed: algo/model/variant/granularity[/condition]",
+    )
+    endpoint: EndpointConfig = EndpointConfig()
+    test: Literal["welch_t"] = Field(
+        "welch_t", description="Welch's t-test on the per-seed endpoints (unequal variances, unpaired)"
+    )
+    sides: Literal["two-sided"] = "two-sided"
+    alpha: float = Field(0.05, gt=0.0, lt=0.5)
+    multiplicity: Literal["holm", "none"] = Field(
+        "holm", description="how the planned contrasts' p-values are adjusted as a family"
+    )
+    min_effect: float = Field(gt=0.0, description="the smallest |difference| of endpoints worth seeing")
+    planning_sd: float = Field(
+        gt=0.0, description="the per-seed SD of the endpoint assumed for the planned power (before any run)"
+    )
+    min_seeds: int = Field(5, ge=2, description="seeds every arm of a planned contrast must have")
+    planned: list[ContrastConfig] = Field(min_length=1)
+    exploratory: list[ContrastConfig] = []
+
+    @model_validator(mode="after")
+    def _names(self) -> StudyConfig:
+        for arm in self.arms:
+            if not _valid_name(arm):
+                raise ValueError(f"arms: {arm!r} is not a name (letters, digits, '_', '.', '-')")
+        contrasts = [*self.planned, *self.exploratory]
+        names = [c.name for c in contrasts]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"duplicate contrast names: {', '.join(dup)}")
+        for c in contrasts:
+            for side in (c.arm, c.reference):
+                if side not in self.arms:
+                    raise ValueError(
+                        f"contrast {c.name!r}: unknown arm {side!r}; arms: {', '.join(self.arms)}"
+                    )
+            if c.arm == c.reference:
+                raise ValueError(f"contrast {c.name!r}: an arm against itself")
+        return self
+
+    def planned_arms(self) -> list[str]:
+        """The arms that appear in a planned contrast, in the order of `arms`."""
+        used = {a for c in self.planned for a in (c.arm, c.reference)}
+        return [a for a in self.arms if a in used]
+
+
+def _valid_name(name: str) -> bool:
+    return re.match(_NAME, name) is not None
+
+
+def arm_cell(run_id_prefix: str, run_id: str) -> bool:
+    """Whether `run_id` (with its seed) is a run of the arm `run_id_prefix` (without it)."""
+    return run_id.rsplit("/", 1)[0] == run_id_prefix.strip("/")
+
+
+def check_arms(study: StudyConfig, run_ids: list[str]) -> None:
+    """ValueError unless every arm names runs of the matrix, and every arm of a planned contrast has
+    `min_seeds` of them."""
+    for arm, prefix in study.arms.items():
+        n = sum(arm_cell(prefix, r) for r in run_ids)
+        if n == 0:
+            raise ValueError(f"study.arms.{arm}: {prefix!r} is no cell of the matrix (see `fp8rl matrix`)")
+        if arm in study.planned_arms() and n < study.min_seeds:
+            raise ValueError(
+                f"study.arms.{arm}: a planned arm with {n} seeds; study.min_seeds is {study.min_seeds}"
+            )

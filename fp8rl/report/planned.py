@@ -1,0 +1,366 @@
+"""The planned contrasts of a pre-registered study tier (`study:` in the config, fp8rl.config.study).
+
+Three tables, written only for a config with a `study` section (docs/attribution.md, "How to read"):
+
+- `arms`: per arm (a cell of the matrix without its seed): its runs, how many have an endpoint, how many
+  diverged, the endpoint's mean over seeds with its 95 % t-interval and SD, and descriptive means that
+  say what the arm changed (step-1 mismatch KL and entropy, `clip/low_neg`, paired excess clipping);
+- `planned`: one row per planned contrast, `arm` minus `reference`: the difference of the per-seed
+  endpoint means with its 95 % Welch t-interval, Welch's two-sided p, the p adjusted over the planned
+  family (Holm, or none: `study.multiplicity`), the decision at `study.alpha`, and the power to detect
+  the pre-registered `study.min_effect` at the seed counts used (with the SDs observed; and the planned
+  power, with `study.planning_sd`);
+- `exploratory`: the same numbers for the exploratory contrasts, unadjusted and with no decision: they
+  were not planned as tests and are read as descriptions.
+
+The endpoint of a run is the mean of `study.endpoint.metric` over its steps after `from_frac` of the
+planned steps. Runs that are `failed` or `missing` have none (counted, never imputed); a `diverged`
+run keeps its endpoint (its collapse is what the endpoint measures), and one that stopped before the
+window (a non-finite stop) scores 0: it earned no reward there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from fp8rl.config import ContrastConfig, ExperimentConfig, StudyConfig, arm_cell
+from fp8rl.report.load import RunSet
+from fp8rl.report.stats import t_interval, welch_interval
+
+STUDY_TABLES = ("arms", "planned", "exploratory")
+EXCLUDED = ("failed", "missing")
+
+ARM_COLUMNS = [
+    "arm", "cell", "runs", "n", "diverged", "endpoint", "low", "high", "sd",
+    "mismatch_kl_step1", "entropy_step1", "clip_low_neg", "excess_clip",
+]  # fmt: skip
+CONTRAST_COLUMNS = [
+    "contrast", "arm", "reference", "n_arm", "n_reference", "difference", "low", "high", "df", "p",
+    "p_adjusted", "decision", "power_observed", "power_planned", "question",
+]  # fmt: skip
+
+
+def _notes(study: StudyConfig) -> tuple[list[str], list[str], list[str]]:
+    e = study.endpoint
+    endpoint = (
+        f"Endpoint (pre-registered): per run, the mean of `{e.metric}` over the steps after {e.from_frac:g} "
+        "of the planned steps; failed and missing runs have none (not imputed), a diverged run keeps its "
+        "own, one that stopped before the window scores 0."
+    )
+    arms = [
+        endpoint,
+        "`endpoint` [low, high]: mean over the arm's seeds with a 95% Student t-interval; `sd`: SD of the "
+        "seed endpoints; `n`: runs with an endpoint of `runs`.",
+        "Descriptive seed means (no test): `mismatch_kl_step1` (mismatch/kl_k3 at step 1), `entropy_step1`, "
+        "`clip_low_neg` and `excess_clip` (phantom/low_neg − phantom/missed_neg, paired against the run's own "
+        "BF16 shadow; FP8 arms only) over all steps.",
+    ]
+    adjust = "Holm over the planned family" if study.multiplicity == "holm" else "not adjusted"
+    planned = [
+        endpoint,
+        f"`difference` = mean endpoint of `arm` − that of `reference` (per-seed endpoints, unpaired), "
+        f"95% Welch t-interval [low, high]; `p`: Welch's t-test, {study.sides}; `p_adjusted`: {adjust}; "
+        f"`decision` at alpha {study.alpha:g}.",
+        f"`power_observed`: the power of this test to detect a difference of ±{study.min_effect:g} "
+        "(study.min_effect) at the seed counts used, with the SDs observed (the Welch test simulated on normal seeds, 20000 draws, seeded); "
+        f"`power_planned`: the same with the SD assumed before the runs (study.planning_sd = "
+        f"{study.planning_sd:g}). With Holm both use alpha / (number of planned contrasts), a lower bound.",
+    ]
+    exploratory = [
+        endpoint,
+        "Exploratory: not part of the pre-registered tests. Same estimates as the planned table, p "
+        "unadjusted and no decision: read them as descriptions that suggest the next planned study.",
+    ]
+    return arms, planned, exploratory
+
+
+# ------------------------------------------------------------------------------------------ statistics
+
+
+def welch_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """(t, two-sided p) of Welch's t-test of mean(a) − mean(b); NaN unless both have two values and a
+    spread."""
+    a, b = _finite(a), _finite(b)
+    if a.size < 2 or b.size < 2:
+        return math.nan, math.nan
+    se2 = a.var(ddof=1) / a.size + b.var(ddof=1) / b.size
+    if se2 == 0.0:
+        return math.nan, math.nan
+    res = stats.ttest_ind(a, b, equal_var=False)
+    return float(res.statistic), float(res.pvalue)
+
+
+def welch_df(sd_a: float, n_a: int, sd_b: float, n_b: int) -> float:
+    """The Welch–Satterthwaite degrees of freedom."""
+    va, vb = sd_a**2 / n_a, sd_b**2 / n_b
+    if va + vb == 0.0:
+        return math.nan
+    return (va + vb) ** 2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
+
+
+POWER_DRAWS = 20_000
+POWER_SEED = 20250126
+
+
+def welch_power(
+    effect: float,
+    sd_a: float,
+    n_a: int,
+    sd_b: float,
+    n_b: int,
+    alpha: float,
+    *,
+    draws: int = POWER_DRAWS,
+    seed: int = POWER_SEED,
+) -> float:
+    """Power of the two-sided Welch t-test at level `alpha` to detect a true difference `effect` between
+    normal groups with SDs `sd_a`, `sd_b` and sizes `n_a`, `n_b`, by simulating the test itself (`draws`
+    pairs of samples, seeded: the same inputs give the same power, to about ±0.007). Simulated because
+    at 3-5 seeds the noncentral t with the expected Welch df overstates it (n = 3 per group, effect 3
+    SDs: 0.78 against the test's 0.68); the Welch df of each draw varies. NaN for fewer than two per
+    group or no spread."""
+    if n_a < 2 or n_b < 2 or not (math.isfinite(sd_a) and math.isfinite(sd_b)) or sd_a + sd_b == 0.0:
+        return math.nan
+    rng = np.random.default_rng(seed)
+    a = rng.normal(effect, sd_a, (draws, n_a)) if sd_a > 0 else np.full((draws, n_a), float(effect))
+    b = rng.normal(0.0, sd_b, (draws, n_b)) if sd_b > 0 else np.zeros((draws, n_b))
+    va, vb = a.var(axis=1, ddof=1) / n_a, b.var(axis=1, ddof=1) / n_b
+    t = (a.mean(axis=1) - b.mean(axis=1)) / np.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
+    return float(np.mean(np.abs(t) > stats.t.ppf(1 - alpha / 2, df)))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (NaN stays NaN and is not counted in the family)."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, math.nan)
+    idx = [i for i in np.argsort(p, kind="stable") if math.isfinite(p[i])]
+    m, running = len(idx), 0.0
+    for rank, i in enumerate(idx):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out.tolist()
+
+
+def _finite(values: Sequence[float]) -> np.ndarray:
+    arr = np.asarray(list(values), dtype=float)
+    return arr[np.isfinite(arr)]
+
+
+def _sd(values: np.ndarray) -> float:
+    return float(values.std(ddof=1)) if values.size >= 2 else math.nan
+
+
+def contrast_row(
+    c: ContrastConfig, arm: Sequence[float], reference: Sequence[float], study: StudyConfig, alpha: float
+) -> dict:
+    """The estimate, interval, test and power of one contrast (`alpha`: the level the power uses)."""
+    a, b = _finite(arm), _finite(reference)
+    diff = welch_interval(a, b)
+    _, p = welch_test(a, b)
+    sd_a, sd_b = _sd(a), _sd(b)
+    return {
+        "contrast": c.name,
+        "arm": c.arm,
+        "reference": c.reference,
+        "n_arm": int(a.size),
+        "n_reference": int(b.size),
+        "difference": diff.estimate,
+        "low": diff.low,
+        "high": diff.high,
+        "df": welch_df(sd_a, a.size, sd_b, b.size) if a.size >= 2 and b.size >= 2 else math.nan,
+        "p": p,
+        "power_observed": welch_power(study.min_effect, sd_a, a.size, sd_b, b.size, alpha),
+        "power_planned": welch_power(
+            study.min_effect, study.planning_sd, max(a.size, 2), study.planning_sd, max(b.size, 2), alpha
+        ),
+        "question": c.question,
+    }
+
+
+# --------------------------------------------------------------------------------------------- tables
+
+
+def run_endpoints(runset: RunSet, cfg: ExperimentConfig) -> pd.DataFrame:
+    """One row per run of a study arm: `arm`, `run_id`, `seed`, `status`, `endpoint` (NaN when none)."""
+    study = cfg.study
+    e = study.endpoint
+    start = e.from_frac * cfg.schedule.steps
+    train = runset.metric("train", e.metric)
+    rows = []
+    for arm, prefix in study.arms.items():
+        for run in runset.runs.itertuples(index=False):
+            if not arm_cell(prefix, run.run_id):
+                continue
+            endpoint = math.nan
+            if run.status not in EXCLUDED:
+                v = train[(train["run_id"] == run.run_id) & (train["step"] > start)]["value"]
+                v = v[np.isfinite(v.to_numpy(dtype=float))]
+                if len(v):
+                    endpoint = float(v.mean())
+                elif run.status == "diverged":
+                    endpoint = 0.0
+            rows.append(
+                {
+                    "arm": arm,
+                    "run_id": run.run_id,
+                    "seed": run.seed,
+                    "status": run.status,
+                    "endpoint": endpoint,
+                }
+            )
+    return pd.DataFrame(rows, columns=["arm", "run_id", "seed", "status", "endpoint"])
+
+
+def _metric_mean(runset: RunSet, run_ids: list[str], metric: str, step: int | None = None) -> float:
+    v = runset.metric("train", metric)
+    v = v[v["run_id"].isin(run_ids)]
+    if step is not None:
+        v = v[v["step"] == step]
+    if v.empty:
+        return math.nan
+    per_run = v.groupby("run_id")["value"].mean().to_numpy(dtype=float)
+    per_run = per_run[np.isfinite(per_run)]
+    return float(per_run.mean()) if per_run.size else math.nan
+
+
+def _excess(runset: RunSet, run_ids: list[str]) -> float:
+    v = runset.metric("train")
+    v = v[v["run_id"].isin(run_ids) & v["metric"].isin(["phantom/low_neg", "phantom/missed_neg"])]
+    if v.empty:
+        return math.nan
+    wide = v.pivot_table(index=["run_id", "step"], columns="metric", values="value")
+    if not {"phantom/low_neg", "phantom/missed_neg"} <= set(wide.columns):
+        return math.nan
+    per_run = (wide["phantom/low_neg"] - wide["phantom/missed_neg"]).groupby(level=0).mean().to_numpy()
+    per_run = per_run[np.isfinite(per_run)]
+    return float(per_run.mean()) if per_run.size else math.nan
+
+
+def arms_table(runset: RunSet, cfg: ExperimentConfig, endpoints: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for arm, prefix in cfg.study.arms.items():
+        sub = endpoints[endpoints["arm"] == arm]
+        used = sub[sub["status"].isin(("ok", "diverged"))]["run_id"].tolist()
+        ci = t_interval(sub["endpoint"].to_numpy(dtype=float))
+        rows.append(
+            {
+                "arm": arm,
+                "cell": prefix,
+                "runs": len(sub),
+                "n": ci.n,
+                "diverged": int((sub["status"] == "diverged").sum()),
+                "endpoint": ci.estimate,
+                "low": ci.low,
+                "high": ci.high,
+                "sd": _sd(_finite(sub["endpoint"])),
+                "mismatch_kl_step1": _metric_mean(runset, used, "mismatch/kl_k3", step=1),
+                "entropy_step1": _metric_mean(runset, used, "entropy", step=1),
+                "clip_low_neg": _metric_mean(runset, used, "clip/low_neg"),
+                "excess_clip": _excess(runset, used),
+            }
+        )
+    return pd.DataFrame(rows, columns=ARM_COLUMNS)
+
+
+def contrasts_table(endpoints: pd.DataFrame, study: StudyConfig, *, planned: bool) -> pd.DataFrame:
+    """The planned (adjusted, with a decision) or exploratory (unadjusted, no decision) contrasts."""
+    contrasts = study.planned if planned else study.exploratory
+    m = len(study.planned)
+    alpha = study.alpha / m if planned and study.multiplicity == "holm" else study.alpha
+
+    def seeds(arm: str) -> np.ndarray:
+        return endpoints[endpoints["arm"] == arm]["endpoint"].to_numpy(dtype=float)
+
+    rows = [contrast_row(c, seeds(c.arm), seeds(c.reference), study, alpha) for c in contrasts]
+    if planned:
+        p = [r["p"] for r in rows]
+        adj = holm(p) if study.multiplicity == "holm" else p
+        for r, pa in zip(rows, adj, strict=True):
+            r["p_adjusted"] = pa
+            r["decision"] = (
+                "no test (n < 2)" if not math.isfinite(pa)
+                else ("reject H0: no difference" if pa < study.alpha else "not rejected")
+            )  # fmt: skip
+    else:
+        for r in rows:
+            r["p_adjusted"], r["decision"] = math.nan, "exploratory"
+    return pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
+
+
+def _f(x: float, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return ""
+    return f"{x:.{digits}g}" if x != 0 and abs(x) < 1e-3 else f"{x:.{digits}f}"
+
+
+def _ci(est: float, low: float, high: float) -> str:
+    if not math.isfinite(est):
+        return ""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return _f(est)
+    return f"{_f(est)} [{_f(low)}, {_f(high)}]"
+
+
+def arms_view(table: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "arm": table["arm"],
+            "cell": table["cell"],
+            "n/runs": [f"{n}/{r}" for n, r in zip(table["n"], table["runs"], strict=True)],
+            "diverged": table["diverged"].astype(str),
+            "endpoint [95% CI]": [_ci(*x) for x in zip(table["endpoint"], table["low"], table["high"], strict=True)],
+            "sd": table["sd"].map(_f),
+            "mismatch KL step 1": table["mismatch_kl_step1"].map(lambda v: _f(v, 2)),
+            "entropy step 1": table["entropy_step1"].map(_f),
+            "clip/low_neg": table["clip_low_neg"].map(lambda v: "" if not math.isfinite(v) else f"{100 * v:.2f} %"),
+            "excess clip": table["excess_clip"].map(lambda v: "" if not math.isfinite(v) else f"{100 * v:+.2f} pp"),
+        }
+    )  # fmt: skip
+
+
+def contrasts_view(table: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "contrast": table["contrast"],
+            "arm − reference": [f"{a} − {b}" for a, b in zip(table["arm"], table["reference"], strict=True)],
+            "n": [f"{a} vs {b}" for a, b in zip(table["n_arm"], table["n_reference"], strict=True)],
+            "difference [95% CI]": [
+                _ci(*x) for x in zip(table["difference"], table["low"], table["high"], strict=True)
+            ],
+            "p (Welch)": table["p"].map(_f),
+            "p adjusted": table["p_adjusted"].map(_f),
+            "decision": table["decision"],
+            "power (observed SD)": table["power_observed"].map(lambda v: _f(v, 2)),
+            "power (planned SD)": table["power_planned"].map(lambda v: _f(v, 2)),
+            "question": table["question"],
+        }
+    )
+
+
+def study_tables(
+    runset: RunSet, cfg: ExperimentConfig
+) -> dict[str, tuple[pd.DataFrame, pd.DataFrame, list[str]]]:
+    """`{table name: (csv frame, markdown view, notes)}` for STUDY_TABLES."""
+    endpoints = run_endpoints(runset, cfg)
+    arm_notes, planned_notes, exploratory_notes = _notes(cfg.study)
+    arms = arms_table(runset, cfg, endpoints)
+    planned = contrasts_table(endpoints, cfg.study, planned=True)
+    exploratory = contrasts_table(endpoints, cfg.study, planned=False)
+    return {
+        "arms": (arms, arms_view(arms), arm_notes),
+        "planned": (planned, contrasts_view(planned), planned_notes),
+        "exploratory": (exploratory, contrasts_view(exploratory), exploratory_notes),
+    }
+
+
+SECTION_TITLES = {
+    "planned": "Planned contrasts (pre-registered)",
+    "exploratory": "Exploratory contrasts (not pre-registered tests)",
+    "arms": "Study arms: endpoint per arm",
+}
