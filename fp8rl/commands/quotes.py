@@ -1,0 +1,49 @@
+"""`fp8rl quotes`: regenerate (`--write`) or check (`--check`) the result figures that README.md and
+docs/ quote from the published tables (fp8rl.report.quotes)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fp8rl.commands.common import UsageError
+
+
+def cmd_quotes(args: argparse.Namespace) -> int:
+    from fp8rl.report.quotes import QUOTING_FILES, QuoteError, render, stale_blocks
+
+    root, published = Path(args.root), Path(args.published or Path(args.root) / "results" / "published")
+    try:
+        if args.write:
+            for name in QUOTING_FILES:
+                path = root / name
+                if path.is_file():
+                    text = path.read_text(encoding="utf-8")
+                    new = render(text, published, name)
+                    if new != text:
+                        path.write_text(new, encoding="utf-8")
+                        print(f"updated {name}")
+            return 0
+        stale = stale_blocks(root, published)
+    except QuoteError as exc:
+        raise UsageError(str(exc)) from None
+    if stale:
+        print(
+            "quoted results differ from the published tables (run `fp8rl quotes --write`):", file=sys.stderr
+        )
+        for s in stale:
+            print(f"  {s}", file=sys.stderr)
+        return 1
+    print("every quoted result matches its published table")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("quotes", help="check or regenerate the result figures README.md and docs/ quote")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true", help="exit 1 naming every block that differs")
+    mode.add_argument("--write", action="store_true", help="rewrite the blocks from the tables")
+    p.add_argument("--root", default=".", help="the repository root (default: .)")
+    p.add_argument("--published", help="default: ROOT/results/published")
+    p.set_defaults(func=cmd_quotes)

@@ -1,0 +1,346 @@
+"""The result figures that README.md and docs/ quote, generated from the published tables.
+
+A quoted block sits between `<!-- fp8rl:results NAME -->` and `<!-- /fp8rl:results -->` in a markdown
+file; `fp8rl quotes --write` regenerates every block from `results/published/{tier}/tables/*.csv`, and
+`fp8rl quotes --check` (run by the test suite) fails naming the file and block when one differs from
+what the tables give. So a figure in the text cannot drift from its table, and a re-publication updates
+the text in one command. Words that depend on a figure ("the interval excludes 0") are generated with
+it; prose outside the blocks quotes no result figures (tests/unit/report/test_quotes.py checks both).
+
+Formats: clip fractions in % and their differences in percentage points (pp), each with its 95 %
+interval as the table gives it; **bold** marks an interval that excludes 0.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+BEGIN = re.compile(r"<!-- fp8rl:results (?P<name>[a-z0-9-]+) -->\n")
+END = "<!-- /fp8rl:results -->"
+# The markdown files that hold quoted blocks, relative to the repository root.
+QUOTING_FILES = ("README.md", "docs/mechanism.md", "docs/stress.md", "docs/attribution.md")
+SIGNIFICANCE_NOTE = "**bold**: the 95 % interval excludes 0."
+
+
+class QuoteError(ValueError):
+    """A block names no known generator, or its table is missing."""
+
+
+# ------------------------------------------------------------------------------------------ formats
+
+
+def _fmt(x: float, digits: int = 2, sign: bool = False) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    text = f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+    return text.replace("-", "−")
+
+
+def pct(row: pd.Series, col: str) -> str:
+    """`1.26 % [0.98, 1.54]` from the columns `col`, `col ci_low`, `col ci_high` (fractions)."""
+    est = 100 * row[col]
+    lo, hi = 100 * row.get(f"{col} ci_low", math.nan), 100 * row.get(f"{col} ci_high", math.nan)
+    interval = "" if math.isnan(lo) else f" [{_fmt(lo)}, {_fmt(hi)}]"
+    return f"{_fmt(est)} %{interval}"
+
+
+def pp(est: float, lo: float, hi: float) -> str:
+    """`+0.70 pp [−0.05, +1.34]` from fractions; bold when the interval excludes 0."""
+    if est is None or math.isnan(est):
+        return "n/a"
+    if math.isnan(lo):
+        return f"{_fmt(100 * est, sign=True)} pp (no interval)"
+    text = f"{_fmt(100 * est, sign=True)} pp [{_fmt(100 * lo, sign=True)}, {_fmt(100 * hi, sign=True)}]"
+    return f"**{text}**" if lo > 0 or hi < 0 else text
+
+
+def pp_point(est: float) -> str:
+    """`+0.70 pp` from a fraction, without its interval."""
+    return f"{_fmt(100 * est, sign=True)} pp"
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _table(published: Path, tier: str, name: str) -> pd.DataFrame:
+    path = published / tier / "tables" / f"{name}.csv"
+    if not path.is_file():
+        raise QuoteError(f"{path}: not published (run the tier and `fp8rl publish {tier}` first)")
+    return pd.read_csv(path)
+
+
+# ------------------------------------------------------------------------------------------ blocks
+
+
+def smoke_clipping(published: Path) -> str:
+    """Negative-advantage clipping per variant and algorithm, its Δ vs bf16, and the paired excess."""
+    comp = _table(published, "smoke", "comparison")
+    algos = [a for a in ("grpo", "dapo") if a in set(comp["algo"])]
+    get = {(r["algo"], r["variant"]): r for _, r in comp.iterrows()}
+    variants = [
+        v for v in ("fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib") if any((a, v) in get for a in algos)
+    ]
+    rows = [["`clip/low_neg`, bf16"] + [pct(get[(a, "bf16")], "clip_low_neg") for a in algos]]
+    for v in variants:
+        rows.append(
+            [f"{v}, Δ vs bf16"]
+            + [
+                pp(*(get[(a, v)][f"clip_low_neg {k}"] for k in ("delta", "delta_ci_low", "delta_ci_high")))
+                for a in algos
+            ]
+        )
+        rows.append(
+            [f"{v} / bf16"]
+            + [_fmt(get[(a, v)]["clip_low_neg"] / get[(a, "bf16")]["clip_low_neg"]) + "×" for a in algos]
+        )
+    for v in variants:
+        rows.append(
+            [f"paired excess clipping, {v}"]
+            + [
+                pp(*(get[(a, v)][k] for k in ("excess_clip", "excess_clip ci_low", "excess_clip ci_high")))
+                for a in algos
+            ]
+        )
+    header = [""] + [a.upper() for a in algos]
+    return _markdown_table(header, rows) + "\n\n" + SIGNIFICANCE_NOTE
+
+
+def _excludes_zero(lo: float, hi: float) -> bool:
+    return not (math.isnan(lo) or math.isnan(hi)) and (lo > 0 or hi < 0)
+
+
+def smoke_verdicts(published: Path) -> str:
+    """Per algorithm, the sentences the smoke tier's conclusions rest on, with their figures: does FP8
+    clip more than bf16, does calibration bring it within 20 % of bf16, is its paired excess below
+    plain FP8's."""
+    comp = _table(published, "smoke", "comparison")
+    get = {(r["algo"], r["variant"]): r for _, r in comp.iterrows()}
+    lines = []
+    for algo in [a for a in ("grpo", "dapo") if (a, "bf16") in get]:
+        bf16, fp8 = get[(algo, "bf16")], get.get((algo, "fp8"))
+        calib = get.get((algo, "fp8_calib"))
+        parts = []
+        if fp8 is not None:
+            d = [fp8[f"clip_low_neg {k}"] for k in ("delta", "delta_ci_low", "delta_ci_high")]
+            sig = (
+                "the interval excludes 0" if _excludes_zero(d[1], d[2]) else "not significant at these seeds"
+            )
+            parts.append(
+                f"fp8 clips {_fmt(fp8['clip_low_neg'] / bf16['clip_low_neg'])}× bf16's `clip/low_neg` ({sig})"
+            )
+        if calib is not None:
+            ratio = calib["clip_low_neg"] / bf16["clip_low_neg"]
+            within = "within" if abs(ratio - 1) <= 0.2 else "not within"
+            parts.append(f"fp8_calib {_fmt(ratio)}× ({within} 20 % of bf16)")
+            if fp8 is not None:
+                below = "below" if calib["excess_clip"] < fp8["excess_clip"] else "not below"
+                parts.append(
+                    f"fp8_calib's paired excess ({pp_point(calib['excess_clip'])}) is "
+                    f"{below} plain fp8's ({pp_point(fp8['excess_clip'])})"
+                )
+        lines.append(f"- {algo.upper()}: " + "; ".join(parts) + ".")
+    return "\n".join(lines)
+
+
+def smoke_bases(published: Path) -> str:
+    """The spread of the per-seed base models the smoke runs start from."""
+    bases = _table(published, "smoke", "base_models")
+    acc, loss = bases["acc/test_greedy"], bases["loss/final"]
+    return (
+        f"{len(bases)} base models (one per seed): greedy test accuracy {_fmt(acc.min())}–{_fmt(acc.max())}, "
+        f"final SFT loss {_fmt(loss.min(), 3)}–{_fmt(loss.max(), 3)} (`tables/base_models.csv`)."
+    )
+
+
+def mechanism_excess(published: Path) -> str:
+    """Excess clipping per noise dose, format and variant (GRPO, tensorwise, FP8 KV cache on), with the
+    share of plain FP8's excess that calibration removes."""
+    mech = _table(published, "mechanism", "mechanism")
+    sel = mech[
+        (mech["algo"] == "grpo") & (mech["granularity"] == "tensorwise") & (mech["kv_cache"].astype(bool))
+    ]
+    formats = [f for f in ("hybrid", "e5m2", "e4m3") if f in set(sel["format"])]
+    doses = sorted(sel["noise_scale"].unique())
+    header = ["noise dose s"]
+    for f in formats:
+        header += [f"fp8, {f}", f"fp8_calib, {f}", f"removed by calib, {f}"]
+    rows = []
+    for s in doses:
+        cells = [_fmt(s, 0)]
+        for f in formats:
+            at = sel[(sel["noise_scale"] == s) & (sel["format"] == f)].set_index("variant")
+            for v in ("fp8", "fp8_calib"):
+                r = at.loc[v] if v in at.index else None
+                cells.append(
+                    "n/a"
+                    if r is None
+                    else pp(r["excess_clip"], r["excess_clip ci_low"], r["excess_clip ci_high"])
+                )
+            if {"fp8", "fp8_calib"} <= set(at.index) and at.loc["fp8", "excess_clip"] > 0:
+                cells.append(
+                    f"{_fmt(100 * (1 - at.loc['fp8_calib', 'excess_clip'] / at.loc['fp8', 'excess_clip']), 0)} %"
+                )
+            else:
+                cells.append("n/a")
+        rows.append(cells)
+    bf16 = sel["bf16_clip_low_neg"].dropna()
+    ref = f"bf16's own `clip/low_neg`: {_fmt(100 * bf16.iloc[0])} %." if len(bf16) else ""
+    return _markdown_table(header, rows) + "\n\n" + SIGNIFICANCE_NOTE + (" " + ref if ref else "")
+
+
+def mechanism_verdicts(published: Path) -> str:
+    """The mechanism tier's conclusions with their figures (GRPO, FP8 KV cache on): where plain FP8's
+    excess clipping is significant at s = 1, how it grows per doubling of the dose, and what share of it
+    calibration removes, over the granularities measured."""
+    mech = _table(published, "mechanism", "mechanism")
+    sel = mech[(mech["algo"] == "grpo") & (mech["kv_cache"].astype(bool))]
+    lines = []
+    plain1 = sel[(sel["variant"] == "fp8") & (sel["noise_scale"] == 1) & (sel["format"] == "hybrid")]
+    sig = sorted(
+        r["granularity"]
+        for _, r in plain1.iterrows()
+        if _excludes_zero(r["excess_clip ci_low"], r["excess_clip ci_high"])
+    )
+    rest = sorted(set(plain1["granularity"]) - set(sig))
+    lines.append(
+        f"- Plain FP8 (s = 1, hybrid): excess clipping {pp_point(plain1['excess_clip'].min())} to "
+        f"{pp_point(plain1['excess_clip'].max())} over the granularities; the interval excludes 0 for "
+        f"{', '.join(sig) or 'none'}" + (f", not for {', '.join(rest)}" if rest else "") + "."
+    )
+    for fmt in [f for f in ("hybrid", "e5m2") if f in set(sel["format"])]:
+        fp8 = sel[(sel["variant"] == "fp8") & (sel["format"] == fmt) & (sel["granularity"] == "tensorwise")]
+        by_dose = fp8.set_index("noise_scale")["excess_clip"].sort_index()
+        steps = [
+            by_dose.iloc[i + 1] / by_dose.iloc[i] for i in range(len(by_dose) - 1) if by_dose.iloc[i] > 0
+        ]
+        if steps:
+            lines.append(
+                f"- Growth with the dose ({fmt}, tensorwise): ×{_fmt(min(steps), 1)} to ×{_fmt(max(steps), 1)} per "
+                f"doubling ({' → '.join(pp_point(v) for v in by_dose)})."
+            )
+    for dose in sorted(sel["noise_scale"].unique()):
+        at = sel[(sel["noise_scale"] == dose) & (sel["format"] == "hybrid")]
+        shares = []
+        for g, grp in at.groupby("granularity"):
+            v = grp.set_index("variant")["excess_clip"]
+            if {"fp8", "fp8_calib"} <= set(v.index) and v["fp8"] > 0:
+                shares.append((1 - v["fp8_calib"] / v["fp8"], g))
+        if shares:
+            lo, hi = min(shares), max(shares)
+            lines.append(
+                f"- Calibration at s = {_fmt(dose, 0)} (hybrid) removes {_fmt(100 * lo[0], 0)} % ({lo[1]}) to "
+                f"{_fmt(100 * hi[0], 0)} % ({hi[1]}) of plain FP8's excess clipping (point estimates)."
+            )
+    return "\n".join(lines)
+
+
+def _interval(est: float, lo: float, hi: float, digits: int = 2) -> str:
+    if math.isnan(lo):
+        return _fmt(est, digits)
+    return f"{_fmt(est, digits)} [{_fmt(lo, digits)}, {_fmt(hi, digits)}]"
+
+
+def stress_divergence(published: Path) -> str:
+    """Divergence counts with exact 95 % intervals and final accuracy per variant and dose, and the
+    logistic breaking dose (ED50) per swept variant, from the stress tier's stability tables."""
+    stab = _table(published, "stress", "stability")
+    variants = [
+        v for v in ("bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib") if v in set(stab["variant"])
+    ]
+    doses = sorted(stab["noise"].unique())
+    rows = []
+    for dose in doses:
+        cells = [_fmt(dose, 0)]
+        for v in variants:
+            r = stab[(stab["variant"] == v) & (stab["noise"] == dose)]
+            if r.empty:
+                cells.append("")
+                continue
+            r = r.iloc[0]
+            cells.append(
+                f"{int(r['diverged'])}/{int(r['runs'])} [{_fmt(r['diverged_low'])}, {_fmt(r['diverged_high'])}]; "
+                f"acc {_interval(r['final_acc'], r['final_acc_low'], r['final_acc_high'])}"
+            )
+        rows.append(cells)
+    out = _markdown_table(["dose"] + variants, rows)
+    method = (
+        "the exact (Clopper–Pearson) 95 % interval"
+        if "fisher_p" in stab
+        else "the Wilson 95 % interval of the tables' older method"
+    )
+    out += (
+        f"\n\nEach cell: runs diverged / runs, with {method} of the rate; final accuracy (mean over the "
+        "last steps) with its t-interval over seeds."
+    )
+    fisher = stab[stab["fisher_p"].notna()] if "fisher_p" in stab else stab.iloc[0:0]
+    if not fisher.empty:
+        tests = "; ".join(
+            f"{r['variant']} vs {r['vs']} at dose {_fmt(r['noise'], 0)}: {int(r['diverged'])}/{int(r['runs'])} vs "
+            f"{r['vs_diverged']}, p = {_fmt(r['fisher_p'])}"
+            for _, r in fisher.iterrows()
+            if r["diverged"] > 0 or str(r["vs_diverged"]).split("/")[0] != "0"
+        )
+        if tests:
+            out += f" Fisher's exact test, two-sided: {tests}."
+    breaking = published / "stress" / "tables" / "breaking_dose.csv"
+    bd = pd.read_csv(breaking) if breaking.is_file() else pd.DataFrame()
+    if "ed50" in bd:  # tables published before the logistic fit have no ED50
+        lines = [
+            f"- {r['variant']}: diverged {r['diverged_by_dose']} at doses {r['doses']}; ED50 "
+            f"{_interval(r['ed50'], r['ed50_low'], r['ed50_high'], 1)} ({r['fit']})"
+            for _, r in bd.iterrows()
+        ]
+        out += "\n\nDose at which half the runs break (logistic fit on log2 dose, profile-likelihood 95 % interval):\n\n"
+        out += "\n".join(lines)
+    return out
+
+
+GENERATORS: dict[str, Callable[[Path], str]] = {
+    "smoke-clipping": smoke_clipping,
+    "smoke-bases": smoke_bases,
+    "smoke-verdicts": smoke_verdicts,
+    "mechanism-excess": mechanism_excess,
+    "mechanism-verdicts": mechanism_verdicts,
+    "stress-divergence": stress_divergence,
+}
+
+
+# ------------------------------------------------------------------------------------------ files
+
+
+def render(text: str, published: Path, source: str = "") -> str:
+    """`text` with every quoted block regenerated from the tables under `published`."""
+    out, pos = [], 0
+    for m in BEGIN.finditer(text):
+        end = text.find(END, m.end())
+        if end < 0:
+            raise QuoteError(f"{source}: block {m['name']!r} has no closing {END}")
+        if m["name"] not in GENERATORS:
+            raise QuoteError(f"{source}: unknown block {m['name']!r}; known: {', '.join(GENERATORS)}")
+        out += [text[pos : m.end()], GENERATORS[m["name"]](published).rstrip("\n") + "\n"]
+        pos = end
+    return "".join(out) + text[pos:]
+
+
+def stale_blocks(root: Path, published: Path) -> list[str]:
+    """`file: block` for every quoted block whose text differs from what the tables give."""
+    stale = []
+    for name in QUOTING_FILES:
+        path = root / name
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8")
+        new = render(text, published, name)
+        if new != text:
+            old_blocks = {m["name"]: text[m.end() : text.find(END, m.end())] for m in BEGIN.finditer(text)}
+            new_blocks = {m["name"]: new[m.end() : new.find(END, m.end())] for m in BEGIN.finditer(new)}
+            stale += [f"{name}: {b}" for b in old_blocks if old_blocks[b] != new_blocks.get(b)]
+    return stale
