@@ -49,7 +49,7 @@ def _raw() -> dict:
         (lambda s: s["arms"].update(ghost="grpo/chain/fp8/tensorwise/s9"), "no cell of the matrix"),
         (lambda s: s["planned"].append({"name": "x", "arm": "fp8", "reference": "nope"}), "unknown arm"),
         (lambda s: s["planned"].append({"name": "x", "arm": "fp8", "reference": "fp8"}), "against itself"),
-        (lambda s: s.update(min_seeds=6), "planned arm with 5 seeds"),
+        (lambda s: s.update(min_seeds=9), "planned arm with 8 seeds"),
         (lambda s: s.update(test="mann_whitney"), "welch_t"),
         (lambda s: s.pop("min_effect"), "min_effect"),
     ],
