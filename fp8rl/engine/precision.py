@@ -135,6 +135,9 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
     emulated = not (real_fp8 or (not spec.fp8 and not spec.fp16 and cuda))
     if spec.fp16:
         bf16_path = "fp16-emulated"
+    elif not cuda and fp8.fastgemm.enabled():  # `fast` numerics: real bf16 GEMMs where faster
+        bf16_path = "bf16 (cpu, real where faster)"
+        fp8_path = fp8_path if real_fp8 or runtime.noise_scale != 1 else fp8_path + " (bf16 GEMM)"
     gemms = {
         "policy": fp8_path if (spec.fp8 and f.gemms) else bf16_path,
         # the FP8 rollout copy quantizes weights and activations per recipe, then computes in fp32

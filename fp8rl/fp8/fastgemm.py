@@ -158,30 +158,37 @@ def prepare(x: torch.Tensor, spec, scale: torch.Tensor | None = None) -> Operand
     return Operand(round_to_grid_(x * scale, f).to(torch.bfloat16), scale, tiling)
 
 
-def fp8_mm(a: Operand, b: Operand) -> torch.Tensor:
+def fp8_mm(a: Operand, b: Operand, *, bf16_out: bool = False) -> torch.Tensor:
     """`a · bᵀ` ([M, K] · [N, K]ᵀ) of two prepared FP8 operands, as FP8 hardware computes it (module
     docstring): a bf16 GEMM of the FP8 values, products summed in fp32, the scales applied to its output
-    in fp32 (per K block for blockwise). fp32 result."""
+    in fp32 (per K block for blockwise). fp32 result, or with `bf16_out` the result rounded to bf16 (what
+    the FP8 layers keep of their outputs; one pass less)."""
     if _tiled(a) or _tiled(b):
-        return _blockwise(a, b)
-    out = (a.values @ b.values.t()).float()
+        out = _blockwise(a, b)
+        return out.to(torch.bfloat16) if bf16_out else out
+    out = a.values @ b.values.t()  # bf16
     inv_a = None if a.scale is None else a.scale.reciprocal()  # () or [M, 1]
     inv_b = None if b.scale is None else b.scale.reciprocal().reshape(-1)  # () or [N]
-    if inv_a is not None and inv_b is not None and inv_a.dim() == 0 and inv_b.dim() == 0:
-        return out.mul_(inv_a * inv_b)
+    if inv_a is None and inv_b is None:
+        return out if bf16_out else out.float()
+    if (inv_a is None or inv_a.dim() == 0) and (inv_b is None or inv_b.dim() == 0):
+        inv = float((inv_a if inv_b is None else inv_b if inv_a is None else inv_a * inv_b).item())
+        # in place on the bf16 output: the product in fp32 (bf16's opmath), rounded to bf16 once
+        return out.mul_(inv) if bf16_out else out.float().mul_(inv)
+    out = out.float()
     if inv_a is not None:
         out.mul_(inv_a)
     if inv_b is not None:
         out.mul_(inv_b)
-    return out
+    return out.to(torch.bfloat16) if bf16_out else out
 
 
 def _tiled(op: Operand) -> bool:
     return op.scale is not None and op.tiling.tiled
 
 
-def _k_block_scales(op: Operand, rows: int, block: int) -> torch.Tensor:
-    """[nk, rows, 1] (or broadcastable) inverse scales of one operand per K block: block1d scales are
+def _k_block_scales(op: Operand, rows: int) -> torch.Tensor:
+    """[nk, rows, 1] (or broadcastable) fp32 inverse scales of one operand per K block: block1d scales are
     [rows, nk], block2d [row tiles, nk] (each row tile's scale repeated over its rows); tensorwise and
     rowwise broadcast; folded scales are 1."""
     from fp8rl.fp8.tiling import Granularity
@@ -196,22 +203,20 @@ def _k_block_scales(op: Operand, rows: int, block: int) -> torch.Tensor:
         return inv.reshape(1, rows, 1)
     if g is Granularity.BLOCK2D:
         inv = inv.repeat_interleave(op.tiling.block, dim=0)[:rows]
-    return inv.t().unsqueeze(-1)
+    return inv.t().unsqueeze(-1).contiguous()
 
 
 def _blockwise(a: Operand, b: Operand) -> torch.Tensor:
     """One bf16 partial product per K block (128 wide), each promoted to fp32 and scaled by its row's and
-    column's block scales, the partials summed in fp32."""
+    column's block scales, the partials summed in fp32 (in K order)."""
     m, k = a.values.shape
     n = b.values.shape[0]
     block = a.tiling.block if _tiled(a) else b.tiling.block
-    nk = -(-k // block)
-    qa, qb = a.values, b.values
-    if nk * block != k:
-        qa = torch.nn.functional.pad(qa, (0, nk * block - k))
-        qb = torch.nn.functional.pad(qb, (0, nk * block - k))
-    pa = qa.reshape(m, nk, block).transpose(0, 1)  # [nk, M, block]
-    pb = qb.reshape(n, nk, block).permute(1, 2, 0)  # [nk, block, N]
-    partial = torch.bmm(pa, pb).float()  # [nk, M, N]
-    partial.mul_(_k_block_scales(a, m, block)).mul_(_k_block_scales(b, n, block).transpose(1, 2))
-    return partial.sum(0)
+    sa, sb = _k_block_scales(a, m), _k_block_scales(b, n)
+    out = None
+    for i, k0 in enumerate(range(0, k, block)):
+        partial = a.values[:, k0 : k0 + block] @ b.values[:, k0 : k0 + block].t()  # bf16 [M, N]
+        scaled = torch.mul(partial, sa[i if sa.shape[0] > 1 else 0])  # fp32 (type promotion)
+        row = sb[i if sb.shape[0] > 1 else 0].reshape(1, -1) if sb.shape[1] > 1 else sb.reshape(())
+        out = scaled.mul_(row) if out is None else out.addcmul_(scaled, row)
+    return out

@@ -244,16 +244,19 @@ class _BF16LinearFn(torch.autograd.Function):
         return dx, dw, db
 
 
-def _fast_fp8_gemm(a, b, spec, rule, rt: FP8Runtime, *, scale_a=None, scale_b=None, qa=None, qb=None):
+def _fast_fp8_gemm(
+    a, b, spec, rule, rt: FP8Runtime, *, scale_a=None, scale_b=None, qa=None, qb=None, bf16_out=False
+):
     """One GEMM of `_FastFP8LinearFn`: a real bf16 GEMM of the FP8 values (fp8rl.fp8.fastgemm) when the
-    rule takes this size, else the emulated one (`fp8_gemm`); `qa`/`qb` prepared operands to reuse."""
+    rule takes this size, else the emulated one (`fp8_gemm`); `qa`/`qb` prepared operands to reuse;
+    `bf16_out`: the result may come rounded to bf16 (fp32 otherwise)."""
     m, k, n = a.shape[0], a.shape[1], b.shape[0]
     if not rule.use_real(m, k, n):
         return fp8_gemm(a, b, spec, scale_a=scale_a, scale_b=scale_b, counter=rt.gemms)
     qa = qa if qa is not None else fastgemm.prepare(a, spec.a, scale_a)
     qb = qb if qb is not None else fastgemm.prepare(b, spec.b, scale_b)
     rt.gemms.add("bf16")
-    return fastgemm.fp8_mm(qa, qb)
+    return fastgemm.fp8_mm(qa, qb, bf16_out=bf16_out)
 
 
 class _FastFP8LinearFn(torch.autograd.Function):
@@ -273,7 +276,9 @@ class _FastFP8LinearFn(torch.autograd.Function):
         real = rule.use_real(x2.shape[0], x2.shape[1], weight.shape[0])
         qx = fastgemm.prepare(x2, out.a, sx) if real else None
         qw = fastgemm.prepare(weight, out.b, sw) if real else None
-        y = _fast_fp8_gemm(x2, weight, out, rule, rt, scale_a=sx, scale_b=sw, qa=qx, qb=qw)
+        y = _fast_fp8_gemm(
+            x2, weight, out, rule, rt, scale_a=sx, scale_b=sw, qa=qx, qb=qw, bf16_out=bias is None
+        )
         if bias is not None:
             y = y + bias.float()
         # a weight whose quantization does not depend on the axis serves the grad-input GEMM transposed;
@@ -301,7 +306,8 @@ class _FastFP8LinearFn(torch.autograd.Function):
             qdy = fastgemm.prepare(dy2, gi.a, sdy)
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx2 = _fast_fp8_gemm(dy2, weight.t(), gi, rule, rt, scale_a=sdy, scale_b=sw, qa=qdy, qb=keep_w)
+            dx2 = _fast_fp8_gemm(dy2, weight.t(), gi, rule, rt, scale_a=sdy, scale_b=sw, qa=qdy, qb=keep_w,
+                                 bf16_out=True)  # fmt: skip
             dx = round_to_bf16(dx2).reshape(ctx.x_shape).to(dy.dtype)
         if ctx.needs_input_grad[1]:
             dw = _fast_fp8_gemm(dy2.t(), x2.t(), gw, rule, rt, scale_a=sdy, scale_b=sx,

@@ -107,8 +107,9 @@ class RolloutLinear(QuantizedLinearBase):
         if self.act_spec is None:
             y = x2.to(torch.bfloat16) @ w.values.t()
             return y if self.bias is None else (y.float() + self.bias.float()).to(torch.bfloat16)
-        y = fastgemm.fp8_mm(fastgemm.prepare(x2, self.act_spec), w)
-        return round_to_bf16(y if self.bias is None else y + self.bias.float())
+        if self.bias is None:
+            return fastgemm.fp8_mm(fastgemm.prepare(x2, self.act_spec), w, bf16_out=True)
+        return round_to_bf16(fastgemm.fp8_mm(fastgemm.prepare(x2, self.act_spec), w) + self.bias.float())
 
 
 class RolloutPolicyMixin:
