@@ -147,6 +147,16 @@ def smoke_verdicts(published: Path) -> str:
                     f"{below} plain fp8's ({pp_point(fp8['excess_clip'])})"
                 )
         lines.append(f"- {algo.upper()}: " + "; ".join(parts) + ".")
+    status = {k: int(comp[k].sum()) for k in ("ok", "diverged", "failed", "missing") if k in comp}
+    evals = [c[: -len(" delta")] for c in comp.columns if c.endswith(" delta") and "/" in c]
+    sig = sorted(
+        {f"{r['variant']} {e} ({r['algo']})" for _, r in comp.iterrows() for e in evals
+         if _excludes_zero(r[f"{e} delta_ci_low"], r[f"{e} delta_ci_high"])}
+    )  # fmt: skip
+    lines.append(
+        "- Runs: " + ", ".join(f"{n} {k}" for k, n in status.items()) + "; eval scores whose Δ vs bf16 "
+        "excludes 0: " + (", ".join(sig) if sig else "none") + "."
+    )
     return "\n".join(lines)
 
 
@@ -271,14 +281,10 @@ def stress_divergence(published: Path) -> str:
             )
         rows.append(cells)
     out = _markdown_table(["dose"] + variants, rows)
-    method = (
-        "the exact (Clopper–Pearson) 95 % interval"
-        if "fisher_p" in stab
-        else "the Wilson 95 % interval of the tables' older method"
-    )
+    method = "exact, Clopper–Pearson" if "fisher_p" in stab else "Wilson: the older method these tables carry"
     out += (
-        f"\n\nEach cell: runs diverged / runs, with {method} of the rate; final accuracy (mean over the "
-        "last steps) with its t-interval over seeds."
+        f"\n\nEach cell: runs diverged / runs, with the 95 % interval of the rate ({method}); final accuracy "
+        "(mean over the last steps) with its t-interval over seeds."
     )
     fisher = stab[stab["fisher_p"].notna()] if "fisher_p" in stab else stab.iloc[0:0]
     if not fisher.empty:

@@ -1,0 +1,89 @@
+"""The figures README.md and docs/ quote come from the published tables (fp8rl.report.quotes)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fp8rl.report.quotes import BEGIN, END, QUOTING_FILES, QuoteError, pp, render, stale_blocks
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _smoke_tables(root: Path, bf16=0.0126, delta=(0.0070, -0.0005, 0.0134)) -> Path:
+    """A published smoke comparison with the columns `fp8rl report` writes (those the block reads)."""
+    tables = root / "smoke" / "tables"
+    tables.mkdir(parents=True)
+    rows = []
+    for algo in ("grpo", "dapo"):
+        for v in ("bf16", "fp8"):
+            d = (float("nan"),) * 3 if v == "bf16" else delta
+            rows.append({"algo": algo, "variant": v, "clip_low_neg": bf16 if v == "bf16" else bf16 + d[0],
+                         "clip_low_neg ci_low": 0.0082, "clip_low_neg ci_high": 0.0182,
+                         "clip_low_neg delta": d[0], "clip_low_neg delta_ci_low": d[1],
+                         "clip_low_neg delta_ci_high": d[2], "excess_clip": 0.0079,
+                         "excess_clip ci_low": 0.0051, "excess_clip ci_high": 0.0107})  # fmt: skip
+    pd.DataFrame(rows).to_csv(tables / "comparison.csv", index=False)
+    return root
+
+
+def test_a_block_is_generated_from_its_table(tmp_path):
+    published = _smoke_tables(tmp_path)
+    text = "intro\n<!-- fp8rl:results smoke-clipping -->\nold figures\n<!-- /fp8rl:results -->\nafter\n"
+    out = render(text, published)
+    assert out.startswith("intro\n<!-- fp8rl:results smoke-clipping -->\n|  | GRPO | DAPO |")
+    assert "| `clip/low_neg`, bf16 | 1.26 % [0.82, 1.82] |" in out
+    assert "| fp8, Δ vs bf16 | +0.70 pp [−0.05, +1.34] |" in out  # interval spans 0: not bold
+    assert "**+0.79 pp [+0.51, +1.07]**" in out and out.endswith(END + "\nafter\n")
+    assert render(out, published) == out  # regenerating changes nothing
+
+
+def test_a_changed_table_makes_the_text_stale(tmp_path):
+    published = _smoke_tables(tmp_path / "a")
+    (tmp_path / "README.md").write_text(
+        render("<!-- fp8rl:results smoke-clipping -->\n<!-- /fp8rl:results -->\n", published)
+    )
+    assert stale_blocks(tmp_path, published) == []
+    moved = _smoke_tables(tmp_path / "b", delta=(0.0050, 0.0010, 0.0090))
+    assert stale_blocks(tmp_path, moved) == ["README.md: smoke-clipping"]
+
+
+def test_unknown_blocks_and_missing_tables_are_named(tmp_path):
+    with pytest.raises(QuoteError, match="unknown block 'nope'"):
+        render("<!-- fp8rl:results nope -->\n<!-- /fp8rl:results -->", tmp_path, "README.md")
+    with pytest.raises(QuoteError, match="comparison.csv: not published"):
+        render("<!-- fp8rl:results smoke-clipping -->\n<!-- /fp8rl:results -->", tmp_path, "README.md")
+
+
+def test_significance_is_bold_only_when_the_interval_excludes_zero():
+    assert pp(0.01, 0.002, 0.02).startswith("**") and pp(-0.01, -0.02, -0.001).startswith("**")
+    assert not pp(0.01, -0.002, 0.02).startswith("**")
+
+
+def test_the_repository_quotes_match_the_published_tables():
+    assert stale_blocks(REPO, REPO / "results" / "published") == []
+
+
+# A result figure: a decimal number, a percentage or a percentage-point difference (the confidence
+# level, "95 %", is a method, not a result). Config values are written as code (`lr: 3.0e-5`).
+FIGURE = re.compile(r"(?<![\w.])[+−-]?\d+\.\d+(?![\w.])|(?<!\d)(?!95 ?%)\d+(\.\d+)? ?%|\d pp\b")
+
+
+def _results_prose(name: str) -> str:
+    text = (REPO / name).read_text(encoding="utf-8")
+    if name == "README.md":  # the Results section only: the rest of the README is set-up and design
+        text = text.split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
+    text = re.sub(r"```.*?```", "", text, flags=re.S)  # commands and configs
+    text = re.sub(r"`[^`\n]*`", "", text)  # inline code: config values, file names
+    for m in list(BEGIN.finditer(text))[::-1]:
+        text = text[: m.start()] + text[text.find(END, m.end()) + len(END) :]
+    return text
+
+
+@pytest.mark.parametrize("name", [n for n in QUOTING_FILES if (REPO / n).is_file()])
+def test_prose_outside_the_blocks_quotes_no_result_figures(name):
+    found = [m.group(0) for m in FIGURE.finditer(_results_prose(name))]
+    assert found == [], f"{name}: figures outside generated blocks: {found[:10]}"
