@@ -2,8 +2,8 @@
 
 A fresh tier run's per-cell metrics (its report's `tables/comparison.csv`: one row per algo / model /
 granularity / [condition] / variant) are compared with the published report's. Each metric that the
-published table gives with a 95 % interval (the hierarchical bootstrap over its seeds, and steps for the
-training metrics: fp8rl.report.stats) has a band: that interval, widened about the published mean by
+published table gives with a 95 % interval (the t-interval over its per-seed means: fp8rl.report.stats)
+has a band: that interval, widened about the published mean by
 `--widen` (1: the interval itself), plus `--atol` for the table's rounding. The fresh mean must lie in it.
 A published cell missing from the fresh table fails too. The output states every band; the exit code is
 1 naming each metric and variant that left its band (or each missing cell), 0 when all are inside, 2 on
@@ -66,7 +66,7 @@ def check(
     with (Path(against) / TABLE).open(newline="") as fh:
         metrics = banded_metrics(next(csv.reader(fh)))
     lines = [
-        f"band: the published 95 % interval over its seeds (hierarchical bootstrap), widened x{widen:g} "
+        f"band: the published 95 % interval over its seeds (t on the per-seed means), widened x{widen:g} "
         f"about the published mean, +- {atol:g}; {len(published)} published cells, {len(metrics)} metrics"
     ]
     failures = []
