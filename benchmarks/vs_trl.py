@@ -3,23 +3,30 @@
 Job (both trainers): a randomly initialised Llama with the smoke tier's char tokenizer, GRPO, 16 prompts x
 8 samples, temperature 1, one PPO epoch with one optimizer step per rollout batch, no KL. Grid: layers
 {2, 4} x hidden {128, 256} (intermediate 2.6875 x hidden, 4 heads) x torch threads {1, 2} x new tokens
-{8, 32}; `--layers/--hidden/--threads/--new-tokens` pick a sub-grid. Per shape, every trainer runs
-`--repeats` times, interleaved (fp8rl bf16, fp8rl fp8, fp8rl fp8 + shadow, fp8rl fp8_calib, TRL; then
-again), each run one warm-up step and `--steps` timed steps; a run's step time is the median of its timed
-steps and a trainer's the median over its repeats (the machine may be shared).
+{8, 32}; `--layers/--hidden/--threads/--new-tokens` pick a sub-grid. Per shape, every run of `--runs`
+(default: all) runs `--repeats` times, interleaved (all runs once, then again), each run one warm-up step
+and `--steps` timed steps; a run's step time is the median of its timed steps and a run's figure the
+median over its repeats (the machine may be shared).
 
-TRL as its users would configure it for speed on CPU: `use_cpu`, fp32 (`bf16=False`: no bf16 autocast,
-whose matmuls most CPUs run slower than fp32), plain `model.generate` with its KV cache (vLLM does not
-run on CPU), the whole batch generated at once (`generation_batch_size` = batch), no gradient
-checkpointing, no dataloader workers, `num_iterations=1` and `beta=0` (no old-policy or reference
-forward), one log line per step (how the step's generated tokens are read). fp8rl runs its `bf16`
-variant (bf16-emulated GEMMs) with its own batched KV-cached sampler; with one update per rollout batch
-its old log-probs are the update's own forward, as TRL's are.
+Every run is its own process, in its own numerics mode (fp8rl.numerics): the math libraries choose their
+kernels once per process, so one process cannot time both modes, and TRL must not run under fp8rl's pin.
+fp8rl runs in `fast` mode (the machine's kernels, real bf16 GEMMs where faster: fp8rl.fp8.fastgemm), and
+its `bf16` variant also in `reproducible` mode (the pinned path every published table uses): `repro` is
+what the pin costs. TRL runs as its users would run it for speed on CPU, with the machine's own kernels
+(never fp8rl's pin): `use_cpu`, plain `model.generate` with its KV cache (vLLM does not run on CPU), the
+whole batch generated at once (`generation_batch_size` = batch), no activation checkpointing (checked
+at every step end: `model.is_activation_checkpointing`), no dataloader workers, `num_iterations=1` and
+`beta=0` (no old-policy or reference forward), one log line per step; in fp32 (`bf16=False`) and in bf16
+(`bf16=True`: bf16 autocast, real bf16 matmuls), and the faster of the two is TRL's figure.
 
-Printed per shape: step times, `TRL / fp8rl bf16` (target >= 2), `fp8 / bf16` (target <= 1.5), the BF16
-shadow pass's cost `(fp8+shadow - fp8) / fp8`, and calibration's own cost beyond the shadow pass
-`(fp8_calib - fp8+shadow) / fp8+shadow` (target <= 0.03). With one update per step the shadow pass only
-samples; `--mini-batches 2` runs the old-log-prob recompute and the shadow pass for real (no TRL run then).
+Runs (`--runs`): `bf16` (fp8rl bf16, fast), `bf16-repro` (fp8rl bf16, reproducible), `fp8` (fp8
+tensorwise, fast, no shadow pass), `fp8-block` (fp8 blockwise, fast), `fp8+shadow` (fp8 with the BF16
+shadow pass), `fp8_calib`, `trl-fp32`, `trl-bf16`. Printed per shape: step times, `TRL/us` (TRL's faster
+mode over fp8rl's bf16 step; target >= 2), `fp8/bf16` and `block/bf16` (targets <= 1.2), `repro` (the
+reproducible bf16 step over the fast one), the BF16 shadow pass's cost `(fp8+shadow - fp8) / fp8` and
+calibration's own cost beyond it `(fp8_calib - fp8+shadow) / fp8+shadow` (target <= 0.03). With one update
+per step the shadow pass only samples; `--mini-batches 2` runs the old-log-prob recompute and the shadow
+pass for real (no TRL run then).
 
     .venv/bin/pip install -e '.[bench]'
     .venv/bin/python benchmarks/vs_trl.py [--steps 6] [--repeats 3] [--layers 2 4] [--threads 1 2] ...
@@ -29,8 +36,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +50,17 @@ from pathlib import Path
 PROMPTS, GROUP = 16, 8
 GRID = {"layers": (2, 4), "hidden": (128, 256), "threads": (1, 2), "new_tokens": (8, 32)}
 TRL = "trl GRPOTrainer"
+# name -> (trainer, variant, granularity, trainer kwargs, numerics mode); TRL's variant is its dtype
+RUNS = {
+    "bf16": ("fp8rl", "bf16", "none", {"shadow_diagnostics": False}, "fast"),
+    "bf16-repro": ("fp8rl", "bf16", "none", {"shadow_diagnostics": False}, "reproducible"),
+    "fp8": ("fp8rl", "fp8", "tensorwise", {"shadow_diagnostics": False}, "fast"),
+    "fp8-block": ("fp8rl", "fp8", "blockwise", {"shadow_diagnostics": False}, "fast"),
+    "fp8+shadow": ("fp8rl", "fp8", "tensorwise", {}, "fast"),
+    "fp8_calib": ("fp8rl", "fp8_calib", "tensorwise", {}, "fast"),
+    "trl-fp32": ("trl", "fp32", "", {}, "fast"),
+    "trl-bf16": ("trl", "bf16", "", {}, "fast"),
+}
 
 
 @dataclass(frozen=True)
@@ -109,9 +130,10 @@ def run_fp8rl(cfg, variant: str, gran: str, data: Path, base: Path, model: str, 
     return statistics.median(r["time/step_s"] for r in rows[1:])
 
 
-def run_trl(cfg, data: Path, base: Path, out: Path, shape: Shape, callbacks=()) -> float:
+def run_trl(cfg, data: Path, base: Path, out: Path, shape: Shape, callbacks=(), bf16: bool = False) -> float:
     """Median step seconds of the same job through TRL's GRPOTrainer (module doc), from a callback;
-    `callbacks` are more `TrainerCallback`s to attach (benchmarks/step_profile.py's profiler)."""
+    `callbacks` are more `TrainerCallback`s to attach (benchmarks/step_profile.py's profiler); `bf16`:
+    TRL's bf16 mode (autocast) instead of fp32. Raises if TRL checkpointed activations in a step."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, PrinterCallback, TrainerCallback
@@ -135,8 +157,10 @@ def run_trl(cfg, data: Path, base: Path, out: Path, shape: Shape, callbacks=()) 
         def on_step_begin(self, args, state, control, **kw):
             self.starts.append(time.perf_counter())
 
-        def on_step_end(self, args, state, control, **kw):
+        def on_step_end(self, args, state, control, model=None, **kw):
             self.ends.append(time.perf_counter())
+            if model is not None and getattr(model, "is_activation_checkpointing", False):
+                raise RuntimeError("TRL checkpointed activations: the benchmark asks it not to")
 
     args = GRPOConfig(
         output_dir=str(out),
@@ -154,7 +178,7 @@ def run_trl(cfg, data: Path, base: Path, out: Path, shape: Shape, callbacks=()) 
         save_strategy="no",
         report_to="none",
         use_cpu=True,
-        bf16=False,
+        bf16=bf16,
         gradient_checkpointing=False,
         use_vllm=False,
         seed=0,
@@ -175,32 +199,72 @@ def run_trl(cfg, data: Path, base: Path, out: Path, shape: Shape, callbacks=()) 
     return statistics.median(e - s for s, e in list(zip(timer.starts, timer.ends, strict=True))[1:])
 
 
-def bench_shape(a, shape: Shape, with_trl: bool) -> dict[str, float]:
-    """Median step seconds per trainer on one shape, the trainers interleaved over `a.repeats`."""
+def _child(spec: dict) -> float:
+    """One run in this process (the `--child` side): its median step seconds."""
+    cfg = _cfg(spec["config"], spec["steps"], Shape(*spec["shape"]), spec["mini_batches"])
+    trainer, variant, gran, kw, _ = RUNS[spec["run"]]
+    data, base, out = Path(spec["data"]), Path(spec["base"]), Path(spec["out"])
+    if trainer == "trl":
+        return run_trl(cfg, data, base, out, Shape(*spec["shape"]), bf16=variant == "bf16")
+    return run_fp8rl(cfg, variant, gran, data, base, spec["model"], out, **kw)
+
+
+def run_in_child(spec: dict) -> float:
+    """`spec`'s run in a fresh process in the run's numerics mode (module doc)."""
+    mode = RUNS[spec["run"]][4]
+    env = {**os.environ, "FP8RL_NUMERICS": mode}
+    for key in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_DYNAMIC"):
+        env.pop(key, None)  # fp8rl applies the pin itself in reproducible mode
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(spec)], env=env, capture_output=True, text=True
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("STEP_S ")]
+    if proc.returncode or not lines:
+        raise RuntimeError(f"{spec['run']} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return float(lines[-1].split()[1])
+
+
+def bench_shape(a, shape: Shape, runs: list[str]) -> dict[str, float]:
+    """Median step seconds per run on one shape, the runs interleaved over `a.repeats`."""
     cfg = _cfg(a.config, a.steps, shape, a.mini_batches)
-    variants = [("fp8rl bf16", "bf16", "none", {"shadow_diagnostics": False}),
-                ("fp8rl fp8", "fp8", "tensorwise", {"shadow_diagnostics": False}),
-                ("fp8rl fp8+shadow", "fp8", "tensorwise", {}),
-                ("fp8rl fp8_calib", "fp8_calib", "tensorwise", {})]  # fmt: skip
     times: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         data, base, model = prepare(cfg, root)
         for rep in range(a.repeats):
-            for name, variant, gran, kw in variants:
-                out = root / f"{name.replace(' ', '_')}{rep}"
-                times.setdefault(name, []).append(run_fp8rl(cfg, variant, gran, data, base, model, out, **kw))
-            if with_trl:
-                times.setdefault(TRL, []).append(run_trl(cfg, data, base, root / f"trl{rep}", shape))
+            for name in runs:
+                spec = {"run": name, "config": a.config, "steps": a.steps, "shape": list(vars(shape).values()),
+                        "mini_batches": a.mini_batches, "data": str(data), "base": str(base), "model": model,
+                        "out": str(root / f"{name}{rep}")}  # fmt: skip
+                times.setdefault(name, []).append(run_in_child(spec))
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+COLUMNS = ("bf16", "TRL", "TRL/us", "fp8/bf16", "block/bf16", "repro", "shadow", "calib")
+
+
+def trl_best(med: dict[str, float]) -> tuple[float, str] | None:
+    """TRL's faster mode's step time and its name, if TRL ran."""
+    have = [(med[k], k[4:]) for k in ("trl-fp32", "trl-bf16") if k in med]
+    return min(have) if have else None
+
+
 def report_line(shape: Shape, med: dict[str, float]) -> str:
-    bf16, fp8, shadow, calib = (med[f"fp8rl {v}"] for v in ("bf16", "fp8", "fp8+shadow", "fp8_calib"))
-    trl = f"{med[TRL]:7.3f} {med[TRL] / bf16:6.2f}x" if TRL in med else f"{'-':>7} {'-':>7}"
+    bf16 = med["bf16"]
+
+    def ratio(num: str, den: str = "bf16", fmt: str = "{:8.2f}") -> str:
+        return fmt.format(med[num] / med[den]) if num in med and den in med else f"{'-':>8}"
+
+    def cost(num: str, den: str) -> str:
+        return f"{(med[num] - med[den]) / med[den]:+8.1%}" if num in med and den in med else f"{'-':>8}"
+
+    best = trl_best(med)
+    trl = f"{best[0]:7.3f} {best[0] / bf16:6.2f}x" if best else f"{'-':>7} {'-':>7}"
+    mode = f" (TRL {best[1]}: fp32 {med.get('trl-fp32', math.nan):.3f}, bf16 {med.get('trl-bf16', math.nan):.3f})"
     return (
-        f"{str(shape):<20} {bf16:7.3f} {trl} {fp8 / bf16:8.2f} {(shadow - fp8) / fp8:+8.1%} "
-        f"{(calib - shadow) / shadow:+8.1%}"
+        f"{str(shape):<20} {bf16:7.3f} {trl} {ratio('fp8')} {ratio('fp8-block', fmt='{:10.2f}')} "
+        f"{ratio('bf16-repro')} {cost('fp8+shadow', 'fp8')} {cost('fp8_calib', 'fp8+shadow')}"
+        + (mode if best else "")
     )
 
 
@@ -211,14 +275,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="interleaved repeats per shape; medians kept")
     for key, values in GRID.items():
         p.add_argument(f"--{key.replace('_', '-')}", type=int, nargs="+", default=list(values))
-    p.add_argument("--skip-trl", action="store_true", help="only fp8rl's variant ratios")
+    p.add_argument(
+        "--runs", nargs="+", choices=list(RUNS), default=list(RUNS), help="which runs (module doc)"
+    )
+    p.add_argument("--skip-trl", action="store_true", help="only fp8rl's runs")
     p.add_argument(
         "--mini-batches", type=int, default=1,
         help="fp8rl updates per rollout batch (>1: recompute and shadow pass run for real; no TRL run)",
     )  # fmt: skip
+    p.add_argument("--child", help=argparse.SUPPRESS)  # one run, in this process (run_in_child)
     a = p.parse_args(argv)
+    if a.child:
+        print(f"STEP_S {_child(json.loads(a.child))!r}")
+        return 0
     with_trl = not a.skip_trl and a.mini_batches == 1
-    if with_trl:
+    runs = [r for r in a.runs if with_trl or RUNS[r][0] != "trl"]
+    if "bf16" not in runs:
+        runs.insert(0, "bf16")
+    if any(RUNS[r][0] == "trl" for r in runs):
         try:
             import trl  # noqa: F401
         except ImportError:
@@ -227,17 +301,19 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [Shape(*s) for s in itertools.product(a.layers, a.hidden, a.threads, a.new_tokens)]
     print(
         f"{PROMPTS} prompts x {GROUP} samples, {a.mini_batches} update(s)/step, {a.steps} timed steps, "
-        f"median of {a.repeats} interleaved repeats; step times in s"
+        f"median of {a.repeats} interleaved repeats; step times in s; runs: {' '.join(runs)}"
     )
-    print(f"{'shape':<20} {'fp8rl':>7} {'TRL':>7} {'TRL/us':>7} {'fp8/bf16':>8} {'shadow':>8} {'calib':>8}")
+    print(f"{'shape':<20} {'bf16':>7} {'TRL':>7} {'TRL/us':>7} {'fp8/bf16':>8} {'block/bf16':>10} "
+          f"{'repro':>8} {'shadow':>8} {'calib':>8}")  # fmt: skip
     worst = math.inf
     for shape in shapes:
-        med = bench_shape(a, shape, with_trl)
+        med = bench_shape(a, shape, runs)
         print(report_line(shape, med), flush=True)
-        if TRL in med:
-            worst = min(worst, med[TRL] / med["fp8rl bf16"])
-    if with_trl:
-        print(f"slowest shape: fp8rl bf16 {worst:.2f}x faster than TRL (target >= 2)")
+        best = trl_best(med)
+        if best:
+            worst = min(worst, best[0] / med["bf16"])
+    if worst < math.inf:
+        print(f"slowest shape: fp8rl bf16 {worst:.2f}x faster than TRL's faster mode (target >= 2)")
     return 0
 
 
