@@ -177,7 +177,7 @@ def contrast_row(
         "p": p,
         "power_observed": welch_power(study.min_effect, sd_a, a.size, sd_b, b.size, alpha),
         "power_planned": welch_power(
-            study.min_effect, study.planning_sd, max(a.size, 2), study.planning_sd, max(b.size, 2), alpha
+            study.min_effect, study.planning_sd, a.size, study.planning_sd, b.size, alpha
         ),
         "question": c.question,
     }

@@ -21,6 +21,8 @@ def _config(tmp: Path, seeds: list[int]) -> Path:
     raw["task"] = {"name": "arithmetic", "levels": ["add1"], "n_train": 70, "n_test": 20, "seed": 7}
     raw["schedule"] |= {"steps": 2, "prompts_per_step": 4, "max_new_tokens": 3, "checkpoint_every": 2}
     raw["matrix"]["seeds"] = seeds
+    for condition in raw["matrix"]["conditions"]:
+        condition["seeds"] = seeds
     raw["study"]["min_seeds"] = len(seeds)
     path = tmp / "attribution.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
