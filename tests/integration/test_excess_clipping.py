@@ -7,13 +7,23 @@ reward within 3 steps, leaving no negative-advantage tokens), 4 updates per step
 between them, and every sequence re-scored by the shadow pass. Rowwise scaling: a token's FP8 forward
 does not depend on the rest of its batch, so an FP8 ratio differs from its shadow's only through the FP8
 error (with tensorwise scales, scoring a mini-batch instead of the whole batch moves the scales too).
-Sums over 3 steps and 3 seeds; at dose 16 each of 6 seeds tried clipped more under FP8 than under its
-shadow (excess +0.18 to +0.32, summed per-step fractions), at dose 1 the excess was -0.02 to +0.05.
+Sums over 3 steps and 3 seeds. The bounds hold on every kernel path, not only the pinned one: measured
+on the pinned path and three others (`numerics: fast` with MKL's generic branch, with the machine's own
+kernels, and with ATen unvectorised), the phantom/missed ratio at dose 16 was 1.78-3.83, the excess at
+dose 16 minus that at dose 1 0.36-0.56 and the dose-16 phantom clipping 9.5-27x dose 1's; the bounds
+below sit under the smallest of each (an earlier `2 x missed` bound held on one path of four). The
+alternative paths run as subprocesses in this file, so a bound that only one path meets fails here.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
+
+from fp8rl import numerics
 
 PAIRED = {
     "schedule.steps": 3,
@@ -44,8 +54,28 @@ def _phantom_sums(train, tmp_path, noise_scale: float) -> tuple[float, float]:
 def test_fp8_run_clips_more_than_its_bf16_shadow_and_more_with_the_dose(
     tier, train, tmp_path, restore_torch_globals
 ):
+    """On this process's kernel path (the pinned one, unless the environment says otherwise)."""
     low16, missed16 = _phantom_sums(train, tmp_path, 16.0)
     low1, missed1 = _phantom_sums(train, tmp_path, 1.0)
-    assert low16 > 2 * missed16, (low16, missed16)
+    assert low16 > 1.4 * missed16, (low16, missed16)
     assert low16 - missed16 > (low1 - missed1) + 0.2, (low16 - missed16, low1 - missed1)
     assert low16 > 5 * low1  # the phantom clipping itself grows with the FP8 error
+
+
+# Kernel paths other machines take (unpinned): MKL's generic branch; ATen without vectorisation.
+OTHER_PATHS = {
+    "mkl-compatible": {"MKL_CBWR": "COMPATIBLE"},
+    "aten-default": {"ATEN_CPU_CAPABILITY": "default"},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", sorted(OTHER_PATHS))
+def test_the_effect_holds_on_other_kernel_paths(path):
+    """The test above, rerun unpinned on another kernel path in a child process."""
+    env = {k: v for k, v in os.environ.items() if k not in (numerics.ENV_MODE, *numerics.PINNED_ENV)}
+    env.update(OTHER_PATHS[path], **{numerics.ENV_MODE: "fast"})
+    name = f"{__file__}::test_fp8_run_clips_more_than_its_bf16_shadow_and_more_with_the_dose"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", name], env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:]
