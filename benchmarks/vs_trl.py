@@ -21,7 +21,8 @@ at every step end: `model.is_activation_checkpointing`), no dataloader workers, 
 
 Runs (`--runs`): `bf16` (fp8rl bf16, fast), `bf16-repro` (fp8rl bf16, reproducible), `fp8` (fp8
 tensorwise, fast, no shadow pass), `fp8-block` (fp8 blockwise, fast), `fp8+shadow` (fp8 with the BF16
-shadow pass), `fp8_calib`, `trl-fp32`, `trl-bf16`. Printed per shape: step times, `TRL/us` (TRL's faster
+shadow pass), `fp8_calib`, `trl-fp32`, `trl-bf16` (and `trl-fp32-pinned`: TRL fp32 under fp8rl's pin, as
+this script ran it before; never TRL's figure; not run unless asked). Printed per shape: step times, `TRL/us` (TRL's faster
 mode over fp8rl's bf16 step; target >= 2), `fp8/bf16` and `block/bf16` (targets <= 1.2), `repro` (the
 reproducible bf16 step over the fast one), the BF16 shadow pass's cost `(fp8+shadow - fp8) / fp8` and
 calibration's own cost beyond it `(fp8_calib - fp8+shadow) / fp8+shadow` (target <= 0.03). With one update
@@ -60,6 +61,8 @@ RUNS = {
     "fp8_calib": ("fp8rl", "fp8_calib", "tensorwise", {}, "fast"),
     "trl-fp32": ("trl", "fp32", "", {}, "fast"),
     "trl-bf16": ("trl", "bf16", "", {}, "fast"),
+    # TRL under fp8rl's pin, as this script ran it before issue #32: what the pin cost TRL
+    "trl-fp32-pinned": ("trl", "fp32", "", {}, "reproducible"),
 }
 
 
@@ -260,7 +263,10 @@ def report_line(shape: Shape, med: dict[str, float]) -> str:
 
     best = trl_best(med)
     trl = f"{best[0]:7.3f} {best[0] / bf16:6.2f}x" if best else f"{'-':>7} {'-':>7}"
-    mode = f" (TRL {best[1]}: fp32 {med.get('trl-fp32', math.nan):.3f}, bf16 {med.get('trl-bf16', math.nan):.3f})"
+    mode = (
+        f" (TRL {best[1]}: fp32 {med.get('trl-fp32', math.nan):.3f}, bf16 {med.get('trl-bf16', math.nan):.3f}"
+    )
+    mode += f", fp32 pinned {med['trl-fp32-pinned']:.3f})" if "trl-fp32-pinned" in med else ")"
     return (
         f"{str(shape):<20} {bf16:7.3f} {trl} {ratio('fp8')} {ratio('fp8-block', fmt='{:10.2f}')} "
         f"{ratio('bf16-repro')} {cost('fp8+shadow', 'fp8')} {cost('fp8_calib', 'fp8+shadow')}"
@@ -276,7 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     for key, values in GRID.items():
         p.add_argument(f"--{key.replace('_', '-')}", type=int, nargs="+", default=list(values))
     p.add_argument(
-        "--runs", nargs="+", choices=list(RUNS), default=list(RUNS), help="which runs (module doc)"
+        "--runs",
+        nargs="+",
+        choices=list(RUNS),
+        default=[r for r in RUNS if r != "trl-fp32-pinned"],
+        help="which runs (module doc)",
     )
     p.add_argument("--skip-trl", action="store_true", help="only fp8rl's runs")
     p.add_argument(
