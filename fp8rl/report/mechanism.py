@@ -1,7 +1,8 @@
 """The mechanism study's table and figures, for a matrix with FP8 conditions (`matrix.conditions`).
 
-`mechanism_table(comparison, runset, cfg)` has one row per (algo, model, condition, granularity,
-variant ∈ `MECHANISM_VARIANTS`), read off the comparison table (comparison.py; same seeds, same intervals):
+`mechanism_table(comparison, runset, cfg)` has one row per (algo, model, condition, granularity, FP8
+variant: plain fp8, the mismatch corrections, calibration; `fp8rl.vocabulary.VARIANT_SPECS`), read off
+the comparison table (comparison.py; same seeds, same intervals):
 
 - the condition's FP8 settings from `cfg.fp8_for(condition)`: `format` (the configured recipe format),
   `gemm_format` (what the granularity's GEMMs really use: rowwise, blockwise and mxfp8 are e4m3
@@ -41,8 +42,10 @@ from fp8rl.report.markdown import fmt, fmt_ci  # noqa: E402
 from fp8rl.report.plots import save_figure  # noqa: E402
 from fp8rl.report.stats import RANGE_METHOD, SEED_MEAN_METHOD, seed_interval, value_range  # noqa: E402
 from fp8rl.report.summaries import step_series  # noqa: E402
+from fp8rl.vocabulary import VARIANT_SPECS  # noqa: E402
 
-MECHANISM_VARIANTS = ("fp8", "fp8_calib")
+# Every FP8 variant the matrix runs has a row and a column of the figures, in the vocabulary's order.
+FP8_VARIANTS = tuple(v for v, spec in VARIANT_SPECS.items() if spec.fp8)
 SETTINGS = ["format", "gemm_format", "noise_scale", "kv_cache"]
 CALIB = (("calib_low", "calib/low"), ("calib_high", "calib/high"))
 # (plot name, table column, y label)
@@ -90,7 +93,7 @@ def mechanism_table(comparison: pd.DataFrame, runset: RunSet, cfg: ExperimentCon
     series = _calib_bounds(runset)
     used = runset.runs[runset.runs["status"].isin(USED_STATUSES)]
     rows = []
-    for _, r in comparison[comparison["variant"].isin(MECHANISM_VARIANTS)].iterrows():
+    for _, r in comparison[comparison["variant"].isin(FP8_VARIANTS)].iterrows():
         fp8 = cfg.fp8_for(r["condition"])
         ref = comparison[
             (comparison["algo"] == r["algo"])
@@ -171,14 +174,16 @@ def _settings(table: pd.DataFrame) -> list[tuple]:
 def dose_figure(table: pd.DataFrame, column: str, ylabel: str) -> plt.Figure:
     """`column` (with its 95% interval) against the noise dose; see the module docstring."""
     settings = _settings(table) or [("", "", "", True)]
+    present = set(table["variant"]) if not table.empty else set()
+    variants = [v for v in FP8_VARIANTS if v in present] or ["fp8", "fp8_calib"]
     fig, axes = plt.subplots(
-        len(settings), len(MECHANISM_VARIANTS), figsize=(5.0 * len(MECHANISM_VARIANTS), 3.4 * len(settings)),
+        len(settings), len(variants), figsize=(5.0 * len(variants), 3.4 * len(settings)),
         squeeze=False, layout="constrained", sharey="row",
     )  # fmt: skip
     doses = sorted(set(table["noise_scale"])) if not table.empty else [1.0]
     grans = list(dict.fromkeys(table["granularity"])) if not table.empty else []
     for i, (algo, model, fmt_name, kv) in enumerate(settings):
-        for j, variant in enumerate(MECHANISM_VARIANTS):
+        for j, variant in enumerate(variants):
             ax = axes[i, j]
             sub = table[
                 (table["algo"] == algo)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from report_fixtures import (
     MECHANISM_CONDITIONS,
@@ -165,3 +166,17 @@ def test_eval_bars_draw_bf16_once_with_its_seeds_and_each_condition_apart(mech):
     dots = [line for line in ax.lines if line.get_marker() == "o"]
     bf16_y = ax.get_yticks()[labels.index("grpo/tiny bf16")]
     assert sum(len(d.get_xdata()) for d in dots if set(d.get_ydata()) == {bf16_y}) == len(MECHANISM_SEEDS)
+
+
+def test_every_fp8_variant_of_the_matrix_gets_its_rows_and_its_column_of_panels(mech):
+    """The mechanism tier runs the mismatch corrections beside fp8 and fp8_calib: each FP8 variant in
+    the comparison has rows in the mechanism table and a column in the figures (vocabulary order)."""
+    from fp8rl.report.mechanism import dose_figure
+
+    cfg, rs, comparison, _ = mech
+    extra = comparison[comparison["variant"] == "fp8"].assign(variant="fp8_icepop")
+    m = mechanism_table(pd.concat([comparison, extra], ignore_index=True), rs, cfg)
+    assert set(m["variant"]) == {"fp8", "fp8_icepop", "fp8_calib"}
+    fig = dose_figure(m, "excess_clip", "excess clipping")
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert any("fp8_icepop" in t for t in titles) and len(fig.axes) % 3 == 0
