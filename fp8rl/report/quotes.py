@@ -121,7 +121,11 @@ def smoke_verdicts(published: Path) -> str:
     """Per algorithm, the sentences the smoke tier's conclusions rest on, with their figures: does FP8
     clip more than bf16, does calibration bring it within 20 % of bf16, is its paired excess below
     plain FP8's."""
-    comp = _table(published, "smoke", "comparison")
+    return smoke_verdicts_from(_table(published, "smoke", "comparison"))
+
+
+def smoke_verdicts_from(comp: pd.DataFrame) -> str:
+    """`smoke_verdicts` of one comparison table."""
     get = {(r["algo"], r["variant"]): r for _, r in comp.iterrows()}
     lines = []
     for algo in [a for a in ("grpo", "dapo") if (a, "bf16") in get]:
@@ -309,6 +313,29 @@ def stress_divergence(published: Path) -> str:
     return out
 
 
+def smoke_unpinned(published: Path) -> str:
+    """How far a run on another kernel path lands: the smoke tier rerun unpinned (`numerics: fast`,
+    MKL's generic branch) against the published, pinned one, within the bands of `fp8rl check`, and
+    the same verdicts computed on its own tables."""
+    from fp8rl.report.bands import check
+
+    other = published / "smoke_unpinned"
+    if not (other / "tables" / "comparison.csv").is_file():
+        raise QuoteError(f"{other}/tables/comparison.csv: not published")
+    lines, failures = check(str(other), str(published / "smoke"))
+    checked = sum(1 for line in lines if line.startswith(("ok ", "OUT ")))
+    out = [
+        f"- {checked - len(failures)} of {checked} per-cell metrics of the unpinned run lie inside the "
+        "published run's 95 % intervals (`fp8rl check`); outside: "
+        + ("; ".join(f.replace(" left its band:", ":") for f in failures) or "none")
+        + ".",
+        "- The same verdicts on the unpinned run's own tables:",
+    ]
+    verdicts = smoke_verdicts_from(pd.read_csv(other / "tables" / "comparison.csv"))
+    out += ["  " + v for v in verdicts.splitlines()]
+    return "\n".join(out)
+
+
 GENERATORS: dict[str, Callable[[Path], str]] = {
     "smoke-clipping": smoke_clipping,
     "smoke-bases": smoke_bases,
@@ -316,6 +343,7 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "mechanism-excess": mechanism_excess,
     "mechanism-verdicts": mechanism_verdicts,
     "stress-divergence": stress_divergence,
+    "smoke-unpinned": smoke_unpinned,
 }
 
 
