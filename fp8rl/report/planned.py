@@ -316,7 +316,7 @@ def arms_view(table: pd.DataFrame) -> pd.DataFrame:
             "diverged": table["diverged"].astype(str),
             "endpoint [95% CI]": [_ci(*x) for x in zip(table["endpoint"], table["low"], table["high"], strict=True)],
             "sd": table["sd"].map(_f),
-            "mismatch KL step 1": table["mismatch_kl_step1"].map(lambda v: _f(v, 2)),
+            "mismatch KL step 1": table["mismatch_kl_step1"].map(lambda v: "" if not math.isfinite(v) else f"{v:.3g}"),
             "entropy step 1": table["entropy_step1"].map(_f),
             "clip/low_neg": table["clip_low_neg"].map(lambda v: "" if not math.isfinite(v) else f"{100 * v:.2f} %"),
             "excess clip": table["excess_clip"].map(lambda v: "" if not math.isfinite(v) else f"{100 * v:+.2f} pp"),
