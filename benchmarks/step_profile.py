@@ -17,7 +17,11 @@ bf16-rounded operands on CPU), so `TRL/dense` bounds the speed-up over TRL of an
 this job that does the same dense arithmetic at the same GEMM speed: `TRL/us` (vs_trl.py) cannot
 exceed it by removing overhead alone.
 
-    .venv/bin/python benchmarks/step_profile.py [--steps 3] [--repeats 2] [--layers 2 4] [--hidden 128 256] ...
+Both trainers run in this one process, so in its numerics mode: run it with `FP8RL_NUMERICS=fast` to
+profile TRL as its users run it (the machine's kernels; `--trl-bf16` for its bf16 mode) beside fp8rl's
+fast mode; in the default `reproducible` mode TRL runs under fp8rl's pin (vs_trl.py's module doc).
+
+    FP8RL_NUMERICS=fast .venv/bin/python benchmarks/step_profile.py [--steps 3] [--repeats 2] [--layers 2 4] [--hidden 128 256] ...
 """
 
 from __future__ import annotations
@@ -112,7 +116,9 @@ def profile_fp8rl(cfg, data: Path, base: Path, model: str, out: Path, steps: int
     return window.per_step(steps)
 
 
-def profile_trl(cfg, data: Path, base: Path, out: Path, shape, steps: int) -> dict[str, float]:
+def profile_trl(
+    cfg, data: Path, base: Path, out: Path, shape, steps: int, bf16: bool = False
+) -> dict[str, float]:
     from transformers import TrainerCallback
 
     window = StepWindow(first=2, last=steps + 1)
@@ -127,7 +133,7 @@ def profile_trl(cfg, data: Path, base: Path, out: Path, shape, steps: int) -> di
         def on_train_end(self, args, state, control, **kw):
             window.stop()
 
-    vs_trl.run_trl(cfg, data, base, out, shape, callbacks=[Window()])
+    vs_trl.run_trl(cfg, data, base, out, shape, callbacks=[Window()], bf16=bf16)
     return window.per_step(steps)
 
 
@@ -157,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2, help="interleaved repeats per shape; medians kept")
     for key, values in vs_trl.GRID.items():
         p.add_argument(f"--{key.replace('_', '-')}", type=int, nargs="+", default=list(values))
+    p.add_argument("--trl-bf16", action="store_true", help="TRL in its bf16 mode (autocast), not fp32")
     a = p.parse_args(argv)
     try:
         import trl  # noqa: F401
@@ -177,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
             data, base, model = vs_trl.prepare(cfg, root)
             for rep in range(a.repeats):
                 runs["fp8rl"].append(profile_fp8rl(cfg, data, base, model, root / f"fp8rl{rep}", a.steps))
-                runs["trl"].append(profile_trl(cfg, data, base, root / f"trl{rep}", shape, a.steps))
+                runs["trl"].append(
+                    profile_trl(cfg, data, base, root / f"trl{rep}", shape, a.steps, a.trl_bf16)
+                )
         print(line(shape, medians(runs["fp8rl"]), medians(runs["trl"])), flush=True)
     return 0
 
