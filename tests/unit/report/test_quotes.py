@@ -72,10 +72,15 @@ def test_the_repository_quotes_match_the_published_tables():
 FIGURE = re.compile(r"(?<![\w.])[+−-]?\d+\.\d+(?![\w.])|(?<!\d)(?!95 ?%)\d+(\.\d+)? ?%|\d pp\b")
 
 
+# Files whose design sections record the pilot measurements and power calculations that fixed a
+# pre-registration before any run (inputs, not results): only their Results section is checked.
+RESULTS_SECTION_ONLY = ("README.md", "docs/attribution.md")
+
+
 def _results_prose(name: str) -> str:
     text = (REPO / name).read_text(encoding="utf-8")
-    if name == "README.md":  # the Results section only: the rest of the README is set-up and design
-        text = text.split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
+    if name in RESULTS_SECTION_ONLY:  # README: the rest is set-up and design
+        text = re.split(r"\n## Results[^\n]*\n", text, maxsplit=1)[1].split("\n## ", 1)[0]
     text = re.sub(r"```.*?```", "", text, flags=re.S)  # commands and configs
     text = re.sub(r"`[^`\n]*`", "", text)  # inline code: config values, file names
     for m in list(BEGIN.finditer(text))[::-1]:
