@@ -61,7 +61,7 @@ RUNS = {
     "fp8_calib": ("fp8rl", "fp8_calib", "tensorwise", {}, "fast"),
     "trl-fp32": ("trl", "fp32", "", {}, "fast"),
     "trl-bf16": ("trl", "bf16", "", {}, "fast"),
-    # TRL under fp8rl's pin, as this script ran it before issue #32: what the pin cost TRL
+    # TRL under fp8rl's pin, as this script ran it before the fast mode: what the pin cost TRL
     "trl-fp32-pinned": ("trl", "fp32", "", {}, "reproducible"),
 }
 

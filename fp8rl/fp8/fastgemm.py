@@ -24,7 +24,7 @@ Dispatch (`use_real`): a rule per rounding dtype and CPU feature, from the grid
 up once per process (`rule()`); per GEMM only its size is compared. `FP8RL_FAST_GEMM=real|emulated`
 overrides the rule (fast mode only). Measured on the project's machine (AMD EPYC, AVX512_BF16, no AMX):
 bf16 GEMMs 3-12x fp32's from 2M multiply-adds up, slower below 1M; on an AMX Xeon (torch 2.13, 2
-threads, issue #32) bf16 lost at 512x128x512 (11 vs 24 GFLOP/s) and won from 2048x576x1536 up.
+threads) bf16 lost at 512x128x512 (11 vs 24 GFLOP/s) and won from 2048x576x1536 up.
 """
 
 from __future__ import annotations

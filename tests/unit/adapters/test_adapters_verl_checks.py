@@ -1,4 +1,4 @@
-"""The verl backend's capability checks in one place (issue #25): a run's FP8 settings come from its
+"""The verl backend's capability checks in one place: a run's FP8 settings come from its
 condition, and whatever the verl backend would refuse, `fp8rl config validate` and the Snakefile's
 validation refuse first, with the same message."""
 

@@ -1,4 +1,4 @@
-"""The paper tier on a cluster (issue #27), without verl: the job script (deadline, TE's blockwise scale
+"""The paper tier on a cluster, without verl: the job script (deadline, TE's blockwise scale
 setting, preflight, checkpoint export), the job chain's sizing, the preflight's checks against the paper
 models' real module names, and a transformers-5 config read by the bfcl image's transformers 4.51.3."""
 

@@ -1,4 +1,4 @@
-"""The paper path through verl 0.9.1's own code on CPU (issue #27): the composed config through verl's DAPO
+"""The paper path through verl 0.9.1's own code on CPU: the composed config through verl's DAPO
 reward manager, the checkpoint directory as verl's Megatron checkpoint manager lays it out, and the
 attention backend megatron-core and Transformer Engine would use given the train image's lock.
 

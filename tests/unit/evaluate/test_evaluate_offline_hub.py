@@ -1,4 +1,4 @@
-"""lm-eval's hub tasks offline on a compute node (issue #27 item 5): `datasets` 5.2 loads a hub id offline
+"""lm-eval's hub tasks offline on a compute node: `datasets` 5.2 loads a hub id offline
 only from a prepared cache, which nothing builds; the eval reads the snapshot `fetch data` put in the
 shared cache instead. A stand-in gsm8k (same card configs and splits) goes through the real path:
 fetch_snapshot -> hub.json -> plan_tasks -> build_tasks (lm-eval's TaskManager, datasets) with the hub
