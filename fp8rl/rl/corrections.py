@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from fp8rl.rl._checks import LOG_RATIO_CLAMP, check_finite, check_mask, check_same_shape, masked_mean
+from fp8rl.rl.diagnostics import masked_log_ratio
 from fp8rl.rl.tis import tis_stats, tis_weights
 from fp8rl.vocabulary import CORRECTIONS, TIS_LEVELS
 
@@ -156,16 +157,11 @@ def mismatch_aliases(
     - `train_rollout_logprob_abs_diff` (slime): mean over sequences of each one's token mean of `|d_t|`;
     - `mismatch_kl` (prime-rl): token mean of `exp(d_t) - d_t - 1` (k3; = mismatch/kl_k3).
     Empty when there is no valid token."""
-    fn = "mismatch_aliases"
-    m = check_mask(mask, fn, "mask")
-    check_same_shape(fn, "mask", m, trainer_log_prob=trainer_log_prob, rollout_log_prob=rollout_log_prob)
-    if int(m.sum()) == 0:
+    found = masked_log_ratio("mismatch_aliases", trainer_log_prob, rollout_log_prob, mask)
+    if found is None:
         return {}
-    check_finite(fn, "trainer_log_prob", trainer_log_prob, m)
-    check_finite(fn, "rollout_log_prob", rollout_log_prob, m)
+    d, m = found
     with torch.no_grad():
-        d = (trainer_log_prob.detach() - rollout_log_prob.detach()).to(torch.float64)
-        d = torch.where(m, d, torch.zeros_like(d)).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         rows = m.any(dim=-1)
         per_seq = d.abs().sum(dim=-1)[rows] / m.sum(dim=-1)[rows]
         return {

@@ -99,6 +99,22 @@ def sorted_quantile(sorted_vals: torch.Tensor, q: float) -> torch.Tensor:
     return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * frac
 
 
+def masked_log_ratio(
+    fn: str, trainer_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`(d, m)`: `d = trainer - rollout` in float64, 0 outside the 0/1 mask `m`, clamped to +-20; None
+    when no token is valid. Checks shapes and finiteness, naming `fn` in its errors."""
+    m = check_mask(mask, fn, "mask")
+    check_same_shape(fn, "mask", m, trainer_log_prob=trainer_log_prob, rollout_log_prob=rollout_log_prob)
+    if int(m.sum()) == 0:
+        return None
+    check_finite(fn, "trainer_log_prob", trainer_log_prob, m)
+    check_finite(fn, "rollout_log_prob", rollout_log_prob, m)
+    with torch.no_grad():
+        d = (trainer_log_prob.detach() - rollout_log_prob.detach()).to(torch.float64)
+        return torch.where(m, d, torch.zeros_like(d)).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP), m
+
+
 def mismatch_kl(
     trainer_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, mask: torch.Tensor
 ) -> dict[str, float]:
@@ -107,16 +123,11 @@ def mismatch_kl(
     With `d = trainer - rollout` (clamped to +-20): `mismatch/kl_k1 = mean(-d)` and
     `mismatch/kl_k3 = mean(exp(d) - d - 1)` (Schulman's k1 and k3 estimators; k3 is >= 0 per token).
     """
-    fn = "mismatch_kl"
-    m = check_mask(mask, fn, "mask")
-    check_same_shape(fn, "mask", m, trainer_log_prob=trainer_log_prob, rollout_log_prob=rollout_log_prob)
-    if int(m.sum()) == 0:
+    found = masked_log_ratio("mismatch_kl", trainer_log_prob, rollout_log_prob, mask)
+    if found is None:
         return {}
-    check_finite(fn, "trainer_log_prob", trainer_log_prob, m)
-    check_finite(fn, "rollout_log_prob", rollout_log_prob, m)
+    d, m = found
     with torch.no_grad():
-        d = (trainer_log_prob.detach() - rollout_log_prob.detach()).to(torch.float64)
-        d = torch.where(m, d, torch.zeros_like(d)).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         return {
             "mismatch/kl_k1": float(masked_mean(-d, m)),
             "mismatch/kl_k3": float(masked_mean(torch.expm1(d) - d, m)),
