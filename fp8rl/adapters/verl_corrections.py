@@ -35,9 +35,7 @@ def _band(cfg: ExperimentConfig, kind: str) -> tuple[float, float]:
 def check_corrections(cfg: ExperimentConfig, variant: VariantSpec) -> str | None:
     """Why verl cannot run this variant's correction (a message naming the key), or None."""
     if variant.correction == "icepop" and _band(cfg, "icepop")[0] <= 0:
-        return (
-            f"tis.icepop: verl's IcePop threshold needs a positive lower bound, got {list(_band(cfg, 'icepop'))}"
-        )
+        return f"tis.icepop: verl's IcePop threshold needs a positive lower bound, got {list(_band(cfg, 'icepop'))}"
     return None
 
 
