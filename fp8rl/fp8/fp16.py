@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fp8rl.fp8.convert import DEFAULT_SKIP, swap_linears
-from fp8rl.fp8.linear import QuantizedLinearBase
+from fp8rl.fp8.linear import QuantizedLinearBase, emulated_linear_fn
 from fp8rl.fp8.rollout_copy import RolloutLinear, make_rollout_policy
 from fp8rl.fp8.runtime import FP8Runtime
 
@@ -29,31 +29,12 @@ def round_to_fp16(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float16).to(x.dtype)
 
 
-class _FP16LinearFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias):  # type: ignore[override]
-        x2 = round_to_fp16(x.reshape(-1, x.shape[-1]).float())
-        w = round_to_fp16(weight.float())
-        y = x2 @ w.t()
-        if bias is not None:
-            y = y + bias.float()
-        ctx.save_for_backward(x2, w)
-        ctx.has_bias = bias is not None
-        ctx.x_shape = x.shape
-        return round_to_fp16(y).to(x.dtype).reshape(*x.shape[:-1], weight.shape[0])
+def _fp32_mm(a: torch.Tensor, b: torch.Tensor, *, out_fp32: bool = False) -> torch.Tensor:
+    """`a @ b` in fp32 on fp16-valued operands: FP16 GEMMs are emulated everywhere, the GPU included."""
+    return a @ b
 
-    @staticmethod
-    def backward(ctx, dy):  # type: ignore[override]
-        x2, w = ctx.saved_tensors
-        dy2 = round_to_fp16(dy.reshape(-1, dy.shape[-1]).float())
-        dx = dw = db = None
-        if ctx.needs_input_grad[0]:
-            dx = round_to_fp16(dy2 @ w).reshape(ctx.x_shape).to(dy.dtype)
-        if ctx.needs_input_grad[1]:
-            dw = dy2.t() @ x2
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            db = dy2.sum(0)
-        return dx, dw, db
+
+_FP16LinearFn = emulated_linear_fn("_FP16LinearFn", round_to_fp16, _fp32_mm)
 
 
 class FP16Linear(QuantizedLinearBase):

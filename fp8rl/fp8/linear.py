@@ -217,31 +217,40 @@ def _bf16_mm(a: torch.Tensor, b: torch.Tensor, *, out_fp32: bool = False) -> tor
     return (a.bfloat16() @ b.bfloat16()).float()
 
 
-class _BF16LinearFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias):  # type: ignore[override]
-        x2 = round_to_bf16(x.reshape(-1, x.shape[-1]).float())
-        w = round_to_bf16(weight.float())
-        y = _bf16_mm(x2, w.t())
+def emulated_linear_fn(name: str, round_fn, mm) -> type[torch.autograd.Function]:
+    """The autograd linear of a 16-bit format emulated on fp32: every GEMM operand and the forward and
+    grad-input outputs rounded by `round_fn`, products by `mm(a, b, out_fp32=...)`; the weight gradient
+    stays fp32 (the fp32 main-grad). bf16 (`_bf16_mm`: a real bf16 GEMM on CUDA) and fp16
+    (fp8rl.fp8.fp16) share it; `name` names the class (and its autograd node, `{name}Backward`)."""
+
+    def forward(ctx, x, weight, bias):
+        x2 = round_fn(x.reshape(-1, x.shape[-1]).float())
+        w = round_fn(weight.float())
+        y = mm(x2, w.t())
         if bias is not None:
             y = y + bias.float()
         ctx.save_for_backward(x2, w)
         ctx.has_bias = bias is not None
         ctx.x_shape = x.shape
-        return round_to_bf16(y).to(x.dtype).reshape(*x.shape[:-1], weight.shape[0])
+        return round_fn(y).to(x.dtype).reshape(*x.shape[:-1], weight.shape[0])
 
-    @staticmethod
-    def backward(ctx, dy):  # type: ignore[override]
+    def backward(ctx, dy):
         x2, w = ctx.saved_tensors
-        dy2 = round_to_bf16(dy.reshape(-1, dy.shape[-1]).float())
+        dy2 = round_fn(dy.reshape(-1, dy.shape[-1]).float())
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx = round_to_bf16(_bf16_mm(dy2, w)).reshape(ctx.x_shape).to(dy.dtype)
+            dx = round_fn(mm(dy2, w)).reshape(ctx.x_shape).to(dy.dtype)
         if ctx.needs_input_grad[1]:
-            dw = _bf16_mm(dy2.t(), x2, out_fp32=True)
+            dw = mm(dy2.t(), x2, out_fp32=True)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2.sum(0)
         return dx, dw, db
+
+    body = {"forward": staticmethod(forward), "backward": staticmethod(backward)}
+    return type(name, (torch.autograd.Function,), body)
+
+
+_BF16LinearFn = emulated_linear_fn("_BF16LinearFn", round_to_bf16, _bf16_mm)
 
 
 def _fast_fp8_gemm(
