@@ -35,7 +35,13 @@ VERL_SITE := build/verl-site
 $(VERL_SITE): scripts/verl_test_env.sh scripts/verl-test-requirements.txt
 	PY=$(BIN)/python scripts/verl_test_env.sh
 
-test: $(STAMP) $(VERL_SITE)
+# The pinned upstream sources some adapter tests read (megatron-core, Transformer Engine, bfcl-eval: no
+# CPU install) and transformers 4.51.3 in build/tf4-venv: scripts/upstream_src.sh, from PyPI, seconds.
+UPSTREAM := build/upstream
+$(UPSTREAM): scripts/upstream_src.sh containers/train/requirements.lock containers/bfcl/requirements.lock
+	PY=$(BIN)/python scripts/upstream_src.sh
+
+test: $(STAMP) $(VERL_SITE) $(UPSTREAM)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
