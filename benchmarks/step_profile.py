@@ -92,8 +92,8 @@ class StepWindow:
 
 
 def profile_fp8rl(cfg, data: Path, base: Path, model: str, out: Path, steps: int) -> dict[str, float]:
+    from fp8rl.config.runs import RunSpec
     from fp8rl.engine.trainer import Trainer
-    from fp8rl.matrix import RunSpec
 
     window = StepWindow(first=2, last=steps + 1)
     trainer = Trainer(

@@ -121,9 +121,9 @@ def prepare(cfg, root: Path) -> tuple[Path, Path, str]:
 
 def run_fp8rl(cfg, variant: str, gran: str, data: Path, base: Path, model: str, out: Path, **kw) -> float:
     """Median step seconds of one fp8rl run's timed steps (the warm-up step dropped)."""
+    from fp8rl.config.runs import RunSpec
     from fp8rl.engine.trainer import Trainer
     from fp8rl.io import read_jsonl
-    from fp8rl.matrix import RunSpec
 
     run = RunSpec("grpo", model, variant, gran, 0)
     summary = Trainer(cfg, run, base_dir=base, data_dir=data, out_dir=out, progress=False, **kw).run()

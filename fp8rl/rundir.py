@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8rl.io import atomic_write_json, atomic_write_text, read_jsonl
+from fp8rl.vocabulary import CLIP_HIGH_ALL, CLIP_HIGH_POS, CLIP_LOW_ALL, CLIP_LOW_NEG
 
 RUNS_DIR = "runs"
 CONFIG_FILE = "config.yaml"
@@ -420,7 +421,7 @@ def throughput_record(
 def _target_keys(population: str) -> tuple[str, str]:
     """(lower, upper) clip-fraction metrics of a bf16 run for a calibration population: `all` valid
     tokens (`clip/low_all`, `clip/high_all`) or the A<0 / A>0 ones (`clip/low_neg`, `clip/high_pos`)."""
-    return ("clip/low_all", "clip/high_all") if population == "all" else ("clip/low_neg", "clip/high_pos")
+    return (CLIP_LOW_ALL, CLIP_HIGH_ALL) if population == "all" else (CLIP_LOW_NEG, CLIP_HIGH_POS)
 
 
 def _reference_rows(run_dir: str | Path) -> tuple[Path, list[dict]]:

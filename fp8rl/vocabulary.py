@@ -111,6 +111,24 @@ def granularities_of(variant: str) -> tuple[str, ...]:
     return (NO_GRANULARITY,) if not VARIANT_SPECS[variant].fp8 else GRANULARITIES
 
 
+# ----------------------------------------------------------------------------------------- metric keys
+# The metrics.jsonl keys that more than one room reads (the trainer and the verl importer write them,
+# the stability monitor, the heartbeat, the report and the studies read them); docs/interfaces.md lists all.
+REWARD_MEAN = "reward/mean"  # mean verifier reward of the step's rollouts
+ACC_MEAN = "acc/mean"  # fraction of the step's rollouts with a correct answer
+RESP_LEN_MEAN = "resp_len/mean"  # mean response length (tokens)
+GIBBERISH_RATE = "gibberish/rate"  # fraction of the step's rollouts flagged as gibberish
+CLIP_LOW_NEG = "clip/low_neg"  # A<0 tokens with ratio r < L: the clipping calibrated clipping targets
+CLIP_HIGH_POS = "clip/high_pos"  # A>0 tokens with r > U
+CLIP_LOW_ALL = "clip/low_all"  # every token with r < L
+CLIP_HIGH_ALL = "clip/high_all"  # every token with r > U
+CALIB_LOW = "calib/low"  # the calibrated lower bound L of the step (mean over its updates)
+CALIB_HIGH = "calib/high"  # the calibrated upper bound U
+MISMATCH_KL_K1 = "mismatch/kl_k1"  # rollout/trainer mismatch, k1 estimator
+MISMATCH_KL_K3 = "mismatch/kl_k3"  # rollout/trainer mismatch, k3 estimator
+# The variant every comparison is made against.
+REFERENCE_VARIANT = "bf16"
+
 # ----------------------------------------------------------------------------------------- FP8 formats
 
 FP8_FORMATS = ("e4m3", "e5m2")

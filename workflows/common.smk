@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fp8rl import numerics
 from fp8rl.config import TRAIN_SECTIONS
-from fp8rl.matrix import RunSpec, expand_matrix, reference_run
+from fp8rl.config import RunSpec, expand_matrix, resolve_run
 from fp8rl.vocabulary import ALGORITHMS, GRANULARITIES, NO_CONDITION, NO_GRANULARITY, VARIANTS
 from fp8rl.config_loader import ConfigError, key_lines, parse_yaml, validate_config
 from fp8rl.validation import CONFIG_CHECKS
@@ -44,7 +44,7 @@ R = f"{CFG.results_dir}/{CFG.tier}"
 # The software of host-run rules for `--software-deployment-method conda` (relative to workflows/).
 CONDA_ENV = "envs/fp8rl.yaml"
 RUNS = expand_matrix(CFG)
-# A matrix with FP8 conditions (study tiers) has the condition in its run ids (fp8rl.matrix).
+# A matrix with FP8 conditions (study tiers) has the condition in its run ids (fp8rl.config.runs).
 RUN = (
     "{algo}/{model}/{variant}/{granularity}/{condition}/seed{seed}"
     if CFG.matrix.conditions
@@ -126,6 +126,14 @@ def retries_for(rule):
     return CFG.resources_for(RESOURCE_KEYS.get(rule, rule)).retries
 
 
+def eval_on_failure(rule):
+    """The eval commands' `--on-failure` as a resource of the attempt: `raise` (exit non-zero, so
+    Snakemake resubmits) until the last attempt, `record` on it (the tasks that finished are written,
+    the crashed ones listed, and the report still runs)."""
+    retries = retries_for(rule)
+    return lambda wildcards, attempt: "record" if attempt > retries else "raise"
+
+
 def train_resources():
     """Resources of the train rule. The reference trainer: those of `resources.train`. verl: whole
     nodes per the model's `nodes` x `gpus_per_node`, the GPUs as a per-node `gres` with one task per
@@ -175,9 +183,6 @@ def run_dir(spec):
     return RunDir.of(runs_dir(CFG.results_dir, CFG.tier), spec.run_id)
 
 
-def needs_reference(spec):
-    """`fp8_calib*` runs with `calib.reference: run` read their targets from the matching bf16 run."""
-    return spec.spec.calib and CFG.calib.reference.mode == "run"
 
 
 # A scratch model's base directory under {R}: one per model, or one per model and RL seed (sft.per_seed).
@@ -205,8 +210,9 @@ def train_inputs(wildcards):
         "train": f"{R}/data/train.jsonl",
         "base": base_record(spec.model, spec.seed),
     }
-    if needs_reference(spec):
-        inputs["reference"] = str(run_dir(reference_run(spec)).summary)
+    reference = resolve_run(CFG, spec).reference  # `calib.reference: run` cells: the matching bf16 run
+    if reference is not None:
+        inputs["reference"] = str(run_dir(reference).summary)
     return inputs
 
 

@@ -13,15 +13,29 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from fp8rl.vocabulary import (
+    ACC_MEAN,
+    CALIB_HIGH,
+    CALIB_LOW,
+    CLIP_HIGH_ALL,
+    CLIP_HIGH_POS,
+    CLIP_LOW_ALL,
+    CLIP_LOW_NEG,
+    MISMATCH_KL_K1,
+    MISMATCH_KL_K3,
+    RESP_LEN_MEAN,
+    REWARD_MEAN,
+)
+
 # verl name -> docs/architecture.md#metrics name. Directions checked against verl's rollout_corr_helper:
 # `kl` = mean(rollout - old) and `k3_kl` = mean(exp(old - rollout) - (old - rollout) - 1), the same
 # estimators as fp8rl.rl.mismatch_kl(trainer=old, rollout=rollout).
 VERL_TO_FP8RL = {
-    "critic/score/mean": "reward/mean",
+    "critic/score/mean": REWARD_MEAN,
     "actor/entropy": "entropy",
-    "response_length/mean": "resp_len/mean",
-    "rollout_corr/kl": "mismatch/kl_k1",
-    "rollout_corr/k3_kl": "mismatch/kl_k3",
+    "response_length/mean": RESP_LEN_MEAN,
+    "rollout_corr/kl": MISMATCH_KL_K1,
+    "rollout_corr/k3_kl": MISMATCH_KL_K3,
     "rollout_corr/rollout_is_mean": "tis/mean",
     "rollout_corr/rollout_is_ratio_fraction_high": "tis/clipped",
     "timing_s/gen": "time/rollout_s",
@@ -31,14 +45,14 @@ VERL_TO_FP8RL = {
 
 # Metric names that fp8rl's verl losses (verl_loss) log themselves.
 PASSTHROUGH = (
-    "acc/mean",
-    "clip/low_neg",
-    "clip/high_pos",
+    ACC_MEAN,
+    CLIP_LOW_NEG,
+    CLIP_HIGH_POS,
     "clip/dual",
-    "clip/low_all",
-    "clip/high_all",
-    "calib/low",
-    "calib/high",
+    CLIP_LOW_ALL,
+    CLIP_HIGH_ALL,
+    CALIB_LOW,
+    CALIB_HIGH,
     "calib/target_q",
     "ratio/p01",
     "ratio/p50",

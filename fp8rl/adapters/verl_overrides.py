@@ -6,8 +6,8 @@ dynamic sampling, overlong buffer, loss aggregation), FP8 rollout (vLLM `quantiz
 training through Megatron / Transformer Engine with the granularity's recipe, TIS through verl's rollout
 correction, and the fp8rl policy losses (`fp8rl_clip`, `calibrated_clip`; see `verl_loss`).
 
-Every FP8 setting of a run comes from its condition's `fp8` section (`cfg.fp8_for(spec.condition)`: the
-tier's, with a study matrix condition's overrides), never from the tier's section alone.
+Every setting of a run comes from its `ResolvedRun` (`resolve_run`): the FP8 settings of its condition
+(the tier's `fp8` section with a study matrix condition's overrides), never the tier's section alone.
 
 What verl cannot run is refused here, in one place, with an `AdapterError` naming the config key:
 `check_verl_support` per run (what `fp8rl verl train` checks), `verl_problems` over the whole matrix (a
@@ -28,8 +28,15 @@ from pathlib import Path
 
 from fp8rl.adapters.verl_corrections import check_corrections, correction_overrides, precision_overrides
 from fp8rl.adapters.verl_sizing import MAX_CKPTS, esi_margin_s, sizing_problems
-from fp8rl.config import DAPOConfig, ExperimentConfig, FP8Config, ModelConfig
-from fp8rl.matrix import RunSpec
+from fp8rl.config import (
+    DAPOConfig,
+    ExperimentConfig,
+    FP8Config,
+    ModelConfig,
+    ResolvedRun,
+    RunSpec,
+    resolve_run,
+)
 from fp8rl.tracking import MLFLOW_DIR
 
 LOSS_MODULE = "fp8rl.adapters.verl_loss"
@@ -123,7 +130,7 @@ def parallelism(model: ModelConfig) -> Parallelism:
 
 def fp8_transformer_overrides(fp8: FP8Config, granularity: str) -> dict[str, str | int]:
     """Megatron TransformerConfig fields for FP8 GEMMs with the granularity's recipe, from a run's `fp8`
-    section (`cfg.fp8_for(spec.condition)`)."""
+    section (`ResolvedRun.fp8`: the tier's, with the run's condition applied)."""
     if granularity not in MEGATRON_RECIPES:
         raise AdapterError(
             f"matrix.granularities: {granularity!r} has no Megatron/Transformer Engine recipe; "
@@ -158,9 +165,10 @@ def _condition_key(cfg: ExperimentConfig, condition: str | None, key: tuple | No
     return key
 
 
-def _run_problems(cfg: ExperimentConfig, spec: RunSpec) -> list[AdapterError]:
+def _run_problems(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> list[AdapterError]:
     """Every refusal of one run (see the module docstring), its FP8 settings read from its condition."""
-    fp8 = cfg.fp8_for(spec.condition)
+    run = resolve_run(cfg, spec)
+    spec, fp8 = run.spec, run.fp8
     where = f" (condition {spec.condition!r})" if spec.condition else ""
     out = []
     if spec.spec.fp8 and fp8.noise_scale != 1.0:
@@ -191,7 +199,7 @@ def _run_problems(cfg: ExperimentConfig, spec: RunSpec) -> list[AdapterError]:
     return out
 
 
-def check_verl_support(cfg: ExperimentConfig, spec: RunSpec) -> None:
+def check_verl_support(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> None:
     """Raise the first AdapterError of what the verl backend cannot run of this run (module docstring)."""
     problems = _run_problems(cfg, spec)
     if problems:
@@ -217,18 +225,18 @@ def verl_problems(cfg: ExperimentConfig) -> list[tuple[tuple, str]]:
 
 def loss_spec(
     cfg: ExperimentConfig,
-    spec: RunSpec,
+    spec: RunSpec | ResolvedRun,
     *,
     target_q: float | None = None,
     target_q_high: float | None = None,
 ) -> dict:
     """What the verl workers' fp8rl loss needs beyond verl's own actor config (written as JSON and named
     by the `FP8RL_VERL_LOSS` environment variable): dual clip, and the calibration options."""
-    algo = cfg.algorithm(spec.algo)
-    out: dict = {"run_id": spec.run_id, "clip_c": algo.clip_c, "calib": None}
-    if spec.spec.calib:
+    run = resolve_run(cfg, spec)
+    out: dict = {"run_id": run.run_id, "clip_c": run.algo.clip_c, "calib": None}
+    if run.variant.calib:
         out["calib"] = {
-            **cfg.calib.model_dump(mode="json", exclude={"sample_frac"}),
+            **run.calib.model_dump(mode="json", exclude={"sample_frac"}),
             "target_q": target_q,
             "target_q_high": target_q_high,
         }
@@ -283,15 +291,13 @@ def verl_tracking_env(cfg: ExperimentConfig, out: str) -> dict[str, str]:
     return env
 
 
-def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> list[str]:
+def verl_overrides(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun, paths: VerlPaths) -> list[str]:
     """Hydra overrides of verl's `ppo_megatron_trainer` config for one matrix cell."""
     check_verl_support(cfg, spec)
-    model = cfg.model(spec.model)
-    algo = cfg.algorithm(spec.algo)
+    run = resolve_run(cfg, spec)
+    spec, model, algo, variant, fp8 = run.spec, run.model, run.algo, run.variant, run.fp8
     sched = cfg.schedule
     par = parallelism(model)
-    variant = spec.spec
-    fp8 = cfg.fp8_for(spec.condition)  # the run's condition's FP8 settings
     A = "actor_rollout_ref.actor"
     R = "actor_rollout_ref.rollout"
     max_len = MAX_PROMPT_LENGTH + sched.max_new_tokens
@@ -396,12 +402,12 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> li
     return [f"{k}={_q(v)}" for k, v in ov.items()]
 
 
-def deviations(cfg: ExperimentConfig, spec: RunSpec) -> list[str]:
+def deviations(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> list[str]:
     """Every way a verl run differs from the variant the config asks for (as the reference trainer reads
     it): recorded in the run's `verl_overrides.json` and `summary.json`, and listed by the report."""
     out = []
-    variant, algo = spec.spec, cfg.algorithm(spec.algo)
-    fp8 = cfg.fp8_for(spec.condition)
+    run = resolve_run(cfg, spec)
+    spec, variant, algo, fp8 = run.spec, run.variant, run.algo, run.fp8
     if variant.fp8 and fp8.rollout and spec.granularity != "blockwise":
         out.append(
             f"rollout FP8 is blockwise: verl quantizes vLLM's weights in 128x128 blocks (e4m3) whatever "
@@ -421,7 +427,7 @@ def deviations(cfg: ExperimentConfig, spec: RunSpec) -> list[str]:
     return out
 
 
-def overrides_json(cfg: ExperimentConfig, spec: RunSpec, paths: VerlPaths) -> str:
+def overrides_json(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun, paths: VerlPaths) -> str:
     """The overrides, loss spec and deviations as one JSON document (what `fp8rl verl overrides` prints)."""
     return json.dumps(
         {

@@ -31,9 +31,9 @@ from fp8rl.adapters.verl_launch import LOG_DIR, LOG_GLOB, OVERRIDES_FILE, render
 from fp8rl.adapters.verl_metrics import import_logs, run_status
 from fp8rl.adapters.verl_overrides import AdapterError, VerlPaths, deviations, loss_spec, verl_overrides
 from fp8rl.config import ExperimentConfig
+from fp8rl.config.runs import RunSpec
 from fp8rl.containers import apptainer_exec, image_env, image_location
 from fp8rl.io import atomic_write_json, atomic_write_text
-from fp8rl.matrix import RunSpec
 from fp8rl.provenance import provenance
 from fp8rl.rundir import RunDir, build_summary, reference_targets_mean, throughput_record
 from fp8rl.tracking import TENSORBOARD_DIR, open_trackers

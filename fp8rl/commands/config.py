@@ -54,7 +54,7 @@ def _check_filters(args: argparse.Namespace, runs: list) -> None:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from fp8rl.matrix import expand_matrix
+    from fp8rl.config.runs import expand_matrix
 
     cfg = load_config(args.file, args.set)
     _check_filters(args, expand_matrix(cfg))

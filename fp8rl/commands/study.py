@@ -10,6 +10,7 @@ import argparse
 import json
 
 from fp8rl.commands.common import UsageError
+from fp8rl.vocabulary import CLIP_HIGH_POS, CLIP_LOW_NEG
 
 
 def _levels(text: str) -> list[float]:
@@ -120,7 +121,7 @@ def _print_table(rows: list[dict[str, float]], meta: dict) -> None:
             table.add_column(f"{metric}\n{case}", justify="right")
     for r in rows:
         cells = [f"{r['noise']:g}", f"{r['calib/low']:.3f}", f"{r['calib/high']:.3f}"]
-        for metric in ("clip/low_neg", "clip/high_pos"):
+        for metric in (CLIP_LOW_NEG, CLIP_HIGH_POS):
             cells += [f"{100 * r[f'{case} {metric}']:.1f}" for case in ("ref", "fixed", "calib")]
         for metric in ("phantom/low_neg", "phantom/missed_neg"):
             cells += [f"{100 * r[f'{case} {metric}']:.1f}" for case in ("fixed", "calib")]

@@ -92,12 +92,12 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from fp8rl.matrix import find_run
+    from fp8rl.config import find_run, resolve_run
 
     cfg = load_config(args.file, args.set, checks=[config_problems])
     numerics.ensure(cfg.numerics)
     try:
-        run = find_run(cfg, args.run)
+        run = resolve_run(cfg, find_run(cfg, args.run))
     except ValueError as exc:
         raise UsageError(f"--run: {exc}") from None
     base = _require_dir(args.base, "base model directory", "--base")
@@ -111,16 +111,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     from fp8rl.engine.inputs import check_base, check_train_data
 
     try:  # the base model and every data row, before anything is loaded or written
-        check_train_data(cfg, base, data, check_base(cfg, run.model, base))
+        check_train_data(cfg, base, data, check_base(cfg, run.spec.model, base))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    needs_ref = run.spec.calib and cfg.calib.reference.mode == "run"
-    if needs_ref and not args.reference:
+    if run.needs_reference and not args.reference:
         raise UsageError(
             f"--reference: run {run.run_id} calibrates against a bf16 run (calib.reference: run); pass its run directory"
         )
     run_targets = None
-    if needs_ref:
+    if run.needs_reference:
         from fp8rl.rl.calibration import centred_window
         from fp8rl.rundir import reference_targets_by_step
 

@@ -19,8 +19,8 @@ from fp8rl.commands.common import UsageError, add_config_args, claim_run_dir, re
 
 def _setup(args: argparse.Namespace):
     from fp8rl.adapters.verl_overrides import AdapterError, check_verl_support
+    from fp8rl.config.runs import find_run
     from fp8rl.config_loader import load_config
-    from fp8rl.matrix import find_run
 
     cfg = load_config(args.file, args.set)
     try:

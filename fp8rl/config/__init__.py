@@ -4,7 +4,8 @@ One YAML file describes one experiment (a tier): the models, the algorithms with
 the precision variants, FP8 granularities and seeds whose product is the run matrix, the schedule, the
 evaluation suites and the per-rule resources. Everything else (the CLI, the Snakefile, the trainer,
 the verl adapter) reads it through these pydantic models; `fp8rl config schema` exports their JSON schema,
-`fp8rl.config_loader` reads a YAML file into them and `fp8rl.matrix` expands the matrix into runs.
+`fp8rl.config_loader` reads a YAML file into them, `runs` expands the matrix into run specs and
+`resolved` turns one run spec into the frozen settings of that run.
 
 One module per part of the file (module: the YAML sections it types); each imports only `base` and the
 modules above it in this list:
@@ -18,9 +19,13 @@ modules above it in this list:
 - `evaluation`: `eval`
 - `infrastructure`: `resources`, `hub`, `containers`, `tracking`
 - `matrix`: `matrix` (`MatrixConfig`, a study's `ConditionConfig`s)
+- `runs`: no section; the matrix's cells (`RunSpec`, its run id), `expand_matrix`, `find_run`,
+  `reference_run`
 - `study`: `study` (`StudyConfig`: a study tier's pre-registration, its arms checked against the matrix)
 - `experiment`: `ExperimentConfig` (the whole file, its cross-section checks and digests),
   `TRAIN_SECTIONS`, `RESOURCE_RULES`
+- `resolved`: no section; `ResolvedRun`, one run's settings (its algorithm, FP8 settings under its
+  condition, fixed clip bounds, reference run, training digest), built once by `resolve_run(cfg, spec)`
 
 Import the names from `fp8rl.config`, not from the modules. Names follow docs/architecture.md#names; a
 run id is `{algo}/{model}/{variant}/{granularity}/seed{seed}` and `bf16` runs use granularity `none`.
@@ -56,10 +61,13 @@ from fp8rl.config.infrastructure import (
 from fp8rl.config.matrix import ConditionConfig, MatrixConfig
 from fp8rl.config.models import ArchConfig, ModelConfig
 from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
+from fp8rl.config.resolved import ResolvedRun, resolve_run
+from fp8rl.config.runs import AXES, HasMatrix, RunSpec, expand_matrix, find_run, reference_run
 from fp8rl.config.study import ContrastConfig, EndpointConfig, StudyConfig, arm_cell, check_arms
 from fp8rl.config.training import STEPS_MAX, ScheduleConfig, SFTConfig, StabilityConfig, TaskConfig
 
 __all__ = [
+    "AXES",
     "HUB_ID",
     "NAME_MAX",
     "NAME_PATTERN",
@@ -85,12 +93,15 @@ __all__ = [
     "Fraction",
     "GRPOConfig",
     "GranularityName",
+    "HasMatrix",
     "HubConfig",
     "LossAggMode",
     "MatrixConfig",
     "MlflowConfig",
     "ModelConfig",
+    "ResolvedRun",
     "Resources",
+    "RunSpec",
     "SFTConfig",
     "ScheduleConfig",
     "StabilityConfig",
@@ -103,6 +114,10 @@ __all__ = [
     "WandbConfig",
     "arm_cell",
     "check_arms",
+    "expand_matrix",
+    "find_run",
     "is_hub_id",
     "is_safe_path",
+    "reference_run",
+    "resolve_run",
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_serializer, model_validator
 
@@ -17,12 +17,10 @@ from fp8rl.config.infrastructure import ContainersConfig, HubConfig, Resources, 
 from fp8rl.config.matrix import MatrixConfig
 from fp8rl.config.models import ModelConfig
 from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
+from fp8rl.config.runs import RunSpec, expand_matrix
 from fp8rl.config.study import StudyConfig, check_arms
 from fp8rl.config.training import ScheduleConfig, SFTConfig, StabilityConfig, TaskConfig
 from fp8rl.vocabulary import NO_CONDITION, NUMERICS_MODES, TIERS
-
-if TYPE_CHECKING:
-    from fp8rl.matrix import RunSpec
 
 # The config sections a training run's result depends on (not the matrix, eval, resources,
 # containers or results_dir).
@@ -145,8 +143,6 @@ class ExperimentConfig(Strict):
         return self.resources.get(rule, self.resources.get("default", Resources()))
 
     def runs(self) -> list[RunSpec]:
-        from fp8rl.matrix import expand_matrix
-
         return expand_matrix(self)
 
     def digest(self) -> str:

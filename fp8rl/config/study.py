@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from fp8rl.config.base import Strict
+from fp8rl.vocabulary import REWARD_MEAN
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
@@ -22,7 +23,7 @@ _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 class EndpointConfig(Strict):
     """One value per run: the mean of `metric` over the steps after `from_frac` of the planned steps."""
 
-    metric: str = Field("reward/mean", description="a metrics.jsonl key")
+    metric: str = Field(REWARD_MEAN, description="a metrics.jsonl key")
     from_frac: float = Field(
         0.5,
         ge=0.0,

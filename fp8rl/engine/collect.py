@@ -18,6 +18,7 @@ import torch
 from fp8rl.config import DAPOConfig, GRPOConfig, ScheduleConfig
 from fp8rl.engine import tasks
 from fp8rl.engine.sampler import RolloutBatch, decode_responses, generate
+from fp8rl.vocabulary import ACC_MEAN, GIBBERISH_RATE, RESP_LEN_MEAN, REWARD_MEAN
 
 
 @dataclass
@@ -81,12 +82,12 @@ class GeneratedSamples:
 
         lengths = torch.cat(self.lengths)
         return {
-            "reward/mean": float(torch.cat(self.rewards).mean()),
-            "acc/mean": float(torch.cat(self.acc).mean()),
-            "resp_len/mean": float(lengths.mean()),
+            REWARD_MEAN: float(torch.cat(self.rewards).mean()),
+            ACC_MEAN: float(torch.cat(self.acc).mean()),
+            RESP_LEN_MEAN: float(lengths.mean()),
             "tok/rollout": float(lengths.sum()),
             "rollout/samples": float(len(self.texts)),
-            "gibberish/rate": float(gibberish_rate(self.texts, self.format_ok)),
+            GIBBERISH_RATE: float(gibberish_rate(self.texts, self.format_ok)),
         }
 
 

@@ -19,10 +19,12 @@ import time
 from datetime import timedelta
 from typing import Any, TextIO
 
+from fp8rl.vocabulary import CLIP_LOW_NEG, REWARD_MEAN
+
 FIELDS = (
-    ("reward/mean", "reward", "{:.3f}"),
+    (REWARD_MEAN, "reward", "{:.3f}"),
     ("entropy", "entropy", "{:.3f}"),
-    ("clip/low_neg", "clip/low_neg", "{:.4f}"),
+    (CLIP_LOW_NEG, CLIP_LOW_NEG, "{:.4f}"),
 )
 
 

@@ -27,9 +27,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from fp8rl.config import ExperimentConfig
+from fp8rl.config import ExperimentConfig, ResolvedRun, RunSpec, resolve_run
 from fp8rl.engine.device import module_device
-from fp8rl.matrix import RunSpec
 
 if TYPE_CHECKING:
     from fp8rl.fp8 import FP8Runtime
@@ -67,31 +66,30 @@ class Precision:
         self.rollout.refresh_from(self.policy)
 
 
-def rollout_runtime(runtime: FP8Runtime, f, fp8_variant: bool) -> FP8Runtime:
+def rollout_runtime(runtime: FP8Runtime, run: ResolvedRun) -> FP8Runtime:
     """The runtime of the rollout copy: the trainer's own (shared GEMM counts and compile switch), with
     its own noise dose when `fp8.rollout_noise_scale` splits the dose by path (the attribution tier)."""
-    if not fp8_variant or f.rollout_dose == runtime.noise_scale:
+    if run.rollout_noise_scale == runtime.noise_scale:
         return runtime
-    return dataclasses.replace(runtime, noise_scale=f.rollout_dose)
+    return dataclasses.replace(runtime, noise_scale=run.rollout_noise_scale)
 
 
-def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec) -> Precision:
+def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec | ResolvedRun) -> Precision:
     """Convert `model` (already on its device) for `run`'s variant and build its rollout copy and
     optimizer; FP8 linears pick their GEMM path for that device."""
     from fp8rl import fp8
 
-    spec = run.spec
-    f = cfg.fp8_for(run.condition)
+    run = resolve_run(cfg, run)
+    spec, f = run.variant, run.fp8
     recipe = None
     if spec.fp8:
         recipe = fp8.get_recipe(
-            run.granularity,
+            run.spec.granularity,
             f.format,
             amax_history_len=f.amax_history_len,
             amax_compute_algo=f.amax_compute_algo,
         )
-    runtime = fp8.FP8Runtime.from_env()
-    runtime.noise_scale = f.noise_scale if spec.fp8 else 1.0
+    runtime = fp8.FP8Runtime.from_env(noise_scale=run.noise_scale)
     if spec.fp8 and f.gemms:
         fp8.convert_to_fp8(model, recipe, skip=SKIP, runtime=runtime)
     elif spec.fp16:
@@ -110,7 +108,7 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
             model,
             rollout_recipe,
             kv_cache_fp8=bool(spec.fp8 and f.kv_cache),
-            runtime=rollout_runtime(runtime, f, spec.fp8),
+            runtime=rollout_runtime(runtime, run),
         )
     s = cfg.schedule
     optimizer = fp8.build_adamw(
@@ -131,7 +129,7 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
     exact = recipe is not None and recipe.scaled_mm_exact and runtime.noise_scale == 1
     real_fp8 = bool(spec.fp8 and f.gemms and backend == "scaled_mm" and exact)
     bf16_path = "bf16 (cuda)" if cuda else "bf16-emulated"
-    fp8_path = f"fp8 {run.granularity} " + ("(_scaled_mm)" if real_fp8 else "emulated")
+    fp8_path = f"fp8 {run.spec.granularity} " + ("(_scaled_mm)" if real_fp8 else "emulated")
     emulated = not (real_fp8 or (not spec.fp8 and not spec.fp16 and cuda))
     if spec.fp16:
         bf16_path = "fp16-emulated"
@@ -141,7 +139,7 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec)
     gemms = {
         "policy": fp8_path if (spec.fp8 and f.gemms) else bf16_path,
         # the FP8 rollout copy quantizes weights and activations per recipe, then computes in fp32
-        "rollout": f"fp8 {run.granularity} emulated" if rollout_recipe is not None else bf16_path,
+        "rollout": f"fp8 {run.spec.granularity} emulated" if rollout_recipe is not None else bf16_path,
         "shadow": bf16_path,
         "embeddings_lm_head": "fp32",
     }

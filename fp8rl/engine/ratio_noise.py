@@ -18,13 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import TYPE_CHECKING
 
 import torch
-
-if TYPE_CHECKING:
-    from fp8rl.config import ExperimentConfig
-    from fp8rl.matrix import RunSpec
 
 
 class RatioNoise:
@@ -35,11 +30,6 @@ class RatioNoise:
             raise ValueError(f"ratio noise level must be finite and >= 0, got {level}")
         self.level = float(level)
         self._gen: torch.Generator | None = None
-
-    @classmethod
-    def for_run(cls, cfg: ExperimentConfig, run: RunSpec) -> RatioNoise:
-        """The level of `run`'s FP8 condition (fp8 variants only; bf16 runs have none)."""
-        return cls(cfg.fp8_for(run.condition).ratio_noise if run.spec.fp8 else 0.0)
 
     def start_step(self, seed: int, step: int) -> None:
         """Seed this step's draws (before its first update)."""

@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from fp8rl.config import TRAIN_SECTIONS, ExperimentConfig
+from fp8rl.config import ExperimentConfig, ResolvedRun, RunSpec, resolve_run
 from fp8rl.engine import tasks
 from fp8rl.engine.checkpoint import has_checkpoint, resumable_checkpoint, save_checkpoint, set_rng_state
 from fp8rl.engine.collect import StepRollout, collect_rollouts
@@ -59,11 +59,9 @@ from fp8rl.engine.tokenizer import encode_prompt, load_tokenizer
 from fp8rl.engine.update_batch import MiniBatch, StepMeans, StepScores
 from fp8rl.engine.update_bounds import RunTargets, UpdateBounds
 from fp8rl.fp8 import fp8_state_dict, load_fp8_state_dict
-from fp8rl.matrix import RunSpec
 from fp8rl.provenance import provenance
 from fp8rl.rl import (
     Calibrator,
-    ClipBounds,
     StabilityMonitor,
     entropy_from_logits,
     masked_ratio,
@@ -74,8 +72,9 @@ from fp8rl.rl import (
 from fp8rl.rl.corrections import ICEPOP_BAND, MIS_BAND, mismatch_aliases, rollout_correction
 from fp8rl.rundir import PHASES, RunDir, build_summary
 from fp8rl.tracking import Trackers, check_trackers, open_trackers
+from fp8rl.vocabulary import ACC_MEAN, GIBBERISH_RATE, MISMATCH_KL_K3, RESP_LEN_MEAN, REWARD_MEAN
 
-FINAL_KEYS = ("reward/mean", "acc/mean", "entropy", "resp_len/mean", "gibberish/rate", "mismatch/kl_k3")
+FINAL_KEYS = (REWARD_MEAN, ACC_MEAN, "entropy", RESP_LEN_MEAN, GIBBERISH_RATE, MISMATCH_KL_K3)
 
 
 class Diverged(Exception):
@@ -113,7 +112,7 @@ class Trainer:
     def __init__(
         self,
         cfg: ExperimentConfig,
-        run: RunSpec,
+        run: RunSpec | ResolvedRun,
         *,
         base_dir: str | Path,
         data_dir: str | Path,
@@ -126,14 +125,18 @@ class Trainer:
         """`run_targets`: per-step calibration targets of the matching bf16 run (`calib.reference: run`).
         `shadow_diagnostics=False` limits the shadow pass to `*_calib` variants (the step-time benchmark);
         `device` None: CUDA when resources.train.gpus > 0 (fp8rl.engine.device)."""
-        self.cfg, self.run_spec, self.spec = cfg, run, run.spec
+        # the run's settings, resolved once (fp8rl.config.resolved): algorithm, FP8 under its condition, bounds
+        self.resolved = resolve_run(cfg, run)
+        self.cfg, self.run_spec, self.spec = cfg, self.resolved.spec, self.resolved.variant
         self.device = resolve_device(device, cfg.resources_for("train").gpus)
-        self.algo = cfg.algorithm(run.algo)
+        self.algo = self.resolved.algo
         self.base_dir, self.data_dir = Path(base_dir), Path(data_dir)
         self.dir = RunDir(out_dir)
         self.progress = progress
-        if self.spec.calib and cfg.calib.reference.mode == "run" and run_targets is None:
-            raise ValueError(f"{run.run_id}: calib.reference is 'run' but no bf16 reference run was given")
+        if self.resolved.needs_reference and run_targets is None:
+            raise ValueError(
+                f"{self.run_spec.run_id}: calib.reference is 'run' but no bf16 reference run was given"
+            )
         check_trackers(cfg.tracking)
 
         torch.set_num_threads(cfg.resources_for("train").threads)
@@ -145,13 +148,15 @@ class Trainer:
         if self.algo.kl_coef > 0:
             self.kl_policy = copy.deepcopy(policy).eval().requires_grad_(False)
             bf16_emulation(self.kl_policy)
-        self.prec = setup_precision(policy, cfg, run)
+        self.prec = setup_precision(policy, cfg, self.resolved)
         self.policy = self.prec.policy
         self.policy.train()
         self.scaler = DynamicLossScaler() if self.spec.fp16 else None
         self.timer = PhaseTimer(self.device)
         self.calibrator = (
-            Calibrator.from_config(cfg.calib, clip_low=self.algo.clip_low, clip_high=self.algo.clip_high)
+            Calibrator.from_config(
+                self.resolved.calib, clip_low=self.algo.clip_low, clip_high=self.algo.clip_high
+            )
             if self.spec.calib
             else None
         )
@@ -162,20 +167,22 @@ class Trainer:
                 self.policy,
                 self.prec.as_bf16,
                 self.timer,
-                cfg.calib.sample_frac,
+                self.resolved.calib.sample_frac,
                 cfg.schedule.temperature,
             )
         self.bounds = UpdateBounds(
-            ClipBounds.fixed(self.algo.clip_low, self.algo.clip_high),
+            self.resolved.bounds,
             calibrator=self.calibrator,
             shadow=self.shadow,
-            reference=cfg.calib.reference.mode,
+            reference=self.resolved.calib.reference.mode,
             run_targets=run_targets or {},
             updates_per_step=cfg.schedule.ppo_epochs * cfg.schedule.mini_batches,
             timer=self.timer,
         )
         self.stability = StabilityMonitor.from_config(cfg.stability)
-        self.ratio_noise = RatioNoise.for_run(cfg, run)  # synthetic phantom clipping (fp8.ratio_noise)
+        self.ratio_noise = RatioNoise(
+            self.resolved.ratio_noise
+        )  # synthetic phantom clipping (fp8.ratio_noise)
         rows = load_split(self.data_dir, "train.jsonl")
         self.prompt_ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in rows]
         self.answers = [r["answer"] for r in rows]
@@ -210,19 +217,13 @@ class Trainer:
             self.shadow.hist.load_state_dict(state["ratio_hist"])
         set_rng_state(state["rng"])
 
-    def _train_digest(self) -> str:
-        """What the run's result depends on: a checkpoint resumes only while this still matches."""
-        return self.cfg.section_digest(
-            *TRAIN_SECTIONS, model=self.run_spec.model, condition=self.run_spec.condition
-        )
-
     def _save(self, step: int) -> None:
         meta = {
             "step": step,
             "metrics_offset": self.dir.metrics_size(),
             "run_id": self.run_spec.run_id,
             "config_digest": self.cfg.digest(),
-            "train_digest": self._train_digest(),
+            "train_digest": self.resolved.train_digest,
         }
         save_checkpoint(self.dir.checkpoint, self.policy, self.tokenizer, self._trainer_state(), meta)
 
@@ -240,7 +241,7 @@ class Trainer:
     def _resume(self) -> int:
         """Restore the last checkpoint of this run if it is still valid; returns the last step done."""
         resume = resumable_checkpoint(
-            self.dir.checkpoint, run_id=self.run_spec.run_id, train_digest=self._train_digest()
+            self.dir.checkpoint, run_id=self.run_spec.run_id, train_digest=self.resolved.train_digest
         )
         if resume is None:
             self.dir.reset_metrics(0)
@@ -381,7 +382,7 @@ class Trainer:
                 kl_ref_lp, _ = score(self.kl_policy, batch, temperature=sch.temperature)
         out.update(mismatch_kl(old_lp, batch.log_probs, mask))
         out.update(mismatch_aliases(old_lp, batch.log_probs, mask))
-        t = self.cfg.tis
+        t = self.resolved.tis
         corr = rollout_correction(
             self.spec.correction, old_lp, batch.log_probs, mask, cap=t.cap, level=t.level,
             icepop=t.icepop or ICEPOP_BAND, mis=t.mis or MIS_BAND,

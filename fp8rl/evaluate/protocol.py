@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from fp8rl.config import EvalConfig, ExperimentConfig, ModelConfig
+from fp8rl.config.runs import RunSpec
 from fp8rl.evaluate.eval_tasks import EvalInputError
-from fp8rl.matrix import RunSpec
 from fp8rl.rundir import RunDir
 
 # Tokens reserved for the prompt (chat template, few-shot turns) on top of eval.max_gen_toks.

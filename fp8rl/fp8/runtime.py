@@ -9,6 +9,7 @@ converted without one gets its own `FP8Runtime.from_env()`.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -42,7 +43,7 @@ class GemmCounter:
         self._counts = dict.fromkeys(PATHS, 0)
 
 
-@dataclass
+@dataclass(frozen=True)
 class FP8Runtime:
     """Switches and counters shared by the FP8 linears of one model (module docstring).
 
@@ -56,7 +57,12 @@ class FP8Runtime:
     # (fp8rl.fp8.quantize.amplify_error); s != 1 forces the emulated GEMM path.
     noise_scale: float = 1.0
 
+    def __post_init__(self):
+        if not (math.isfinite(self.noise_scale) and self.noise_scale >= 0.0):
+            raise ValueError(f"FP8 noise dose must be finite and >= 0, got {self.noise_scale}")
+
     @classmethod
-    def from_env(cls) -> FP8Runtime:
-        """A fresh runtime, `compiled` when the environment sets `FP8RL_FP8_COMPILE=1`."""
-        return cls(compiled=os.environ.get("FP8RL_FP8_COMPILE", "0") == "1")
+    def from_env(cls, noise_scale: float = 1.0) -> FP8Runtime:
+        """A fresh runtime with dose `noise_scale`, `compiled` when the environment sets
+        `FP8RL_FP8_COMPILE=1`."""
+        return cls(compiled=os.environ.get("FP8RL_FP8_COMPILE", "0") == "1", noise_scale=float(noise_scale))

@@ -23,13 +23,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from fp8rl.config import ExperimentConfig
+from fp8rl.config import ExperimentConfig, resolve_run
 from fp8rl.io import atomic_write_json, atomic_write_text, fsync_dir, remove_stale_temps, sha256_file
 from fp8rl.provenance import git_commit
 from fp8rl.report.base_models import NOTES as BASE_NOTES
 from fp8rl.report.base_models import base_model_table, runs_numerics
 from fp8rl.report.comparison import comparison_table, has_conditions
 from fp8rl.report.explainer import MECHANISM
+from fp8rl.report.figures import CAPTIONS
 from fp8rl.report.html import render_html
 from fp8rl.report.load import STATUSES, RunSet, load_tier
 from fp8rl.report.markdown import (
@@ -47,26 +48,9 @@ from fp8rl.report.paths import ReportPaths
 from fp8rl.report.plots import write_plots
 from fp8rl.report.summaries import eval_keys
 from fp8rl.report.throughput_table import throughput_table
-from fp8rl.rl.bounds import ClipBounds
 
 RUN_COLUMNS = ["run_id", "status", "reason", "step", "steps_planned", "malformed_lines", "execution"]
 CONDITION_RUN_COLUMNS = ["run_id", "condition", *RUN_COLUMNS[1:]]  # matrices with FP8 conditions
-PLOT_CAPTIONS = {
-    "reward": "Reward and accuracy vs step",
-    "resp_len": "Response length vs step",
-    "entropy": "Entropy vs step",
-    "clip_low_neg": "clip/low_neg vs step (A<0 tokens below the lower clip bound: zero gradient)",
-    "calib_bounds": "Calibrated clip bounds (calib/low, calib/high) vs the fixed 1-ε_low, 1+ε_high",
-    "mismatch_kl": "Rollout/trainer mismatch KL (mismatch/kl_k3) vs step",
-    "ratio_tails": "PPO-ratio tails per step (ratio/p01, ratio/p99)",
-    "ratio_hist": "Per-token PPO ratio, FP8 vs the BF16 shadow pass of the same tokens",
-    "eval_scores": "Eval scores: seed mean, 95% t-interval cut to [0, 1], each seed",
-    "throughput": "Throughput per phase",
-    "mechanism_excess_clip": "Excess clipping (phantom/low_neg − phantom/missed_neg) vs FP8 noise dose, "
-    "per granularity, with 95% t-intervals over the seeds' step means",
-    "mechanism_mismatch_kl": "Mismatch KL (trainer vs rollout) vs FP8 noise dose, per granularity, "
-    "with 95% t-intervals over the seeds' step means",
-}
 
 
 def runs_table(runset: RunSet) -> pd.DataFrame:
@@ -146,7 +130,7 @@ def write_stability_report(
         stability_table,
         stability_view,
     )
-    from fp8rl.report.stability_plots import CAPTIONS, write_stability_plots
+    from fp8rl.report.stability_plots import write_stability_plots
 
     per_run = run_stability(runset, runs_dir, cfg)
     table = stability_table(per_run)
@@ -270,10 +254,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
         paths.table("throughput", "md"), to_markdown(f"{title}: throughput", tp_view, THROUGHPUT_NOTES)
     )
 
-    clip_bounds = {
-        a: ClipBounds.fixed(cfg.algorithm(a).clip_low, cfg.algorithm(a).clip_high)
-        for a in cfg.matrix.algorithms
-    }
+    clip_bounds = {run.spec.algo: run.bounds for run in (resolve_run(cfg, r) for r in cfg.runs())}
     plots = write_plots(runset, comparison, keys, throughput, paths.plots_dir, clip_bounds)
     sections = [
         ("Comparison", COMPARISON_NOTES, view),
@@ -292,7 +273,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     sections.append(("Throughput", THROUGHPUT_NOTES, tp_view))
     if not (deviations := deviations_table(runset)).empty:
         sections.insert(0, ("Deviations from the requested setup", DEVIATION_NOTES, deviations))
-    captions = [(files[0], PLOT_CAPTIONS[name]) for name, files in plots.items()]
+    captions = [(files[0], CAPTIONS[name]) for name, files in plots.items()]
     if paths.stability:
         stability_sections, more = write_stability_report(cfg, runset, paths, runs_dir, title)
         sections[:0] = stability_sections

@@ -42,11 +42,18 @@ from fp8rl.report.stats import (
     welch_interval,
 )
 from fp8rl.report.summaries import DIAGNOSTICS, eval_keys, run_summaries, step_difference, step_series
-from fp8rl.vocabulary import NO_GRANULARITY, VARIANT_SPECS, VARIANTS
+from fp8rl.vocabulary import (
+    CLIP_LOW_NEG,
+    MISMATCH_KL_K3,
+    NO_GRANULARITY,
+    REFERENCE_VARIANT,
+    VARIANT_SPECS,
+    VARIANTS,
+)
 
 USED_STATUSES = ("ok", "diverged")
 # (column, metrics.jsonl name): per-step diagnostics that get a t-interval over the seeds' step means
-STEP_INTERVALS = (("clip_low_neg", "clip/low_neg"), ("mismatch_kl_k3", "mismatch/kl_k3"))
+STEP_INTERVALS = (("clip_low_neg", CLIP_LOW_NEG), ("mismatch_kl_k3", MISMATCH_KL_K3))
 # per-step metrics whose difference to bf16 gets an interval
 STEP_DELTAS = ("clip_low_neg",)
 EXCESS = "excess_clip"
@@ -118,7 +125,7 @@ def comparison_table(runset: RunSet, baseline_steps: int) -> pd.DataFrame:
     rows = []
     for algo, model, gran, cond in _groups(runset.runs):
         cell = summaries[(summaries["algo"] == algo) & (summaries["model"] == model)]
-        ref = cell[(cell["variant"] == "bf16") & cell["status"].isin(USED_STATUSES)]
+        ref = cell[(cell["variant"] == REFERENCE_VARIANT) & cell["status"].isin(USED_STATUSES)]
         present = [v for v in VARIANTS if v in set(cell["variant"])]
         for variant in present:
             fp8 = VARIANT_SPECS[variant].fp8
@@ -139,7 +146,7 @@ def comparison_table(runset: RunSet, baseline_steps: int) -> pd.DataFrame:
                 ci = t_interval(used[key], bounds=value_range(key))
                 row |= {f"{key} mean": ci.estimate, f"{key} ci_low": ci.low, f"{key} ci_high": ci.high}
                 row[f"{key} n"] = ci.n
-                no_delta = variant == "bf16" or ref.empty
+                no_delta = variant == REFERENCE_VARIANT or ref.empty
                 d = NO_INTERVAL if no_delta else welch_interval(used[key], ref[key], bounds=delta_range(key))
                 row |= _delta_cells(key, d)
             for column, *_ in DIAGNOSTICS:
@@ -150,7 +157,7 @@ def comparison_table(runset: RunSet, baseline_steps: int) -> pd.DataFrame:
                 row |= _ci_cells(column, seed_interval(values, bounds=value_range(metric)))
                 if column in STEP_DELTAS:
                     d = NO_INTERVAL
-                    if variant != "bf16" and not ref.empty:
+                    if variant != REFERENCE_VARIANT and not ref.empty:
                         d = seed_delta(values, per_seed(metric, ref["run_id"]), bounds=delta_range(metric))
                     row |= _delta_cells(column, d)
             for column, _ in PAIRED:

@@ -18,7 +18,8 @@ docs/interfaces.md): `summary.json`, `metrics.jsonl`, `throughput.json`, `eval/l
 - `problems`: one line per piece of data that could not be used, naming the file (and line). An `ok`
   or `diverged` run without the eval result file of a suite the config asks for is one (its seed is
   absent from that suite's means), and so is an eval result whose `checkpoint_digest` is not the run's
-  checkpoint's (it scored another checkpoint, e.g. before a retrain): its scores are left out.
+  checkpoint's (it scored another checkpoint, e.g. before a retrain): its scores are left out, and every
+  task an eval job recorded as `failed` (its harness crashed on the job's last attempt).
 - `ratio_hists`: run id → its FP8 vs BF16-shadow ratio histogram (`fp8rl.rl.ratio_hist`).
 
 Malformed `metrics.jsonl` lines are **skipped and counted**, not fatal: a line that is not UTF-8 or not
@@ -40,14 +41,14 @@ from typing import Any
 import pandas as pd
 
 from fp8rl.config import ExperimentConfig
-from fp8rl.matrix import RunSpec
+from fp8rl.config.runs import RunSpec
 from fp8rl.rl.ratio_hist import KEYS as HIST_KEYS
 from fp8rl.run_checks import history_problems, owner_problems, summary_problems
 from fp8rl.rundir import EVAL_FILES, RunDir, checkpoint_digest
 from fp8rl.rundir import STATUSES as RUN_STATUSES
 from fp8rl.rundir import runs_dir as tier_runs_dir
 
-# `condition` is None in matrices without FP8 conditions (fp8rl.matrix.RunSpec)
+# `condition` is None in matrices without FP8 conditions (fp8rl.config.runs.RunSpec)
 ID_COLUMNS = ["run_id", "algo", "model", "variant", "granularity", "condition", "seed"]
 STATUSES = (*RUN_STATUSES, "missing")
 VALUE_COLUMNS = [*ID_COLUMNS, "status", "source", "step", "metric", "value", "stderr"]
@@ -151,6 +152,12 @@ def _eval_values(path: Path, suite: str, problems: list[str], checkpoint: Path) 
         )
         return []
     out = []
+    for f in obj.get("failed") or []:  # tasks whose harness crashed (`fp8rl eval --on-failure record`)
+        tasks = ", ".join(map(str, f.get("tasks", []))) if isinstance(f, dict) else "?"
+        reason = f.get("reason", "no reason given") if isinstance(f, dict) else str(f)
+        problems.append(
+            f"{path}: {suite} tasks {tasks} failed ({reason}); the run is absent from their means"
+        )
     results = obj.get("results")
     if not isinstance(results, list):
         problems.append(f"{path}: 'results' is not a list; file ignored")

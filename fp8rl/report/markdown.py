@@ -17,6 +17,7 @@ import pandas as pd
 from fp8rl.report.comparison import PAIRED, STEP_DELTAS, STEP_INTERVALS, USED_STATUSES
 from fp8rl.report.stats import CI_METHOD, DELTA_METHOD, NO_CI_NOTE, RANGE_METHOD, SEED_MEAN_METHOD
 from fp8rl.report.summaries import DIAGNOSTICS
+from fp8rl.vocabulary import REFERENCE_VARIANT
 
 COMPARISON_NOTES = [
     CI_METHOD + " (eval scores).",
@@ -151,7 +152,7 @@ def comparison_view(table: pd.DataFrame, eval_keys: list[str]) -> pd.DataFrame:
 def paired_view(table: pd.DataFrame) -> pd.DataFrame:
     """The paired section: FP8 rows only, phantom clipping vs the BF16 shadow with intervals."""
     rows = []
-    for _, r in table[table["variant"] != "bf16"].iterrows():
+    for _, r in table[table["variant"] != REFERENCE_VARIANT].iterrows():
         row = _group_cells(r) | {col: _step_ci(r, col) for col, _ in PAIRED}
         row["seeds"] = int(r[f"{PAIRED[-1][0]} n"])
         rows.append(row)

@@ -37,22 +37,23 @@ import pandas as pd  # noqa: E402
 from fp8rl.config import ExperimentConfig  # noqa: E402
 from fp8rl.fp8.recipe import get_recipe  # noqa: E402
 from fp8rl.report.comparison import USED_STATUSES  # noqa: E402
+from fp8rl.report.figures import MECHANISM  # noqa: E402
 from fp8rl.report.load import RunSet  # noqa: E402
 from fp8rl.report.markdown import fmt, fmt_ci  # noqa: E402
 from fp8rl.report.plots import save_figure  # noqa: E402
 from fp8rl.report.stats import RANGE_METHOD, SEED_MEAN_METHOD, seed_interval, value_range  # noqa: E402
 from fp8rl.report.summaries import step_series  # noqa: E402
-from fp8rl.vocabulary import VARIANT_SPECS  # noqa: E402
+from fp8rl.vocabulary import CALIB_HIGH, CALIB_LOW, REFERENCE_VARIANT, VARIANT_SPECS  # noqa: E402
 
 # Every FP8 variant the matrix runs has a row and a column of the figures, in the vocabulary's order.
 FP8_VARIANTS = tuple(v for v, spec in VARIANT_SPECS.items() if spec.fp8)
 SETTINGS = ["format", "gemm_format", "noise_scale", "kv_cache"]
-CALIB = (("calib_low", "calib/low"), ("calib_high", "calib/high"))
-# (plot name, table column, y label)
-PLOTS = (
-    ("mechanism_excess_clip", "excess_clip", "excess clipping"),
-    ("mechanism_mismatch_kl", "mismatch_kl_k3", "mismatch KL k3"),
-)
+CALIB = (("calib_low", CALIB_LOW), ("calib_high", CALIB_HIGH))
+# each figure of `figures.MECHANISM`: the table column it draws and its y label
+PLOT_COLUMNS = {
+    "mechanism_excess_clip": ("excess_clip", "excess clipping"),
+    "mechanism_mismatch_kl": ("mismatch_kl_k3", "mismatch KL k3"),
+}
 SUBTITLES = {
     "excess_clip": "phantom/low_neg − phantom/missed_neg",
     "mismatch_kl_k3": "trainer vs rollout log-probs",
@@ -100,7 +101,7 @@ def mechanism_table(comparison: pd.DataFrame, runset: RunSet, cfg: ExperimentCon
             & (comparison["model"] == r["model"])
             & (comparison["granularity"] == r["granularity"])
             & (comparison["condition"] == r["condition"])
-            & (comparison["variant"] == "bf16")
+            & (comparison["variant"] == REFERENCE_VARIANT)
         ]
         row = {
             "algo": r["algo"],
@@ -224,4 +225,4 @@ def dose_figure(table: pd.DataFrame, column: str, ylabel: str) -> plt.Figure:
 
 def mechanism_plots(table: pd.DataFrame, out_dir: Path) -> dict[str, list[Path]]:
     """Draw and save the mechanism figures (PNG and SVG); returns name → [png, svg]."""
-    return {name: save_figure(dose_figure(table, col, label), out_dir, name) for name, col, label in PLOTS}
+    return {name: save_figure(dose_figure(table, *PLOT_COLUMNS[name]), out_dir, name) for name in MECHANISM}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fp8rl.report.figures import CORE, MECHANISM, STABILITY
 from fp8rl.rundir import RUNS_DIR
 
 if TYPE_CHECKING:
@@ -19,27 +20,16 @@ if TYPE_CHECKING:
 
 # tables/{name}.csv and tables/{name}.md
 TABLES = ("runs", "comparison", "base_models", "throughput")
-# plots/{name}.png and plots/{name}.svg
-PLOTS = (
-    "reward",
-    "resp_len",
-    "entropy",
-    "clip_low_neg",
-    "calib_bounds",
-    "mismatch_kl",
-    "ratio_tails",
-    "ratio_hist",
-    "eval_scores",
-    "throughput",
-)
+# plots/{name}.png and plots/{name}.svg (fp8rl.report.figures: names and captions)
+PLOTS = tuple(CORE)
 PLOT_FORMATS = ("png", "svg")
 # only for matrices with FP8 conditions (fp8rl.report.mechanism)
 MECHANISM_TABLES = ("mechanism",)
-MECHANISM_PLOTS = ("mechanism_excess_clip", "mechanism_mismatch_kl")
+MECHANISM_PLOTS = tuple(MECHANISM)
 # only for matrices with a noise-dose axis (conditions that set fp8.noise_scale): the stability report
 # (fp8rl.report.stability)
 STABILITY_TABLES = ("stability", "breaking_dose")
-STABILITY_PLOTS = ("survival", "stability_curves", "breaking_dose")
+STABILITY_PLOTS = tuple(STABILITY)
 # only for configs with a `study` section (a pre-registered study tier: fp8rl.report.planned)
 STUDY_TABLES = ("arms", "planned", "exploratory")
 

@@ -31,6 +31,7 @@ from scipy import stats
 from fp8rl.config import ContrastConfig, ExperimentConfig, StudyConfig, arm_cell
 from fp8rl.report.load import RunSet
 from fp8rl.report.stats import t_interval, welch_interval
+from fp8rl.vocabulary import CLIP_LOW_NEG, MISMATCH_KL_K3
 
 STUDY_TABLES = ("arms", "planned", "exploratory")
 EXCLUDED = ("failed", "missing")
@@ -259,9 +260,9 @@ def arms_table(runset: RunSet, cfg: ExperimentConfig, endpoints: pd.DataFrame) -
                 "low": ci.low,
                 "high": ci.high,
                 "sd": _sd(_finite(sub["endpoint"])),
-                "mismatch_kl_step1": _metric_mean(runset, used, "mismatch/kl_k3", step=1),
+                "mismatch_kl_step1": _metric_mean(runset, used, MISMATCH_KL_K3, step=1),
                 "entropy_step1": _metric_mean(runset, used, "entropy", step=1),
-                "clip_low_neg": _metric_mean(runset, used, "clip/low_neg"),
+                "clip_low_neg": _metric_mean(runset, used, CLIP_LOW_NEG),
                 "excess_clip": _excess(runset, used),
             }
         )
@@ -318,7 +319,7 @@ def arms_view(table: pd.DataFrame) -> pd.DataFrame:
             "sd": table["sd"].map(_f),
             "mismatch KL step 1": table["mismatch_kl_step1"].map(lambda v: "" if not math.isfinite(v) else f"{v:.3g}"),
             "entropy step 1": table["entropy_step1"].map(_f),
-            "clip/low_neg": table["clip_low_neg"].map(lambda v: "" if not math.isfinite(v) else f"{100 * v:.2f} %"),
+            CLIP_LOW_NEG: table["clip_low_neg"].map(lambda v: "" if not math.isfinite(v) else f"{100 * v:.2f} %"),
             "excess clip": table["excess_clip"].map(lambda v: "" if not math.isfinite(v) else f"{100 * v:+.2f} pp"),
         }
     )  # fmt: skip

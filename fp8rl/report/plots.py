@@ -32,10 +32,21 @@ import pandas as pd  # noqa: E402
 
 from fp8rl.io import atomic_write  # noqa: E402
 from fp8rl.report.comparison import USED_STATUSES  # noqa: E402
+from fp8rl.report.figures import CORE  # noqa: E402
 from fp8rl.report.load import RunSet  # noqa: E402
 from fp8rl.report.paths import PLOT_FORMATS  # noqa: E402
 from fp8rl.report.stats import is_proportion  # noqa: E402
-from fp8rl.vocabulary import VARIANT_SPECS  # noqa: E402
+from fp8rl.vocabulary import (  # noqa: E402
+    ACC_MEAN,
+    CALIB_HIGH,
+    CALIB_LOW,
+    CLIP_LOW_NEG,
+    MISMATCH_KL_K3,
+    REFERENCE_VARIANT,
+    RESP_LEN_MEAN,
+    REWARD_MEAN,
+    VARIANT_SPECS,
+)
 
 PANEL = (4.6, 3.2)
 EVAL_SOURCES = ("lm_eval", "agent")
@@ -230,9 +241,9 @@ def _seed_scores(runset: RunSet, key: str) -> pd.DataFrame:
 def eval_bars(comparison: pd.DataFrame, keys: list[str], runset: RunSet | None = None) -> plt.Figure:
     """Horizontal bars (one row per algo/model/series, bf16 once) of the seed mean, its 95 % t-interval
     cut to [0, 1] when the score is a proportion (stats.is_proportion), and each seed's score as a dot."""
-    rows = comparison[comparison["variant"] != "bf16"]
+    rows = comparison[comparison["variant"] != REFERENCE_VARIANT]
     # bf16 once per algo/model (it repeats in every granularity group)
-    ref = comparison[comparison["variant"] == "bf16"].drop_duplicates(["algo", "model"])
+    ref = comparison[comparison["variant"] == REFERENCE_VARIANT].drop_duplicates(["algo", "model"])
     rows = pd.concat([ref, rows]).sort_index(kind="stable")
     n_cols = min(EVAL_COLS, max(len(keys), 1))
     n_rows = max(1, -(-len(keys) // n_cols))
@@ -246,14 +257,20 @@ def eval_bars(comparison: pd.DataFrame, keys: list[str], runset: RunSet | None =
         axes[0][0].set_axis_on()
         _no_data(axes[0][0])
         return fig
-    grans = ["none" if v == "bf16" else g for v, g in zip(rows["variant"], rows["granularity"], strict=False)]
+    grans = [
+        "none" if v == REFERENCE_VARIANT else g
+        for v, g in zip(rows["variant"], rows["granularity"], strict=False)
+    ]
     # bf16 rows carry their comparison group's condition; the bf16 runs themselves have condition `none`
     conds = rows["condition"].tolist() if "condition" in rows else [None] * len(rows)
-    conds = [c if c is None or v != "bf16" else "none" for v, c in zip(rows["variant"], conds, strict=False)]
+    conds = [
+        c if c is None or v != REFERENCE_VARIANT else "none"
+        for v, c in zip(rows["variant"], conds, strict=False)
+    ]
     series = list(zip(rows["algo"], rows["model"], rows["variant"], grans, conds, strict=False))
     labels = [f"{a}/{m} {series_label(v, g, c)}" for a, m, v, g, c in series]
     y = np.arange(len(rows))[::-1]  # first row on top
-    colors = ["grey" if v == "bf16" else "C0" for v in rows["variant"]]
+    colors = ["grey" if v == REFERENCE_VARIANT else "C0" for v in rows["variant"]]
     for ax, key in zip(axes.flat, keys, strict=False):
         mean = rows[f"{key} mean"].to_numpy(float)
         low, high = rows[f"{key} ci_low"].to_numpy(float), rows[f"{key} ci_high"].to_numpy(float)
@@ -344,25 +361,23 @@ def write_plots(
     """Draw and save every figure; returns name → [png, svg]."""
     bounds = {
         a: {
-            "calib/low": (b[0], f"fixed 1-ε_low = {b[0]:g}"),
-            "calib/high": (b[1], f"fixed 1+ε_high = {b[1]:g}"),
+            CALIB_LOW: (b[0], f"fixed 1-ε_low = {b[0]:g}"),
+            CALIB_HIGH: (b[1], f"fixed 1+ε_high = {b[1]:g}"),
         }
         for a, b in (clip_bounds or {}).items()
     }
     figures: dict[str, Callable[[], plt.Figure]] = {
-        "reward": lambda: step_curves(runset, ("reward/mean", "acc/mean"), "Reward and accuracy vs step"),
-        "resp_len": lambda: step_curves(runset, ("resp_len/mean",), "Response length vs step"),
+        "reward": lambda: step_curves(runset, (REWARD_MEAN, ACC_MEAN), "Reward and accuracy vs step"),
+        "resp_len": lambda: step_curves(runset, (RESP_LEN_MEAN,), "Response length vs step"),
         "entropy": lambda: step_curves(runset, ("entropy",), "Entropy vs step"),
-        "clip_low_neg": lambda: step_curves(runset, ("clip/low_neg",), "clip/low_neg vs step"),
+        "clip_low_neg": lambda: step_curves(runset, (CLIP_LOW_NEG,), "clip/low_neg vs step"),
         "calib_bounds": lambda: step_curves(
-            runset, ("calib/low", "calib/high"), "Calibrated clip bounds vs the fixed ones", bounds
+            runset, (CALIB_LOW, CALIB_HIGH), "Calibrated clip bounds vs the fixed ones", bounds
         ),
-        "mismatch_kl": lambda: step_curves(
-            runset, ("mismatch/kl_k3",), "Rollout/trainer mismatch KL vs step"
-        ),
+        "mismatch_kl": lambda: step_curves(runset, (MISMATCH_KL_K3,), "Rollout/trainer mismatch KL vs step"),
         "ratio_tails": lambda: ratio_tails(runset),
         "ratio_hist": lambda: ratio_hist(runset, clip_bounds or {}),
         "eval_scores": lambda: eval_bars(comparison, keys, runset),
         "throughput": lambda: throughput_bars(throughput),
     }
-    return {name: save_figure(make(), out_dir, name) for name, make in figures.items()}
+    return {name: save_figure(figures[name](), out_dir, name) for name in CORE}  # fp8rl.report.figures

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from fp8rl.vocabulary import REFERENCE_VARIANT
+
 BEGIN = re.compile(r"<!-- fp8rl:results (?P<name>[a-z0-9-]+) -->\n")
 END = "<!-- /fp8rl:results -->"
 # The markdown files that hold quoted blocks, relative to the repository root.
@@ -88,7 +90,7 @@ def smoke_clipping(published: Path) -> str:
     variants = [
         v for v in ("fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib") if any((a, v) in get for a in algos)
     ]
-    rows = [["`clip/low_neg`, bf16"] + [pct(get[(a, "bf16")], "clip_low_neg") for a in algos]]
+    rows = [["`clip/low_neg`, bf16"] + [pct(get[(a, REFERENCE_VARIANT)], "clip_low_neg") for a in algos]]
     for v in variants:
         rows.append(
             [f"{v}, Δ vs bf16"]
@@ -99,7 +101,10 @@ def smoke_clipping(published: Path) -> str:
         )
         rows.append(
             [f"{v} / bf16"]
-            + [_fmt(get[(a, v)]["clip_low_neg"] / get[(a, "bf16")]["clip_low_neg"]) + "×" for a in algos]
+            + [
+                _fmt(get[(a, v)]["clip_low_neg"] / get[(a, REFERENCE_VARIANT)]["clip_low_neg"]) + "×"
+                for a in algos
+            ]
         )
     for v in variants:
         rows.append(
@@ -128,8 +133,8 @@ def smoke_verdicts_from(comp: pd.DataFrame) -> str:
     """`smoke_verdicts` of one comparison table."""
     get = {(r["algo"], r["variant"]): r for _, r in comp.iterrows()}
     lines = []
-    for algo in [a for a in ("grpo", "dapo") if (a, "bf16") in get]:
-        bf16, fp8 = get[(algo, "bf16")], get.get((algo, "fp8"))
+    for algo in [a for a in ("grpo", "dapo") if (a, REFERENCE_VARIANT) in get]:
+        bf16, fp8 = get[(algo, REFERENCE_VARIANT)], get.get((algo, "fp8"))
         calib = get.get((algo, "fp8_calib"))
         parts = []
         if fp8 is not None:

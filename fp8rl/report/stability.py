@@ -37,8 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fp8rl.config import ExperimentConfig
-from fp8rl.matrix import RunSpec
+from fp8rl.config import ExperimentConfig, RunSpec, resolve_run
 from fp8rl.report.binomial import (
     BINOMIAL_METHOD,
     ED50_METHOD,
@@ -50,19 +49,20 @@ from fp8rl.report.binomial import (
 from fp8rl.report.load import RunSet
 from fp8rl.report.stats import CI_METHOD, RANGE_METHOD, t_interval, value_range
 from fp8rl.rundir import RunDir
+from fp8rl.vocabulary import ACC_MEAN, CLIP_LOW_NEG, GIBBERISH_RATE, REFERENCE_VARIANT, REWARD_MEAN
 
 ACC_WINDOW = 5
 GROUP = ["algo", "model", "variant", "granularity", "noise"]
-CURVES = (("entropy", "entropy"), ("reward/mean", "reward"), ("clip/low_neg", "clip/low_neg"))
+CURVES = (("entropy", "entropy"), (REWARD_MEAN, "reward"), (CLIP_LOW_NEG, CLIP_LOW_NEG))
 # per-run columns with a t-interval over seeds, and the metric whose range (stats.value_range) they share
 SEED_COLUMNS = {
-    "final_acc": "acc/mean",
-    "best_acc": "acc/mean",
+    "final_acc": ACC_MEAN,
+    "best_acc": ACC_MEAN,
     "peak_rel_entropy": "entropy",
-    "gibberish": "gibberish/rate",
+    "gibberish": GIBBERISH_RATE,
 }
 # the variant each variant's divergence count is tested against at the same dose (others: plain fp8)
-REFERENCE = {"bf16": None, "fp8": "bf16"}
+REFERENCE = {REFERENCE_VARIANT: None, "fp8": REFERENCE_VARIANT}
 STABILITY_NOTES = [
     f"`diverged/total`: runs whose status is diverged, `= fraction [low, high]`: {BINOMIAL_METHOD}.",
     f"`vs`, `p`: {FISHER_METHOD}, against `vs` at the same dose (fp8 against bf16, fixed FP8 variants "
@@ -105,7 +105,7 @@ def run_stability(runset: RunSet, runs_dir: str | Path, cfg: ExperimentConfig) -
             continue
         spec = RunSpec.parse(r["run_id"])
         m = train[train["run_id"] == r["run_id"]].pivot_table(index="step", columns="metric", values="value")
-        acc = m["acc/mean"].dropna() if "acc/mean" in m else pd.Series(dtype=float)
+        acc = m[ACC_MEAN].dropna() if ACC_MEAN in m else pd.Series(dtype=float)
         ent = m["entropy"].dropna() if "entropy" in m else pd.Series(dtype=float)
         base = float(ent.iloc[:baseline_steps].median()) if len(ent) else math.nan
         div = _divergence(Path(runs_dir), r["run_id"]) if r["status"] == "diverged" else {}
@@ -114,7 +114,7 @@ def run_stability(runset: RunSet, runs_dir: str | Path, cfg: ExperimentConfig) -
             {
                 "run_id": r["run_id"],
                 **{k: r[k] for k in ("algo", "model", "variant", "granularity", "seed")},
-                "noise": cfg.fp8_for(spec.condition).noise_scale if spec.spec.fp8 else 1.0,
+                "noise": resolve_run(cfg, spec).noise_scale,
                 "diverged": r["status"] == "diverged",
                 "div_step": float(div.get("step", r["step"])) if r["status"] == "diverged" else math.nan,
                 "div_kind": div.get("kind", "unknown") if r["status"] == "diverged" else "",
@@ -124,7 +124,7 @@ def run_stability(runset: RunSet, runs_dir: str | Path, cfg: ExperimentConfig) -
                 if len(acc)
                 else math.nan,
                 "peak_rel_entropy": float(ent.max() / base) if len(ent) and base > 0 else math.nan,
-                "gibberish": float(m["gibberish/rate"].mean()) if "gibberish/rate" in m else math.nan,
+                "gibberish": float(m[GIBBERISH_RATE].mean()) if GIBBERISH_RATE in m else math.nan,
             }
         )
     cols = ["run_id", *GROUP[:4], "seed", "noise", "diverged", "div_step", "div_kind", "last_step"]
@@ -169,7 +169,7 @@ def _reference_counts(per_run: pd.DataFrame, algo, model, variant: str, gran, no
         return "", 0, 0
     same = (per_run["algo"] == algo) & (per_run["model"] == model) & (per_run["variant"] == ref)
     same &= per_run["noise"] == noise
-    if ref != "bf16":
+    if ref != REFERENCE_VARIANT:
         same &= per_run["granularity"] == gran
     g = per_run[same]
     return (ref, int(g["diverged"].sum()), len(g)) if len(g) else ("", 0, 0)

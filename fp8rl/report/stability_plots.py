@@ -7,18 +7,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fp8rl.report.figures import STABILITY
 from fp8rl.report.load import RunSet
 from fp8rl.report.plots import PANEL, plt, save_figure
 from fp8rl.report.stability import CURVES, GROUP, _group_times, breaking_dose_table, kaplan_meier
-
-PLOTS = ("survival", "stability_curves", "breaking_dose")
-CAPTIONS = {
-    "survival": "Runs not yet diverged vs step (Kaplan-Meier), per variant and fp8.noise_scale dose",
-    "stability_curves": "Entropy, reward and clip/low_neg vs step (seed mean, min-max band): "
-    "top every variant at dose 1, bottom the dose sweep",
-    "breaking_dose": "Fraction of runs diverged vs fp8.noise_scale dose, exact 95% intervals (dashed: one "
-    "half; the horizontal bar at one half: the ED50's 95% interval, its dot the estimate)",
-}
 
 
 def _figure(n_cols: int, n_rows: int = 1):
@@ -104,11 +96,12 @@ def _breaking(table: pd.DataFrame, out_dir: Path) -> list[Path]:
 def write_stability_plots(
     runset: RunSet, per_run: pd.DataFrame, table: pd.DataFrame, out_dir: Path
 ) -> dict[str, list[Path]]:
-    """Write every figure of PLOTS (empty axes when no run trained); returns name -> files."""
-    out = {
-        "survival": _survival(per_run, out_dir),
-        "stability_curves": _curves(runset, per_run, out_dir),
-        "breaking_dose": _breaking(table, out_dir),
+    """Write every figure of `figures.STABILITY` (empty axes when no run trained); returns name -> files."""
+    builders = {
+        "survival": lambda: _survival(per_run, out_dir),
+        "stability_curves": lambda: _curves(runset, per_run, out_dir),
+        "breaking_dose": lambda: _breaking(table, out_dir),
     }
+    out = {name: builders[name]() for name in STABILITY}
     plt.close("all")
     return out

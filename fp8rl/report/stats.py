@@ -38,6 +38,17 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from fp8rl.vocabulary import (
+    ACC_MEAN,
+    CLIP_HIGH_ALL,
+    CLIP_HIGH_POS,
+    CLIP_LOW_ALL,
+    CLIP_LOW_NEG,
+    GIBBERISH_RATE,
+    MISMATCH_KL_K3,
+    RESP_LEN_MEAN,
+)
+
 CONFIDENCE = 0.95
 CI_METHOD = "95% CI: Student t-interval over seeds (scipy.stats.t, df = n-1)"
 DELTA_METHOD = (
@@ -61,13 +72,13 @@ NO_CI_NOTE = "n = 1 seed gives no interval: its bounds are left blank (NaN)"
 # lm-eval `,filter`). avg@k is the mean of k scores of a proportion metric (fp8rl.evaluate.protocol).
 PROPORTIONS = frozenset(
     {
-        "acc/mean",
-        "gibberish/rate",
-        "clip/low_neg",
-        "clip/high_pos",
+        ACC_MEAN,
+        GIBBERISH_RATE,
+        CLIP_LOW_NEG,
+        CLIP_HIGH_POS,
         "clip/dual",
-        "clip/low_all",
-        "clip/high_all",
+        CLIP_LOW_ALL,
+        CLIP_HIGH_ALL,
         "phantom/low_neg",
         "phantom/missed_neg",
         "tis/clipped",
@@ -89,7 +100,7 @@ EVAL_PROPORTIONS = frozenset(
     }
 )
 # metrics that cannot be negative (k3 = (r - 1) - log r >= 0 per token; entropy, lengths, KL penalty)
-NONNEGATIVE = frozenset({"entropy", "mismatch/kl_k3", "resp_len/mean", "loss/kl", "grad_norm"})
+NONNEGATIVE = frozenset({"entropy", MISMATCH_KL_K3, RESP_LEN_MEAN, "loss/kl", "grad_norm"})
 UNBOUNDED = (-math.inf, math.inf)
 
 

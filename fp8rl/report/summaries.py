@@ -22,11 +22,12 @@ import numpy as np
 import pandas as pd
 
 from fp8rl.report.load import ID_COLUMNS, RunSet
+from fp8rl.vocabulary import CLIP_LOW_NEG, MISMATCH_KL_K3, REWARD_MEAN
 
 # (column, metrics.jsonl name, reduction over steps, description)
 DIAGNOSTICS = (
-    ("final_reward", "reward/mean", "last", "reward/mean at the run's last step"),
-    ("best_reward", "reward/mean", "max", "highest reward/mean of any step"),
+    ("final_reward", REWARD_MEAN, "last", "reward/mean at the run's last step"),
+    ("best_reward", REWARD_MEAN, "max", "highest reward/mean of any step"),
     (
         "peak_entropy_rel",
         "entropy",
@@ -34,8 +35,8 @@ DIAGNOSTICS = (
         "highest entropy after the first `stability.baseline_steps` steps ÷ their median entropy "
         "(> 1: entropy rose above its early baseline; a spike shows as a large value)",
     ),
-    ("clip_low_neg", "clip/low_neg", "mean", "mean over steps of clip/low_neg (A<0 tokens with r < L)"),
-    ("mismatch_kl_k3", "mismatch/kl_k3", "mean", "mean over steps of mismatch/kl_k3 (trainer vs rollout)"),
+    ("clip_low_neg", CLIP_LOW_NEG, "mean", "mean over steps of clip/low_neg (A<0 tokens with r < L)"),
+    ("mismatch_kl_k3", MISMATCH_KL_K3, "mean", "mean over steps of mismatch/kl_k3 (trainer vs rollout)"),
 )
 
 

@@ -23,6 +23,7 @@ import pandas as pd
 
 from fp8rl.report.comparison import has_conditions
 from fp8rl.report.load import RunSet
+from fp8rl.vocabulary import REFERENCE_VARIANT
 
 PHASES = ("rollout", "logprob", "train", "calib")
 BASE_PHASES = ("rollout", "logprob", "train")
@@ -71,7 +72,7 @@ def throughput_table(runset: RunSet) -> pd.DataFrame:
         row["peak_mem_mb"] = _mean(have, "peak_mem_mb")
         rows.append(row)
     table = pd.DataFrame(rows)
-    ref = table[table["variant"] == "bf16"].set_index(["algo", "model"])["step_time_s"]
+    ref = table[table["variant"] == REFERENCE_VARIANT].set_index(["algo", "model"])["step_time_s"]
     table["speedup_vs_bf16"] = [
         ref.get((a, m), math.nan) / t if t and not math.isnan(t) else math.nan
         for a, m, t in zip(table["algo"], table["model"], table["step_time_s"], strict=False)

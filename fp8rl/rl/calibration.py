@@ -45,9 +45,9 @@ import torch
 
 from fp8rl.rl._checks import check_finite, check_mask, check_same_shape, per_token
 from fp8rl.rl.bounds import ClipBounds
+from fp8rl.vocabulary import CALIB_HIGH, CALIB_LOW, CalibReference
 from fp8rl.vocabulary import CALIB_POPULATIONS as POPULATIONS
 from fp8rl.vocabulary import CALIB_UPPER_MODES as UPPER_MODES
-from fp8rl.vocabulary import CalibReference
 
 NOTHING_BELOW_MARGIN = 1e-6  # q = 0: L = min(R) * (1 - margin)
 
@@ -340,7 +340,7 @@ class Calibrator:
                 metrics["calib/target_q_high"] = float(q_hi)
         if self.reference.mode == "shadow" and self.lo_den > 0:
             metrics["calib/ref_tokens"] = self.lo_den
-        metrics["calib/low"], metrics["calib/high"] = bounds
+        metrics[CALIB_LOW], metrics[CALIB_HIGH] = bounds
         return bounds, metrics
 
     def _pooled_targets(self, ratio, advantages, mask, ref_ratio, ref_mask, ref_unchanged):

@@ -22,6 +22,14 @@ from fp8rl.rl._checks import (
     masked_mean,
     per_token,
 )
+from fp8rl.vocabulary import (
+    CLIP_HIGH_ALL,
+    CLIP_HIGH_POS,
+    CLIP_LOW_ALL,
+    CLIP_LOW_NEG,
+    MISMATCH_KL_K1,
+    MISMATCH_KL_K3,
+)
 
 
 def _frac(hit: torch.Tensor, population: torch.Tensor) -> float | None:
@@ -62,12 +70,12 @@ def clip_stats(
         neg = m & (adv < 0)
         pos = m & (adv > 0)
         out: dict[str, float] = {}
-        _put(out, "clip/low_neg", _frac(r < low_f, neg))
-        _put(out, "clip/high_pos", _frac(r > high_f, pos))
+        _put(out, CLIP_LOW_NEG, _frac(r < low_f, neg))
+        _put(out, CLIP_HIGH_POS, _frac(r > high_f, pos))
         if clip_c is not None:
             _put(out, "clip/dual", _frac(r > float(clip_c), neg))
-        _put(out, "clip/low_all", _frac(r < low_f, m))
-        _put(out, "clip/high_all", _frac(r > high_f, m))
+        _put(out, CLIP_LOW_ALL, _frac(r < low_f, m))
+        _put(out, CLIP_HIGH_ALL, _frac(r > high_f, m))
     return out
 
 
@@ -129,8 +137,8 @@ def mismatch_kl(
     d, m = found
     with torch.no_grad():
         return {
-            "mismatch/kl_k1": float(masked_mean(-d, m)),
-            "mismatch/kl_k3": float(masked_mean(torch.expm1(d) - d, m)),
+            MISMATCH_KL_K1: float(masked_mean(-d, m)),
+            MISMATCH_KL_K3: float(masked_mean(torch.expm1(d) - d, m)),
         }
 
 

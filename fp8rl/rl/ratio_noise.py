@@ -30,6 +30,7 @@ import torch
 from fp8rl.rl.bounds import ClipBounds
 from fp8rl.rl.calibration import calibrated_bounds, reference_counts
 from fp8rl.rl.diagnostics import clip_stats, phantom_low_neg
+from fp8rl.vocabulary import CALIB_HIGH, CALIB_LOW, CLIP_HIGH_POS, CLIP_LOW_NEG
 
 
 @dataclass(frozen=True)
@@ -99,8 +100,8 @@ def ratio_noise_study(
         )  # fmt: skip
         row = {
             "noise": float(level),
-            "calib/low": low,
-            "calib/high": high,
+            CALIB_LOW: low,
+            CALIB_HIGH: high,
             "calib/ref_tokens": float(ref_tokens),
         }
         for case, (lo, _hi), stats in (
@@ -108,7 +109,7 @@ def ratio_noise_study(
             ("fixed", fixed, clip_stats(r, adv, mask, *fixed)),
             ("calib", (low, high), clip_stats(r, adv, mask, low, high)),
         ):
-            for name in ("clip/low_neg", "clip/high_pos"):
+            for name in (CLIP_LOW_NEG, CLIP_HIGH_POS):
                 row[f"{case} {name}"] = stats[name]
             if case != "ref":
                 for name, value in phantom_low_neg(r, r_ref, adv, mask, lo, fixed.low).items():

@@ -31,7 +31,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fp8rl.vocabulary import DIVERGENCE_KINDS
+from fp8rl.vocabulary import DIVERGENCE_KINDS, GIBBERISH_RATE, REWARD_MEAN
 
 
 @dataclass(frozen=True)
@@ -163,18 +163,16 @@ class StabilityMonitor:
         the first one that fires this step, in DIVERGENCE_KINDS order."""
         fired: list[tuple[str, str]] = []
         bad = {
-            k: metrics[k]
-            for k in ("entropy", "reward/mean")
-            if k in metrics and not math.isfinite(metrics[k])
+            k: metrics[k] for k in ("entropy", REWARD_MEAN) if k in metrics and not math.isfinite(metrics[k])
         }
         if bad:
             fired.append(("non_finite", ", ".join(f"{k} = {v}" for k, v in bad.items()) + f" at step {step}"))
         if "entropy" in metrics and "entropy" not in bad:
             fired += self._entropy(step, float(metrics["entropy"]))
-        if self.gibberish_max is not None and "gibberish/rate" in metrics:
-            fired += self._gibberish(step, float(metrics["gibberish/rate"]))
-        if "reward/mean" in metrics and "reward/mean" not in bad:
-            fired += self._reward(step, float(metrics["reward/mean"]))
+        if self.gibberish_max is not None and GIBBERISH_RATE in metrics:
+            fired += self._gibberish(step, float(metrics[GIBBERISH_RATE]))
+        if REWARD_MEAN in metrics and REWARD_MEAN not in bad:
+            fired += self._reward(step, float(metrics[REWARD_MEAN]))
         return fired[0] if fired else None
 
     def _entropy(self, step: int, entropy: float) -> list[tuple[str, str]]:

@@ -106,9 +106,9 @@ def restore_torch_globals():
 
 
 def _train(tier, run_id: str, out: Path, overrides: dict | None = None, **kw):
+    from fp8rl.config.runs import find_run
     from fp8rl.config_loader import load_config
     from fp8rl.engine.trainer import Trainer
-    from fp8rl.matrix import find_run
 
     root, _, write_config = tier
     config = write_config(out.parent / f"{out.name}.yaml", overrides)

@@ -62,9 +62,9 @@ def finished(tier, tmp_path_factory):
     """A finished 2-step run with a checkpoint after each step."""
     import torch
 
+    from fp8rl.config.runs import find_run
     from fp8rl.config_loader import load_config
     from fp8rl.engine.trainer import Trainer
-    from fp8rl.matrix import find_run
 
     root, _, write_config = tier
     tmp = tmp_path_factory.mktemp("guard")

@@ -75,8 +75,8 @@ def small_policy(small_base):
 
 @pytest.fixture(scope="session")
 def small_run(small_base, small_cfg):
+    from fp8rl.config.runs import find_run
     from fp8rl.engine.trainer import Trainer
-    from fp8rl.matrix import find_run
 
     root, _ = small_base
     run = find_run(small_cfg, "grpo/smollm2-135m/fp8_calib/tensorwise/seed0")

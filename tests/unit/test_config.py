@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from fp8rl.cli import main
+from fp8rl.config.runs import RunSpec, expand_matrix, find_run, reference_run
 from fp8rl.config_loader import ConfigError, load_config, validate_config
-from fp8rl.matrix import RunSpec, expand_matrix, find_run, reference_run
 
 ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = {

@@ -23,11 +23,13 @@ ORDER = [
     "evaluation",
     "infrastructure",
     "matrix",
+    "runs",
     "study",
     "experiment",
+    "resolved",
 ]
-# What the config may import from the rest of fp8rl (the matrix expansion only lazily, from `runs()`).
-OUTSIDE = {"fp8rl.vocabulary", "fp8rl.matrix"}
+# What the config may import from the rest of fp8rl (rl.bounds: a resolved run's fixed clip interval).
+OUTSIDE = {"fp8rl.vocabulary", "fp8rl.rl.bounds"}
 
 
 def _modules() -> dict[str, ast.Module]:

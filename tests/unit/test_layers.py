@@ -22,8 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "quiet": set(),
     "numerics": {"vocabulary"},
     "provenance": {"numerics"},
-    "config": {"vocabulary", "matrix"},
-    "matrix": {"config", "vocabulary"},
+    "config": {"vocabulary", "rl"},  # rl.bounds: a resolved run's fixed clip interval
     "config_loader": {"config"},
     "rundir": CORE,
     "run_checks": {"rundir", *CORE},
@@ -31,12 +30,11 @@ ALLOWED: dict[str, set[str]] = {
     "containers": {"config"},
     "fp8": {"vocabulary", "numerics"},  # never rl; numerics: fast-mode kernels only where asked
     "rl": {"vocabulary"},  # never fp8
-    "engine": {"config", "matrix", "fp8", "rl", "provenance", "rundir", "tracking", *CORE},
-    "evaluate": {"config", "matrix", "rundir", "provenance", "adapters", *CORE},  # adapters.hub: records
+    "engine": {"config", "fp8", "rl", "provenance", "rundir", "tracking", *CORE},
+    "evaluate": {"config", "rundir", "provenance", "adapters", *CORE},  # adapters.hub: records
     "adapters": {
         "config",
         "config_loader",
-        "matrix",
         "rl",
         "engine",
         "containers",
@@ -46,8 +44,8 @@ ALLOWED: dict[str, set[str]] = {
         "validation",
         *CORE,
     },  # fmt: skip
-    "report": {"config", "matrix", "fp8", "rl", "provenance", "rundir", "run_checks", *CORE},
-    "validation": {"config", "engine", "adapters"},
+    "report": {"config", "fp8", "rl", "provenance", "rundir", "run_checks", *CORE},
+    "validation": {"config", "engine", "adapters", "evaluate"},
     "commands": {
         "adapters",
         "config",
@@ -55,7 +53,6 @@ ALLOWED: dict[str, set[str]] = {
         "containers",
         "engine",
         "evaluate",
-        "matrix",
         "provenance",
         "report",
         "rl",

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from workflow_helpers import REPO, in_repo, planned_jobs, snakemake, write_config
 
+from fp8rl.config.runs import reference_run
 from fp8rl.config_loader import load_config
-from fp8rl.matrix import reference_run
 
 
 def matrix_count(config_file) -> int:

@@ -20,8 +20,8 @@ from fp8rl.adapters.verl_overrides import (
 )
 from fp8rl.cli import main
 from fp8rl.commands.config import CONFIG_CHECKS
+from fp8rl.config.runs import RunSpec
 from fp8rl.config_loader import ConfigError, load_config
-from fp8rl.matrix import RunSpec
 
 ROOT = Path(__file__).resolve().parents[3]
 PAPER = ROOT / "config" / "paper.yaml"

@@ -16,8 +16,8 @@ from fp8rl.adapters.verl_checkpoint import CheckpointError, compat_config, expor
 from fp8rl.adapters.verl_launch import DEADLINE_ENV, render_script
 from fp8rl.adapters.verl_overrides import VerlPaths, verl_overrides
 from fp8rl.adapters.verl_sizing import attempts_needed, checkpoint_bytes, esi_margin_s
+from fp8rl.config.runs import RunSpec
 from fp8rl.config_loader import ConfigError, load_config
-from fp8rl.matrix import RunSpec
 from fp8rl.validation import CONFIG_CHECKS
 
 ROOT = Path(__file__).resolve().parents[3]

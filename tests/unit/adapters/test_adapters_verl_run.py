@@ -19,8 +19,8 @@ from fp8rl.adapters.verl_run import (
     write_run_files,
 )
 from fp8rl.cli import main
+from fp8rl.config.runs import RunSpec
 from fp8rl.config_loader import load_config
-from fp8rl.matrix import RunSpec
 from fp8rl.rundir import RunDir, build_summary
 from fp8rl.tracking import read_tensorboard
 

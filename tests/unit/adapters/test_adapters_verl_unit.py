@@ -22,8 +22,8 @@ from fp8rl.adapters.verl_overrides import (
 )
 from fp8rl.commands.config import CONFIG_CHECKS
 from fp8rl.config import StabilityConfig
+from fp8rl.config.runs import RunSpec
 from fp8rl.config_loader import load_config
-from fp8rl.matrix import RunSpec
 from fp8rl.vocabulary import CalibReference
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -23,8 +23,8 @@ import pytest
 
 from fp8rl.adapters.verl_checkpoint import export
 from fp8rl.adapters.verl_overrides import CONFIG_NAME, VerlPaths, verl_overrides
+from fp8rl.config.runs import RunSpec
 from fp8rl.config_loader import load_config
-from fp8rl.matrix import RunSpec
 
 ROOT = Path(__file__).resolve().parents[3]
 UPSTREAM = Path(os.environ.get("FP8RL_UPSTREAM_SRC", ROOT / "build" / "upstream"))

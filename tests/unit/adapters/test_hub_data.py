@@ -15,9 +15,9 @@ from fp8rl.adapters.hub import fetch_snapshot, read_record
 from fp8rl.adapters.verl_data import write_parquet
 from fp8rl.adapters.verl_run import verl_paths
 from fp8rl.cli import main
+from fp8rl.config.runs import RunSpec
 from fp8rl.config_loader import load_config
 from fp8rl.io import read_jsonl, sha256_file
-from fp8rl.matrix import RunSpec
 from tests.hub_fixtures import DAPO, make_hub
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -7,12 +7,12 @@ from pathlib import Path
 import torch
 
 from fp8rl.config import ArchConfig
+from fp8rl.config.runs import RunSpec
 from fp8rl.config_loader import load_config
 from fp8rl.engine.model import build_model
 from fp8rl.engine.phase_timer import throughput_report
 from fp8rl.engine.precision import setup_precision
 from fp8rl.engine.tokenizer import build_char_tokenizer
-from fp8rl.matrix import RunSpec
 
 ROOT = Path(__file__).resolve().parents[3]
 ARCH = ArchConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=32)

@@ -4,11 +4,13 @@ rollout copy's own noise dose (fp8rl.engine.precision.rollout_runtime)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
-from fp8rl.config import FP8Config
+from fp8rl.config import RunSpec, resolve_run
+from fp8rl.config_loader import load_config
 from fp8rl.engine.precision import rollout_runtime
 from fp8rl.engine.ratio_noise import RatioNoise
 from fp8rl.fp8 import FP8Runtime
@@ -46,9 +48,18 @@ def test_noise_is_seeded_sized_and_carries_no_gradient():
 
 
 def test_rollout_runtime_splits_the_dose_by_path():
-    rt = FP8Runtime(noise_scale=4.0)
-    assert rollout_runtime(rt, FP8Config(noise_scale=4.0), True) is rt  # one dose: the same runtime
-    assert rollout_runtime(rt, FP8Config(noise_scale=4.0), False) is rt
-    split = rollout_runtime(rt, FP8Config(noise_scale=4.0, rollout_noise_scale=1.0), True)
+    cfg = load_config(Path(__file__).resolve().parents[3] / "config/attribution.yaml")
+    run = {
+        c: resolve_run(cfg, RunSpec("grpo", "chain", "fp8", "tensorwise", 0, c)) for c in ("s4", "s4_trainer")
+    }
+    bf16 = resolve_run(cfg, RunSpec("grpo", "chain", "bf16", "none", 0, "none"))
+    rt = FP8Runtime(noise_scale=run["s4"].noise_scale)
+    assert rt.noise_scale == 4.0 and bf16.noise_scale == bf16.rollout_noise_scale == 1.0
+    assert rollout_runtime(rt, run["s4"]) is rt  # one dose: the same runtime
+    plain = FP8Runtime()
+    assert rollout_runtime(plain, bf16) is plain  # not an FP8 variant: no dose of its own
+    split = rollout_runtime(rt, run["s4_trainer"])
     assert split is not rt and split.noise_scale == 1.0 and rt.noise_scale == 4.0
     assert split.gemms is rt.gemms and split.compiled == rt.compiled  # GEMM counts stay shared
+    with pytest.raises(ValueError, match="dose"):
+        FP8Runtime(noise_scale=float("nan"))

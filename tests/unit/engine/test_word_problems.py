@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from fp8rl.config.runs import expand_matrix
 from fp8rl.config_loader import load_config
 from fp8rl.engine import tasks, word_problems
 from fp8rl.engine.data import build_splits
 from fp8rl.engine.tokenizer import build_char_tokenizer, encode_prompt
-from fp8rl.matrix import expand_matrix
 
 ROOT = Path(__file__).resolve().parents[3]
 

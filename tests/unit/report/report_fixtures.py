@@ -33,9 +33,9 @@ from pathlib import Path
 import yaml
 
 from fp8rl.config import ExperimentConfig
+from fp8rl.config.runs import RunSpec
 from fp8rl.config_loader import load_config
 from fp8rl.io import atomic_write_json, atomic_write_text
-from fp8rl.matrix import RunSpec
 
 REPO = Path(__file__).resolve().parents[3]
 STEPS = 12

@@ -18,7 +18,7 @@ from report_fixtures import (
     write_mechanism_tier,
 )
 
-from fp8rl.matrix import RunSpec
+from fp8rl.config.runs import RunSpec
 from fp8rl.report.build import RUN_COLUMNS, build_report, runs_table
 from fp8rl.report.comparison import comparison_table
 from fp8rl.report.load import load_tier

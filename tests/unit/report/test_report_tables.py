@@ -24,7 +24,7 @@ from report_fixtures import (
 )
 from scipy import stats
 
-from fp8rl.matrix import RunSpec
+from fp8rl.config.runs import RunSpec
 from fp8rl.report.comparison import comparison_table
 from fp8rl.report.load import load_tier
 from fp8rl.report.markdown import comparison_markdown, comparison_view, paired_view

@@ -10,20 +10,26 @@ checks that a run id belongs to a config, `reference_run` names the bf16 run a c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from fp8rl.config.matrix import MatrixConfig
 from fp8rl.vocabulary import (
     ALGORITHMS,
     NO_CONDITION,
     NO_GRANULARITY,
+    REFERENCE_VARIANT,
     VARIANT_SPECS,
     VARIANTS,
     VariantSpec,
     granularities_of,
 )
 
-if TYPE_CHECKING:
-    from fp8rl.config import ExperimentConfig
+
+class HasMatrix(Protocol):
+    """What the expansion reads of an experiment config: its `matrix` section."""
+
+    matrix: MatrixConfig
+
 
 AXES = ("algo", "model", "variant", "granularity", "seed", "condition")
 
@@ -78,7 +84,7 @@ class RunSpec:
         return cls(algo, model, variant, gran, seed_n, condition)
 
 
-def expand_matrix(cfg: ExperimentConfig, **filters: list[str] | None) -> list[RunSpec]:
+def expand_matrix(cfg: HasMatrix, **filters: list[str] | None) -> list[RunSpec]:
     """Every run of the experiment, in a stable order (algo, model, variant, granularity, condition, seed).
 
     `filters` maps an axis name (AXES) to the values to keep.
@@ -102,7 +108,7 @@ def expand_matrix(cfg: ExperimentConfig, **filters: list[str] | None) -> list[Ru
     return runs
 
 
-def find_run(cfg: ExperimentConfig, run_id: str) -> RunSpec:
+def find_run(cfg: HasMatrix, run_id: str) -> RunSpec:
     """The matrix cell with this id; ValueError if the config does not contain it."""
     spec = RunSpec.parse(run_id)
     if spec not in set(expand_matrix(cfg)):
@@ -113,4 +119,4 @@ def find_run(cfg: ExperimentConfig, run_id: str) -> RunSpec:
 def reference_run(spec: RunSpec) -> RunSpec:
     """The bf16 run that a `calib.reference: run` cell reads its target quantiles from."""
     cond = None if spec.condition is None else NO_CONDITION
-    return RunSpec(spec.algo, spec.model, "bf16", NO_GRANULARITY, spec.seed, cond)
+    return RunSpec(spec.algo, spec.model, REFERENCE_VARIANT, NO_GRANULARITY, spec.seed, cond)

@@ -1,0 +1,99 @@
+"""One run's settings, resolved once: `resolve_run(cfg, spec)` applies the run's matrix cell to the
+experiment config and returns a frozen `ResolvedRun` that every consumer reads (the trainer, the
+precision setup, the verl adapter, `fp8rl train`, the Snakefile, the report) instead of re-deriving
+its settings from (config, run spec).
+
+What it holds: the cell (`spec`) and its variant's switches (`variant`), the algorithm's options
+(`algo`), the model entry, the FP8 settings with the run's condition applied and validated (`fp8`: the
+tier's `fp8` section for runs outside a condition), the fixed PPO clip interval (`bounds`), the
+calibration and mismatch-correction options, the bf16 run a `calib.reference: run` cell reads its
+targets from (`reference`, None otherwise), the noise dose its FP8 operands carry (1 for non-FP8
+variants) and the digest of everything its training depends on (`train_digest`: the checkpoint and DAG
+key).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from fp8rl.config.algorithms import DAPOConfig, GRPOConfig
+from fp8rl.config.models import ModelConfig
+from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
+from fp8rl.config.runs import RunSpec, reference_run
+from fp8rl.vocabulary import VariantSpec
+
+if TYPE_CHECKING:
+    from fp8rl.config.experiment import ExperimentConfig
+    from fp8rl.rl.bounds import ClipBounds
+
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    """The settings of one run of the matrix (module docstring); build it with `resolve_run`."""
+
+    spec: RunSpec
+    variant: VariantSpec
+    algo: GRPOConfig | DAPOConfig
+    model: ModelConfig
+    fp8: FP8Config
+    calib: CalibConfig
+    tis: TISConfig
+    reference: RunSpec | None
+    train_digest: str
+
+    @property
+    def run_id(self) -> str:
+        return self.spec.run_id
+
+    @cached_property
+    def bounds(self) -> ClipBounds:
+        """PPO's fixed interval (1 - clip_low, 1 + clip_high) of the run's algorithm (made on first use:
+        `fp8rl.rl` imports torch, which reading a config does not need)."""
+        from fp8rl.rl.bounds import ClipBounds
+
+        return ClipBounds.fixed(self.algo.clip_low, self.algo.clip_high)
+
+    @property
+    def needs_reference(self) -> bool:
+        """Whether the run reads per-step targets from a finished bf16 run (`calib.reference: run`)."""
+        return self.reference is not None
+
+    @property
+    def noise_scale(self) -> float:
+        """The dose s of the trainer's FP8 operands (x + s (Q(x) - x)); 1 outside FP8 variants."""
+        return self.fp8.noise_scale if self.variant.fp8 else 1.0
+
+    @property
+    def rollout_noise_scale(self) -> float:
+        """The dose of the rollout copy's FP8 operands (`fp8.rollout_noise_scale`, else the trainer's)."""
+        return self.fp8.rollout_dose if self.variant.fp8 else 1.0
+
+    @property
+    def ratio_noise(self) -> float:
+        """The synthetic ratio-noise level (`fp8.ratio_noise`); FP8 variants only, else 0."""
+        return self.fp8.ratio_noise if self.variant.fp8 else 0.0
+
+
+def resolve_run(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> ResolvedRun:
+    """`spec`'s settings under `cfg` (a `ResolvedRun` is returned as it is). Raises KeyError for a model
+    or condition the config does not define."""
+    from fp8rl.config.experiment import TRAIN_SECTIONS
+
+    if isinstance(spec, ResolvedRun):
+        return spec
+    algo = cfg.algorithm(spec.algo)
+    variant = spec.spec
+    needs_reference = variant.calib and cfg.calib.reference.mode == "run"
+    return ResolvedRun(
+        spec=spec,
+        variant=variant,
+        algo=algo,
+        model=cfg.model(spec.model),
+        fp8=cfg.fp8_for(spec.condition),
+        calib=cfg.calib,
+        tis=cfg.tis,
+        reference=reference_run(spec) if needs_reference else None,
+        train_digest=cfg.section_digest(*TRAIN_SECTIONS, model=spec.model, condition=spec.condition),
+    )

@@ -1,0 +1,38 @@
+"""Every figure of a tier's report, in one table: its name (the files `plots/{name}.png` and `.svg`), the
+part of the report that has it and its caption in report.html.
+
+`CORE` figures are in every report (fp8rl.report.plots draws them), `MECHANISM` ones in tiers with FP8
+conditions (fp8rl.report.mechanism), `STABILITY` ones in tiers with a noise-dose axis
+(fp8rl.report.stability_plots). `ReportPaths` lists the files from here and the HTML report takes the
+captions from here; the drawing modules key their builders by these names. No matplotlib: the DAG reads
+this to know a report's outputs.
+"""
+
+from __future__ import annotations
+
+CORE = {
+    "reward": "Reward and accuracy vs step",
+    "resp_len": "Response length vs step",
+    "entropy": "Entropy vs step",
+    "clip_low_neg": "clip/low_neg vs step (A<0 tokens below the lower clip bound: zero gradient)",
+    "calib_bounds": "Calibrated clip bounds (calib/low, calib/high) vs the fixed 1-ε_low, 1+ε_high",
+    "mismatch_kl": "Rollout/trainer mismatch KL (mismatch/kl_k3) vs step",
+    "ratio_tails": "PPO-ratio tails per step (ratio/p01, ratio/p99)",
+    "ratio_hist": "Per-token PPO ratio, FP8 vs the BF16 shadow pass of the same tokens",
+    "eval_scores": "Eval scores: seed mean, 95% t-interval cut to [0, 1], each seed",
+    "throughput": "Throughput per phase",
+}
+MECHANISM = {
+    "mechanism_excess_clip": "Excess clipping (phantom/low_neg − phantom/missed_neg) vs FP8 noise dose, "
+    "per granularity, with 95% t-intervals over the seeds' step means",
+    "mechanism_mismatch_kl": "Mismatch KL (trainer vs rollout) vs FP8 noise dose, per granularity, "
+    "with 95% t-intervals over the seeds' step means",
+}
+STABILITY = {
+    "survival": "Runs not yet diverged vs step (Kaplan-Meier), per variant and fp8.noise_scale dose",
+    "stability_curves": "Entropy, reward and clip/low_neg vs step (seed mean, min-max band): "
+    "top every variant at dose 1, bottom the dose sweep",
+    "breaking_dose": "Fraction of runs diverged vs fp8.noise_scale dose, exact 95% intervals (dashed: one "
+    "half; the horizontal bar at one half: the ED50's 95% interval, its dot the estimate)",
+}
+CAPTIONS = {**CORE, **MECHANISM, **STABILITY}
