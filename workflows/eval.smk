@@ -1,5 +1,7 @@
 # lm-eval and the agent benchmark on every run's final checkpoint (docs/interfaces.md result schema);
-# eval_lm also keeps every scored sample beside its scores (lm_eval.samples.jsonl).
+# eval_lm also keeps every scored sample beside its scores (lm_eval.samples.jsonl). A harness that crashes
+# on a job's last attempt is recorded in the result file (`failed`) instead of failing the job, so one
+# broken eval does not hold back the report, which lists it.
 from fp8rl.evaluate.schema import samples_path
 
 
@@ -23,12 +25,14 @@ rule eval_lm:
     threads: threads_for("eval_lm")
     resources:
         **resources_for("eval_lm"),
+        eval_on_failure=eval_on_failure("eval_lm"),
     retries: retries_for("eval_lm")
     conda:
         CONDA_ENV
     shell:
         in_image("eval") + "fp8rl eval lm-eval --config {params.config:q} --checkpoint {params.checkpoint:q}"
-        " --data {params.data:q} --out {output.scores:q} > {log:q} 2>&1"
+        " --data {params.data:q} --out {output.scores:q} --on-failure {resources.eval_on_failure:q}"
+        " > {log:q} 2>&1"
 
 
 rule eval_agent:
@@ -50,9 +54,11 @@ rule eval_agent:
     threads: threads_for("eval_agent")
     resources:
         **resources_for("eval_agent"),
+        eval_on_failure=eval_on_failure("eval_agent"),
     retries: retries_for("eval_agent")
     conda:
         CONDA_ENV
     shell:
         in_image("agent") + "fp8rl eval agent --config {params.config:q} --checkpoint {params.checkpoint:q}"
-        " --data {params.data:q} --out {output:q} > {log:q} 2>&1"
+        " --data {params.data:q} --out {output:q} --on-failure {resources.eval_on_failure:q}"
+        " > {log:q} 2>&1"

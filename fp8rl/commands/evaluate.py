@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 from fp8rl import numerics
@@ -49,7 +50,7 @@ def _check_out(out: Path) -> None:
 def _evaluate(args: argparse.Namespace, suite: str) -> int:
     cfg = load_config(args.file, args.set)
     numerics.ensure(cfg.numerics)
-    from fp8rl.evaluate.eval_tasks import EvalInputError, local_task_path
+    from fp8rl.evaluate.eval_tasks import BFCL_PREFIX, EvalInputError, local_task_path
 
     names = getattr(cfg.eval, SUITE_TASKS[suite])
     checkpoint, data, out = Path(args.checkpoint), Path(args.data), Path(args.out)
@@ -68,7 +69,7 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
 
     torch.set_num_threads(cfg.resources_for("eval").threads)
     from fp8rl.engine.data import load_split_lines
-    from fp8rl.io import remove_stale_temps
+    from fp8rl.io import atomic_write_text, remove_stale_temps
     from fp8rl.rundir import RunDirLocked, checkpoint_digest, hold_lock
 
     try:
@@ -90,11 +91,18 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
                 plan = plan_tasks(suite, names, data, cache_dir=work / "datasets")
                 model, model_args = model_spec(cfg, checkpoint) if plan.lm_eval_specs else ("bfcl", {})
                 samples = samples_path(out) if suite == "lm_eval" else None
-                results = (
-                    run_lm_eval(cfg, checkpoint, plan, samples_out=samples) if plan.lm_eval_specs else []
-                )
-                if plan.bfcl:
-                    results += run_bfcl(cfg, checkpoint, plan.bfcl, work / "bfcl")
+                results, failed = [], []
+                bfcl_tasks = [BFCL_PREFIX + c for c in plan.bfcl]
+                harnesses = [
+                    ([n for n in names if n not in bfcl_tasks], plan.lm_eval_specs,
+                     lambda: run_lm_eval(cfg, checkpoint, plan, samples_out=samples)),
+                    (bfcl_tasks, plan.bfcl, lambda: run_bfcl(cfg, checkpoint, plan.bfcl, work / "bfcl")),
+                ]  # fmt: skip
+                for tasks, planned, run in harnesses:
+                    if planned:
+                        results += _run_or_record(run, tasks, failed, args.on_failure)
+                if samples is not None and failed and not samples.exists():
+                    atomic_write_text(samples, "")  # the rule's second output: no sample was scored
             except EvalInputError as exc:
                 raise UsageError(str(exc)) from None
             finally:
@@ -108,14 +116,37 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
                 "tasks": names,
                 **cfg.eval.model_dump(include={"max_gen_toks", "temperature", "top_p", "repeats"}),
             }
-            write_eval(out, checkpoint, suite, results, prov, checkpoint_digest=digest)
+            write_eval(out, checkpoint, suite, results, prov, checkpoint_digest=digest, failed=failed)
     except RunDirLocked as exc:
         raise UsageError(str(exc)) from None
     for r in results:
         err = f" ± {r.stderr:.3f}" if r.stderr is not None else ""
         print(f"{r.task:<16} {r.metric:<28} {r.value:.3f}{err}  (n={r.n})")
+    for f in failed:
+        print(
+            f"FAILED {', '.join(f['tasks'])}: {f['reason']} (recorded in {out}; the report lists it)",
+            file=sys.stderr,
+        )
     print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+def _run_or_record(run, tasks: list[str], failed: list[dict], on_failure: str) -> list:
+    """The harness's results; with `--on-failure record`, a harness that raises (after the inputs were
+    checked: a crash of lm-eval, vLLM or bfcl-eval) leaves its tasks in `failed` with the reason instead,
+    so the tasks that finished are still written and the report still runs."""
+    from fp8rl.evaluate.eval_tasks import EvalInputError
+
+    try:
+        return run()
+    except EvalInputError:
+        raise
+    except Exception as exc:
+        if on_failure != "record":
+            raise
+        traceback.print_exc()
+        failed.append({"tasks": tasks, "reason": f"{type(exc).__name__}: {exc}"[:2000]})
+        return []
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -132,4 +163,11 @@ def register(sub: argparse._SubParsersAction) -> None:
             "--data", required=True, help="the tier's data directory (test.jsonl, tool_test.jsonl)"
         )
         p.add_argument("--out", required=True, help="result JSON to write")
+        p.add_argument(
+            "--on-failure",
+            choices=("raise", "record"),
+            default="raise",
+            help="when a harness crashes: exit non-zero (raise), or write the tasks that finished with the "
+            "failed ones listed, and exit 0 (record; the DAG's last attempt of an eval job)",
+        )
         p.set_defaults(func=lambda a, s=suite: _evaluate(a, s))

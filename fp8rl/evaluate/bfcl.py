@@ -8,10 +8,14 @@ with the vLLM backend on the local checkpoint, then `bfcl evaluate`) with `BFCL_
 folder, and the first line of each `score/**/BFCL_*_{category}_score.json` (`accuracy`,
 `correct_count`, `total_count`) becomes one result. BFCL's model handler is chosen by name:
 `$FP8RL_BFCL_MODEL`, else the run's model `bfcl_handler` (config), else its `hf_id` (prompt mode).
+The names the pinned bfcl-eval knows are listed in containers/bfcl/handlers.txt (scripts/bfcl_handlers.py
+writes it from the wheel's source); `bfcl_problems`, one of the config checks, refuses any other before a
+job starts (bfcl-eval would fail at its first prompt).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
@@ -24,8 +28,38 @@ from fp8rl.evaluate.eval_tasks import BFCL_PREFIX, EVALS_DIR, EvalInputError
 from fp8rl.evaluate.protocol import checkpoint_model
 from fp8rl.evaluate.schema import TaskResult
 
+HANDLERS_FILE = EVALS_DIR.parent / "containers" / "bfcl" / "handlers.txt"
+
 # fp8rl's category names -> bfcl-eval (v4) test categories.
 CATEGORIES = {"simple": "simple_python", "multiple": "multiple", "parallel": "parallel"}
+
+
+def known_handlers(path: Path = HANDLERS_FILE) -> set[str]:
+    """The model handler names of the pinned bfcl-eval (containers/bfcl/handlers.txt)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+
+
+def bfcl_problems(cfg: ExperimentConfig) -> list[tuple[tuple, str]]:
+    """A config check (`load_config(checks=...)`): every model the matrix runs, when the agent suite has
+    BFCL categories, names a handler the pinned bfcl-eval has (`bfcl_handler`, else `hf_id`)."""
+    if not any(name.startswith(BFCL_PREFIX) for name in cfg.eval.agent):
+        return []
+    known, out = known_handlers(), []
+    for i, m in enumerate(cfg.models):
+        handler = m.bfcl_handler or m.hf_id
+        if m.name not in cfg.matrix.models:
+            continue
+        if handler is None:
+            out.append((("models", i, "bfcl_handler"), "the agent suite runs BFCL: name the bfcl-eval model "
+                        "handler whose prompt format this model uses"))  # fmt: skip
+        elif handler not in known:
+            close = difflib.get_close_matches(handler, sorted(known), n=5, cutoff=0.5)
+            hint = f" (closest names: {', '.join(close)})" if close else ""
+            out.append((("models", i, "bfcl_handler"), (
+                f"bfcl-eval ({HANDLERS_FILE.relative_to(EVALS_DIR.parent)}) has no model handler "
+                f"{handler!r}{hint}; set bfcl_handler to the one whose chat format the model uses")))  # fmt: skip
+    return out
 
 
 def find_bfcl() -> str:

@@ -4,6 +4,7 @@
 
     {"checkpoint": "...", "checkpoint_digest": "<sha256>", "suite": "lm_eval" | "agent",
      "results": [{"task": "arith_gen", "metric": "exact_match", "value": 0.42, "stderr": 0.035, "n": 200}],
+     "failed": [{"tasks": ["bfcl_simple"], "reason": "CalledProcessError: ..."}],  # only when one crashed
      "provenance": {...}}
 
 `checkpoint_digest` (fp8rl.rundir.checkpoint_digest) ties the scores to the checkpoint they scored: the
@@ -82,6 +83,7 @@ def eval_document(
     results: list[TaskResult],
     provenance: dict,
     checkpoint_digest: str | None = None,
+    failed: list[dict] | None = None,
 ) -> dict:
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; allowed: {', '.join(SUITES)}")
@@ -91,6 +93,7 @@ def eval_document(
     return doc | {
         "suite": suite,
         "results": [asdict(r) for r in results],
+        **({"failed": failed} if failed else {}),
         "provenance": provenance,
     }
 
@@ -102,9 +105,12 @@ def write_eval(
     results: list[TaskResult],
     provenance: dict,
     checkpoint_digest: str | None = None,
+    failed: list[dict] | None = None,
 ) -> Path:
-    """Write one suite's results atomically."""
-    return atomic_write_json(path, eval_document(checkpoint, suite, results, provenance, checkpoint_digest))
+    """Write one suite's results atomically (`failed`: the tasks whose harness crashed, with the reason)."""
+    return atomic_write_json(
+        path, eval_document(checkpoint, suite, results, provenance, checkpoint_digest, failed)
+    )
 
 
 def samples_path(result_file: str | Path) -> Path:

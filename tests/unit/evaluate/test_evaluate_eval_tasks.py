@@ -101,6 +101,6 @@ def test_bfcl_handler_per_model_from_the_config(tmp_path, monkeypatch):
     run = tmp_path / "run"
     run.mkdir()
     RunDir(run).summary.write_text('{"run_id": "dapo/qwen2.5-32b/bf16/none/seed0"}')
-    assert bfcl_model_name(paper, run / "checkpoint") == "Qwen/Qwen2.5-32B-Instruct"
+    assert bfcl_model_name(paper, run / "checkpoint") == "Qwen/Qwen3-32B"  # bfcl-eval has no Qwen2.5
     monkeypatch.setenv("FP8RL_BFCL_MODEL", "other")
     assert bfcl_model_name(paper, run / "checkpoint") == "other"

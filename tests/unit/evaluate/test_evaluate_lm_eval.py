@@ -211,3 +211,47 @@ def test_a_bad_test_row_exits_2_naming_file_and_line(
     ]
     assert main([*args, "--out", str(tmp_path / "eval" / "lm_eval.json")]) == 2
     assert f"{data_dir / 'test.jsonl'}:25: no 'answer' field" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_crashing_harness_is_recorded_on_the_last_attempt(tiny_checkpoint, data_dir, tmp_path, monkeypatch):
+    """bfcl-eval crashes (a fake `bfcl` that exits 1): by default the command fails (Snakemake resubmits);
+    with `--on-failure record` the lm-eval task that finished is written, the BFCL one is listed as failed,
+    and the report's loader names it."""
+    import subprocess
+
+    from fp8rl.report.load import _eval_values
+
+    fake = tmp_path / "bfcl"
+    fake.write_text("#!/bin/sh\necho 'no handler for this model' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("FP8RL_BFCL", str(fake))
+    monkeypatch.setenv("FP8RL_BFCL_MODEL", "Qwen/Qwen3-8B")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        json.dumps(CFG.model_dump(mode="json") | {"eval": {"agent": ["tool_call", "bfcl_simple"]}})
+    )
+    out = tmp_path / "eval" / "agent.json"
+    args = [
+        "eval",
+        "agent",
+        "--config",
+        str(cfg),
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--data",
+        str(data_dir),
+    ]
+    args += ["--out", str(out), "--set", "eval.limit=3"]
+    with pytest.raises(subprocess.CalledProcessError):
+        main(args)
+    assert not out.exists()  # nothing half-written
+    assert main([*args, "--on-failure", "record"]) == 0
+    doc = json.loads(out.read_text())
+    assert {r["task"] for r in doc["results"]} == {"tool_call"}
+    assert doc["failed"] == [{"tasks": ["bfcl_simple"], "reason": doc["failed"][0]["reason"]}]
+    assert doc["failed"][0]["reason"].startswith("CalledProcessError")
+    problems: list[str] = []
+    values = _eval_values(out, "agent", problems, tiny_checkpoint)
+    assert {v["metric"].split("/")[0] for v in values} == {"tool_call"}
+    assert len(problems) == 1 and "bfcl_simple failed (CalledProcessError" in problems[0]
