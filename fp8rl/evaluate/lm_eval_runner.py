@@ -1,8 +1,10 @@
 """Run lm-eval tasks on one checkpoint and normalise the scores (fp8rl.evaluate.schema).
 
 The model is lm-eval's `hf` model (transformers, CPU or one GPU) for the reference backend and its
-`vllm` model for the verl/paper backend (imported lazily: a clear error without vllm), with tensor- and
-data-parallel sizes from fp8rl.evaluate.protocol. Local tasks are built from their YAMLs with the data
+`vllm` model with a seed per request (`fp8rl-vllm`, fp8rl.evaluate.vllm_seeded) for the verl/paper
+backend (imported lazily: a clear error without vllm), with tensor- and data-parallel sizes from
+fp8rl.evaluate.protocol and `batch_size` auto (vLLM schedules its own batches; `eval.batch_size` sizes
+the `hf` model's). Local tasks are built from their YAMLs with the data
 files bound (fp8rl.evaluate.eval_tasks), the config's eval protocol is applied to every task (generation
 length, sampling, avg@k), and all are instantiated before the model is loaded, so a broken task fails
 fast and names its file. A checkpoint with a chat template is prompted in it. Decoding is the task
@@ -37,14 +39,17 @@ def check_checkpoint(checkpoint: Path) -> None:
 
 
 def model_spec(cfg: ExperimentConfig, checkpoint: Path) -> tuple[str, dict[str, Any]]:
-    """lm-eval model name and arguments: `hf` for the reference backend, `vllm` for verl."""
+    """lm-eval model name and arguments: `hf` for the reference backend, `fp8rl-vllm` (lm-eval's `vllm`
+    with a sampling seed per request: fp8rl.evaluate.vllm_seeded) for verl."""
     if cfg.backend == "verl":
         if importlib.util.find_spec("vllm") is None:
             raise EvalInputError(
                 "backend 'verl' evaluates with lm-eval's 'vllm' model, but vllm is not installed "
                 "(pip install -e '.[gpu]', or run the eval rule in the eval container)"
             )
-        return "vllm", vllm_model_args(cfg, checkpoint)
+        from fp8rl.evaluate.vllm_seeded import register
+
+        return register(), vllm_model_args(cfg, checkpoint)
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -133,7 +138,8 @@ def run_lm_eval(
         model=name,
         model_args=args,
         tasks=tasks,
-        batch_size=cfg.eval.batch_size,
+        # vLLM batches all of a call's requests itself: chunks of eval.batch_size would cap its batch
+        batch_size="auto" if name == "fp8rl-vllm" else cfg.eval.batch_size,
         limit=cfg.eval.limit,
         bootstrap_iters=BOOTSTRAP_ITERS,
         log_samples=samples_out is not None,

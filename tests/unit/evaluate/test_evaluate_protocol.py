@@ -95,8 +95,11 @@ def test_paper_vllm_replicas_by_model_size(tmp_path, monkeypatch):
         assert args["max_gen_toks"] == PAPER.eval.max_gen_toks
         assert args["max_model_len"] == min(40960, 4096 + PAPER.eval.max_gen_toks)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    from fp8rl.evaluate import vllm_seeded
+
+    monkeypatch.setattr(vllm_seeded, "register", lambda: vllm_seeded.MODEL_NAME)  # it imports vllm
     name, args = model_spec(PAPER, RunDir(tmp_path / "qwen3-8b").checkpoint)
-    assert name == "vllm" and args["data_parallel_size"] == 8
+    assert name == "fp8rl-vllm" and args["data_parallel_size"] == 8  # lm-eval's vllm, a seed per request
 
 
 def test_vllm_parallelism_rule():
