@@ -341,6 +341,90 @@ def smoke_unpinned(published: Path) -> str:
     return "\n".join(out)
 
 
+def _p(p: float) -> str:
+    if p is None or math.isnan(p):
+        return "n/a"
+    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
+
+
+def _power(r: pd.Series) -> str:
+    return f"{_fmt(r['power_observed'])} (observed SDs), {_fmt(r['power_planned'])} (planning SD)"
+
+
+def attribution_planned(published: Path) -> str:
+    """The pre-registered contrasts: difference of mean endpoints with the Welch interval, Welch's p, the
+    Holm-adjusted p, the decision, and the power to see the pre-registered effect; then one sentence
+    per contrast that reads its interval and power."""
+    planned = _table(published, "attribution", "planned")
+    rows = [
+        [
+            f"`{r['contrast']}`", f"{r['arm']} − {r['reference']}", f"{int(r['n_arm'])} vs {int(r['n_reference'])}",
+            _interval(r["difference"], r["low"], r["high"], 3), _p(r["p"]), _p(r["p_adjusted"]),
+            str(r["decision"]), _power(r),
+        ]
+        for _, r in planned.iterrows()
+    ]  # fmt: skip
+    header = ["contrast", "difference", "seeds", "Δ endpoint [95 % Welch t]", "p", "p (Holm)", "decision",
+              "power for ±0.10"]  # fmt: skip
+    lines = []
+    for _, r in planned.iterrows():
+        excl = _excludes_zero(r["low"], r["high"])
+        reading = (
+            "the interval excludes 0"
+            if excl
+            else f"the interval includes 0 and reaches {_fmt(r['low'], 3)} to {_fmt(r['high'], 3)}"
+        )
+        power = min(r["power_observed"], r["power_planned"])
+        caveat = (
+            "" if excl or power >= 0.8 else "; underpowered for ±0.10, so no evidence of no effect either"
+        )
+        lines.append(
+            f"- `{r['contrast']}`: {r['decision']} (Holm p = {_p(r['p_adjusted'])}); {reading}{caveat}."
+        )
+    return _markdown_table(header, rows) + "\n\n" + "\n".join(lines)
+
+
+def attribution_exploratory(published: Path) -> str:
+    """The exploratory contrasts: difference with its Welch interval and the unadjusted p, no decision."""
+    table = _table(published, "attribution", "exploratory")
+    rows = [
+        [f"`{r['contrast']}`", f"{r['arm']} − {r['reference']}", f"{int(r['n_arm'])} vs {int(r['n_reference'])}",
+         _interval(r["difference"], r["low"], r["high"], 3), _p(r["p"])]
+        for _, r in table.iterrows()
+    ]  # fmt: skip
+    return (
+        _markdown_table(
+            ["contrast", "difference", "seeds", "Δ endpoint [95 % Welch t]", "p (unadjusted)"], rows
+        )
+        + "\n\nExploratory: no multiplicity correction and no decision; an interval that excludes 0 here is a "
+        "lead for a planned study, not a finding."
+    )
+
+
+def attribution_arms(published: Path) -> str:
+    """Per arm: the endpoint with its t-interval, the seed SD, diverged runs, and what the arm did to the
+    mechanisms (mismatch KL and entropy at step 1, `clip/low_neg` and the paired excess clipping over
+    the run)."""
+    arms = _table(published, "attribution", "arms")
+    rows = [
+        [
+            f"`{r['arm']}`", f"{int(r['n'])} ({int(r['diverged'])})",
+            _interval(r["endpoint"], r["low"], r["high"], 3), _fmt(r["sd"], 3),
+            _fmt(r["mismatch_kl_step1"], 4), _fmt(r["entropy_step1"], 3),
+            f"{_fmt(100 * r['clip_low_neg'])} %",
+            "n/a" if math.isnan(r["excess_clip"]) else pp_point(r["excess_clip"]),
+        ]
+        for _, r in arms.iterrows()
+    ]  # fmt: skip
+    header = ["arm", "seeds (diverged)", "endpoint [95 % t]", "seed SD", "mismatch KL, step 1",
+              "entropy, step 1", "`clip/low_neg`", "excess clipping"]  # fmt: skip
+    return _markdown_table(header, rows) + (
+        "\n\nEndpoint: mean `reward/mean` over steps 51-100 per run, averaged over seeds; the mechanism "
+        "columns are means over the arm's runs (excess clipping: phantom/low_neg − phantom/missed_neg, "
+        "FP8 and phantom arms only)."
+    )
+
+
 GENERATORS: dict[str, Callable[[Path], str]] = {
     "smoke-clipping": smoke_clipping,
     "smoke-bases": smoke_bases,
@@ -349,6 +433,9 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "mechanism-verdicts": mechanism_verdicts,
     "stress-divergence": stress_divergence,
     "smoke-unpinned": smoke_unpinned,
+    "attribution-planned": attribution_planned,
+    "attribution-exploratory": attribution_exploratory,
+    "attribution-arms": attribution_arms,
 }
 
 
