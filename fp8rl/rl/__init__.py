@@ -8,6 +8,7 @@ from fp8rl.rl._checks import LOG_RATIO_CLAMP, masked_ratio
 from fp8rl.rl.advantages import dynamic_sampling_mask, grpo_advantages, overlong_penalty
 from fp8rl.rl.bounds import ClipBounds
 from fp8rl.rl.calibration import (
+    CalibOptions,
     Calibrator,
     bounds_from_quantiles,
     calibrated_bounds,
@@ -24,6 +25,7 @@ from fp8rl.rl.stability import DIVERGENCE_KINDS, Divergence, StabilityMonitor
 from fp8rl.rl.tis import tis_stats, tis_weights
 
 __all__ = [
+    "CalibOptions",
     "LOG_RATIO_CLAMP",
     "DIVERGENCE_KINDS",
     "Divergence",

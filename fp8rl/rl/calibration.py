@@ -39,6 +39,7 @@ The bounds satisfy L <= 1 <= U.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -61,14 +62,42 @@ def _populations(adv: torch.Tensor, m: torch.Tensor, population: str) -> tuple[t
     raise ValueError(f"calibration: unknown population {population!r}; allowed: {', '.join(POPULATIONS)}")
 
 
-def _check_options(clip_low: float, clip_high: float, upper: str, low_range: tuple[float, float]) -> None:
-    if not 0.0 < clip_low < 1.0 or clip_high <= 0.0:
-        raise ValueError(f"calibration: need 0 < clip_low < 1 and clip_high > 0, got {clip_low}, {clip_high}")
-    if upper not in UPPER_MODES:
-        raise ValueError(f"calibration: unknown upper {upper!r}; allowed: {', '.join(UPPER_MODES)}")
-    lo, hi = low_range
-    if not 0.0 < lo <= hi <= 1.0:
-        raise ValueError(f"calibration: low_range must satisfy 0 < low <= high <= 1, got {low_range}")
+@dataclass(frozen=True)
+class CalibOptions:
+    """The bound rule's options (steps 1-3 of the module docstring), checked once when made: the
+    algorithm's fixed clip ratios, the population, the upper-bound mode and the clamp of L.
+    `Calibrator` holds one for the run; the functional forms make one per call."""
+
+    clip_low: float
+    clip_high: float
+    population: str = "neg"
+    upper: str = "proportional"
+    low_range: tuple[float, float] = (0.5, 1.0)
+
+    def __post_init__(self) -> None:
+        clip_low, clip_high, (lo, hi) = float(self.clip_low), float(self.clip_high), self.low_range
+        if not (0.0 < clip_low < 1.0 and clip_high > 0.0):
+            raise ValueError(
+                f"calibration: need 0 < clip_low < 1 and clip_high > 0, got {clip_low}, {clip_high}"
+            )
+        if self.upper not in UPPER_MODES:
+            raise ValueError(f"calibration: unknown upper {self.upper!r}; allowed: {', '.join(UPPER_MODES)}")
+        if not 0.0 < lo <= hi <= 1.0:
+            raise ValueError(
+                f"calibration: low_range must satisfy 0 < low <= high <= 1, got {self.low_range}"
+            )
+        if self.population not in POPULATIONS:
+            raise ValueError(
+                f"calibration: unknown population {self.population!r}; allowed: {', '.join(POPULATIONS)}"
+            )
+        object.__setattr__(self, "clip_low", clip_low)
+        object.__setattr__(self, "clip_high", clip_high)
+        object.__setattr__(self, "low_range", (float(lo), float(hi)))
+
+    @property
+    def fixed(self) -> ClipBounds:
+        """PPO's fixed interval (1 - clip_low, 1 + clip_high)."""
+        return ClipBounds.fixed(self.clip_low, self.clip_high)
 
 
 def reference_counts(
@@ -157,8 +186,21 @@ def bounds_from_quantiles(
     A `q` that rounds to no token counts as q = 0: nothing is clipped below, and the proportional U is
     `1 + clip_high`.
     """
-    _check_options(clip_low, clip_high, upper, low_range)
-    fixed = ClipBounds.fixed(clip_low, clip_high)
+    options = CalibOptions(clip_low, clip_high, population, upper, tuple(low_range))
+    return _bounds(ratio, advantages, mask, q, q_high, options)
+
+
+def _bounds(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    q: float | None,
+    q_high: float | None,
+    o: CalibOptions,
+) -> ClipBounds:
+    """`bounds_from_quantiles` with its options already checked."""
+    clip_high, population, upper, low_range, fixed = o.clip_high, o.population, o.upper, o.low_range, o.fixed
+    clip_low = o.clip_low
     m = check_mask(mask, "calibrated_bounds", "mask")
     check_same_shape("calibrated_bounds", "mask", m, ratio=ratio)
     adv = per_token("calibrated_bounds", "advantages", advantages, m)
@@ -273,11 +315,10 @@ class Calibrator:
         low_range: tuple[float, float] = (0.5, 1.0),
         momentum: float = 0.0,
     ) -> None:
-        _check_options(clip_low, clip_high, upper, tuple(low_range))
-        if population not in POPULATIONS:
-            raise ValueError(
-                f"Calibrator: unknown population {population!r}; allowed: {', '.join(POPULATIONS)}"
-            )
+        try:
+            self.options = CalibOptions(clip_low, clip_high, population, upper, tuple(low_range))
+        except ValueError as exc:
+            raise ValueError(f"Calibrator: {str(exc).removeprefix('calibration: ')}") from None
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"Calibrator: momentum must be in [0, 1), got {momentum}")
         try:
@@ -288,9 +329,6 @@ class Calibrator:
             raise ValueError(
                 "Calibrator: reference 'static:<q>' has no upper target; use upper='proportional'"
             )
-        self.clip_low, self.clip_high = float(clip_low), float(clip_high)
-        self.population, self.upper = population, upper
-        self.low_range = (float(low_range[0]), float(low_range[1]))
         self.momentum = float(momentum)
         self.lo_num = self.lo_den = self.hi_num = self.hi_den = 0.0
 
@@ -327,16 +365,12 @@ class Calibrator:
         else:
             q, q_hi = self.reference.q, None
         if ref_unchanged:
-            q, q_hi = 0.0, (0.0 if self.upper == "quantile" else None)
+            q, q_hi = 0.0, (0.0 if self.options.upper == "quantile" else None)
         metrics: dict[str, float] = {}
-        bounds = bounds_from_quantiles(
-            ratio, advantages, response_mask, q, q_high=q_hi, clip_low=self.clip_low,
-            clip_high=self.clip_high, population=self.population, upper=self.upper,
-            low_range=self.low_range,
-        )  # fmt: skip
+        bounds = _bounds(ratio, advantages, response_mask, q, q_hi, self.options)
         if q is not None:
             metrics["calib/target_q"] = float(q)
-            if self.upper == "quantile" and q_hi is not None:
+            if self.options.upper == "quantile" and q_hi is not None:
                 metrics["calib/target_q_high"] = float(q_hi)
         if self.reference.mode == "shadow" and self.lo_den > 0:
             metrics["calib/ref_tokens"] = self.lo_den
@@ -357,8 +391,8 @@ class Calibrator:
             ref_unchanged = bool((ref_ratio.detach()[rm] == 1.0).all())
         if not ref_unchanged:
             k, n, k_hi, n_hi = reference_counts(
-                ref_ratio, advantages, rm, clip_low=self.clip_low, clip_high=self.clip_high,
-                population=self.population,
+                ref_ratio, advantages, rm, clip_low=self.options.clip_low,
+                clip_high=self.options.clip_high, population=self.options.population,
             )  # fmt: skip
             mom = self.momentum
             if n:

@@ -111,7 +111,7 @@ def test_proportional_upper_bound_comes_from_the_clamped_lower_bound():
 
 def test_neg_is_the_default_population():
     assert CalibConfig().population == "neg"
-    assert Calibrator(CL, CH).population == "neg"
+    assert Calibrator(CL, CH).options.population == "neg"
     r_ref, adv, mask, g = _batch(11, sigma=0.15)
     r = (r_ref.log() * 1.5).exp() * torch.where(adv[:, None] < 0, 1.0, 1.1).double()
     neg = calibrated_bounds(r, r_ref, adv, mask, clip_low=CL, clip_high=CH, population="neg")
@@ -297,3 +297,30 @@ def test_upper_fixed_moves_only_the_lower_bound():
     low_p, high_p = calibrated_bounds(r, r_ref, adv, mask, upper="proportional", **kw)
     assert low_f == low_p < 1 - CL  # a noisier FP8 ratio: the calibrated L moves down
     assert high_f == 1 + CH < high_p
+
+
+def test_options_are_checked_once_and_frozen(monkeypatch):
+    """A Calibrator checks its options when made (a bad one names the option) and holds them frozen; its
+    per-update bounds do not check them again."""
+    import dataclasses
+
+    from fp8rl.rl import CalibOptions
+    from fp8rl.rl import calibration as calib_mod
+
+    for kwargs, word in (({"upper": "wide"}, "upper"), ({"population": "pos"}, "population"),
+                         ({"low_range": (0.9, 0.5)}, "low_range")):  # fmt: skip
+        with pytest.raises(ValueError, match=f"Calibrator: .*{word}"):
+            Calibrator(CL, CH, **kwargs)
+    cal = Calibrator(CL, CH, reference="static:0.02")
+    assert cal.options == CalibOptions(CL, CH) and cal.options.fixed == (1 - CL, 1 + CH)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cal.options.upper = "quantile"  # type: ignore[misc]
+    made = []
+    monkeypatch.setattr(calib_mod, "CalibOptions", lambda *a: made.append(a) or CalibOptions(*a))
+    ratio = torch.tensor([[0.7, 0.9, 1.1, 1.3]])
+    adv, mask = torch.tensor([[-1.0, -1.0, 1.0, 1.0]]), torch.ones(1, 4, dtype=torch.bool)
+    for _ in range(3):
+        cal.bounds(ratio, adv, mask)
+    assert made == []  # the update path reuses the run's options
+    bounds_from_quantiles(ratio, adv, mask, 0.5, clip_low=CL, clip_high=CH)
+    assert len(made) == 1  # the functional form checks its arguments on each call
