@@ -129,6 +129,14 @@ MISMATCH_KL_K3 = "mismatch/kl_k3"  # rollout/trainer mismatch, k3 estimator
 # The variant every comparison is made against.
 REFERENCE_VARIANT = "bf16"
 
+# ----------------------------------------------------------------------------------- tasks and evals
+# Training tasks (`task.name`) by the backend that trains on them: the reference trainer builds its own
+# (fp8rl.engine.data); verl trains on a hub dataset that `fp8rl data` converts (fp8rl.adapters.hub).
+REFERENCE_TASKS = ("arithmetic", "word_problems", "gsm8k")
+VERL_TASKS = ("dapo-math-17k",)
+# The evaluation suites: `eval.lm_eval_tasks` -> eval/lm_eval.json, `eval.agent` -> eval/agent.json.
+EVAL_SUITES = ("lm_eval", "agent")
+
 # ----------------------------------------------------------------------------------------- FP8 formats
 
 FP8_FORMATS = ("e4m3", "e5m2")

@@ -25,6 +25,7 @@ from typing import Literal
 
 from fp8rl.config import is_hub_id
 from fp8rl.io import sha256_file
+from fp8rl.vocabulary import VERL_TASKS
 
 MIRROR_ENV = "FP8RL_HUB_MIRROR"
 RepoType = Literal["model", "dataset"]
@@ -35,8 +36,9 @@ EVAL_DATASETS = {
     "aime24": "Maxwell-Jia/AIME_2024",
     "aime25": "math-ai/aime25",
 }
-# The training sets `fp8rl data` converts (`task.name` -> dataset repository).
+# The training sets `fp8rl data` converts (`task.name` -> dataset repository): the verl backend's tasks.
 TRAIN_DATASETS = {"dapo-math-17k": "BytedTsinghua-SIA/DAPO-Math-17k"}
+assert tuple(TRAIN_DATASETS) == VERL_TASKS
 
 
 def file_hashes(root: Path) -> dict[str, dict[str, int | str]]:

@@ -20,8 +20,9 @@ from pathlib import Path
 from fp8rl.config import ExperimentConfig
 from fp8rl.engine import tasks, word_problems
 from fp8rl.io import atomic_write_json, atomic_write_jsonl, read_jsonl_lines
+from fp8rl.vocabulary import REFERENCE_TASKS
 
-DATA_TASKS = ("arithmetic", "word_problems", "gsm8k")
+DATA_TASKS = REFERENCE_TASKS  # the tasks this module builds rows for
 GSM8K = ("openai/gsm8k", "main")
 
 

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from fp8rl.io import atomic_write_json, atomic_write_jsonl
+from fp8rl.vocabulary import EVAL_SUITES
 
-SUITES = ("lm_eval", "agent")
+SUITES = EVAL_SUITES
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from fp8rl.vocabulary import (  # noqa: E402
     CALIB_HIGH,
     CALIB_LOW,
     CLIP_LOW_NEG,
+    EVAL_SUITES,
     MISMATCH_KL_K3,
     REFERENCE_VARIANT,
     RESP_LEN_MEAN,
@@ -49,7 +50,7 @@ from fp8rl.vocabulary import (  # noqa: E402
 )
 
 PANEL = (4.6, 3.2)
-EVAL_SOURCES = ("lm_eval", "agent")
+EVAL_SOURCES = EVAL_SUITES
 RATIO_TICKS = (0.25, 0.5, 0.8, 1.0, 1.25, 2.0, 4.0)
 # SVG text as <text> (not glyph paths): smaller files, and much faster to write
 matplotlib.rcParams["svg.fonttype"] = "none"

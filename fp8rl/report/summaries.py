@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from fp8rl.report.load import ID_COLUMNS, RunSet
-from fp8rl.vocabulary import CLIP_LOW_NEG, MISMATCH_KL_K3, REWARD_MEAN
+from fp8rl.vocabulary import CLIP_LOW_NEG, EVAL_SUITES, MISMATCH_KL_K3, REWARD_MEAN
 
 # (column, metrics.jsonl name, reduction over steps, description)
 DIAGNOSTICS = (
@@ -43,7 +43,7 @@ DIAGNOSTICS = (
 def eval_keys(runset: RunSet) -> list[str]:
     """The eval scores present, lm_eval first, each `{task}/{metric}`, in a stable order."""
     keys: list[str] = []
-    for suite in ("lm_eval", "agent"):
+    for suite in EVAL_SUITES:
         for key in sorted(runset.metric(suite)["metric"].unique()):
             if key not in keys:
                 keys.append(key)
@@ -71,7 +71,7 @@ def run_summaries(runset: RunSet, baseline_steps: int) -> pd.DataFrame:
         else:
             reduced = series.last() if how == "last" else series.agg(how)
         out[column] = reduced.reindex(out.index)
-    evals = runset.values[runset.values["source"].isin(["lm_eval", "agent"])]
+    evals = runset.values[runset.values["source"].isin(list(EVAL_SUITES))]
     for key in eval_keys(runset):
         out[key] = evals[evals["metric"] == key].groupby("run_id")["value"].mean().reindex(out.index)
     return out.reset_index()
