@@ -7,76 +7,37 @@ what the tables give. So a figure in the text cannot drift from its table, and a
 the text in one command. Words that depend on a figure ("the interval excludes 0") are generated with
 it; prose outside the blocks quotes no result figures (tests/unit/report/test_quotes.py checks both).
 
-Formats: clip fractions in % and their differences in percentage points (pp), each with its 95 %
-interval as the table gives it; **bold** marks an interval that excludes 0.
+The blocks of the smoke, mechanism and stress tiers are here, the attribution tier's in
+fp8rl.report.quotes_attribution; the formats they share in fp8rl.report.quote_format.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
+from fp8rl.report.quote_format import (
+    SIGNIFICANCE_NOTE,
+    QuoteError,
+    excludes_zero,
+    interval,
+    markdown_table,
+    num,
+    pct,
+    pp,
+    pp_point,
+    published_table,
+)
+from fp8rl.report.quotes_attribution import attribution_arms, attribution_exploratory, attribution_planned
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
 BEGIN = re.compile(r"<!-- fp8rl:results (?P<name>[a-z0-9-]+) -->\n")
 END = "<!-- /fp8rl:results -->"
 # The markdown files that hold quoted blocks, relative to the repository root.
 QUOTING_FILES = ("README.md", "docs/mechanism.md", "docs/stress.md", "docs/attribution.md")
-SIGNIFICANCE_NOTE = "**bold**: the 95 % interval excludes 0."
-
-
-class QuoteError(ValueError):
-    """A block names no known generator, or its table is missing."""
-
-
-# ------------------------------------------------------------------------------------------ formats
-
-
-def _fmt(x: float, digits: int = 2, sign: bool = False) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    text = f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
-    return text.replace("-", "−")
-
-
-def pct(row: pd.Series, col: str) -> str:
-    """`1.26 % [0.98, 1.54]` from the columns `col`, `col ci_low`, `col ci_high` (fractions)."""
-    est = 100 * row[col]
-    lo, hi = 100 * row.get(f"{col} ci_low", math.nan), 100 * row.get(f"{col} ci_high", math.nan)
-    interval = "" if math.isnan(lo) else f" [{_fmt(lo)}, {_fmt(hi)}]"
-    return f"{_fmt(est)} %{interval}"
-
-
-def pp(est: float, lo: float, hi: float) -> str:
-    """`+0.70 pp [−0.05, +1.34]` from fractions; bold when the interval excludes 0."""
-    if est is None or math.isnan(est):
-        return "n/a"
-    if math.isnan(lo):
-        return f"{_fmt(100 * est, sign=True)} pp (no interval)"
-    text = f"{_fmt(100 * est, sign=True)} pp [{_fmt(100 * lo, sign=True)}, {_fmt(100 * hi, sign=True)}]"
-    return f"**{text}**" if lo > 0 or hi < 0 else text
-
-
-def pp_point(est: float) -> str:
-    """`+0.70 pp` from a fraction, without its interval."""
-    return f"{_fmt(100 * est, sign=True)} pp"
-
-
-def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def _table(published: Path, tier: str, name: str) -> pd.DataFrame:
-    path = published / tier / "tables" / f"{name}.csv"
-    if not path.is_file():
-        raise QuoteError(f"{path}: not published (run the tier and `fp8rl publish {tier}` first)")
-    return pd.read_csv(path)
 
 
 # ------------------------------------------------------------------------------------------ blocks
@@ -84,7 +45,7 @@ def _table(published: Path, tier: str, name: str) -> pd.DataFrame:
 
 def smoke_clipping(published: Path) -> str:
     """Negative-advantage clipping per variant and algorithm, its Δ vs bf16, and the paired excess."""
-    comp = _table(published, "smoke", "comparison")
+    comp = published_table(published, "smoke", "comparison")
     algos = [a for a in ("grpo", "dapo") if a in set(comp["algo"])]
     get = {(r["algo"], r["variant"]): r for _, r in comp.iterrows()}
     variants = [
@@ -102,7 +63,7 @@ def smoke_clipping(published: Path) -> str:
         rows.append(
             [f"{v} / bf16"]
             + [
-                _fmt(get[(a, v)]["clip_low_neg"] / get[(a, REFERENCE_VARIANT)]["clip_low_neg"]) + "×"
+                num(get[(a, v)]["clip_low_neg"] / get[(a, REFERENCE_VARIANT)]["clip_low_neg"]) + "×"
                 for a in algos
             ]
         )
@@ -115,18 +76,14 @@ def smoke_clipping(published: Path) -> str:
             ]
         )
     header = [""] + [a.upper() for a in algos]
-    return _markdown_table(header, rows) + "\n\n" + SIGNIFICANCE_NOTE
-
-
-def _excludes_zero(lo: float, hi: float) -> bool:
-    return not (math.isnan(lo) or math.isnan(hi)) and (lo > 0 or hi < 0)
+    return markdown_table(header, rows) + "\n\n" + SIGNIFICANCE_NOTE
 
 
 def smoke_verdicts(published: Path) -> str:
     """Per algorithm, the sentences the smoke tier's conclusions rest on, with their figures: does FP8
     clip more than bf16, does calibration bring it within 20 % of bf16, is its paired excess below
     plain FP8's."""
-    return smoke_verdicts_from(_table(published, "smoke", "comparison"))
+    return smoke_verdicts_from(published_table(published, "smoke", "comparison"))
 
 
 def smoke_verdicts_from(comp: pd.DataFrame) -> str:
@@ -139,16 +96,14 @@ def smoke_verdicts_from(comp: pd.DataFrame) -> str:
         parts = []
         if fp8 is not None:
             d = [fp8[f"clip_low_neg {k}"] for k in ("delta", "delta_ci_low", "delta_ci_high")]
-            sig = (
-                "the interval excludes 0" if _excludes_zero(d[1], d[2]) else "not significant at these seeds"
-            )
+            sig = "the interval excludes 0" if excludes_zero(d[1], d[2]) else "not significant at these seeds"
             parts.append(
-                f"fp8 clips {_fmt(fp8['clip_low_neg'] / bf16['clip_low_neg'])}× bf16's `clip/low_neg` ({sig})"
+                f"fp8 clips {num(fp8['clip_low_neg'] / bf16['clip_low_neg'])}× bf16's `clip/low_neg` ({sig})"
             )
         if calib is not None:
             ratio = calib["clip_low_neg"] / bf16["clip_low_neg"]
             within = "within" if abs(ratio - 1) <= 0.2 else "not within"
-            parts.append(f"fp8_calib {_fmt(ratio)}× ({within} 20 % of bf16)")
+            parts.append(f"fp8_calib {num(ratio)}× ({within} 20 % of bf16)")
             if fp8 is not None:
                 below = "below" if calib["excess_clip"] < fp8["excess_clip"] else "not below"
                 parts.append(
@@ -160,7 +115,7 @@ def smoke_verdicts_from(comp: pd.DataFrame) -> str:
     evals = [c[: -len(" delta")] for c in comp.columns if c.endswith(" delta") and "/" in c]
     sig = sorted(
         {f"{r['variant']} {e} ({r['algo']})" for _, r in comp.iterrows() for e in evals
-         if _excludes_zero(r[f"{e} delta_ci_low"], r[f"{e} delta_ci_high"])}
+         if excludes_zero(r[f"{e} delta_ci_low"], r[f"{e} delta_ci_high"])}
     )  # fmt: skip
     lines.append(
         "- Runs: " + ", ".join(f"{n} {k}" for k, n in status.items()) + "; eval scores whose Δ vs bf16 "
@@ -171,18 +126,18 @@ def smoke_verdicts_from(comp: pd.DataFrame) -> str:
 
 def smoke_bases(published: Path) -> str:
     """The spread of the per-seed base models the smoke runs start from."""
-    bases = _table(published, "smoke", "base_models")
+    bases = published_table(published, "smoke", "base_models")
     acc, loss = bases["acc/test_greedy"], bases["loss/final"]
     return (
-        f"{len(bases)} base models (one per seed): greedy test accuracy {_fmt(acc.min())}–{_fmt(acc.max())}, "
-        f"final SFT loss {_fmt(loss.min(), 3)}–{_fmt(loss.max(), 3)} (`tables/base_models.csv`)."
+        f"{len(bases)} base models (one per seed): greedy test accuracy {num(acc.min())}–{num(acc.max())}, "
+        f"final SFT loss {num(loss.min(), 3)}–{num(loss.max(), 3)} (`tables/base_models.csv`)."
     )
 
 
 def mechanism_excess(published: Path) -> str:
     """Excess clipping per noise dose, format and variant (GRPO, tensorwise, FP8 KV cache on), with the
     share of plain FP8's excess that calibration removes."""
-    mech = _table(published, "mechanism", "mechanism")
+    mech = published_table(published, "mechanism", "mechanism")
     sel = mech[
         (mech["algo"] == "grpo") & (mech["granularity"] == "tensorwise") & (mech["kv_cache"].astype(bool))
     ]
@@ -193,7 +148,7 @@ def mechanism_excess(published: Path) -> str:
         header += [f"fp8, {f}", f"fp8_calib, {f}", f"removed by calib, {f}"]
     rows = []
     for s in doses:
-        cells = [_fmt(s, 0)]
+        cells = [num(s, 0)]
         for f in formats:
             at = sel[(sel["noise_scale"] == s) & (sel["format"] == f)].set_index("variant")
             for v in ("fp8", "fp8_calib"):
@@ -205,28 +160,28 @@ def mechanism_excess(published: Path) -> str:
                 )
             if {"fp8", "fp8_calib"} <= set(at.index) and at.loc["fp8", "excess_clip"] > 0:
                 cells.append(
-                    f"{_fmt(100 * (1 - at.loc['fp8_calib', 'excess_clip'] / at.loc['fp8', 'excess_clip']), 0)} %"
+                    f"{num(100 * (1 - at.loc['fp8_calib', 'excess_clip'] / at.loc['fp8', 'excess_clip']), 0)} %"
                 )
             else:
                 cells.append("n/a")
         rows.append(cells)
     bf16 = sel["bf16_clip_low_neg"].dropna()
-    ref = f"bf16's own `clip/low_neg`: {_fmt(100 * bf16.iloc[0])} %." if len(bf16) else ""
-    return _markdown_table(header, rows) + "\n\n" + SIGNIFICANCE_NOTE + (" " + ref if ref else "")
+    ref = f"bf16's own `clip/low_neg`: {num(100 * bf16.iloc[0])} %." if len(bf16) else ""
+    return markdown_table(header, rows) + "\n\n" + SIGNIFICANCE_NOTE + (" " + ref if ref else "")
 
 
 def mechanism_verdicts(published: Path) -> str:
     """The mechanism tier's conclusions with their figures (GRPO, FP8 KV cache on): where plain FP8's
     excess clipping is significant at s = 1, how it grows per doubling of the dose, and what share of it
     calibration removes, over the granularities measured."""
-    mech = _table(published, "mechanism", "mechanism")
+    mech = published_table(published, "mechanism", "mechanism")
     sel = mech[(mech["algo"] == "grpo") & (mech["kv_cache"].astype(bool))]
     lines = []
     plain1 = sel[(sel["variant"] == "fp8") & (sel["noise_scale"] == 1) & (sel["format"] == "hybrid")]
     sig = sorted(
         r["granularity"]
         for _, r in plain1.iterrows()
-        if _excludes_zero(r["excess_clip ci_low"], r["excess_clip ci_high"])
+        if excludes_zero(r["excess_clip ci_low"], r["excess_clip ci_high"])
     )
     rest = sorted(set(plain1["granularity"]) - set(sig))
     lines.append(
@@ -242,7 +197,7 @@ def mechanism_verdicts(published: Path) -> str:
         ]
         if steps:
             lines.append(
-                f"- Growth with the dose ({fmt}, tensorwise): ×{_fmt(min(steps), 1)} to ×{_fmt(max(steps), 1)} per "
+                f"- Growth with the dose ({fmt}, tensorwise): ×{num(min(steps), 1)} to ×{num(max(steps), 1)} per "
                 f"doubling ({' → '.join(pp_point(v) for v in by_dose)})."
             )
     for dose in sorted(sel["noise_scale"].unique()):
@@ -255,29 +210,23 @@ def mechanism_verdicts(published: Path) -> str:
         if shares:
             lo, hi = min(shares), max(shares)
             lines.append(
-                f"- Calibration at s = {_fmt(dose, 0)} (hybrid) removes {_fmt(100 * lo[0], 0)} % ({lo[1]}) to "
-                f"{_fmt(100 * hi[0], 0)} % ({hi[1]}) of plain FP8's excess clipping (point estimates)."
+                f"- Calibration at s = {num(dose, 0)} (hybrid) removes {num(100 * lo[0], 0)} % ({lo[1]}) to "
+                f"{num(100 * hi[0], 0)} % ({hi[1]}) of plain FP8's excess clipping (point estimates)."
             )
     return "\n".join(lines)
-
-
-def _interval(est: float, lo: float, hi: float, digits: int = 2) -> str:
-    if math.isnan(lo):
-        return _fmt(est, digits)
-    return f"{_fmt(est, digits)} [{_fmt(lo, digits)}, {_fmt(hi, digits)}]"
 
 
 def stress_divergence(published: Path) -> str:
     """Divergence counts with exact 95 % intervals and final accuracy per variant and dose, and the
     logistic breaking dose (ED50) per swept variant, from the stress tier's stability tables."""
-    stab = _table(published, "stress", "stability")
+    stab = published_table(published, "stress", "stability")
     variants = [
         v for v in ("bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib") if v in set(stab["variant"])
     ]
     doses = sorted(stab["noise"].unique())
     rows = []
     for dose in doses:
-        cells = [_fmt(dose, 0)]
+        cells = [num(dose, 0)]
         for v in variants:
             r = stab[(stab["variant"] == v) & (stab["noise"] == dose)]
             if r.empty:
@@ -285,11 +234,11 @@ def stress_divergence(published: Path) -> str:
                 continue
             r = r.iloc[0]
             cells.append(
-                f"{int(r['diverged'])}/{int(r['runs'])} [{_fmt(r['diverged_low'])}, {_fmt(r['diverged_high'])}]; "
-                f"acc {_interval(r['final_acc'], r['final_acc_low'], r['final_acc_high'])}"
+                f"{int(r['diverged'])}/{int(r['runs'])} [{num(r['diverged_low'])}, {num(r['diverged_high'])}]; "
+                f"acc {interval(r['final_acc'], r['final_acc_low'], r['final_acc_high'])}"
             )
         rows.append(cells)
-    out = _markdown_table(["dose"] + variants, rows)
+    out = markdown_table(["dose"] + variants, rows)
     method = "exact, Clopper–Pearson" if "fisher_p" in stab else "Wilson: the older method these tables carry"
     out += (
         f"\n\nEach cell: runs diverged / runs, with the 95 % interval of the rate ({method}); final accuracy "
@@ -298,8 +247,8 @@ def stress_divergence(published: Path) -> str:
     fisher = stab[stab["fisher_p"].notna()] if "fisher_p" in stab else stab.iloc[0:0]
     if not fisher.empty:
         tests = "; ".join(
-            f"{r['variant']} vs {r['vs']} at dose {_fmt(r['noise'], 0)}: {int(r['diverged'])}/{int(r['runs'])} vs "
-            f"{r['vs_diverged']}, p = {_fmt(r['fisher_p'])}"
+            f"{r['variant']} vs {r['vs']} at dose {num(r['noise'], 0)}: {int(r['diverged'])}/{int(r['runs'])} vs "
+            f"{r['vs_diverged']}, p = {num(r['fisher_p'])}"
             for _, r in fisher.iterrows()
             if r["diverged"] > 0 or str(r["vs_diverged"]).split("/")[0] != "0"
         )
@@ -310,7 +259,7 @@ def stress_divergence(published: Path) -> str:
     if "ed50" in bd:  # tables published before the logistic fit have no ED50
         lines = [
             f"- {r['variant']}: diverged {r['diverged_by_dose']} at doses {r['doses']}; ED50 "
-            f"{_interval(r['ed50'], r['ed50_low'], r['ed50_high'], 1)} ({r['fit']})"
+            f"{interval(r['ed50'], r['ed50_low'], r['ed50_high'], 1)} ({r['fit']})"
             for _, r in bd.iterrows()
         ]
         out += "\n\nDose at which half the runs break (logistic fit on log2 dose, profile-likelihood 95 % interval):\n\n"
@@ -339,90 +288,6 @@ def smoke_unpinned(published: Path) -> str:
     verdicts = smoke_verdicts_from(pd.read_csv(other / "tables" / "comparison.csv"))
     out += ["  " + v for v in verdicts.splitlines()]
     return "\n".join(out)
-
-
-def _p(p: float) -> str:
-    if p is None or math.isnan(p):
-        return "n/a"
-    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
-
-
-def _power(r: pd.Series) -> str:
-    return f"{_fmt(r['power_observed'])} (observed SDs), {_fmt(r['power_planned'])} (planning SD)"
-
-
-def attribution_planned(published: Path) -> str:
-    """The pre-registered contrasts: difference of mean endpoints with the Welch interval, Welch's p, the
-    Holm-adjusted p, the decision, and the power to see the pre-registered effect; then one sentence
-    per contrast that reads its interval and power."""
-    planned = _table(published, "attribution", "planned")
-    rows = [
-        [
-            f"`{r['contrast']}`", f"{r['arm']} − {r['reference']}", f"{int(r['n_arm'])} vs {int(r['n_reference'])}",
-            _interval(r["difference"], r["low"], r["high"], 3), _p(r["p"]), _p(r["p_adjusted"]),
-            str(r["decision"]), _power(r),
-        ]
-        for _, r in planned.iterrows()
-    ]  # fmt: skip
-    header = ["contrast", "difference", "seeds", "Δ endpoint [95 % Welch t]", "p", "p (Holm)", "decision",
-              "power for ±0.10"]  # fmt: skip
-    lines = []
-    for _, r in planned.iterrows():
-        excl = _excludes_zero(r["low"], r["high"])
-        reading = (
-            "the interval excludes 0"
-            if excl
-            else f"the interval includes 0 and reaches {_fmt(r['low'], 3)} to {_fmt(r['high'], 3)}"
-        )
-        power = min(r["power_observed"], r["power_planned"])
-        caveat = (
-            "" if excl or power >= 0.8 else "; underpowered for ±0.10, so no evidence of no effect either"
-        )
-        lines.append(
-            f"- `{r['contrast']}`: {r['decision']} (Holm p = {_p(r['p_adjusted'])}); {reading}{caveat}."
-        )
-    return _markdown_table(header, rows) + "\n\n" + "\n".join(lines)
-
-
-def attribution_exploratory(published: Path) -> str:
-    """The exploratory contrasts: difference with its Welch interval and the unadjusted p, no decision."""
-    table = _table(published, "attribution", "exploratory")
-    rows = [
-        [f"`{r['contrast']}`", f"{r['arm']} − {r['reference']}", f"{int(r['n_arm'])} vs {int(r['n_reference'])}",
-         _interval(r["difference"], r["low"], r["high"], 3), _p(r["p"])]
-        for _, r in table.iterrows()
-    ]  # fmt: skip
-    return (
-        _markdown_table(
-            ["contrast", "difference", "seeds", "Δ endpoint [95 % Welch t]", "p (unadjusted)"], rows
-        )
-        + "\n\nExploratory: no multiplicity correction and no decision; an interval that excludes 0 here is a "
-        "lead for a planned study, not a finding."
-    )
-
-
-def attribution_arms(published: Path) -> str:
-    """Per arm: the endpoint with its t-interval, the seed SD, diverged runs, and what the arm did to the
-    mechanisms (mismatch KL and entropy at step 1, `clip/low_neg` and the paired excess clipping over
-    the run)."""
-    arms = _table(published, "attribution", "arms")
-    rows = [
-        [
-            f"`{r['arm']}`", f"{int(r['n'])} ({int(r['diverged'])})",
-            _interval(r["endpoint"], r["low"], r["high"], 3), _fmt(r["sd"], 3),
-            _fmt(r["mismatch_kl_step1"], 4), _fmt(r["entropy_step1"], 3),
-            f"{_fmt(100 * r['clip_low_neg'])} %",
-            "n/a" if math.isnan(r["excess_clip"]) else pp_point(r["excess_clip"]),
-        ]
-        for _, r in arms.iterrows()
-    ]  # fmt: skip
-    header = ["arm", "seeds (diverged)", "endpoint [95 % t]", "seed SD", "mismatch KL, step 1",
-              "entropy, step 1", "`clip/low_neg`", "excess clipping"]  # fmt: skip
-    return _markdown_table(header, rows) + (
-        "\n\nEndpoint: mean `reward/mean` over steps 51-100 per run, averaged over seeds; the mechanism "
-        "columns are means over the arm's runs (excess clipping: phantom/low_neg − phantom/missed_neg, "
-        "FP8 and phantom arms only)."
-    )
 
 
 GENERATORS: dict[str, Callable[[Path], str]] = {

@@ -1,0 +1,95 @@
+"""The attribution tier's quoted blocks (fp8rl.report.quotes): the pre-registered contrasts, the
+exploratory ones and the arms, from `results/published/attribution/tables/`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from fp8rl.report.quote_format import excludes_zero, interval, markdown_table, num, pp_point, published_table
+
+
+def _p(p: float) -> str:
+    if p is None or math.isnan(p):
+        return "n/a"
+    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
+
+
+def _power(r: pd.Series) -> str:
+    return f"{num(r['power_observed'])} (observed SDs), {num(r['power_planned'])} (planning SD)"
+
+
+def attribution_planned(published: Path) -> str:
+    """The pre-registered contrasts: difference of mean endpoints with the Welch interval, Welch's p, the
+    Holm-adjusted p, the decision, and the power to see the pre-registered effect; then one sentence
+    per contrast that reads its interval and power."""
+    planned = published_table(published, "attribution", "planned")
+    rows = [
+        [
+            f"`{r['contrast']}`", f"{r['arm']} − {r['reference']}", f"{int(r['n_arm'])} vs {int(r['n_reference'])}",
+            interval(r["difference"], r["low"], r["high"], 3), _p(r["p"]), _p(r["p_adjusted"]),
+            str(r["decision"]), _power(r),
+        ]
+        for _, r in planned.iterrows()
+    ]  # fmt: skip
+    header = ["contrast", "difference", "seeds", "Δ endpoint [95 % Welch t]", "p", "p (Holm)", "decision",
+              "power for ±0.10"]  # fmt: skip
+    lines = []
+    for _, r in planned.iterrows():
+        excl = excludes_zero(r["low"], r["high"])
+        reading = (
+            "the interval excludes 0"
+            if excl
+            else f"the interval includes 0 and reaches {num(r['low'], 3)} to {num(r['high'], 3)}"
+        )
+        power = min(r["power_observed"], r["power_planned"])
+        caveat = (
+            "" if excl or power >= 0.8 else "; underpowered for ±0.10, so no evidence of no effect either"
+        )
+        lines.append(
+            f"- `{r['contrast']}`: {r['decision']} (Holm p = {_p(r['p_adjusted'])}); {reading}{caveat}."
+        )
+    return markdown_table(header, rows) + "\n\n" + "\n".join(lines)
+
+
+def attribution_exploratory(published: Path) -> str:
+    """The exploratory contrasts: difference with its Welch interval and the unadjusted p, no decision."""
+    table = published_table(published, "attribution", "exploratory")
+    rows = [
+        [f"`{r['contrast']}`", f"{r['arm']} − {r['reference']}", f"{int(r['n_arm'])} vs {int(r['n_reference'])}",
+         interval(r["difference"], r["low"], r["high"], 3), _p(r["p"])]
+        for _, r in table.iterrows()
+    ]  # fmt: skip
+    return (
+        markdown_table(
+            ["contrast", "difference", "seeds", "Δ endpoint [95 % Welch t]", "p (unadjusted)"], rows
+        )
+        + "\n\nExploratory: no multiplicity correction and no decision; an interval that excludes 0 here is a "
+        "lead for a planned study, not a finding."
+    )
+
+
+def attribution_arms(published: Path) -> str:
+    """Per arm: the endpoint with its t-interval, the seed SD, diverged runs, and what the arm did to the
+    mechanisms (mismatch KL and entropy at step 1, `clip/low_neg` and the paired excess clipping over
+    the run)."""
+    arms = published_table(published, "attribution", "arms")
+    rows = [
+        [
+            f"`{r['arm']}`", f"{int(r['n'])} ({int(r['diverged'])})",
+            interval(r["endpoint"], r["low"], r["high"], 3), num(r["sd"], 3),
+            num(r["mismatch_kl_step1"], 4), num(r["entropy_step1"], 3),
+            f"{num(100 * r['clip_low_neg'])} %",
+            "n/a" if math.isnan(r["excess_clip"]) else pp_point(r["excess_clip"]),
+        ]
+        for _, r in arms.iterrows()
+    ]  # fmt: skip
+    header = ["arm", "seeds (diverged)", "endpoint [95 % t]", "seed SD", "mismatch KL, step 1",
+              "entropy, step 1", "`clip/low_neg`", "excess clipping"]  # fmt: skip
+    return markdown_table(header, rows) + (
+        "\n\nEndpoint: mean `reward/mean` over steps 51-100 per run, averaged over seeds; the mechanism "
+        "columns are means over the arm's runs (excess clipping: phantom/low_neg − phantom/missed_neg, "
+        "FP8 and phantom arms only)."
+    )
