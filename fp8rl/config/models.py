@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from fp8rl.config.base import NAME_MAX, NAME_PATTERN, Strict, is_hub_id
 
@@ -60,6 +60,20 @@ class ModelConfig(Strict):
         description="estimated wall minutes of one training step (verl backend: sizes the train jobs' "
         "retries and checks that a job reaches a checkpoint)",
     )
+    think_end_token: str | None = Field(
+        None,
+        min_length=1,
+        description="a thinking model's end-of-thought marker (Qwen3: '</think>'): the vLLM evals prompt it "
+        "with thinking on and score only the text after the marker",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_think(self, handler):
+        # came after configs were published: left out of the dump while unset, so digests stay as they were
+        out = handler(self)
+        if self.think_end_token is None:
+            out.pop("think_end_token", None)
+        return out
 
     @field_validator("hf_id")
     @classmethod

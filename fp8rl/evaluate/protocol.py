@@ -171,6 +171,8 @@ def vllm_model_args(cfg: ExperimentConfig, checkpoint: Path) -> dict[str, Any]:
         "tensor_parallel_size": tp,
         "data_parallel_size": dp,
     }
+    if model is not None and model.think_end_token:  # lm-eval strips the thought before scoring
+        args["enable_thinking"], args["think_end_token"] = True, model.think_end_token
     if cfg.eval.max_gen_toks is not None:
         args["max_gen_toks"] = cfg.eval.max_gen_toks
         args["max_model_len"] = max_model_len(cfg.eval, checkpoint)

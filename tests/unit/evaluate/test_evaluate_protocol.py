@@ -94,6 +94,10 @@ def test_paper_vllm_replicas_by_model_size(tmp_path, monkeypatch):
         assert (args["tensor_parallel_size"], args["data_parallel_size"]) == (tp, dp), model
         assert args["max_gen_toks"] == PAPER.eval.max_gen_toks
         assert args["max_model_len"] == min(40960, 4096 + PAPER.eval.max_gen_toks)
+        thinks = model.startswith("qwen3")  # Qwen3 thinks by default; lm-eval scores after </think>
+        assert (args.get("enable_thinking"), args.get("think_end_token")) == (
+            (True, "</think>") if thinks else (None, None)
+        )
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
     from fp8rl.evaluate import vllm_seeded
 
