@@ -62,6 +62,15 @@ class RunDirLocked(Exception):
     message names the directory and the holder."""
 
 
+class LockUnsupported(RunDirLocked):
+    """The filesystem refuses `flock` (Lustre mounted without `-o flock`, some NFS setups): the message
+    names the file and the two ways out."""
+
+
+# Set to 1 where the results filesystem has no flock and the scheduler alone keeps one writer per run.
+NO_FLOCK_ENV = "FP8RL_NO_FLOCK"
+
+
 def runs_dir(results_dir: str | Path, tier: str) -> Path:
     """`{results_dir}/{tier}/runs`: the folder holding every run directory of a tier."""
     return Path(results_dir) / tier / RUNS_DIR
@@ -289,6 +298,8 @@ def _acquire(path: Path, hint: str) -> int:
     """An open descriptor of `path` holding its exclusive flock; `RunDirLocked` if another process has it."""
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.environ.get(NO_FLOCK_ENV) == "1":
+            return fd  # no lock: the holder file is still written, for whoever looks
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -296,6 +307,16 @@ def _acquire(path: Path, hint: str) -> int:
             os.close(fd)
             raise RunDirLocked(
                 f"{path.parent}: already in use by another writer ({holder}; lock file {path}); {hint}"
+            ) from None
+        except OSError as exc:  # ENOSYS, EOPNOTSUPP, ENOLCK, EINVAL: the filesystem has no flock
+            empty = os.fstat(fd).st_size == 0  # no holder ever wrote it: ours to remove
+            os.close(fd)
+            if empty:
+                path.unlink(missing_ok=True)
+            raise LockUnsupported(
+                f"{path}: the filesystem refuses flock ({exc.strerror or exc}); on Lustre mount with "
+                f"`-o flock` (not `localflock`: that locks per node only), or set {NO_FLOCK_ENV}=1 to run "
+                "without the lock when the scheduler alone keeps one writer per run directory"
             ) from None
         try:
             current = os.stat(path).st_ino == os.fstat(fd).st_ino

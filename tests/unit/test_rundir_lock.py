@@ -66,3 +66,28 @@ def test_one_process_cannot_take_its_own_lock_twice(tmp_path):
     run = RunDir(tmp_path / "run")
     with run.lock(), pytest.raises(RunDirLocked, match=f"pid {os.getpid()}"), RunDir(Path(run.root)).lock():
         pass
+
+
+def test_a_filesystem_without_flock_is_named_with_the_way_out(tmp_path, monkeypatch):
+    """Lustre without `-o flock` answers flock with ENOSYS: the error names the file, the mount option and
+    FP8RL_NO_FLOCK; with that set the body runs unlocked and the holder file is still written and removed."""
+    import errno
+
+    from fp8rl import rundir
+    from fp8rl.rundir import NO_FLOCK_ENV, LockUnsupported, RunDir, RunDirLocked
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(rundir.fcntl, "flock", no_flock)
+    run = RunDir(tmp_path / "run")
+    with pytest.raises(
+        LockUnsupported, match=r"run\.lock: the filesystem refuses flock .*-o flock.*FP8RL_NO_FLOCK=1"
+    ), run.lock():
+        pass
+    assert issubclass(LockUnsupported, RunDirLocked)  # commands turn it into a clear exit 2 like a held lock
+    assert not (tmp_path / "run").exists()  # nothing left behind
+    monkeypatch.setenv(NO_FLOCK_ENV, "1")
+    with run.lock():
+        assert "pid" in run.lock_file.read_text()
+    assert not run.lock_file.exists()
