@@ -232,17 +232,8 @@ def test_a_crashing_harness_is_recorded_on_the_last_attempt(tiny_checkpoint, dat
         json.dumps(CFG.model_dump(mode="json") | {"eval": {"agent": ["tool_call", "bfcl_simple"]}})
     )
     out = tmp_path / "eval" / "agent.json"
-    args = [
-        "eval",
-        "agent",
-        "--config",
-        str(cfg),
-        "--checkpoint",
-        str(tiny_checkpoint),
-        "--data",
-        str(data_dir),
-    ]
-    args += ["--out", str(out), "--set", "eval.limit=3"]
+    args = ["eval", "agent", "--config", str(cfg), "--checkpoint", str(tiny_checkpoint), "--data", str(data_dir),
+            "--out", str(out), "--set", "eval.limit=3"]  # fmt: skip
     with pytest.raises(subprocess.CalledProcessError):
         main(args)
     assert not out.exists()  # nothing half-written
