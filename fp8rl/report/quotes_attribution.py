@@ -1,14 +1,43 @@
 """The attribution tier's quoted blocks (fp8rl.report.quotes): the pre-registered contrasts, the
-exploratory ones and the arms, from `results/published/attribution/tables/`."""
+exploratory ones and the arms, from `results/published/attribution/tables/`, read against the study's
+pre-registration (`study:` of config/attribution.yaml, the config the published report names by its
+digest)."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
-from fp8rl.report.quote_format import excludes_zero, interval, markdown_table, num, pp_point, published_table
+from fp8rl.report.quote_format import (
+    QuoteError,
+    excludes_zero,
+    interval,
+    markdown_table,
+    num,
+    pp_point,
+    published_table,
+)
+
+CONFIG = Path(__file__).resolve().parents[2] / "config" / "attribution.yaml"
+
+
+def min_effect(published: Path) -> float:
+    """The pre-registered smallest difference worth seeing, from the config the published tier ran with
+    (QuoteError when config/attribution.yaml has changed since: its digest is not the report's)."""
+    from fp8rl.config_loader import load_config
+
+    cfg = load_config(CONFIG)
+    report = published / "attribution" / "report.json"
+    ran = json.loads(report.read_text(encoding="utf-8")).get("config_digest") if report.is_file() else None
+    if ran != cfg.digest():
+        raise QuoteError(
+            f"{CONFIG}: digest {cfg.digest()} is not the published tier's ({ran}, {report}): the "
+            "pre-registration changed after the runs; re-run the tier or restore the config"
+        )
+    return float(cfg.study.min_effect)
 
 
 def _p(p: float) -> str:
@@ -34,8 +63,9 @@ def attribution_planned(published: Path) -> str:
         ]
         for _, r in planned.iterrows()
     ]  # fmt: skip
+    effect = min_effect(published)
     header = ["contrast", "difference", "seeds", "Δ endpoint [95 % Welch t]", "p", "p (Holm)", "decision",
-              "power for ±0.10"]  # fmt: skip
+              f"power for ±{num(effect)}"]  # fmt: skip
     lines = []
     for _, r in planned.iterrows():
         excl = excludes_zero(r["low"], r["high"])
@@ -44,10 +74,13 @@ def attribution_planned(published: Path) -> str:
             if excl
             else f"the interval includes 0 and reaches {num(r['low'], 3)} to {num(r['high'], 3)}"
         )
-        power = min(r["power_observed"], r["power_planned"])
-        caveat = (
-            "" if excl or power >= 0.8 else "; underpowered for ±0.10, so no evidence of no effect either"
-        )
+        if excl:
+            caveat = ""
+        elif -effect < r["low"] and r["high"] < effect:
+            caveat = (f"; it also excludes a difference of the pre-registered size (±{num(effect)}) either way: "
+                      "no effect that large at these seeds")  # fmt: skip
+        else:
+            caveat = f"; it does not exclude ±{num(effect)}: no evidence of no effect either"
         lines.append(
             f"- `{r['contrast']}`: {r['decision']} (Holm p = {_p(r['p_adjusted'])}); {reading}{caveat}."
         )
