@@ -81,9 +81,12 @@ def test_a_filesystem_without_flock_is_named_with_the_way_out(tmp_path, monkeypa
 
     monkeypatch.setattr(rundir.fcntl, "flock", no_flock)
     run = RunDir(tmp_path / "run")
-    with pytest.raises(
-        LockUnsupported, match=r"run\.lock: the filesystem refuses flock .*-o flock.*FP8RL_NO_FLOCK=1"
-    ), run.lock():
+    with (
+        pytest.raises(
+            LockUnsupported, match=r"run\.lock: the filesystem refuses flock .*-o flock.*FP8RL_NO_FLOCK=1"
+        ),
+        run.lock(),
+    ):
         pass
     assert issubclass(LockUnsupported, RunDirLocked)  # commands turn it into a clear exit 2 like a held lock
     assert not (tmp_path / "run").exists()  # nothing left behind
