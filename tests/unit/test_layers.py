@@ -44,7 +44,16 @@ ALLOWED: dict[str, set[str]] = {
         "validation",
         *CORE,
     },  # fmt: skip
-    "report": {"config", "fp8", "rl", "provenance", "rundir", "run_checks", *CORE},
+    "report": {
+        "config",
+        "config_loader",
+        "fp8",
+        "rl",
+        "provenance",
+        "rundir",
+        "run_checks",
+        *CORE,
+    },  # loader: quotes read the study
     "validation": {"config", "engine", "adapters", "evaluate"},
     "commands": {
         "adapters",
