@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 
 from fp8rl import numerics
-from fp8rl.config import TRAIN_SECTIONS
-from fp8rl.config import RunSpec, expand_matrix, resolve_run
+from fp8rl.config import TRAIN_SECTIONS, RunSpec, expand_matrix, resolve_run
 from fp8rl.vocabulary import ALGORITHMS, GRANULARITIES, NO_CONDITION, NO_GRANULARITY, VARIANTS
 from fp8rl.config_loader import ConfigError, key_lines, parse_yaml, validate_config
 from fp8rl.validation import CONFIG_CHECKS
@@ -181,8 +180,6 @@ def run_spec(wildcards):
 def run_dir(spec):
     """The RunDir of one run of the matrix."""
     return RunDir.of(runs_dir(CFG.results_dir, CFG.tier), spec.run_id)
-
-
 
 
 # A scratch model's base directory under {R}: one per model, or one per model and RL seed (sft.per_seed).

@@ -180,9 +180,8 @@ class Trainer:
             timer=self.timer,
         )
         self.stability = StabilityMonitor.from_config(cfg.stability)
-        self.ratio_noise = RatioNoise(
-            self.resolved.ratio_noise
-        )  # synthetic phantom clipping (fp8.ratio_noise)
+        # synthetic phantom clipping (fp8.ratio_noise, attribution tier); level 0 elsewhere
+        self.ratio_noise = RatioNoise(self.resolved.ratio_noise)
         rows = load_split(self.data_dir, "train.jsonl")
         self.prompt_ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in rows]
         self.answers = [r["answer"] for r in rows]
