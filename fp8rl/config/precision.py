@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_serializer, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from fp8rl.config.base import CalibReferenceField, Strict
 from fp8rl.vocabulary import (
@@ -21,6 +21,8 @@ from fp8rl.vocabulary import (
 
 class FP8Config(Strict):
     """What the fp8* variants put in FP8 (all of it by default: 'fully FP8')."""
+
+    OMIT_AT_DEFAULT = ("rollout_noise_scale", "ratio_noise")
 
     gemms: bool = True
     optimizer_state: bool = True
@@ -50,7 +52,7 @@ class FP8Config(Strict):
         ),
     )
     # The attribution tier's knobs (docs/attribution.md). Both are left out of the dump at their defaults
-    # (`_omit_unset_study_keys`), so the digests of configs written before them stay as they were.
+    # (`OMIT_AT_DEFAULT`), so the digests of configs written before them stay as they were.
     rollout_noise_scale: float | None = Field(
         None,
         gt=0.0,
@@ -84,19 +86,12 @@ class FP8Config(Strict):
         """The noise dose of the rollout copy: `rollout_noise_scale`, else `noise_scale`."""
         return self.noise_scale if self.rollout_noise_scale is None else self.rollout_noise_scale
 
-    @model_serializer(mode="wrap")
-    def _omit_unset_study_keys(self, handler):
-        out = handler(self)
-        if self.rollout_noise_scale is None:
-            out.pop("rollout_noise_scale", None)
-        if self.ratio_noise == 0.0:
-            out.pop("ratio_noise", None)
-        return out
-
 
 class TISConfig(Strict):
     """The mismatch corrections' options (fp8rl.rl.corrections): the truncation cap of the `*_tis`,
     `*_seqtis` and `*_mis` variants, and the bands of `*_icepop` and `*_mis`."""
+
+    OMIT_AT_DEFAULT = ("mis",)
 
     cap: float = Field(2.0, gt=0.0)
     level: Literal[TIS_LEVELS] = Field("token", description="*_tis variants: token or sequence (= *_seqtis)")
@@ -118,15 +113,6 @@ class TISConfig(Strict):
         if v is not None and info.field_name == "mis" and v[0] == 0.0:
             raise ValueError(f"mis must be [low, high] with 0 < low < high, got {list(v)}")
         return v
-
-    @model_serializer(mode="wrap")
-    def _omit_unset_new_keys(self, handler):
-        # `mis` came after configs were published: left out of the dump while unset, so the digests of
-        # those configs (and the DAG's record of their finished runs) stay as they were.
-        out = handler(self)
-        if self.mis is None:
-            out.pop("mis", None)
-        return out
 
 
 class CalibConfig(Strict):
