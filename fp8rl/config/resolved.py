@@ -14,7 +14,7 @@ key).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -41,7 +41,15 @@ class ResolvedRun:
     calib: CalibConfig
     tis: TISConfig
     reference: RunSpec | None
-    train_digest: str
+    cfg: ExperimentConfig = field(repr=False, compare=False)  # for the digest, made on first use
+
+    @cached_property
+    def train_digest(self) -> str:
+        """The digest of everything the run's training depends on (`TRAIN_SECTIONS`, its model, its
+        condition's FP8 settings): the checkpoint's resume key and the DAG's rerun key."""
+        from fp8rl.config.experiment import TRAIN_SECTIONS
+
+        return self.cfg.section_digest(*TRAIN_SECTIONS, model=self.spec.model, condition=self.spec.condition)
 
     @property
     def run_id(self) -> str:
@@ -79,8 +87,6 @@ class ResolvedRun:
 def resolve_run(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> ResolvedRun:
     """`spec`'s settings under `cfg` (a `ResolvedRun` is returned as it is). Raises KeyError for a model
     or condition the config does not define."""
-    from fp8rl.config.experiment import TRAIN_SECTIONS
-
     if isinstance(spec, ResolvedRun):
         return spec
     algo = cfg.algorithm(spec.algo)
@@ -95,5 +101,5 @@ def resolve_run(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> ResolvedR
         calib=cfg.calib,
         tis=cfg.tis,
         reference=reference_run(spec) if needs_reference else None,
-        train_digest=cfg.section_digest(*TRAIN_SECTIONS, model=spec.model, condition=spec.condition),
+        cfg=cfg,
     )

@@ -254,7 +254,8 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
         paths.table("throughput", "md"), to_markdown(f"{title}: throughput", tp_view, THROUGHPUT_NOTES)
     )
 
-    clip_bounds = {run.spec.algo: run.bounds for run in (resolve_run(cfg, r) for r in cfg.runs())}
+    one_per_algo = {r.algo: r for r in cfg.runs()}.values()
+    clip_bounds = {r.algo: resolve_run(cfg, r).bounds for r in one_per_algo}
     plots = write_plots(runset, comparison, keys, throughput, paths.plots_dir, clip_bounds)
     sections = [
         ("Comparison", COMPARISON_NOTES, view),
