@@ -3,7 +3,7 @@
 lm-eval 0.4.13 seeds vLLM once per engine (`seed`, 1234) and, with `data_parallel_size` > 1, builds one
 engine per replica from the same arguments. An avg@k task sends each prompt k times; the copies are
 dealt to the replicas in turn, so replicas that receive the same prompts in the same order draw the
-same samples: at 4 replicas an avg@16 problem holds 4 distinct samples, not 16.
+same samples, so an avg@k problem holds fewer than k distinct samples (read from lm-eval's code).
 
 `SeededVLLM` gives every generation request its own `SamplingParams.seed`, derived from the engine seed,
 the prompt's tokens and the request's rank among the copies of that prompt in the call
