@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from fp8rl.config.base import Strict
@@ -10,6 +12,8 @@ from fp8rl.config.base import Strict
 class EvalConfig(Strict):
     """The eval suites and their protocol (docs/interfaces.md#eval-protocol). Unset decoding keys leave
     each task's own decoding (the smoke/small task YAMLs: greedy, short answers)."""
+
+    OMIT_AT_DEFAULT = ("answer_format",)
 
     lm_eval_tasks: list[str] = []
     agent: list[str] = []
@@ -20,6 +24,11 @@ class EvalConfig(Strict):
     top_p: float | None = Field(None, gt=0.0, le=1.0, description="nucleus sampling (needs temperature > 0)")
     repeats: dict[str, int] = Field(
         {}, description="lm-eval task -> k samples per problem, reported as avg@k (needs temperature > 0)"
+    )
+    answer_format: Literal["task", "dapo"] = Field(
+        "task",
+        description="task: each lm-eval task's own prompt and answer reader; dapo: the math tasks asked "
+        "with DAPO-Math-17k's instruction (last line `Answer: X`) and read as its scorer reads them",
     )
     gpu_memory_gb: float = Field(80.0, gt=0.0, description="memory of one eval GPU (vLLM replica sizing)")
 

@@ -10,6 +10,8 @@ configs:
   (the smoke/small tiers: no decoding key set) keeps its spec as it is; lm-eval's own tasks that it
   changes are resolved to their full YAML config (lm-eval's loader: `include`, `!function`) and passed
   inline, since an inline dict replaces a registered task's config rather than updating it.
+- `answer_format: dapo` (fp8rl.evaluate.answer_format): the math tasks asked and read in the training
+  set's format, before the decoding settings and avg@k are applied.
 - `avg_at_k`: lm-eval's `repeats` + a `take_first_k` filter that keeps all k responses + `AvgAtK`, which
   scores each response with the task's own `process_results` and reports the mean as `avg@k`.
 - `vllm_parallelism`: tensor parallel only as wide as a replica needs, data-parallel replicas over the
@@ -26,6 +28,7 @@ from typing import Any
 
 from fp8rl.config import EvalConfig, ExperimentConfig, ModelConfig
 from fp8rl.config.runs import RunSpec
+from fp8rl.evaluate.answer_format import dapo_task
 from fp8rl.evaluate.eval_tasks import EvalInputError
 from fp8rl.rundir import RunDir
 
@@ -92,8 +95,10 @@ def avg_at_k(cfg: dict, k: int, name: str) -> dict:
 
 
 def changes_tasks(ev: EvalConfig) -> bool:
-    return any(v is not None for v in (ev.max_gen_toks, ev.temperature, ev.top_p)) or any(
-        k > 1 for k in ev.repeats.values()
+    return (
+        any(v is not None for v in (ev.max_gen_toks, ev.temperature, ev.top_p))
+        or any(k > 1 for k in ev.repeats.values())
+        or ev.answer_format != "task"
     )
 
 
@@ -108,6 +113,8 @@ def task_specs(
     for spec in specs:
         cfg = dict(resolve(spec) if isinstance(spec, str) else spec)
         name = report_names.get(cfg["task"], cfg["task"])
+        if ev.answer_format == "dapo":
+            cfg = dapo_task(cfg, name)
         if cfg.get("output_type", "generate_until") == "generate_until":
             cfg["generation_kwargs"] = generation_kwargs(ev, cfg.get("generation_kwargs"))
         k = ev.repeats.get(name, 1)

@@ -51,7 +51,8 @@ def paper_specs(data_dir, resolve):
 
 
 def test_paper_tasks_carry_the_generation_budget_and_sampling(data_dir, resolve):
-    """Every paper task, as lm-eval reads its YAML, gets the config's decoding; its stop sequences stay."""
+    """Every paper task, as lm-eval reads its YAML, gets the config's decoding; asked in the training
+    format (answer_format dapo), no task stop sequence ("Question:") cuts a long answer."""
     specs = paper_specs(data_dir, resolve)
     assert set(specs) == {"gsm8k", "math500", "aime24", "aime25"}
     ev = PAPER.eval
@@ -61,7 +62,7 @@ def test_paper_tasks_carry_the_generation_budget_and_sampling(data_dir, resolve)
         assert gen["max_gen_toks"] == ev.max_gen_toks, name
         assert gen["temperature"] == ev.temperature and gen["do_sample"] is True, name
         assert gen["top_p"] == ev.top_p, name
-        assert "Question:" in gen["until"], name  # the task's own stop sequences kept
+        assert gen["until"] == [], name  # lm-eval stops at the model's end of sequence
     assert ev.repeats == {"aime24": 16, "aime25": 16}
 
 
@@ -74,11 +75,12 @@ def test_paper_aime_is_avg_at_k_over_k_samples(task, data_dir, resolve):
     assert spec["metric_list"] == [{"metric": f"avg@{k}", "aggregation": "mean", "higher_is_better": True}]
     avg = spec["process_results"]
     assert isinstance(avg, AvgAtK) and avg.k == k
-    # AIME's own scorer on each sample: 4 of 16 boxed answers right -> 0.25
-    responses = ["so \\boxed{204}"] * 4 + ["so \\boxed{7}"] * (k - 4)
-    assert avg({"Answer": "204", "Problem": "p"}, [responses]) == {f"avg@{k}": 0.25}
+    # the answer reader on each sample: 4 of 16 answers right -> 0.25
+    doc = {"Answer": 204, "Problem": "p"} if task == "aime24" else {"answer": "204", "problem": "p"}
+    responses = ["so \\boxed{204}", "Answer: 204"] * 2 + ["so \\boxed{7}"] * (k - 4)
+    assert avg(doc, [responses]) == {f"avg@{k}": 0.25}
     with pytest.raises(ValueError, match="expected 16"):
-        avg({"Answer": "204"}, [responses[:3]])
+        avg(doc, [responses[:3]])
 
 
 def test_paper_vllm_replicas_by_model_size(tmp_path, monkeypatch):
