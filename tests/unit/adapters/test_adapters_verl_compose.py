@@ -139,3 +139,21 @@ def test_a_wrong_key_does_not_compose(compose):
     bad = [*verl_overrides(cfg, cfg.runs()[0], PATHS), "actor_rollout_ref.actor.clip_ratio_lowest=0.1"]
     with pytest.raises(ConfigCompositionException):
         compose(bad)
+
+
+def test_the_one_node_smoke_is_the_paper_path_at_small_size(compose, capsys):
+    """config/verl_smoke.yaml (scripts/gpu_checks.sh runs it on a GPU node) composes and validates in
+    verl, and differs from the paper tier only in size: model, matrix, schedule, data, resources."""
+    from fp8rl.validation import CONFIG_CHECKS
+
+    smoke = load_config(ROOT / "config/verl_smoke.yaml", checks=CONFIG_CHECKS)
+    paper = load_config(ROOT / "config/paper.yaml")
+    for section in ("backend", "fp8", "tis", "calib"):
+        assert getattr(smoke, section) == getattr(paper, section), section
+    assert smoke.eval.answer_format == paper.eval.answer_format
+    assert {"bf16", "fp8_tis", "fp8_tis_calib"} <= set(smoke.matrix.variants) <= set(paper.matrix.variants)
+    for spec in smoke.runs():
+        c = compose(verl_overrides(smoke, spec, PATHS))
+        _validate(c)
+        _check_cell(c, smoke, spec)
+    capsys.readouterr()
