@@ -202,18 +202,33 @@ def mechanism_verdicts(published: Path) -> str:
             )
     for dose in sorted(sel["noise_scale"].unique()):
         at = sel[(sel["noise_scale"] == dose) & (sel["format"] == "hybrid")]
-        shares = []
+        shares, still = [], []
         for g, grp in at.groupby("granularity"):
-            v = grp.set_index("variant")["excess_clip"]
-            if {"fp8", "fp8_calib"} <= set(v.index) and v["fp8"] > 0:
-                shares.append((1 - v["fp8_calib"] / v["fp8"], g))
+            v = grp.set_index("variant")
+            if {"fp8", "fp8_calib"} <= set(v.index) and v.loc["fp8", "excess_clip"] > 0:
+                shares.append((1 - v.loc["fp8_calib", "excess_clip"] / v.loc["fp8", "excess_clip"], g))
+                calib = v.loc["fp8_calib"]
+                if excludes_zero(calib["excess_clip ci_low"], calib["excess_clip ci_high"]):
+                    still.append(g)
         if shares:
-            lo, hi = min(shares), max(shares)
             lines.append(
-                f"- Calibration at s = {num(dose, 0)} (hybrid) removes {num(100 * lo[0], 0)} % ({lo[1]}) to "
-                f"{num(100 * hi[0], 0)} % ({hi[1]}) of plain FP8's excess clipping (point estimates)."
+                f"- Calibration at s = {num(dose, 0)} (hybrid): {share_range(shares)} of plain FP8's excess "
+                f"clipping (ratios of point estimates); the calibrated excess's interval still excludes 0 "
+                f"in {len(still)} of {len(shares)} granularities"
+                + (f" ({', '.join(sorted(still))})." if still else ".")
             )
     return "\n".join(lines)
+
+
+def share_range(shares: list[tuple[float, str]]) -> str:
+    """'removes a % (g) to b % (h)', or, where calibration raised the excess somewhere, 'from adding
+    a % (g) to removing b % (h)'."""
+    (lo, g_lo), (hi, g_hi) = min(shares), max(shares)
+    if lo >= 0:
+        return f"removes {num(100 * lo, 0)} % ({g_lo}) to {num(100 * hi, 0)} % ({g_hi})"
+    if hi < 0:
+        return f"adds {num(-100 * hi, 0)} % ({g_hi}) to {num(-100 * lo, 0)} % ({g_lo})"
+    return f"from adding {num(-100 * lo, 0)} % ({g_lo}) to removing {num(100 * hi, 0)} % ({g_hi})"
 
 
 def stress_divergence(published: Path) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fp8rl.report.quotes import BEGIN, END, QUOTING_FILES, QuoteError, pp, render, stale_blocks
+from fp8rl.report.quotes import BEGIN, END, QUOTING_FILES, QuoteError, pp, render, share_range, stale_blocks
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -61,6 +61,14 @@ def test_unknown_blocks_and_missing_tables_are_named(tmp_path):
 def test_significance_is_bold_only_when_the_interval_excludes_zero():
     assert pp(0.01, 0.002, 0.02).startswith("**") and pp(-0.01, -0.02, -0.001).startswith("**")
     assert not pp(0.01, -0.002, 0.02).startswith("**")
+
+
+def test_a_share_that_is_negative_is_worded_as_added_not_removed():
+    assert share_range([(0.44, "blockwise"), (0.77, "mxfp8")]) == "removes 44 % (blockwise) to 77 % (mxfp8)"
+    assert share_range([(-1.66, "blockwise"), (0.42, "delayed")]) == (
+        "from adding 166 % (blockwise) to removing 42 % (delayed)"
+    )
+    assert share_range([(-0.5, "a"), (-0.1, "b")]) == "adds 10 % (b) to 50 % (a)"
 
 
 def test_the_repository_quotes_match_the_published_tables():
