@@ -167,27 +167,32 @@ def mechanism_excess(published: Path) -> str:
         rows.append(cells)
     bf16 = sel["bf16_clip_low_neg"].dropna()
     ref = f"bf16's own `clip/low_neg`: {num(100 * bf16.iloc[0])} %." if len(bf16) else ""
-    return markdown_table(header, rows) + "\n\n" + SIGNIFICANCE_NOTE + (" " + ref if ref else "")
+    share = "`removed by calib`: 1 − fp8_calib / fp8, a ratio of point estimates, telling only where fp8's is bold."
+    return (
+        markdown_table(header, rows) + "\n\n" + SIGNIFICANCE_NOTE + (" " + ref if ref else "") + " " + share
+    )
 
 
 def mechanism_verdicts(published: Path) -> str:
     """The mechanism tier's conclusions with their figures (GRPO, FP8 KV cache on): where plain FP8's
-    excess clipping is significant at s = 1, how it grows per doubling of the dose, and what share of it
-    calibration removes, over the granularities measured."""
+    excess clipping is significant at s = 1, how it grows per doubling of the dose, and, per dose, what
+    share of it calibration removes where plain FP8's excess is shown, and where the calibrated excess
+    itself still is."""
     mech = published_table(published, "mechanism", "mechanism")
     sel = mech[(mech["algo"] == "grpo") & (mech["kv_cache"].astype(bool))]
+    seeds = int(sel["seeds"].min())
     lines = []
     plain1 = sel[(sel["variant"] == "fp8") & (sel["noise_scale"] == 1) & (sel["format"] == "hybrid")]
-    sig = sorted(
-        r["granularity"]
-        for _, r in plain1.iterrows()
-        if excludes_zero(r["excess_clip ci_low"], r["excess_clip ci_high"])
-    )
+    sig = significant(plain1)
     rest = sorted(set(plain1["granularity"]) - set(sig))
+    where = (
+        f"the interval excludes 0 for {', '.join(sig)}" + (f", not for {', '.join(rest)}" if rest else "")
+        if sig
+        else f"the interval includes 0 for every one (not shown at {seeds} seeds)"
+    )
     lines.append(
         f"- Plain FP8 (s = 1, hybrid): excess clipping {pp_point(plain1['excess_clip'].min())} to "
-        f"{pp_point(plain1['excess_clip'].max())} over the granularities; the interval excludes 0 for "
-        f"{', '.join(sig) or 'none'}" + (f", not for {', '.join(rest)}" if rest else "") + "."
+        f"{pp_point(plain1['excess_clip'].max())} over the {len(plain1)} granularities; {where}."
     )
     for fmt in [f for f in ("hybrid", "e5m2") if f in set(sel["format"])]:
         fp8 = sel[(sel["variant"] == "fp8") & (sel["format"] == fmt) & (sel["granularity"] == "tensorwise")]
@@ -202,28 +207,50 @@ def mechanism_verdicts(published: Path) -> str:
             )
     for dose in sorted(sel["noise_scale"].unique()):
         at = sel[(sel["noise_scale"] == dose) & (sel["format"] == "hybrid")]
-        shares, still = [], []
-        for g, grp in at.groupby("granularity"):
-            v = grp.set_index("variant")
-            if {"fp8", "fp8_calib"} <= set(v.index) and v.loc["fp8", "excess_clip"] > 0:
-                shares.append((1 - v.loc["fp8_calib", "excess_clip"] / v.loc["fp8", "excess_clip"], g))
-                calib = v.loc["fp8_calib"]
-                if excludes_zero(calib["excess_clip ci_low"], calib["excess_clip ci_high"]):
-                    still.append(g)
-        if shares:
-            lines.append(
-                f"- Calibration at s = {num(dose, 0)} (hybrid): {share_range(shares)} of plain FP8's excess "
-                f"clipping (ratios of point estimates); the calibrated excess's interval still excludes 0 "
-                f"in {len(still)} of {len(shares)} granularities"
-                + (f" ({', '.join(sorted(still))})." if still else ".")
+        plain, calib = (at[at["variant"] == v].set_index("granularity") for v in ("fp8", "fp8_calib"))
+        both = sorted(set(plain.index) & set(calib.index))
+        if not both:
+            continue
+        shown = [g for g in significant(plain.reset_index()) if g in both]
+        if shown:
+            shares = [(1 - calib.loc[g, "excess_clip"] / plain.loc[g, "excess_clip"], g) for g in shown]
+            removed = (
+                f"plain FP8's excess is shown in {len(shown)} of {len(both)} granularities, and calibration "
+                f"{share_range(shares)} of it (ratios of point estimates"
+                + ("; above 100 %: the calibrated excess is below 0)" if max(shares)[0] > 1 else ")")
             )
+        else:
+            removed = (
+                f"plain FP8's excess is shown in none of {len(both)} granularities, so no share is computed"
+            )
+        still = significant(calib.loc[both].reset_index())
+        lines.append(
+            f"- Calibration at s = {num(dose, 0)} (hybrid): {removed}; the calibrated excess is "
+            f"{pp_point(calib.loc[both, 'excess_clip'].min())} to {pp_point(calib.loc[both, 'excess_clip'].max())}"
+            + (
+                f", its interval excluding 0 for {', '.join(still)}."
+                if still
+                else ", its interval including 0 for every one."
+            )
+        )
     return "\n".join(lines)
+
+
+def significant(rows: pd.DataFrame) -> list[str]:
+    """The granularities whose `excess_clip` interval excludes 0, sorted."""
+    return sorted(
+        r["granularity"]
+        for _, r in rows.iterrows()
+        if excludes_zero(r["excess_clip ci_low"], r["excess_clip ci_high"])
+    )
 
 
 def share_range(shares: list[tuple[float, str]]) -> str:
     """'removes a % (g) to b % (h)', or, where calibration raised the excess somewhere, 'from adding
     a % (g) to removing b % (h)'."""
     (lo, g_lo), (hi, g_hi) = min(shares), max(shares)
+    if len(shares) == 1:
+        return f"{'removes' if lo >= 0 else 'adds'} {num(100 * abs(lo), 0)} % ({g_lo})"
     if lo >= 0:
         return f"removes {num(100 * lo, 0)} % ({g_lo}) to {num(100 * hi, 0)} % ({g_hi})"
     if hi < 0:

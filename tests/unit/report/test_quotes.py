@@ -69,6 +69,7 @@ def test_a_share_that_is_negative_is_worded_as_added_not_removed():
         "from adding 166 % (blockwise) to removing 42 % (delayed)"
     )
     assert share_range([(-0.5, "a"), (-0.1, "b")]) == "adds 10 % (b) to 50 % (a)"
+    assert share_range([(1.03, "tensorwise")]) == "removes 103 % (tensorwise)"
 
 
 def test_the_repository_quotes_match_the_published_tables():
