@@ -31,6 +31,12 @@ pass for real (no TRL run then).
 
     .venv/bin/pip install -e '.[bench]'
     .venv/bin/python benchmarks/vs_trl.py [--steps 6] [--repeats 3] [--layers 2 4] [--threads 1 2] ...
+        [--json results/benchmarks/vs_trl.json]
+
+`--json` also writes every shape's medians and ratios with the provenance (commit, packages, machine,
+load average at the start and end); `fp8rl publish` does not touch it: copy a run worth quoting to
+`results/published/benchmarks/vs_trl.json`, from which `fp8rl quotes` writes the README's and
+docs/performance.md's figures.
 """
 
 from __future__ import annotations
@@ -274,6 +280,29 @@ def report_line(shape: Shape, med: dict[str, float]) -> str:
     )
 
 
+def shape_record(shape: Shape, med: dict[str, float]) -> dict:
+    """One shape's medians (seconds per step, by run) and the ratios the table prints."""
+    best = trl_best(med)
+    ratios = {f"{k}/bf16": med[k] / med["bf16"] for k in ("fp8", "fp8-block", "bf16-repro") if k in med}
+    if best:
+        ratios["trl/bf16"] = best[0] / med["bf16"]
+    return {
+        "shape": str(shape),
+        **vars(shape),
+        "step_s": med,
+        "trl_mode": best[1] if best else None,
+        "ratios": ratios,
+    }
+
+
+def write_record(path: Path, record: dict) -> None:
+    """The record with the code, packages and machine it was measured on (fp8rl.provenance), atomically."""
+    from fp8rl.io import atomic_write_json
+    from fp8rl.provenance import provenance
+
+    atomic_write_json(path, {**record, "load_average_end": os.getloadavg(), "provenance": provenance()})
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default="config/smoke.yaml")
@@ -293,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         "--mini-batches", type=int, default=1,
         help="fp8rl updates per rollout batch (>1: recompute and shadow pass run for real; no TRL run)",
     )  # fmt: skip
+    p.add_argument("--json", type=Path, help="also write the grid's figures and provenance there (JSON)")
     p.add_argument("--child", help=argparse.SUPPRESS)  # one run, in this process (run_in_child)
     a = p.parse_args(argv)
     if a.child:
@@ -316,12 +346,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'shape':<20} {'bf16':>7} {'TRL':>7} {'TRL/us':>7} {'fp8/bf16':>8} {'block/bf16':>10} "
           f"{'repro':>8} {'shadow':>8} {'calib':>8}")  # fmt: skip
     worst = math.inf
+    record = {"benchmark": "vs_trl", "command": ["benchmarks/vs_trl.py", *(argv or sys.argv[1:])],
+              "steps": a.steps, "repeats": a.repeats, "runs": runs, "load_average_start": os.getloadavg(),
+              "shapes": []}  # fmt: skip
     for shape in shapes:
         med = bench_shape(a, shape, runs)
         print(report_line(shape, med), flush=True)
         best = trl_best(med)
         if best:
             worst = min(worst, best[0] / med["bf16"])
+        if a.json:  # rewritten after every shape: a long grid stopped midway keeps what it measured
+            record["shapes"].append(shape_record(shape, med))
+            write_record(a.json, record)
     if worst < math.inf:
         print(f"slowest shape: fp8rl bf16 {worst:.2f}x faster than TRL's faster mode (target >= 2)")
     return 0

@@ -8,7 +8,8 @@ the text in one command. Words that depend on a figure ("the interval excludes 0
 it; prose outside the blocks quotes no result figures (tests/unit/report/test_quotes.py checks both).
 
 The blocks of the smoke, mechanism and stress tiers are here, the attribution tier's in
-fp8rl.report.quotes_attribution; the formats they share in fp8rl.report.quote_format.
+fp8rl.report.quotes_attribution, the speed benchmark's in fp8rl.report.quotes_performance; the formats
+they share in fp8rl.report.quote_format.
 """
 
 from __future__ import annotations
@@ -32,12 +33,15 @@ from fp8rl.report.quote_format import (
     published_table,
 )
 from fp8rl.report.quotes_attribution import attribution_arms, attribution_exploratory, attribution_planned
+from fp8rl.report.quotes_performance import performance_grid, performance_summary
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
 BEGIN = re.compile(r"<!-- fp8rl:results (?P<name>[a-z0-9-]+) -->\n")
 END = "<!-- /fp8rl:results -->"
 # The markdown files that hold quoted blocks, relative to the repository root.
-QUOTING_FILES = ("README.md", "docs/mechanism.md", "docs/stress.md", "docs/attribution.md")
+QUOTING_FILES = (
+    "README.md", "docs/mechanism.md", "docs/stress.md", "docs/attribution.md", "docs/performance.md"
+)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ blocks
@@ -343,6 +347,8 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "attribution-planned": attribution_planned,
     "attribution-exploratory": attribution_exploratory,
     "attribution-arms": attribution_arms,
+    "performance-summary": performance_summary,
+    "performance-grid": performance_grid,
 }
 
 

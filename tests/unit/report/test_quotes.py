@@ -97,7 +97,14 @@ def _results_prose(name: str) -> str:
     return text
 
 
-@pytest.mark.parametrize("name", [n for n in QUOTING_FILES if (REPO / n).is_file()])
+# docs/performance.md's prose is the record of how the speed work went (each figure with the command
+# and the conditions it was measured under); its current figures are its generated blocks.
+PROSE_HISTORY = ("docs/performance.md",)
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in QUOTING_FILES if (REPO / n).is_file() and n not in PROSE_HISTORY]
+)
 def test_prose_outside_the_blocks_quotes_no_result_figures(name):
     found = [m.group(0) for m in FIGURE.finditer(_results_prose(name))]
     assert found == [], f"{name}: figures outside generated blocks: {found[:10]}"

@@ -1,0 +1,105 @@
+"""The speed figures README.md and docs/performance.md quote (fp8rl.report.quotes), generated from the
+published benchmark record `results/published/benchmarks/vs_trl.json` (`benchmarks/vs_trl.py --json`:
+per shape, the median step seconds of every run and their ratios, with the provenance and the load
+average at the start and end of the grid)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fp8rl.report.quote_format import QuoteError, markdown_table, num
+
+RECORD = Path("benchmarks") / "vs_trl.json"
+TARGETS = {"trl/bf16": 2.0, "fp8/bf16": 1.2, "fp8-block/bf16": 1.2}
+
+
+def vs_trl_record(published: Path) -> dict:
+    path = published / RECORD
+    if not path.is_file():
+        raise QuoteError(f"{path}: not published (benchmarks/vs_trl.py --json, then copy it there)")
+    record = json.loads(path.read_text(encoding="utf-8"))
+    if not record.get("shapes"):
+        raise QuoteError(f"{path}: no shapes measured")
+    return record
+
+
+def ratio_range(record: dict, key: str) -> tuple[float, float, int] | None:
+    """(lowest, highest, shapes) of one ratio over the grid; None when no shape has it."""
+    values = [s["ratios"][key] for s in record["shapes"] if key in s["ratios"]]
+    return (min(values), max(values), len(values)) if values else None
+
+
+def spread(record: dict, key: str) -> str:
+    lo, hi, n = ratio_range(record, key)
+    return f"{num(lo)}×" if n == 1 else f"{num(lo)}–{num(hi)}×"
+
+
+def measured_on(record: dict) -> str:
+    prov = record.get("provenance", {})
+    full = prov.get("git_commit") or "unknown"
+    commit = full[:7] + (" with uncommitted changes" if full.endswith("+dirty") else "")
+    cpus = prov.get("machine", {}).get("cpus", "?")
+    start, end = record.get("load_average_start", [None])[0], record.get("load_average_end", [None])[0]
+    load = (
+        f"1-minute load average {num(start)} at the start, {num(end)} at the end" if start is not None else ""
+    )
+    return (
+        f"Measured at commit {commit} on {cpus} cores ({load}); {record['steps']} timed steps, median of "
+        f"{record['repeats']} interleaved repeats per run."
+    )
+
+
+def performance_summary(published: Path) -> str:
+    """One paragraph: the grid's ranges of the three targeted ratios and of what the pin costs."""
+    r = vs_trl_record(published)
+    parts = []
+    if ratio_range(r, "trl/bf16"):
+        lo = ratio_range(r, "trl/bf16")[0]
+        parts.append(
+            f"fp8rl's fast bf16 step is faster than TRL's faster mode by {spread(r, 'trl/bf16')} "
+            f"(target ≥ 2: {'met' if lo >= TARGETS['trl/bf16'] else 'not met'})"
+        )
+    for key, name in (("fp8/bf16", "tensorwise"), ("fp8-block/bf16", "blockwise")):
+        if ratio_range(r, key):
+            hi = ratio_range(r, key)[1]
+            parts.append(
+                f"its FP8 {name} step costs {spread(r, key)} the bf16 one (target ≤ 1.2: "
+                f"{'met' if hi <= TARGETS[key] else 'not met'})"
+            )
+    if ratio_range(r, "bf16-repro/bf16"):
+        parts.append(f"the reproducible bf16 step costs {spread(r, 'bf16-repro/bf16')} the fast one")
+    n = len(r["shapes"])
+    grid = f"{n} shape{'s' if n > 1 else ''} of `benchmarks/vs_trl.py`"
+    return f"Over {grid}, " + "; ".join(parts) + ". " + measured_on(r)
+
+
+def performance_grid(published: Path) -> str:
+    """The grid: per shape, fp8rl's bf16 step, TRL's faster mode, and the ratios."""
+    r = vs_trl_record(published)
+    header = [
+        "shape",
+        "fp8rl bf16 (s)",
+        "TRL (s, mode)",
+        "TRL / fp8rl",
+        "fp8 / bf16",
+        "block / bf16",
+        "repro / fast",
+    ]
+    rows = []
+    for s in r["shapes"]:
+        step, ratios = s["step_s"], s["ratios"]
+        trl = min((step[k], k[4:]) for k in ("trl-fp32", "trl-bf16") if k in step) if s["trl_mode"] else None
+
+        cells = [
+            num(ratios[k]) if k in ratios else "–"
+            for k in ("trl/bf16", "fp8/bf16", "fp8-block/bf16", "bf16-repro/bf16")
+        ]
+        rows.append(
+            [s["shape"], num(step["bf16"], 3), f"{num(trl[0], 3)} ({trl[1]})" if trl else "–", *cells]
+        )
+    return (
+        markdown_table(header, rows)
+        + "\n\nShape: L layers, h hidden, t threads, n new tokens (16 prompts × 8 samples, one update per step). "
+        + measured_on(r)
+    )
