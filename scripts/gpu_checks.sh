@@ -99,11 +99,12 @@ fi
 
 verl_smoke() {  # the paper path's DAG on one GPU; only the records come back
   snakemake --cores all --configfile config/verl_smoke.yaml || return 1
-  local r=results/verl_smoke/paper
-  mkdir -p "$OUT/verl_smoke"
+  local r=results/verl_smoke/paper dest
+  dest=$(realpath -m "$OUT/verl_smoke")  # absolute: the copy runs from inside $r
+  mkdir -p "$dest"
   (cd "$r" && find runs tables -type f ! -path "*/checkpoint/*" ! -path "*/verl_checkpoints/*" \
      \( -name "*.json" -o -name "*.jsonl" -o -name "*.csv" -o -name "*.md" -o -name "*.log" \) \
-     -exec cp --parents {} "$OUT/verl_smoke/" \;)
+     -exec cp --parents {} "$dest/" \;)
 }
 if "$PY" -c "import verl, vllm, snakemake" 2>/dev/null; then
   export -f verl_smoke
