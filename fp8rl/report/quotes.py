@@ -163,15 +163,19 @@ def mechanism_excess(published: Path) -> str:
                     else pp(r["excess_clip"], r["excess_clip ci_low"], r["excess_clip ci_high"])
                 )
             if {"fp8", "fp8_calib"} <= set(at.index) and at.loc["fp8", "excess_clip"] > 0:
-                cells.append(
-                    f"{num(100 * (1 - at.loc['fp8_calib', 'excess_clip'] / at.loc['fp8', 'excess_clip']), 0)} %"
-                )
+                plain = at.loc["fp8"]
+                shown = excludes_zero(plain["excess_clip ci_low"], plain["excess_clip ci_high"])
+                share = 1 - at.loc["fp8_calib", "excess_clip"] / plain["excess_clip"]
+                cells.append(f"{num(100 * share, 0)} %" if shown else "–")
             else:
                 cells.append("n/a")
         rows.append(cells)
     bf16 = sel["bf16_clip_low_neg"].dropna()
     ref = f"bf16's own `clip/low_neg`: {num(100 * bf16.iloc[0])} %." if len(bf16) else ""
-    share = "`removed by calib`: 1 − fp8_calib / fp8, a ratio of point estimates, telling only where fp8's is bold."
+    share = (
+        "`removed by calib`: 1 − fp8_calib / fp8, a ratio of point estimates, given only where fp8's excess "
+        "is shown (bold); –: it is not."
+    )
     return (
         markdown_table(header, rows) + "\n\n" + SIGNIFICANCE_NOTE + (" " + ref if ref else "") + " " + share
     )

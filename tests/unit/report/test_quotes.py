@@ -72,6 +72,24 @@ def test_a_share_that_is_negative_is_worded_as_added_not_removed():
     assert share_range([(1.03, "tensorwise")]) == "removes 103 % (tensorwise)"
 
 
+def test_a_share_removed_is_given_only_where_plain_fp8_s_excess_is_shown(tmp_path):
+    from fp8rl.report.quotes import mechanism_excess
+
+    rows = []
+    for dose, (lo, hi) in ((1, (-0.004, 0.010)), (4, (0.011, 0.073))):
+        for variant, est in (("fp8", (lo + hi) / 2), ("fp8_calib", 0.001)):
+            rows.append({"algo": "grpo", "granularity": "tensorwise", "kv_cache": True, "format": "hybrid",
+                         "noise_scale": dose, "variant": variant, "excess_clip": est,
+                         "excess_clip ci_low": lo if variant == "fp8" else -0.002,
+                         "excess_clip ci_high": hi if variant == "fp8" else 0.004,
+                         "bf16_clip_low_neg": 0.0116})  # fmt: skip
+    (tmp_path / "mechanism" / "tables").mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(tmp_path / "mechanism" / "tables" / "mechanism.csv", index=False)
+    table = mechanism_excess(tmp_path).splitlines()
+    assert table[2].endswith("| – |")  # dose 1: fp8's interval includes 0
+    assert table[3].endswith("| 98 % |")  # dose 4: 1 - 0.001 / 0.042
+
+
 def test_the_repository_quotes_match_the_published_tables():
     assert stale_blocks(REPO, REPO / "results" / "published") == []
 
