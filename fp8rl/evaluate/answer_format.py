@@ -128,10 +128,7 @@ def dapo_task(cfg: dict, name: str) -> dict:
     format; `name` is the config's name for it (errors name `eval.lm_eval_tasks`)."""
     task = MATH_TASKS.get(cfg.get("task"))
     if task is None:
-        raise EvalInputError(
-            f"eval.answer_format: dapo: fp8rl does not know where {name!r} keeps its question and answer "
-            f"(known: {', '.join(known_names())}); use answer_format: task for it"
-        )
+        raise EvalInputError(f"eval.answer_format: {unknown_task(name)} for it")
     out = {
         k: v
         for k, v in cfg.items()
@@ -157,11 +154,18 @@ def answer_format_problems(cfg: ExperimentConfig) -> list[tuple[tuple, str]]:
     if cfg.eval.answer_format != "dapo":
         return []
     return [
-        (("eval", "lm_eval_tasks", i), f"answer_format dapo: fp8rl does not know where {name!r} keeps its "
-         f"question and answer (known: {', '.join(known_names())}); use answer_format: task")
+        (("eval", "lm_eval_tasks", i), f"answer_format {unknown_task(name)}")
         for i, name in enumerate(cfg.eval.lm_eval_tasks)
         if LM_EVAL_ALIASES.get(name, name) not in MATH_TASKS
-    ]  # fmt: skip
+    ]
+
+
+def unknown_task(name: str) -> str:
+    """What `dapo` cannot do with task `name` (the config's name), and the way out."""
+    return (
+        f"dapo: fp8rl does not know where {name!r} keeps its question and answer "
+        f"(known: {', '.join(known_names())}); use answer_format: task"
+    )
 
 
 def known_names() -> list[str]:

@@ -10,7 +10,6 @@ import re
 from pathlib import Path
 
 import pytest
-from lm_eval.api.model import LM
 
 from fp8rl.config_loader import ConfigError, load_config
 from fp8rl.evaluate.answer_format import (
@@ -23,6 +22,7 @@ from fp8rl.evaluate.eval_tasks import plan_tasks
 from fp8rl.evaluate.lm_eval_runner import registered_config, run_lm_eval
 from fp8rl.validation import CONFIG_CHECKS
 from tests.hub_fixtures import INSTRUCTION, dapo_rows
+from tests.lm_stubs import GenerateOnlyLM
 
 PAPER = Path(__file__).resolve().parents[3] / "config" / "paper.yaml"
 
@@ -87,7 +87,7 @@ def snapshot(root: Path, rows: list[dict], config: str, splits: tuple[str, ...])
     return str(root)
 
 
-class TrainingFormatLM(LM):
+class TrainingFormatLM(GenerateOnlyLM):
     """Answers every problem right in turn as an `Answer:` line, in `\\boxed{}`, in minerva's sentence,
     then wrong: 3 of every 4 responses are right, whichever reader applies. Records the prompts."""
 
@@ -108,12 +108,6 @@ class TrainingFormatLM(LM):
             out.append(self.FORMATS[self.calls % 4].format(GOLD[question]))
             self.calls += 1
         return out
-
-    def loglikelihood(self, requests, disable_tqdm=False):
-        raise NotImplementedError
-
-    def loglikelihood_rolling(self, requests, disable_tqdm=False):
-        raise NotImplementedError
 
 
 @pytest.fixture
@@ -158,7 +152,7 @@ def test_the_tasks_own_readers_miss_the_training_format(hub_data, tmp_path):
     assert any(re.search(r"Question: .*\nAnswer: \d+", p) for p in lm.prompts)  # gsm8k's few-shot turns
 
 
-def test_config_check_names_a_task_it_cannot_ask(monkeypatch):
+def test_config_check_names_a_task_it_cannot_ask():
     cfg = load_config(PAPER, ["eval.lm_eval_tasks=[gsm8k,ifeval]", "eval.repeats={}"])
     assert answer_format_problems(cfg) == [
         (("eval", "lm_eval_tasks", 1), "answer_format dapo: fp8rl does not know where 'ifeval' keeps its "
@@ -169,7 +163,7 @@ def test_config_check_names_a_task_it_cannot_ask(monkeypatch):
     assert load_config(PAPER).eval.answer_format == "dapo"
 
 
-def test_registered_configs_keep_their_fields(tmp_path):
+def test_registered_configs_keep_their_fields():
     """The fields `MATH_TASKS` reads are the ones lm-eval's own configs template from."""
     from lm_eval.tasks import TaskManager
 

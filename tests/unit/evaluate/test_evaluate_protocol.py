@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from lm_eval.api.model import LM
 
 from fp8rl.config_loader import ConfigError, load_config, validate_config
 from fp8rl.evaluate.eval_tasks import EVALS_DIR, EvalInputError, plan_tasks
@@ -21,6 +20,7 @@ from fp8rl.evaluate.protocol import (
 )
 from fp8rl.evaluate.schema import samples_path
 from fp8rl.rundir import RunDir
+from tests.lm_stubs import GenerateOnlyLM
 
 CONFIG = Path(__file__).resolve().parents[3] / "config"
 PAPER = load_config(CONFIG / "paper.yaml")
@@ -172,7 +172,7 @@ SCORED_UTILS = """def process_results(doc, results):
 """
 
 
-class AlternatingLM(LM):
+class AlternatingLM(GenerateOnlyLM):
     """Right on every other generation; records the generation kwargs each request carried."""
 
     def __init__(self):
@@ -188,12 +188,6 @@ class AlternatingLM(LM):
             out.append(str(int(a) + int(b) + (self.calls % 2)))
             self.calls += 1
         return out
-
-    def loglikelihood(self, requests, disable_tqdm=False):
-        raise NotImplementedError
-
-    def loglikelihood_rolling(self, requests, disable_tqdm=False):
-        raise NotImplementedError
 
 
 def test_avg_at_k_and_sample_log_through_lm_eval(data_dir, tmp_path, monkeypatch):
