@@ -19,15 +19,20 @@ at every step end: `model.is_activation_checkpointing`), no dataloader workers, 
 `beta=0` (no old-policy or reference forward), one log line per step; in fp32 (`bf16=False`) and in bf16
 (`bf16=True`: bf16 autocast, real bf16 matmuls), and the faster of the two is TRL's figure.
 
-Runs (`--runs`): `bf16` (fp8rl bf16, fast), `bf16-repro` (fp8rl bf16, reproducible), `fp8` (fp8
-tensorwise, fast, no shadow pass), `fp8-block` (fp8 blockwise, fast), `fp8+shadow` (fp8 with the BF16
-shadow pass), `fp8_calib`, `trl-fp32`, `trl-bf16` (and `trl-fp32-pinned`: TRL fp32 under fp8rl's pin, as
-this script ran it before; never TRL's figure; not run unless asked). Printed per shape: step times, `TRL/us` (TRL's faster
-mode over fp8rl's bf16 step; target >= 2), `fp8/bf16` and `block/bf16` (targets <= 1.2), `repro` (the
-reproducible bf16 step over the fast one), the BF16 shadow pass's cost `(fp8+shadow - fp8) / fp8` and
-calibration's own cost beyond it `(fp8_calib - fp8+shadow) / fp8+shadow` (target <= 0.03). With one update
-per step the shadow pass only samples; `--mini-batches 2` runs the old-log-prob recompute and the shadow
-pass for real (no TRL run then).
+Every fp8rl run trains on real tokens only (`schedule.remove_padding: true`: the sequences packed into
+one row, fp8rl.engine.packing) except `bf16-padded`, the same bf16 run on the rollout batch's padded
+layout.
+
+Runs (`--runs`): `bf16` (fp8rl bf16, fast), `bf16-padded` (the same on the padded layout), `bf16-repro`
+(fp8rl bf16, reproducible), `fp8` (fp8 tensorwise, fast, no shadow pass), `fp8-block` (fp8 blockwise,
+fast), `fp8+shadow` (fp8 with the BF16 shadow pass), `fp8_calib`, `trl-fp32`, `trl-bf16` (and
+`trl-fp32-pinned`: TRL fp32 under fp8rl's pin, as this script ran it before; never TRL's figure; not run
+unless asked). Printed per shape: step times, `TRL/us` (TRL's faster mode over fp8rl's bf16 step; target
+>= 2), `fp8/bf16` and `block/bf16` (targets <= 1.2), `repro` (the reproducible bf16 step over the fast
+one), `padded` (the padded layout's bf16 step over the packed one), the BF16 shadow pass's cost
+`(fp8+shadow - fp8) / fp8` and calibration's own cost beyond it `(fp8_calib - fp8+shadow) / fp8+shadow`
+(target <= 0.03). With one update per step the shadow pass only samples; `--mini-batches 2` runs the
+old-log-prob recompute and the shadow pass for real (no TRL run then).
 
     .venv/bin/pip install -e '.[bench]'
     .venv/bin/python benchmarks/vs_trl.py [--steps 6] [--repeats 3] [--layers 2 4] [--threads 1 2] ...
@@ -57,18 +62,21 @@ from pathlib import Path
 PROMPTS, GROUP = 16, 8
 GRID = {"layers": (2, 4), "hidden": (128, 256), "threads": (1, 2), "new_tokens": (8, 32)}
 TRL = "trl GRPOTrainer"
-# name -> (trainer, variant, granularity, trainer kwargs, numerics mode); TRL's variant is its dtype
+# name -> (trainer, variant, granularity, trainer kwargs, numerics mode, config overrides); TRL's variant
+# is its dtype. fp8rl trains on real tokens only (`schedule.remove_padding`) unless a run says otherwise.
+PADDED = ("schedule.remove_padding=false",)
 RUNS = {
-    "bf16": ("fp8rl", "bf16", "none", {"shadow_diagnostics": False}, "fast"),
-    "bf16-repro": ("fp8rl", "bf16", "none", {"shadow_diagnostics": False}, "reproducible"),
-    "fp8": ("fp8rl", "fp8", "tensorwise", {"shadow_diagnostics": False}, "fast"),
-    "fp8-block": ("fp8rl", "fp8", "blockwise", {"shadow_diagnostics": False}, "fast"),
-    "fp8+shadow": ("fp8rl", "fp8", "tensorwise", {}, "fast"),
-    "fp8_calib": ("fp8rl", "fp8_calib", "tensorwise", {}, "fast"),
-    "trl-fp32": ("trl", "fp32", "", {}, "fast"),
-    "trl-bf16": ("trl", "bf16", "", {}, "fast"),
+    "bf16": ("fp8rl", "bf16", "none", {"shadow_diagnostics": False}, "fast", ()),
+    "bf16-padded": ("fp8rl", "bf16", "none", {"shadow_diagnostics": False}, "fast", PADDED),
+    "bf16-repro": ("fp8rl", "bf16", "none", {"shadow_diagnostics": False}, "reproducible", ()),
+    "fp8": ("fp8rl", "fp8", "tensorwise", {"shadow_diagnostics": False}, "fast", ()),
+    "fp8-block": ("fp8rl", "fp8", "blockwise", {"shadow_diagnostics": False}, "fast", ()),
+    "fp8+shadow": ("fp8rl", "fp8", "tensorwise", {}, "fast", ()),
+    "fp8_calib": ("fp8rl", "fp8_calib", "tensorwise", {}, "fast", ()),
+    "trl-fp32": ("trl", "fp32", "", {}, "fast", ()),
+    "trl-bf16": ("trl", "bf16", "", {}, "fast", ()),
     # TRL under fp8rl's pin, as this script ran it before the fast mode: what the pin cost TRL
-    "trl-fp32-pinned": ("trl", "fp32", "", {}, "reproducible"),
+    "trl-fp32-pinned": ("trl", "fp32", "", {}, "reproducible", ()),
 }
 
 
@@ -83,7 +91,7 @@ class Shape:
         return f"L{self.layers} h{self.hidden} t{self.threads} n{self.new_tokens}"
 
 
-def _cfg(config: str, steps: int, shape: Shape, mini_batches: int = 1):
+def _cfg(config: str, steps: int, shape: Shape, mini_batches: int = 1, overrides=()):
     from fp8rl.config_loader import load_config
 
     arch = (
@@ -108,6 +116,8 @@ def _cfg(config: str, steps: int, shape: Shape, mini_batches: int = 1):
             f"resources.train.threads={shape.threads}",
             # a random-init model writes gibberish by design: time every step instead of stopping there
             "stability.on_divergence=continue",
+            "schedule.remove_padding=true",
+            *overrides,
         ],
     )
 
@@ -210,8 +220,8 @@ def run_trl(cfg, data: Path, base: Path, out: Path, shape: Shape, callbacks=(), 
 
 def _child(spec: dict) -> float:
     """One run in this process (the `--child` side): its median step seconds."""
-    cfg = _cfg(spec["config"], spec["steps"], Shape(*spec["shape"]), spec["mini_batches"])
-    trainer, variant, gran, kw, _ = RUNS[spec["run"]]
+    trainer, variant, gran, kw, _, overrides = RUNS[spec["run"]]
+    cfg = _cfg(spec["config"], spec["steps"], Shape(*spec["shape"]), spec["mini_batches"], overrides)
     data, base, out = Path(spec["data"]), Path(spec["base"]), Path(spec["out"])
     if trainer == "trl":
         return run_trl(cfg, data, base, out, Shape(*spec["shape"]), bf16=variant == "bf16")
@@ -249,7 +259,7 @@ def bench_shape(a, shape: Shape, runs: list[str]) -> dict[str, float]:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-COLUMNS = ("bf16", "TRL", "TRL/us", "fp8/bf16", "block/bf16", "repro", "shadow", "calib")
+COLUMNS = ("bf16", "TRL", "TRL/us", "fp8/bf16", "block/bf16", "repro", "padded", "shadow", "calib")
 
 
 def trl_best(med: dict[str, float]) -> tuple[float, str] | None:
@@ -269,21 +279,23 @@ def report_line(shape: Shape, med: dict[str, float]) -> str:
 
     best = trl_best(med)
     trl = f"{best[0]:7.3f} {best[0] / bf16:6.2f}x" if best else f"{'-':>7} {'-':>7}"
-    mode = (
-        f" (TRL {best[1]}: fp32 {med.get('trl-fp32', math.nan):.3f}, bf16 {med.get('trl-bf16', math.nan):.3f}"
-    )
-    mode += f", fp32 pinned {med['trl-fp32-pinned']:.3f})" if "trl-fp32-pinned" in med else ")"
+    mode = ""
+    if best:
+        fp32, bf16_trl = med.get("trl-fp32", math.nan), med.get("trl-bf16", math.nan)
+        mode = f" (TRL {best[1]}: fp32 {fp32:.3f}, bf16 {bf16_trl:.3f}"
+        mode += f", fp32 pinned {med['trl-fp32-pinned']:.3f})" if "trl-fp32-pinned" in med else ")"
     return (
         f"{str(shape):<20} {bf16:7.3f} {trl} {ratio('fp8')} {ratio('fp8-block', fmt='{:10.2f}')} "
-        f"{ratio('bf16-repro')} {cost('fp8+shadow', 'fp8')} {cost('fp8_calib', 'fp8+shadow')}"
-        + (mode if best else "")
+        f"{ratio('bf16-repro')} {ratio('bf16-padded')} {cost('fp8+shadow', 'fp8')} "
+        f"{cost('fp8_calib', 'fp8+shadow')}{mode}"
     )
 
 
 def shape_record(shape: Shape, med: dict[str, float]) -> dict:
     """One shape's medians (seconds per step, by run) and the ratios the table prints."""
     best = trl_best(med)
-    ratios = {f"{k}/bf16": med[k] / med["bf16"] for k in ("fp8", "fp8-block", "bf16-repro") if k in med}
+    ratios = {f"{k}/bf16": med[k] / med["bf16"] for k in ("fp8", "fp8-block", "bf16-repro", "bf16-padded")
+              if k in med}  # fmt: skip
     if best:
         ratios["trl/bf16"] = best[0] / med["bf16"]
     return {
@@ -344,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         f"median of {a.repeats} interleaved repeats; step times in s; runs: {' '.join(runs)}"
     )
     print(f"{'shape':<20} {'bf16':>7} {'TRL':>7} {'TRL/us':>7} {'fp8/bf16':>8} {'block/bf16':>10} "
-          f"{'repro':>8} {'shadow':>8} {'calib':>8}")  # fmt: skip
+          f"{'repro':>8} {'padded':>8} {'shadow':>8} {'calib':>8}")  # fmt: skip
     worst = math.inf
     record = {"benchmark": "vs_trl", "command": ["benchmarks/vs_trl.py", *(argv or sys.argv[1:])],
               "steps": a.steps, "repeats": a.repeats, "runs": runs, "load_average_start": os.getloadavg(),

@@ -16,6 +16,8 @@ STEPS_MAX = (
 
 
 class ScheduleConfig(Strict):
+    OMIT_AT_DEFAULT = ("remove_padding",)
+
     steps: int = Field(20, gt=0, le=STEPS_MAX, description="RL optimizer steps (one rollout batch each)")
     prompts_per_step: int = Field(8, gt=0)
     ppo_epochs: int = Field(1, gt=0)
@@ -28,6 +30,12 @@ class ScheduleConfig(Strict):
     temperature: float = Field(1.0, gt=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     checkpoint_every: int = Field(5, gt=0)
+    remove_padding: bool = Field(
+        False,
+        description="the reference trainer's forwards run on real tokens only, every sequence packed end "
+        "to end into one row (as verl's use_remove_padding); false: on the rollout batch's padded layout "
+        "(the default of configs written before it)",
+    )
 
 
 class TaskConfig(Strict):

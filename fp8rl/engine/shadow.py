@@ -27,18 +27,26 @@ class ShadowPass:
     """One run's shadow pass: `start_step` once per rollout batch, `ref_ratios` per mini-batch."""
 
     def __init__(
-        self, policy: torch.nn.Module, as_bf16, timer: PhaseTimer, sample_frac: float, temperature: float
+        self,
+        policy: torch.nn.Module,
+        as_bf16,
+        timer: PhaseTimer,
+        sample_frac: float,
+        temperature: float,
+        *,
+        packed: bool = False,
     ):
-        """`as_bf16()` is the context that makes `policy` compute in bf16 (`Precision.as_bf16`)."""
+        """`as_bf16()` is the context that makes `policy` compute in bf16 (`Precision.as_bf16`); `packed`
+        scores on real tokens only, as the trainer does (fp8rl.engine.packing)."""
         self.policy, self.as_bf16, self.timer = policy, as_bf16, timer
-        self.sample_frac, self.temperature = sample_frac, temperature
+        self.sample_frac, self.temperature, self.packed = sample_frac, temperature, packed
         self.hist = RatioHistogram()
         self.pos: torch.Tensor | None = None  # [B]: row -> index among the shadow rows, -1 elsewhere
         self.ref_old: torch.Tensor | None = None  # [n_shadow, T] old-policy BF16 log-probs
 
     def _score(self, batch: RolloutBatch) -> torch.Tensor:
         with self.timer.phase("calib") as ph, torch.no_grad(), self.as_bf16():
-            lp, _ = score(self.policy, batch, temperature=self.temperature)
+            lp, _ = score(self.policy, batch, temperature=self.temperature, packed=self.packed)
             ph.tokens = float(batch.attention_mask.sum())
         return lp
 

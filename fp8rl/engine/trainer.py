@@ -169,6 +169,7 @@ class Trainer:
                 self.timer,
                 self.resolved.calib.sample_frac,
                 cfg.schedule.temperature,
+                packed=cfg.schedule.remove_padding,
             )
         self.bounds = UpdateBounds(
             self.resolved.bounds,
@@ -365,12 +366,24 @@ class Trainer:
         reused = None
         if sch.ppo_epochs * sch.mini_batches == 1:
             with self.timer.phase("train") as ph:
-                lp, logits = score(self.policy, batch, temperature=sch.temperature, return_logits=True)
+                lp, logits = score(
+                    self.policy,
+                    batch,
+                    temperature=sch.temperature,
+                    return_logits=True,
+                    packed=sch.remove_padding,
+                )
                 ph.tokens = float(batch.attention_mask.sum())
             reused, old_lp = (lp, logits), lp.detach()
         else:
             with self.timer.phase("logprob") as ph, torch.no_grad():
-                old_lp, logits = score(self.policy, batch, temperature=sch.temperature, return_logits=True)
+                old_lp, logits = score(
+                    self.policy,
+                    batch,
+                    temperature=sch.temperature,
+                    return_logits=True,
+                    packed=sch.remove_padding,
+                )
                 ph.tokens = float(batch.attention_mask.sum())
         _finite("trainer log-probs", old_lp, mask)
         with torch.no_grad():
@@ -378,7 +391,9 @@ class Trainer:
             out["entropy"] = float((ent * mask).sum() / mask.sum().clamp(min=1))
             kl_ref_lp = None
             if self.kl_policy is not None:
-                kl_ref_lp, _ = score(self.kl_policy, batch, temperature=sch.temperature)
+                kl_ref_lp, _ = score(
+                    self.kl_policy, batch, temperature=sch.temperature, packed=sch.remove_padding
+                )
         out.update(mismatch_kl(old_lp, batch.log_probs, mask))
         out.update(mismatch_aliases(old_lp, batch.log_probs, mask))
         t = self.resolved.tis
@@ -420,8 +435,9 @@ class Trainer:
                 lp, logits = reused_forward
             else:
                 lp, logits = score(
-                    self.policy, mb.batch, temperature=sch.temperature, return_logits=algo.entropy_coef > 0
-                )
+                    self.policy, mb.batch, temperature=sch.temperature,
+                    return_logits=algo.entropy_coef > 0, packed=sch.remove_padding,
+                )  # fmt: skip
                 ph.tokens = float(mb.batch.attention_mask.sum())
             _finite("log-probs in the update", lp.detach(), mb.mask)
             lp = self.ratio_noise.apply(lp, mb.old_log_prob)

@@ -45,11 +45,25 @@ VARIANTS = [
     ("grpo/tiny/fp8/blockwise/seed0", {}),
     ("grpo/tiny/fp8/mxfp8/seed0", {}),
     ("grpo/tiny/fp8_tis_calib/tensorwise/seed1", {"schedule.mini_batches": 1}),  # single update: no recompute
+    # on real tokens only: the recompute, the shadow pass, the KL policy and the entropy term packed too
+    ("grpo/tiny/fp8_tis_calib/tensorwise/seed0", {"schedule.remove_padding": True}),
+    (
+        "dapo/tiny/bf16/none/seed0",
+        {
+            "schedule.remove_padding": True,
+            "algorithms.dapo.kl_coef": 0.01,
+            "algorithms.dapo.entropy_coef": 0.01,
+        },
+    ),
 ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("run_id", "overrides"), VARIANTS, ids=[r for r, _ in VARIANTS])
+@pytest.mark.parametrize(
+    ("run_id", "overrides"),
+    VARIANTS,
+    ids=[r + ("+packed" if o.get("schedule.remove_padding") else "") for r, o in VARIANTS],
+)
 def test_variant_runs_with_finite_complete_metrics(
     tier, train, tmp_path, restore_torch_globals, run_id, overrides
 ):

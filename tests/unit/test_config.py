@@ -100,6 +100,16 @@ def test_digest_changes_with_content():
     assert a.digest() == validate_config(MINIMAL).digest() != b.digest()
 
 
+def test_remove_padding_is_off_unless_set_and_then_part_of_the_digest():
+    """Training on real tokens only changes the numbers: a config that sets it is another config, and
+    one written before the key existed keeps its digest (the key is left out of the dump while off)."""
+    off = validate_config(MINIMAL)
+    assert off.schedule.remove_padding is False and "remove_padding" not in off.model_dump()["schedule"]
+    assert validate_config(MINIMAL, overrides=["schedule.remove_padding=false"]).digest() == off.digest()
+    on = validate_config(MINIMAL, overrides=["schedule.remove_padding=true"])
+    assert on.model_dump()["schedule"]["remove_padding"] is True and on.digest() != off.digest()
+
+
 def test_cli_matrix_json_and_filters(capsys):
     assert main(["matrix", str(ROOT / "config/smoke.yaml"), "--json", "--algo", "dapo", "--seed", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
