@@ -33,7 +33,7 @@ from fp8rl.report.quote_format import (
     published_table,
 )
 from fp8rl.report.quotes_attribution import attribution_arms, attribution_exploratory, attribution_planned
-from fp8rl.report.quotes_performance import performance_grid, performance_summary
+from fp8rl.report.quotes_performance import performance_grid, performance_packing, performance_summary
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
 BEGIN = re.compile(r"<!-- fp8rl:results (?P<name>[a-z0-9-]+) -->\n")
@@ -353,6 +353,7 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "attribution-arms": attribution_arms,
     "performance-summary": performance_summary,
     "performance-grid": performance_grid,
+    "performance-packing": performance_packing,
 }
 
 

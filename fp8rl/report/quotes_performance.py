@@ -1,7 +1,8 @@
 """The speed figures README.md and docs/performance.md quote (fp8rl.report.quotes), generated from the
-published benchmark record `results/published/benchmarks/vs_trl.json` (`benchmarks/vs_trl.py --json`:
-per shape, the median step seconds of every run and their ratios, with the provenance and the load
-average at the start and end of the grid)."""
+published benchmark records `results/published/benchmarks/vs_trl.json` (the grid against TRL) and
+`vs_trl_packing.json` (the packed against the padded layout), each written by `benchmarks/vs_trl.py
+--json`: per shape, the median step seconds of every run and their ratios, with the provenance (commit,
+CPU and its ISA) and the load average at the start and end of the grid."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from pathlib import Path
 from fp8rl.report.quote_format import QuoteError, markdown_table, num
 
 RECORD = Path("benchmarks") / "vs_trl.json"
+PACKING_RECORD = Path("benchmarks") / "vs_trl_packing.json"
 TARGETS = {"trl/bf16": 2.0, "fp8/bf16": 1.2, "fp8-block/bf16": 1.2}
 
 
-def vs_trl_record(published: Path) -> dict:
-    path = published / RECORD
+def vs_trl_record(published: Path, name: Path = RECORD) -> dict:
+    path = published / name
     if not path.is_file():
         raise QuoteError(f"{path}: not published (benchmarks/vs_trl.py --json, then copy it there)")
     record = json.loads(path.read_text(encoding="utf-8"))
@@ -37,16 +39,20 @@ def spread(found: tuple[float, float, int]) -> str:
 
 
 def measured_on(record: dict) -> str:
+    """Where and how a record was measured: commit, cores, the CPU and its ISA (the fast mode's kernels
+    depend on it), load average, steps and repeats."""
     prov = record.get("provenance", {})
     full = prov.get("git_commit") or "unknown"
     commit = full[:7] + (" with uncommitted changes" if full.endswith("+dirty") else "")
-    cpus = prov.get("machine", {}).get("cpus", "?")
+    where = f"{prov.get('machine', {}).get('cpus', '?')} cores"
+    if cpu := prov.get("numerics", {}).get("cpu"):
+        where += f" of an {cpu.get('model', '?')} ({', '.join(cpu.get('isa') or ['ISA not recorded'])})"
     start, end = record.get("load_average_start", [None])[0], record.get("load_average_end", [None])[0]
     load = (
         f"1-minute load average {num(start)} at the start, {num(end)} at the end" if start is not None else ""
     )
     return (
-        f"Measured at commit {commit} on {cpus} cores ({load}); {record['steps']} timed steps, median of "
+        f"Measured at commit {commit} on {where} ({load}); {record['steps']} timed steps, median of "
         f"{record['repeats']} interleaved repeats per run."
     )
 
@@ -105,4 +111,17 @@ def performance_grid(published: Path) -> str:
         markdown_table(header, rows)
         + "\n\nShape: L layers, h hidden, t threads, n new tokens (16 prompts × 8 samples, one update per step). "
         + measured_on(r)
+    )
+
+
+def performance_packing(published: Path) -> str:
+    """One paragraph: what training on real tokens only saves, over the packing record's grid."""
+    r = vs_trl_record(published, PACKING_RECORD)
+    found = ratio_range(r, "bf16-padded/bf16")
+    if found is None:
+        raise QuoteError(f"{published / PACKING_RECORD}: no shape ran both `bf16` and `bf16-padded`")
+    n = found[2]
+    return (
+        f"Over {n} shape{'s' if n > 1 else ''} of `benchmarks/vs_trl.py`, the bf16 step on the padded layout "
+        f"takes {spread(found)} the step on real tokens only. " + measured_on(r)
     )

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
 import pytest
 
 from fp8rl.report.quote_format import QuoteError
-from fp8rl.report.quotes_performance import performance_grid, performance_summary
+from fp8rl.report.quotes_performance import performance_grid, performance_packing, performance_summary
 
 BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "vs_trl.py"
 
@@ -48,6 +49,9 @@ def test_the_summary_gives_each_ratio_s_range_and_whether_its_target_holds(publi
     assert "FP8 blockwise step costs 2.20–2.40× the bf16 one (target ≤ 1.2: not met)" in text
     assert "reproducible bf16 step costs 1.50–1.80× the fast one" in text
     assert "1-minute load average 0.50 at the start" in text and "3 timed steps, median of 2" in text
+    # the CPU and its ISA, as the record's provenance has them (the fast mode's kernels depend on them)
+    cpu = json.loads((published / "benchmarks" / "vs_trl.json").read_text())["provenance"]["numerics"]["cpu"]
+    assert f"of an {cpu['model']} ({', '.join(cpu['isa'])})" in text
 
 
 def test_the_grid_has_one_row_per_shape_with_trl_s_faster_mode(published):
@@ -61,3 +65,21 @@ def test_the_grid_has_one_row_per_shape_with_trl_s_faster_mode(published):
 def test_a_missing_record_is_named(tmp_path):
     with pytest.raises(QuoteError, match=r"benchmarks/vs_trl.json: not published"):
         performance_summary(tmp_path)
+
+
+def test_the_packing_figure_is_the_padded_over_the_packed_bf16_step(tmp_path):
+    vt = _vs_trl()
+    medians = {vt.Shape(2, 128, 1, 8): {"bf16": 0.10, "bf16-padded": 0.12},
+               vt.Shape(4, 256, 2, 32): {"bf16": 0.50, "bf16-padded": 0.70}}  # fmt: skip
+    record = {"benchmark": "vs_trl", "command": ["benchmarks/vs_trl.py"], "steps": 3, "repeats": 2,
+              "runs": ["bf16", "bf16-padded"], "load_average_start": (0.5, 0.4, 0.3),
+              "shapes": [vt.shape_record(s, m) for s, m in medians.items()]}  # fmt: skip
+    vt.write_record(tmp_path / "benchmarks" / "vs_trl_packing.json", record)
+    text = performance_packing(tmp_path)
+    assert (
+        "Over 2 shapes of `benchmarks/vs_trl.py`, the bf16 step on the padded layout takes 1.20–1.40×" in text
+    )
+    record["shapes"] = [vt.shape_record(vt.Shape(2, 128, 1, 8), {"bf16": 0.1})]
+    vt.write_record(tmp_path / "benchmarks" / "vs_trl_packing.json", record)
+    with pytest.raises(QuoteError, match="no shape ran both"):
+        performance_packing(tmp_path)
