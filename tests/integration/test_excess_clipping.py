@@ -7,11 +7,13 @@ reward within 3 steps, leaving no negative-advantage tokens), 4 updates per step
 between them, and every sequence re-scored by the shadow pass. Rowwise scaling: a token's FP8 forward
 does not depend on the rest of its batch, so an FP8 ratio differs from its shadow's only through the FP8
 error (with tensorwise scales, scoring a mini-batch instead of the whole batch moves the scales too).
-Sums over 3 steps and 3 seeds. The bounds hold on every kernel path, not only the pinned one: measured
-on the pinned path and three others (`numerics: fast` with MKL's generic branch, with the machine's own
-kernels, and with ATen unvectorised), the phantom/missed ratio at dose 16 was 1.78-3.83, the excess at
-dose 16 minus that at dose 1 0.36-0.56 and the dose-16 phantom clipping 9.5-27x dose 1's; the bounds
-below sit under the smallest of each (an earlier `2 x missed` bound held on one path of four). The
+Sums over 3 steps and 3 seeds. The direction holds on every kernel path, not only the pinned one; the
+size at this sample does not. Measured on two machines of this kind (an AVX-512 CPU: the pinned path and
+three others; an AVX2-only CPU: the pinned path, `numerics: fast` with the machine's own kernels, with
+MKL's generic branch and with ATen unvectorised), the phantom/missed ratio at dose 16 was 1.14-3.83, the
+excess at dose 16 minus that at dose 1 0.12-0.59 and the dose-16 phantom clipping 9.2-27x dose 1's. The
+bounds below sit under the smallest of each (a ratio bound of 1.4 and an excess bound of 0.2, set from
+the first machine's four paths, failed on the second machine's MKL generic branch: 1.14 and 0.12). The
 alternative paths run as subprocesses in this file, so a bound that only one path meets fails here.
 """
 
@@ -57,8 +59,8 @@ def test_fp8_run_clips_more_than_its_bf16_shadow_and_more_with_the_dose(
     """On this process's kernel path (the pinned one, unless the environment says otherwise)."""
     low16, missed16 = _phantom_sums(train, tmp_path, 16.0)
     low1, missed1 = _phantom_sums(train, tmp_path, 1.0)
-    assert low16 > 1.4 * missed16, (low16, missed16)
-    assert low16 - missed16 > (low1 - missed1) + 0.2, (low16 - missed16, low1 - missed1)
+    assert low16 > 1.05 * missed16, (low16, missed16)
+    assert low16 - missed16 > (low1 - missed1) + 0.08, (low16 - missed16, low1 - missed1)
     assert low16 > 5 * low1  # the phantom clipping itself grows with the FP8 error
 
 
