@@ -358,6 +358,13 @@ class Trainer:
         out.update(self._update(step, ro, scores))
         return out
 
+    def _score(self, model: torch.nn.Module, batch: RolloutBatch, *, return_logits: bool = False):
+        """`score` at the run's temperature, on its token layout (padded, or real tokens only)."""
+        sch = self.cfg.schedule
+        return score(
+            model, batch, temperature=sch.temperature, return_logits=return_logits, packed=sch.remove_padding
+        )
+
     def _score_step(self, batch: RolloutBatch) -> tuple[StepScores, dict[str, float]]:
         sch, mask = self.cfg.schedule, batch.response_mask
         out: dict[str, float] = {}
@@ -366,24 +373,12 @@ class Trainer:
         reused = None
         if sch.ppo_epochs * sch.mini_batches == 1:
             with self.timer.phase("train") as ph:
-                lp, logits = score(
-                    self.policy,
-                    batch,
-                    temperature=sch.temperature,
-                    return_logits=True,
-                    packed=sch.remove_padding,
-                )
+                lp, logits = self._score(self.policy, batch, return_logits=True)
                 ph.tokens = float(batch.attention_mask.sum())
             reused, old_lp = (lp, logits), lp.detach()
         else:
             with self.timer.phase("logprob") as ph, torch.no_grad():
-                old_lp, logits = score(
-                    self.policy,
-                    batch,
-                    temperature=sch.temperature,
-                    return_logits=True,
-                    packed=sch.remove_padding,
-                )
+                old_lp, logits = self._score(self.policy, batch, return_logits=True)
                 ph.tokens = float(batch.attention_mask.sum())
         _finite("trainer log-probs", old_lp, mask)
         with torch.no_grad():
@@ -391,9 +386,7 @@ class Trainer:
             out["entropy"] = float((ent * mask).sum() / mask.sum().clamp(min=1))
             kl_ref_lp = None
             if self.kl_policy is not None:
-                kl_ref_lp, _ = score(
-                    self.kl_policy, batch, temperature=sch.temperature, packed=sch.remove_padding
-                )
+                kl_ref_lp, _ = self._score(self.kl_policy, batch)
         out.update(mismatch_kl(old_lp, batch.log_probs, mask))
         out.update(mismatch_aliases(old_lp, batch.log_probs, mask))
         t = self.resolved.tis
@@ -434,10 +427,7 @@ class Trainer:
             if reused_forward is not None:
                 lp, logits = reused_forward
             else:
-                lp, logits = score(
-                    self.policy, mb.batch, temperature=sch.temperature,
-                    return_logits=algo.entropy_coef > 0, packed=sch.remove_padding,
-                )  # fmt: skip
+                lp, logits = self._score(self.policy, mb.batch, return_logits=algo.entropy_coef > 0)
                 ph.tokens = float(mb.batch.attention_mask.sum())
             _finite("log-probs in the update", lp.detach(), mb.mask)
             lp = self.ratio_noise.apply(lp, mb.old_log_prob)
