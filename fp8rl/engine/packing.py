@@ -34,10 +34,10 @@ LAYOUT_KWARG = "fp8rl_packing"  # the forward's keyword argument that carries th
 
 @dataclass(frozen=True)
 class SequenceLayout:
-    """Where each packed token sits in the right-padded per-sequence layout attention runs on."""
+    """Where each packed token sits in the right-padded per-sequence layout attention runs on (made
+    once per forward by `pack`, read by every layer's attention)."""
 
-    seq: torch.Tensor  # [N] the sequence (row of the batch) of each packed token
-    pos: torch.Tensor  # [N] its position within that sequence
+    slots: torch.Tensor  # [N] each packed token's row in the flat [B * L_max] padded layout
     num_seqs: int
     max_len: int
 
@@ -72,7 +72,8 @@ def pack(batch: RolloutBatch) -> PackedBatch:
     rows, cols = response.nonzero(as_tuple=True)
     if not torch.equal(cols, response.cumsum(1)[rows, cols] - 1):
         raise ValueError("pack: a response mask has a gap (real tokens after a masked one)")
-    layout = SequenceLayout(seq, pos, len(lengths), int(lengths.max()))
+    max_len = int(lengths.max())
+    layout = SequenceLayout(seq * max_len + pos, len(lengths), max_len)
     return PackedBatch(
         input_ids=batch.input_ids[real][None],
         position_ids=pos[None],
@@ -96,7 +97,7 @@ def packed_sdpa(module, query, key, value, attention_mask, *, scaling=None, drop
             "packed training does not run sliding-window attention; set schedule.remove_padding: false"
         )
 
-    slots = layout.seq * layout.max_len + layout.pos  # each packed token's row in the padded layout
+    slots = layout.slots
 
     def padded(x: torch.Tensor) -> torch.Tensor:  # [1, heads, N, d] -> [B, heads, L_max, d]
         flat = x.new_zeros(layout.num_seqs * layout.max_len, x.shape[1], x.shape[3])
