@@ -57,6 +57,11 @@ def measured_on(record: dict) -> str:
     )
 
 
+def vs_trl_shapes(n: int) -> str:
+    """`n shape(s) of `benchmarks/vs_trl.py``, the opening of every paragraph over a grid."""
+    return f"{n} shape{'s' if n > 1 else ''} of `benchmarks/vs_trl.py`"
+
+
 def performance_summary(published: Path) -> str:
     """One paragraph: the grid's ranges of the three targeted ratios and of what the pin costs."""
     r = vs_trl_record(published)
@@ -77,9 +82,7 @@ def performance_summary(published: Path) -> str:
             )
     if ranges["bf16-repro/bf16"]:
         parts.append(f"the reproducible bf16 step costs {spread(ranges['bf16-repro/bf16'])} the fast one")
-    n = len(r["shapes"])
-    grid = f"{n} shape{'s' if n > 1 else ''} of `benchmarks/vs_trl.py`"
-    return f"Over {grid}, " + "; ".join(parts) + ". " + measured_on(r)
+    return f"Over {vs_trl_shapes(len(r['shapes']))}, " + "; ".join(parts) + ". " + measured_on(r)
 
 
 def performance_grid(published: Path) -> str:
@@ -120,8 +123,7 @@ def performance_packing(published: Path) -> str:
     found = ratio_range(r, "bf16-padded/bf16")
     if found is None:
         raise QuoteError(f"{published / PACKING_RECORD}: no shape ran both `bf16` and `bf16-padded`")
-    n = found[2]
     return (
-        f"Over {n} shape{'s' if n > 1 else ''} of `benchmarks/vs_trl.py`, the bf16 step on the padded layout "
-        f"takes {spread(found)} the step on real tokens only. " + measured_on(r)
+        f"Over {vs_trl_shapes(found[2])}, the bf16 step on the padded layout takes {spread(found)} the "
+        "step on real tokens only. " + measured_on(r)
     )
