@@ -42,6 +42,11 @@ PRECISIONS = ("bf16", "fp8", "fp16")
 #   icepop: the token's ratio r_t as its weight inside the band `tis.icepop` = [alpha, beta], 0 outside
 #        (rollout_is=token with rollout_is_threshold "alpha_beta").
 CORRECTIONS = ("none", "tis", "seq_tis", "mis", "icepop")
+# Default bands: IcePop's [0.5, 5] (the IcePop report's and verl's example). Masked IS: [0.97, 1.03], which
+# drops about 15 % of the sequences of the smoke model at dose 1 (6-token answers, |d_t| ~ 0.02); verl's
+# geometric-mean preset [0.999, 1.001] suits thousand-token responses and would drop nearly all of them.
+ICEPOP_BAND = (0.5, 5.0)
+MIS_BAND = (0.97, 1.03)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,7 @@ needs a positive lower bound).
 from __future__ import annotations
 
 from fp8rl.config import ExperimentConfig
-from fp8rl.rl.corrections import ICEPOP_BAND, MIS_BAND
-from fp8rl.vocabulary import VariantSpec
+from fp8rl.vocabulary import ICEPOP_BAND, MIS_BAND, VariantSpec
 
 RC = "algorithm.rollout_correction"
 

@@ -26,13 +26,7 @@ import torch
 from fp8rl.rl._checks import LOG_RATIO_CLAMP, check_finite, check_mask, check_same_shape, masked_mean
 from fp8rl.rl.diagnostics import masked_log_ratio
 from fp8rl.rl.tis import tis_stats, tis_weights
-from fp8rl.vocabulary import CORRECTIONS, TIS_LEVELS
-
-# Default bands: IcePop's [0.5, 5] (the IcePop report's and verl's example). Masked IS: [0.97, 1.03], which
-# drops about 15 % of the sequences of the smoke model at dose 1 (6-token answers, |d_t| ~ 0.02); verl's
-# geometric-mean preset [0.999, 1.001] suits thousand-token responses and would drop nearly all of them.
-ICEPOP_BAND = (0.5, 5.0)
-MIS_BAND = (0.97, 1.03)
+from fp8rl.vocabulary import CORRECTIONS, ICEPOP_BAND, MIS_BAND, TIS_LEVELS
 
 
 @dataclass(frozen=True)
