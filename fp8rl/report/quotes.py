@@ -8,8 +8,8 @@ the text in one command. Words that depend on a figure ("the interval excludes 0
 it; prose outside the blocks quotes no result figures (tests/unit/report/test_quotes.py checks both).
 
 The blocks of the smoke, mechanism and stress tiers are here, the attribution tier's in
-fp8rl.report.quotes_attribution, the speed benchmark's in fp8rl.report.quotes_performance; the formats
-they share in fp8rl.report.quote_format.
+fp8rl.report.quotes_attribution, the speed benchmark's in fp8rl.report.quotes_performance, the tiers'
+run times in fp8rl.report.quotes_dag; the formats they share in fp8rl.report.quote_format.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from fp8rl.report.quote_format import (
     published_table,
 )
 from fp8rl.report.quotes_attribution import attribution_arms, attribution_exploratory, attribution_planned
+from fp8rl.report.quotes_dag import performance_dag
 from fp8rl.report.quotes_performance import performance_grid, performance_packing, performance_summary
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
@@ -354,6 +355,7 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "performance-summary": performance_summary,
     "performance-grid": performance_grid,
     "performance-packing": performance_packing,
+    "performance-dag": performance_dag,
 }
 
 

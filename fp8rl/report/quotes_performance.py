@@ -38,15 +38,22 @@ def spread(found: tuple[float, float, int]) -> str:
     return f"{num(lo)}×" if n == 1 else f"{num(lo)}–{num(hi)}×"
 
 
-def measured_on(record: dict) -> str:
-    """Where and how a record was measured: commit, cores, the CPU and its ISA (the fast mode's kernels
-    depend on it), load average, steps and repeats."""
+def commit_and_machine(record: dict) -> tuple[str, str]:
+    """A benchmark record's commit (short, marked when the tree had uncommitted changes) and machine
+    (cores, the CPU and its ISA: the fast mode's kernels depend on it), from its `provenance`."""
     prov = record.get("provenance", {})
     full = prov.get("git_commit") or "unknown"
     commit = full[:7] + (" with uncommitted changes" if full.endswith("+dirty") else "")
     where = f"{prov.get('machine', {}).get('cpus', '?')} cores"
     if cpu := prov.get("numerics", {}).get("cpu"):
         where += f" of an {cpu.get('model', '?')} ({', '.join(cpu.get('isa') or ['ISA not recorded'])})"
+    return commit, where
+
+
+def measured_on(record: dict) -> str:
+    """Where and how a record was measured: commit, cores, the CPU and its ISA (the fast mode's kernels
+    depend on it), load average, steps and repeats."""
+    commit, where = commit_and_machine(record)
     start, end = record.get("load_average_start", [None])[0], record.get("load_average_end", [None])[0]
     load = (
         f"1-minute load average {num(start)} at the start, {num(end)} at the end" if start is not None else ""

@@ -1,0 +1,73 @@
+"""How long whole tiers take, as docs/performance.md quotes it (fp8rl.report.quotes): generated from the
+records `benchmarks/dag_time.py --json` writes from a tier's Snakemake job records, published as
+`results/published/benchmarks/smoke_dag.json` (the smoke DAG from a clean clone) and `stress_dag.json`
+(the stress tier). Each holds, per rule, the jobs, their wall and CPU seconds summed and the rule's span
+(first job's start to last job's end), the whole DAG's span, and the provenance of the machine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fp8rl.report.quote_format import QuoteError, num
+from fp8rl.report.quotes_performance import commit_and_machine
+
+SMOKE_DAG = Path("benchmarks") / "smoke_dag.json"
+STRESS_DAG = Path("benchmarks") / "stress_dag.json"
+SMOKE_TARGET_MIN = 5.0  # the whole smoke DAG, first job's start to last job's end
+STRESS_TARGET_MIN = 20.0  # the stress tier's training: the `train` rule's span
+
+
+def dag_record(published: Path, name: Path) -> dict:
+    path = published / name
+    if not path.is_file():
+        raise QuoteError(f"{path}: not published (benchmarks/dag_time.py <tier dir> --json, then copy it)")
+    record = json.loads(path.read_text(encoding="utf-8"))
+    if record.get("benchmark") != "dag_time" or not record.get("rules"):
+        raise QuoteError(f"{path}: not a benchmarks/dag_time.py record (no `rules`)")
+    return record
+
+
+def minutes(seconds: float) -> str:
+    """`7 min 22 s`."""
+    whole = round(seconds)
+    return f"{whole // 60} min {whole % 60:02d} s"
+
+
+def _verdict(seconds: float, target_min: float) -> str:
+    return f"target ≤ {num(target_min, 0)} min: {'met' if seconds <= 60 * target_min else 'not met'}"
+
+
+def _per_rule(record: dict) -> str:
+    """Each rule's jobs and summed wall seconds, largest first."""
+    rules = sorted(record["rules"].items(), key=lambda kv: -kv[1]["seconds_summed"])
+    return ", ".join(
+        f"{rule} {num(r['seconds_summed'], 0)} s ({r['jobs']} job{'s' if r['jobs'] > 1 else ''})"
+        for rule, r in rules
+    )
+
+
+def _measured(record: dict) -> str:
+    commit, where = commit_and_machine(record)
+    return f"Measured at commit {commit} on {where}."
+
+
+def performance_dag(published: Path) -> str:
+    """Two paragraphs: the smoke DAG's span and the stress tier's training span, each against its target,
+    with the per-rule split that sets them."""
+    smoke = dag_record(published, SMOKE_DAG)
+    stress = dag_record(published, STRESS_DAG)
+    if "train" not in stress["rules"]:
+        raise QuoteError(f"{published / STRESS_DAG}: no `train` jobs recorded")
+    span = smoke["span_seconds"]
+    train = stress["rules"]["train"]
+    return (
+        f"The smoke DAG ran in {minutes(span)} from its first job's start to its last job's end "
+        f"({_verdict(span, SMOKE_TARGET_MIN)}); its jobs' wall seconds summed per rule (jobs run side by side, one per core): "
+        f"{_per_rule(smoke)}. {_measured(smoke)}\n\n"
+        f"The stress tier's {train['jobs']} training runs ran in {minutes(train['span_seconds'])} from "
+        f"the first one's start to the last one's end ({_verdict(train['span_seconds'], STRESS_TARGET_MIN)}"
+        f"); {num(train['seconds_summed'] / train['jobs'], 0)} s of wall time per run on average, "
+        f"{num(train['cpu_seconds_summed'] / train['seconds_summed'], 2)} CPU seconds per wall second. "
+        f"The whole tier: {_per_rule(stress)}. {_measured(stress)}"
+    )

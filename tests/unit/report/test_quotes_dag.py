@@ -1,0 +1,53 @@
+"""The tiers' run times docs/performance.md quotes come from the records `benchmarks/dag_time.py --json`
+writes: built here by the benchmark itself from benchmark files laid out as Snakemake writes them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fp8rl.report.quote_format import QuoteError
+from fp8rl.report.quotes_dag import performance_dag
+from tests.unit.test_dag_time import _job, _load
+
+
+@pytest.fixture
+def published(tmp_path):
+    dt, t0 = _load(), 1_000_000.0
+    smoke = tmp_path / "results" / "smoke"
+    _job(smoke, "sft/tiny.tsv", 40, 38, t0 + 40)
+    _job(smoke, "train/grpo/tiny/bf16/none/seed0.tsv", 15, 14, t0 + 55)
+    _job(smoke, "train/grpo/tiny/fp8/tensorwise/seed0.tsv", 16, 15, t0 + 57)
+    _job(smoke, "eval_lm/grpo/tiny/bf16/none/seed0.tsv", 8, 6, t0 + 70)
+    _job(smoke, "report/report.tsv", 20, 18, t0 + 330)  # the DAG: 0 -> 330 s, over 5 min
+    stress = tmp_path / "results" / "stress"
+    _job(stress, "sft/chain.tsv", 600, 590, t0 + 600)
+    _job(stress, "train/grpo/chain/bf16/none/seed0.tsv", 500, 480, t0 + 1100)  # starts at 600
+    _job(stress, "train/grpo/chain/fp8/tensorwise/seed0.tsv", 700, 650, t0 + 1780)  # ends at 1780
+    out = tmp_path / "published" / "benchmarks"
+    assert dt.main([str(smoke), "--json", str(out / "smoke_dag.json")]) == 0
+    assert dt.main([str(stress), "--json", str(out / "stress_dag.json")]) == 0
+    return tmp_path / "published"
+
+
+def test_each_span_is_set_against_its_target_with_the_per_rule_split(published):
+    text = performance_dag(published)
+    smoke, stress = text.split("\n\n")
+    assert smoke.startswith("The smoke DAG ran in 5 min 30 s") and "target ≤ 5 min: not met" in smoke
+    # largest summed wall time first
+    assert "sft 40 s (1 job), train 31 s (2 jobs), report 20 s (1 job), eval_lm 8 s (1 job)" in smoke
+    # the training span: first train start (600) to last train end (1780) = 19 min 40 s
+    assert "The stress tier's 2 training runs ran in 19 min 40 s" in stress
+    assert "target ≤ 20 min: met" in stress and "600 s of wall time per run on average" in stress
+    assert "0.94 CPU seconds per wall second" in stress  # (480 + 650) / (500 + 700)
+    assert "Measured at commit" in smoke and "cores" in stress
+
+
+def test_a_missing_or_foreign_record_is_named(published):
+    (published / "benchmarks" / "stress_dag.json").unlink()
+    with pytest.raises(QuoteError, match="stress_dag.json: not published"):
+        performance_dag(published)
+    (published / "benchmarks" / "stress_dag.json").write_text(json.dumps({"wall_seconds": 445.4}))
+    with pytest.raises(QuoteError, match="not a benchmarks/dag_time.py record"):
+        performance_dag(published)
