@@ -97,11 +97,9 @@ def packed_sdpa(module, query, key, value, attention_mask, *, scaling=None, drop
             "packed training does not run sliding-window attention; set schedule.remove_padding: false"
         )
 
-    slots = layout.slots
-
     def padded(x: torch.Tensor) -> torch.Tensor:  # [1, heads, N, d] -> [B, heads, L_max, d]
         flat = x.new_zeros(layout.num_seqs * layout.max_len, x.shape[1], x.shape[3])
-        flat = flat.index_copy(0, slots, x[0].transpose(0, 1))
+        flat = flat.index_copy(0, layout.slots, x[0].transpose(0, 1))
         return flat.view(layout.num_seqs, layout.max_len, x.shape[1], x.shape[3]).transpose(1, 2)
 
     out, _ = sdpa_attention_forward(
@@ -109,7 +107,7 @@ def packed_sdpa(module, query, key, value, attention_mask, *, scaling=None, drop
         dropout=dropout, scaling=scaling, is_causal=True,
     )  # fmt: skip
     # out: [B, L_max, heads, d]; each packed token's row back, in packed order
-    return out.reshape(-1, *out.shape[2:]).index_select(0, slots)[None], None
+    return out.reshape(-1, *out.shape[2:]).index_select(0, layout.slots)[None], None
 
 
 AttentionInterface.register(PACKED_ATTENTION, packed_sdpa)

@@ -6,26 +6,15 @@ records `benchmarks/dag_time.py --json` writes from a tier's Snakemake job recor
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from fp8rl.report.quote_format import QuoteError, num
-from fp8rl.report.quotes_performance import commit_and_machine
+from fp8rl.report.quotes_performance import benchmark_record, commit_and_machine
 
 SMOKE_DAG = Path("benchmarks") / "smoke_dag.json"
 STRESS_DAG = Path("benchmarks") / "stress_dag.json"
 SMOKE_TARGET_MIN = 5.0  # the whole smoke DAG, first job's start to last job's end
 STRESS_TARGET_MIN = 20.0  # the stress tier's training: the `train` rule's span
-
-
-def dag_record(published: Path, name: Path) -> dict:
-    path = published / name
-    if not path.is_file():
-        raise QuoteError(f"{path}: not published (benchmarks/dag_time.py <tier dir> --json, then copy it)")
-    record = json.loads(path.read_text(encoding="utf-8"))
-    if record.get("benchmark") != "dag_time" or not record.get("rules"):
-        raise QuoteError(f"{path}: not a benchmarks/dag_time.py record (no `rules`)")
-    return record
 
 
 def minutes(seconds: float) -> str:
@@ -55,8 +44,8 @@ def _measured(record: dict) -> str:
 def performance_dag(published: Path) -> str:
     """Two paragraphs: the smoke DAG's span and the stress tier's training span, each against its target,
     with the per-rule split that sets them."""
-    smoke = dag_record(published, SMOKE_DAG)
-    stress = dag_record(published, STRESS_DAG)
+    smoke = benchmark_record(published, SMOKE_DAG, "dag_time.py", "rules")
+    stress = benchmark_record(published, STRESS_DAG, "dag_time.py", "rules")
     if "train" not in stress["rules"]:
         raise QuoteError(f"{published / STRESS_DAG}: no `train` jobs recorded")
     span = smoke["span_seconds"]

@@ -16,14 +16,20 @@ PACKING_RECORD = Path("benchmarks") / "vs_trl_packing.json"
 TARGETS = {"trl/bf16": 2.0, "fp8/bf16": 1.2, "fp8-block/bf16": 1.2}
 
 
-def vs_trl_record(published: Path, name: Path = RECORD) -> dict:
+def benchmark_record(published: Path, name: Path, script: str, required: str) -> dict:
+    """The published record `name` that `benchmarks/{script} --json` wrote; QuoteError naming the file
+    when it is missing or has no `required` entries."""
     path = published / name
     if not path.is_file():
-        raise QuoteError(f"{path}: not published (benchmarks/vs_trl.py --json, then copy it there)")
+        raise QuoteError(f"{path}: not published (benchmarks/{script} --json, then copy it there)")
     record = json.loads(path.read_text(encoding="utf-8"))
-    if not record.get("shapes"):
-        raise QuoteError(f"{path}: no shapes measured")
+    if not record.get(required):
+        raise QuoteError(f"{path}: not a benchmarks/{script} record (no `{required}`)")
     return record
+
+
+def vs_trl_record(published: Path, name: Path = RECORD) -> dict:
+    return benchmark_record(published, name, "vs_trl.py", "shapes")
 
 
 def ratio_range(record: dict, key: str) -> tuple[float, float, int] | None:
