@@ -6,8 +6,12 @@ ATen's vectorised kernels (softmax, reductions, attention) pick their code path 
 AMX. A few hundred training steps amplify those bits into different base models and different tables.
 `reproducible` (the default) pins one path that every x86-64 CPU with AVX2 runs, Intel and AMD alike:
 
-- `MKL_CBWR=AVX2,STRICT`: MKL's conditional numerical reproducibility, its AVX2 code branch in strict
-  mode (bit-identical results on any processor that has AVX2, for a fixed thread count);
+- `MKL_CBWR=COMPATIBLE,STRICT`: MKL's conditional numerical reproducibility on its COMPATIBLE branch
+  (SSE2 without the approximate rcpps/rsqrtps), strict mode. MKL honours its named ISA branches
+  (`AVX2`, `AVX512`, ...) on Intel processors only; elsewhere, and on any CPU where MKL will not run
+  that branch, it silently falls back to `AUTO`, the CPU's own path. COMPATIBLE is the one branch it
+  runs alike on Intel and AMD, for a fixed thread count. It costs speed: its fp32 GEMMs run about 3x
+  slower than the AVX2 branch's at one thread (docs/performance.md, "What the pin costs");
 - `ATEN_CPU_CAPABILITY=avx2`: ATen's kernels compiled for AVX2, not AVX-512;
 - `ONEDNN_MAX_CPU_ISA=AVX2`: oneDNN (bf16 and other non-MKL paths) capped at AVX2;
 - `MKL_DYNAMIC=FALSE`: MKL uses exactly the threads it is given (threads are fixed per rule by the
@@ -32,7 +36,7 @@ DEFAULT_MODE = "reproducible"
 ENV_MODE = "FP8RL_NUMERICS"
 
 PINNED_ENV = {
-    "MKL_CBWR": "AVX2,STRICT",
+    "MKL_CBWR": "COMPATIBLE,STRICT",
     "ATEN_CPU_CAPABILITY": "avx2",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
     "MKL_DYNAMIC": "FALSE",

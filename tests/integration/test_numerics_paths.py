@@ -19,9 +19,10 @@ import pytest
 from fp8rl import numerics
 from tests.integration.conftest import write_config
 
-# A: MKL's generic branch and ATen's unvectorised kernels, which every x86-64 CPU runs (an `avx512` path
-# would crash with SIGILL on a CPU without AVX-512); B: the CPU's own choice.
-PATHS = {"A": {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "default"}, "B": {}}
+# A: MKL capped below AVX2 (as on a CPU where MKL will not run its Intel-only AVX2 branch: AMD's) and
+# ATen's unvectorised kernels, which every x86-64 CPU runs (an `avx512` path would crash with SIGILL on a
+# CPU without AVX-512); B: the CPU's own choice.
+PATHS = {"A": {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ATEN_CPU_CAPABILITY": "default"}, "B": {}}
 # the tiers train on real tokens only: the pin must hold for the packed forward and its attention
 SHORT = {"sft.steps": 60, "schedule.steps": 2, "task.n_train": 40, "schedule.remove_padding": True}
 RUN = "grpo/tiny/fp8/tensorwise/seed0"

@@ -12,10 +12,11 @@ import pytest
 
 from fp8rl import numerics
 
-# Two "machines": the environment a CPU's own choice amounts to, made different on purpose (MKL's
-# generic branch and ATen's unvectorised kernels against the libraries' defaults). Every x86-64 CPU runs
-# both; an `avx512` capability would crash with SIGILL on a CPU without AVX-512.
-MACHINE_A = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "default"}
+# Two "machines": the environment a CPU's own choice amounts to, made different on purpose (against the
+# libraries' defaults: ATen's unvectorised kernels, and MKL capped below AVX2 by MKL_ENABLE_INSTRUCTIONS,
+# the way an AMD CPU refuses MKL's Intel-only AVX2 branch: MKL then falls back to the CPU's own path).
+# Every x86-64 CPU runs both; an `avx512` capability would crash with SIGILL on a CPU without AVX-512.
+MACHINE_A = {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ATEN_CPU_CAPABILITY": "default"}
 MACHINE_B: dict[str, str] = {}
 
 # A GEMM, a softmax over a long row and a reduction: each differs in its last bits between kernel paths.
@@ -55,9 +56,9 @@ def test_an_unknown_mode_is_refused():
 def test_the_pin_gives_one_result_on_two_kernel_paths_and_fast_does_not():
     a, b = _probe("reproducible", MACHINE_A), _probe("reproducible", MACHINE_B)
     assert a["hash"] == b["hash"]
-    assert a["state"]["aten_capability"] == "AVX2" and a["state"]["env"]["MKL_CBWR"] == "AVX2,STRICT"
+    assert a["state"]["aten_capability"] == "AVX2" and a["state"]["env"] == numerics.PINNED_ENV
     fa, fb = _probe("fast", MACHINE_A), _probe("fast", MACHINE_B)
-    assert fa["mode"] == "fast" and fa["state"]["env"]["MKL_CBWR"] == "COMPATIBLE"
+    assert fa["mode"] == "fast" and fa["state"]["env"]["MKL_CBWR"] is None
     assert fa["hash"] != fb["hash"]  # the two paths really differ: the pin is what makes them agree
 
 
