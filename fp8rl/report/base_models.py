@@ -46,10 +46,11 @@ def base_model_table(tier_root: str | Path) -> pd.DataFrame:
 
 
 def runs_numerics(runs_dir: str | Path) -> dict[str, list[str]]:
-    """The numerics modes and CPU models the tier's runs recorded (`summary.json` provenance, written
-    by fp8rl.numerics): {"modes": [...], "cpus": [...]}, each sorted and without repeats. Runs from
-    before the numerics record count as mode "unrecorded"."""
-    modes, cpus = set(), set()
+    """The numerics modes, CPU models and MKL branches (`MKL_CBWR`, "auto" where unset: the CPU's own
+    path) the tier's runs recorded (`summary.json` provenance, written by fp8rl.numerics): {"modes": [...],
+    "cpus": [...], "mkl": [...]}, each sorted and without repeats. Runs from before the numerics record
+    count as mode "unrecorded" and add no branch."""
+    modes, cpus, mkl = set(), set(), set()
     for path in Path(runs_dir).glob("**/summary.json"):
         try:
             numerics = json.loads(path.read_text(encoding="utf-8")).get("provenance", {}).get("numerics")
@@ -58,4 +59,6 @@ def runs_numerics(runs_dir: str | Path) -> dict[str, list[str]]:
         modes.add((numerics or {}).get("mode", "unrecorded"))
         if numerics and numerics.get("cpu", {}).get("model"):
             cpus.add(numerics["cpu"]["model"])
-    return {"modes": sorted(modes), "cpus": sorted(cpus)}
+        if numerics and "env" in numerics:
+            mkl.add(numerics["env"].get("MKL_CBWR") or "auto")
+    return {"modes": sorted(modes), "cpus": sorted(cpus), "mkl": sorted(mkl)}

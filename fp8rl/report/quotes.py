@@ -9,7 +9,7 @@ it; prose outside the blocks quotes no result figures (tests/unit/report/test_qu
 
 The blocks of the smoke, mechanism and stress tiers are here, the attribution tier's in
 fp8rl.report.quotes_attribution, the speed benchmark's in fp8rl.report.quotes_performance, the tiers'
-run times in fp8rl.report.quotes_dag; the formats they share in fp8rl.report.quote_format.
+run times in fp8rl.report.quotes_dag, the kernel paths and the pin's cost in fp8rl.report.quotes_numerics; the formats they share in fp8rl.report.quote_format.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from fp8rl.report.quote_format import (
 )
 from fp8rl.report.quotes_attribution import attribution_arms, attribution_exploratory, attribution_planned
 from fp8rl.report.quotes_dag import performance_dag
+from fp8rl.report.quotes_numerics import numerics_pins, performance_mkl_branch
 from fp8rl.report.quotes_performance import performance_grid, performance_packing, performance_summary
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
@@ -356,6 +357,8 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "performance-grid": performance_grid,
     "performance-packing": performance_packing,
     "performance-dag": performance_dag,
+    "numerics-pins": numerics_pins,
+    "performance-mkl-branch": performance_mkl_branch,
 }
 
 

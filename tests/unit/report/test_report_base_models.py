@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from fp8rl import numerics
 from fp8rl.report.base_models import COLUMNS, base_model_table, runs_numerics
 
 
@@ -34,15 +35,17 @@ def test_a_shared_base_has_no_seed_and_no_base_gives_an_empty_table(tmp_path):
 
 
 def test_the_runs_numerics_are_collected_from_their_summaries(tmp_path):
-    """What `fp8rl.provenance` writes into summary.json: the mode and the CPU of each run."""
-    for i, (mode, cpu) in enumerate(
-        (("reproducible", "AMD EPYC"), ("reproducible", "Intel Xeon"), (None, None))
-    ):
+    """What `fp8rl.provenance` writes into summary.json: the mode, the CPU and the pinned variables of
+    each run (this process's own `numerics.state()` for one run, a `fast` one elsewhere, one from before
+    the record)."""
+    pinned = numerics.state()
+    fast = {**pinned, "mode": "fast", "env": dict.fromkeys(pinned["env"]), "cpu": {"model": "Intel Xeon"}}
+    for i, state in enumerate((pinned, fast, None)):
         run = tmp_path / "runs" / f"grpo/tiny/bf16/none/seed{i}"
         run.mkdir(parents=True)
-        numerics = {"mode": mode, "cpu": {"model": cpu, "isa": ["avx2"]}} if mode else None
-        (run / "summary.json").write_text(json.dumps({"status": "ok", "provenance": {"numerics": numerics}}))
+        (run / "summary.json").write_text(json.dumps({"status": "ok", "provenance": {"numerics": state}}))
     assert runs_numerics(tmp_path / "runs") == {
-        "modes": ["reproducible", "unrecorded"],
-        "cpus": ["AMD EPYC", "Intel Xeon"],
+        "modes": sorted([pinned["mode"], "fast", "unrecorded"]),
+        "cpus": sorted({pinned["cpu"]["model"], "Intel Xeon"}),
+        "mkl": sorted({pinned["env"]["MKL_CBWR"] or "auto", "auto"}),
     }
