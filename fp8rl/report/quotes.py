@@ -32,7 +32,12 @@ from fp8rl.report.quote_format import (
     pp_point,
     published_table,
 )
-from fp8rl.report.quotes_attribution import attribution_arms, attribution_exploratory, attribution_planned
+from fp8rl.report.quotes_attribution import (
+    attribution_arms,
+    attribution_base,
+    attribution_exploratory,
+    attribution_planned,
+)
 from fp8rl.report.quotes_dag import performance_dag
 from fp8rl.report.quotes_numerics import numerics_pins, performance_mkl_branch
 from fp8rl.report.quotes_performance import performance_grid, performance_packing, performance_summary
@@ -353,6 +358,7 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "attribution-planned": attribution_planned,
     "attribution-exploratory": attribution_exploratory,
     "attribution-arms": attribution_arms,
+    "attribution-base": attribution_base,
     "performance-summary": performance_summary,
     "performance-grid": performance_grid,
     "performance-packing": performance_packing,

@@ -126,3 +126,21 @@ def attribution_arms(published: Path) -> str:
         "columns are means over the arm's runs (excess clipping: phantom/low_neg − phantom/missed_neg, "
         "FP8 and phantom arms only)."
     )
+
+
+def attribution_base(published: Path) -> str:
+    """The published run's base model: its test accuracy and final SFT loss, and the CPU and MKL branch
+    its runs recorded (a base trained on another kernel path comes out different)."""
+    from fp8rl.report.quotes_numerics import tier_numerics
+
+    bases = published_table(published, "attribution", "base_models")
+    if len(bases) != 1:
+        raise QuoteError(f"{published}/attribution/tables/base_models.csv: {len(bases)} bases, expected one")
+    base = bases.iloc[0]
+    runs = tier_numerics(published / "attribution")
+    return (
+        f"The published run's base: {num(100 * base['acc/test_greedy'], 1)} % greedy / "
+        f"{num(100 * base['acc/test_sampled'], 1)} % sampled test accuracy ({int(base['n_test'])} prompts), "
+        f"final SFT loss {num(base['loss/final'], 3)}, trained on an {', '.join(runs.get('cpus', []))} under "
+        f"MKL's `{', '.join(runs['mkl'])}` branch (`tables/base_models.csv`)."
+    )
