@@ -9,7 +9,8 @@ it; prose outside the blocks quotes no result figures (tests/unit/report/test_qu
 
 The blocks of the smoke, mechanism and stress tiers are here, the attribution tier's in
 fp8rl.report.quotes_attribution, the speed benchmark's in fp8rl.report.quotes_performance, the tiers'
-run times in fp8rl.report.quotes_dag, the kernel paths and the pin's cost in fp8rl.report.quotes_numerics; the formats they share in fp8rl.report.quote_format.
+run times in fp8rl.report.quotes_dag, the kernel paths and the pin's cost in
+fp8rl.report.quotes_numerics; the formats they share in fp8rl.report.quote_format.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The numerics figures README.md and docs/performance.md quote (fp8rl.report.quotes): which kernel path
-each published tier ran on, from its `provenance.json`, and what the pin costs in fp32 GEMMs, from the
-record `benchmarks/mkl_branch.py --json` writes (published as `results/published/benchmarks/
-mkl_branch.json`)."""
+each published tier's runs took (the runs' own record in its `report.json`), and what the pin costs in
+fp32 GEMMs, from the record `benchmarks/mkl_branch.py --json` writes (published as
+`results/published/benchmarks/mkl_branch.json`)."""
 
 from __future__ import annotations
 
