@@ -87,7 +87,16 @@ def _scaled_mm_padded(
         inv_a = F.pad(inv_a, (0, 0, 0, pm), value=1.0)
     if inv_b.dim() and pn:
         inv_b = F.pad(inv_b, (0, pn), value=1.0)
-    out = torch._scaled_mm(qa, qb.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype)
+    try:
+        out = torch._scaled_mm(qa, qb.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype)
+    except RuntimeError as err:
+        if qa.device.type != "cpu" or "primitive descriptor" not in str(err):
+            raise
+        # On a CPU with AMX, once inductor has initialised AMX (any torch.compile in the process), torch
+        # hands a CPU _scaled_mm to oneDNN, which the numerics pin caps at AVX2, where oneDNN has no FP8
+        # matmul. The product torch's own CPU kernel computes instead: FP8 values (exact in fp32) times
+        # the scales, summed in fp32.
+        out = ((qa.float() @ qb.float().t()) * inv_a * inv_b).to(out_dtype)
     return out[:m, :n] if pm or pn else out
 
 

@@ -178,3 +178,30 @@ def test_bf16_linear_rounds_operands_and_output():
     bf = lambda t: t.to(torch.bfloat16).float()  # noqa: E731
     expected = bf(bf(x) @ bf(lin.weight).t() + lin.bias)
     assert torch.equal(y, expected)
+
+
+AFTER_AMX_INIT = """
+import fp8rl, json, torch
+from fp8rl.fp8.linear import _scaled_mm_padded
+torch.manual_seed(0)
+qa = torch.randn(33, 64).to(torch.float8_e4m3fn)
+qb = torch.randn(40, 64).to(torch.float8_e4m3fn)
+inv_a, inv_b = torch.tensor(0.7), torch.tensor(1.3)  # tensorwise: 0-d scales
+amx = bool(torch._C._cpu._init_amx())  # what inductor does on its first compile on an AMX CPU
+after = _scaled_mm_padded(qa, qb, inv_a, inv_b, torch.float32, 16)
+want = (qa.float() @ qb.float().t()) * inv_a * inv_b
+print(json.dumps({"amx": amx, "after": (after - want).abs().max().item()}))
+"""
+
+
+def test_the_cpu_scaled_mm_survives_amx_initialised_by_a_compile():
+    """On an AMX CPU a torch.compile anywhere in the process makes torch hand a CPU `_scaled_mm` to oneDNN,
+    which the numerics pin caps at AVX2 (no FP8 matmul there); the padded product must still come out (a
+    child process: the AMX switch cannot be undone; on a CPU without AMX the switch is a no-op)."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", AFTER_AMX_INIT], capture_output=True, text=True, check=True)
+    r = json.loads(out.stdout)
+    assert r["after"] < 1e-3, r
