@@ -15,7 +15,11 @@ AMX. A few hundred training steps amplify those bits into different base models 
 - `ATEN_CPU_CAPABILITY=avx2`: ATen's kernels compiled for AVX2, not AVX-512;
 - `ONEDNN_MAX_CPU_ISA=AVX2`: oneDNN (bf16 and other non-MKL paths) capped at AVX2;
 - `MKL_DYNAMIC=FALSE`: MKL uses exactly the threads it is given (threads are fixed per rule by the
-  config's `resources`).
+  config's `resources`);
+- `OPENBLAS_CORETYPE=Haswell`: numpy's OpenBLAS runs its AVX2 + FMA kernels on any CPU. `pin_gemms()`
+  then routes every matrix product torch computes on the CPU through that kernel (fp8rl.pinned_blas),
+  several times faster than MKL's COMPATIBLE branch; MKL's pin stays for the products ATen computes
+  inside other kernels (the CPU attention kernel's).
 
 These libraries read the variables once, when they first run, so the pin must be in the environment
 before torch computes anything. `import fp8rl` applies it (the `fp8rl` command, the DAG's rules, the
@@ -40,6 +44,7 @@ PINNED_ENV = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
     "MKL_DYNAMIC": "FALSE",
+    "OPENBLAS_CORETYPE": "Haswell",
 }
 # CPU flags that decide the libraries' choices, recorded in provenance.
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "amx_int8")
@@ -123,6 +128,17 @@ def ensure(wanted: str) -> None:
             f"({_aten_capability()}); import fp8rl first, or set the pin in the environment: "
             + " ".join(f"{k}={v}" for k, v in PINNED_ENV.items())
         )
+    pin_gemms()
+
+
+def pin_gemms() -> None:
+    """In `reproducible` mode, route this process's CPU matrix products through the pinned OpenBLAS
+    kernel (fp8rl.pinned_blas); idempotent, nothing in `fast` mode. Called where torch first computes:
+    `ensure`, `fp8rl.fp8` and the model builders of `fp8rl.engine.model`."""
+    if apply() == "reproducible" and os.environ.get("FP8RL_PINNED_BLAS", "1") != "0":
+        from fp8rl import pinned_blas
+
+        pinned_blas.install()
 
 
 def _aten_capability() -> str | None:
@@ -169,10 +185,14 @@ def state() -> dict:
     """The mode, the pinned variables as this process has them, the kernels ATen chose, the CPU and
     the libraries' versions: the `numerics` record of provenance."""
     mode = apply()
+    blas = {}
+    if "fp8rl.pinned_blas" in sys.modules:
+        blas = {"pinned_blas": sys.modules["fp8rl.pinned_blas"].state()}
     return {
         "mode": mode,
         "env": {key: os.environ.get(key) for key in PINNED_ENV},
         "aten_capability": _aten_capability(),
+        **blas,
         "cpu": cpu(),
         **_library_versions(),
     }

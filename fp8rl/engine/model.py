@@ -20,8 +20,11 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
+from fp8rl import numerics
 from fp8rl.config import ArchConfig
 from fp8rl.io import replace_dir, settle_dir
+
+numerics.pin_gemms()  # reproducible mode: every CPU GEMM on the pinned kernel (fp8rl.pinned_blas)
 
 hf_logging.disable_progress_bar()  # no "Writing model shards" bars in every checkpoint's log lines
 

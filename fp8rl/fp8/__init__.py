@@ -3,7 +3,14 @@ rollout quantization. Never imports `fp8rl.rl`. The mutable state of converted l
 GEMM counts) lives in the `FP8Runtime` their owner passes to `convert_to_fp8`, not in module globals.
 
 `make_rollout_policy`, `KVCacheQuantizer`, `FP8DynamicCache` and `RolloutLinear` import `transformers`,
-so they are loaded on first access (a few seconds), not with the package."""
+so they are loaded on first access (a few seconds), not with the package.
+
+In `reproducible` numerics every CPU matrix product runs on the pinned OpenBLAS kernel from here on
+(`fp8rl.numerics.pin_gemms`)."""
+
+from fp8rl import numerics as _numerics
+
+_numerics.pin_gemms()
 
 from fp8rl.fp8.backend import gemm_backend, is_fp8_hardware
 from fp8rl.fp8.convert import (

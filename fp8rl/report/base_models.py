@@ -46,11 +46,12 @@ def base_model_table(tier_root: str | Path) -> pd.DataFrame:
 
 
 def runs_numerics(runs_dir: str | Path) -> dict[str, list[str]]:
-    """The numerics modes, CPU models and MKL branches (`MKL_CBWR`, "auto" where unset: the CPU's own
-    path) the tier's runs recorded (`summary.json` provenance, written by fp8rl.numerics): {"modes": [...],
-    "cpus": [...], "mkl": [...]}, each sorted and without repeats. Runs from before the numerics record
-    count as mode "unrecorded" and add no branch."""
-    modes, cpus, mkl = set(), set(), set()
+    """The numerics modes, CPU models, MKL branches (`MKL_CBWR`, "auto" where unset: the CPU's own
+    path) and GEMM kernels (the pinned OpenBLAS core, or "MKL") the tier's runs recorded (`summary.json`
+    provenance, written by fp8rl.numerics): {"modes": [...], "cpus": [...], "mkl": [...], "gemms": [...]},
+    each sorted and without repeats. Runs from before the numerics record count as mode "unrecorded" and
+    add no branch."""
+    modes, cpus, mkl, gemms = set(), set(), set(), set()
     for path in Path(runs_dir).glob("**/summary.json"):
         try:
             numerics = json.loads(path.read_text(encoding="utf-8")).get("provenance", {}).get("numerics")
@@ -61,4 +62,5 @@ def runs_numerics(runs_dir: str | Path) -> dict[str, list[str]]:
             cpus.add(numerics["cpu"]["model"])
         if numerics and "env" in numerics:
             mkl.add(numerics["env"].get("MKL_CBWR") or "auto")
-    return {"modes": sorted(modes), "cpus": sorted(cpus), "mkl": sorted(mkl)}
+            gemms.add(f"OpenBLAS {numerics['pinned_blas']['core']}" if "pinned_blas" in numerics else "MKL")
+    return {"modes": sorted(modes), "cpus": sorted(cpus), "mkl": sorted(mkl), "gemms": sorted(gemms)}

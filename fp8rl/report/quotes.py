@@ -40,7 +40,7 @@ from fp8rl.report.quotes_attribution import (
     attribution_planned,
 )
 from fp8rl.report.quotes_dag import performance_dag
-from fp8rl.report.quotes_numerics import numerics_pins, performance_mkl_branch
+from fp8rl.report.quotes_numerics import numerics_pins, performance_gemm_paths
 from fp8rl.report.quotes_performance import performance_grid, performance_packing, performance_summary
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
@@ -365,7 +365,7 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "performance-packing": performance_packing,
     "performance-dag": performance_dag,
     "numerics-pins": numerics_pins,
-    "performance-mkl-branch": performance_mkl_branch,
+    "performance-gemm-paths": performance_gemm_paths,
 }
 
 

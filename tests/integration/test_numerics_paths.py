@@ -2,7 +2,7 @@
 under two different kernel paths (as two machines of one kind would take), gives byte-identical
 metrics with the pin (`numerics: reproducible`, the default) and different ones without it (`fast`).
 
-The kernel paths differ through MKL's branch and ATen's vector ISA, set in the environment the way a
+The kernel paths differ through MKL's branch, ATen's vector ISA and OpenBLAS's core type, set in the environment the way a
 CPU's own choice would set them; the pin overrides both.
 """
 
@@ -21,8 +21,12 @@ from tests.integration.conftest import write_config
 
 # A: MKL capped below AVX2 (as on a CPU where MKL will not run its Intel-only AVX2 branch: AMD's) and
 # ATen's unvectorised kernels, which every x86-64 CPU runs (an `avx512` path would crash with SIGILL on a
-# CPU without AVX-512); B: the CPU's own choice.
-PATHS = {"A": {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ATEN_CPU_CAPABILITY": "default"}, "B": {}}
+# CPU without AVX-512) and OpenBLAS on its SSE3 kernels (Prescott) rather than the ones it picks itself;
+# B: the CPU's own choice.
+PATHS = {
+    "A": {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ATEN_CPU_CAPABILITY": "default", "OPENBLAS_CORETYPE": "Prescott"},
+    "B": {},
+}
 # the tiers train on real tokens only: the pin must hold for the packed forward and its attention
 SHORT = {"sft.steps": 60, "schedule.steps": 2, "task.n_train": 40, "schedule.remove_padding": True}
 RUN = "grpo/tiny/fp8/tensorwise/seed0"

@@ -16,12 +16,14 @@ from fp8rl import numerics
 # libraries' defaults: ATen's unvectorised kernels, and MKL capped below AVX2 by MKL_ENABLE_INSTRUCTIONS,
 # the way an AMD CPU refuses MKL's Intel-only AVX2 branch: MKL then falls back to the CPU's own path).
 # Every x86-64 CPU runs both; an `avx512` capability would crash with SIGILL on a CPU without AVX-512.
-MACHINE_A = {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ATEN_CPU_CAPABILITY": "default"}
+# OpenBLAS on its SSE3 kernels (Prescott), which every x86-64 CPU runs, not the one it picks itself.
+MACHINE_A = {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ATEN_CPU_CAPABILITY": "default", "OPENBLAS_CORETYPE": "Prescott"}
 MACHINE_B: dict[str, str] = {}
 
 # A GEMM, a softmax over a long row and a reduction: each differs in its last bits between kernel paths.
 PROBE = """
 import fp8rl, hashlib, json, os, torch
+fp8rl.numerics.pin_gemms()
 torch.manual_seed(0); torch.set_num_threads(1)
 a, b, x = torch.randn(200, 128), torch.randn(128, 344), torch.randn(64, 33, 97)
 out = torch.cat([(a @ b).flatten(), torch.softmax(x, -1).flatten(), x.sum(-1).flatten()])

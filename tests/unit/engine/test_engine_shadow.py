@@ -67,7 +67,9 @@ def test_shadow_ratios_are_the_bf16_variants_ratios_on_the_shadow_rows():
     new_bf16, _ = score(bf16, batch, temperature=1.0)
     ref, ref_mask = shadow.ref_ratios(idx, batch, fp8_ratio, adv, mask, first_update=False)
     want = torch.exp(new_bf16 - old_bf16) * mask + (1 - mask)
-    torch.testing.assert_close(ref[rows], want[rows], rtol=0, atol=0)  # bit for bit the bf16 variant's
+    # the bf16 variant's ratios, up to the fp32 summation order: the shadow pass scores half the rows, and
+    # no CPU GEMM kernel (MKL's or OpenBLAS's) gives a row the same bits whatever the number of rows
+    torch.testing.assert_close(ref[rows], want[rows], rtol=1e-5, atol=1e-6)
     others = shadow.pos < 0
     assert torch.equal(ref[others], torch.ones_like(ref[others]))
     assert not bool((ref[rows][mask[rows] > 0] == 1).all())  # the policy moved: ratios are not 1

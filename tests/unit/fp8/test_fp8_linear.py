@@ -98,7 +98,7 @@ def test_zero_padding_to_cublas_dims_leaves_the_fp8_product_unchanged(granularit
     plain = _scaled_mm_padded(qa, qb, inv_a, inv_b, torch.float32, multiple=1)
     padded = _scaled_mm_padded(qa, qb, inv_a, inv_b, torch.float32, multiple=16)
     assert padded.shape == (37, 21)
-    torch.testing.assert_close(padded, plain, rtol=1e-6, atol=1e-6)  # fp32 summation order only
+    torch.testing.assert_close(padded, plain, rtol=1e-5, atol=1e-5)  # fp32 summation order only
     reference = dequantize(qa, sa, granularity) @ dequantize(qb, sb, granularity).t()
     torch.testing.assert_close(plain, reference, rtol=1e-5, atol=1e-5)
 

@@ -38,8 +38,9 @@ def test_the_runs_numerics_are_collected_from_their_summaries(tmp_path):
     """What `fp8rl.provenance` writes into summary.json: the mode, the CPU and the pinned variables of
     each run (this process's own `numerics.state()` for one run, a `fast` one elsewhere, one from before
     the record)."""
+    numerics.pin_gemms()  # in reproducible mode: every GEMM on the pinned OpenBLAS kernel
     pinned = numerics.state()
-    fast = {**pinned, "mode": "fast", "env": dict.fromkeys(pinned["env"]), "cpu": {"model": "Intel Xeon"}}
+    fast = {"mode": "fast", "env": dict.fromkeys(pinned["env"]), "cpu": {"model": "Intel Xeon"}}
     for i, state in enumerate((pinned, fast, None)):
         run = tmp_path / "runs" / f"grpo/tiny/bf16/none/seed{i}"
         run.mkdir(parents=True)
@@ -48,4 +49,7 @@ def test_the_runs_numerics_are_collected_from_their_summaries(tmp_path):
         "modes": sorted([pinned["mode"], "fast", "unrecorded"]),
         "cpus": sorted({pinned["cpu"]["model"], "Intel Xeon"}),
         "mkl": sorted({pinned["env"]["MKL_CBWR"] or "auto", "auto"}),
+        "gemms": sorted(
+            {f"OpenBLAS {pinned['pinned_blas']['core']}" if "pinned_blas" in pinned else "MKL", "MKL"}
+        ),
     }
