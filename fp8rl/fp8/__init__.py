@@ -9,9 +9,6 @@ In `reproducible` numerics every CPU matrix product runs on the pinned OpenBLAS 
 (`fp8rl.numerics.pin_gemms`)."""
 
 from fp8rl import numerics as _numerics
-
-_numerics.pin_gemms()
-
 from fp8rl.fp8.backend import gemm_backend, is_fp8_hardware
 from fp8rl.fp8.convert import (
     convert_to_bf16_emulation,
@@ -29,6 +26,8 @@ from fp8rl.fp8.recipe import RECIPES, GemmSpec, OperandSpec, Recipe, get_recipe
 from fp8rl.fp8.runtime import FP8Runtime, GemmCounter
 from fp8rl.fp8.scaling import AmaxHistory
 from fp8rl.fp8.tiling import TILE_GRANULARITIES, Granularity, Tiling
+
+_numerics.pin_gemms()
 
 __all__ = [
     "E4M3",
