@@ -46,7 +46,9 @@ def _openblas() -> dict:
     for info in threadpool_info():
         if info.get("internal_api") == "openblas" and "numpy" in info.get("filepath", ""):
             return info
-    raise RuntimeError("reproducible numerics: numpy is not linked against OpenBLAS (threadpoolctl finds none)")
+    raise RuntimeError(
+        "reproducible numerics: numpy is not linked against OpenBLAS (threadpoolctl finds none)"
+    )
 
 
 def _set_threads(n: int) -> None:

@@ -24,7 +24,11 @@ from tests.integration.conftest import write_config
 # CPU without AVX-512) and OpenBLAS on its SSE3 kernels (Prescott) rather than the ones it picks itself;
 # B: the CPU's own choice.
 PATHS = {
-    "A": {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ATEN_CPU_CAPABILITY": "default", "OPENBLAS_CORETYPE": "Prescott"},
+    "A": {
+        "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+        "ATEN_CPU_CAPABILITY": "default",
+        "OPENBLAS_CORETYPE": "Prescott",
+    },
     "B": {},
 }
 # the tiers train on real tokens only: the pin must hold for the packed forward and its attention

@@ -17,7 +17,11 @@ from fp8rl import numerics
 # the way an AMD CPU refuses MKL's Intel-only AVX2 branch: MKL then falls back to the CPU's own path).
 # Every x86-64 CPU runs both; an `avx512` capability would crash with SIGILL on a CPU without AVX-512.
 # OpenBLAS on its SSE3 kernels (Prescott), which every x86-64 CPU runs, not the one it picks itself.
-MACHINE_A = {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ATEN_CPU_CAPABILITY": "default", "OPENBLAS_CORETYPE": "Prescott"}
+MACHINE_A = {
+    "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+    "ATEN_CPU_CAPABILITY": "default",
+    "OPENBLAS_CORETYPE": "Prescott",
+}
 MACHINE_B: dict[str, str] = {}
 
 # A GEMM, a softmax over a long row and a reduction: each differs in its last bits between kernel paths.

@@ -136,7 +136,10 @@ def test_one_result_whatever_core_the_machine_would_choose():
         paths.append(p)
     prescott = subprocess.run([sys.executable, "-c", code, *paths], env=env, capture_output=True, check=True)
     haswell = subprocess.run(
-        [sys.executable, "-c", code, *paths], env={**env, "OPENBLAS_CORETYPE": "Haswell"}, capture_output=True, check=True
+        [sys.executable, "-c", code, *paths],
+        env={**env, "OPENBLAS_CORETYPE": "Haswell"},
+        capture_output=True,
+        check=True,
     )
     for p in paths:
         os.remove(p)
