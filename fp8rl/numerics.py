@@ -11,7 +11,7 @@ AMX. A few hundred training steps amplify those bits into different base models 
   (`AVX2`, `AVX512`, ...) on Intel processors only; elsewhere, and on any CPU where MKL will not run
   that branch, it silently falls back to `AUTO`, the CPU's own path. COMPATIBLE is the one branch it
   runs alike on Intel and AMD, for a fixed thread count. It costs speed: its fp32 GEMMs run several times
-  slower than the AVX2 branch's (`benchmarks/mkl_branch.py`; docs/performance.md);
+  slower than the AVX2 branch's (`benchmarks/gemm_paths.py`; docs/performance.md);
 - `ATEN_CPU_CAPABILITY=avx2`: ATen's kernels compiled for AVX2, not AVX-512;
 - `ONEDNN_MAX_CPU_ISA=AVX2`: oneDNN (bf16 and other non-MKL paths) capped at AVX2;
 - `MKL_DYNAMIC=FALSE`: MKL uses exactly the threads it is given (threads are fixed per rule by the

@@ -7,9 +7,8 @@ what the tables give. So a figure in the text cannot drift from its table, and a
 the text in one command. Words that depend on a figure ("the interval excludes 0") are generated with
 it; prose outside the blocks quotes no result figures (tests/unit/report/test_quotes.py checks both).
 
-The blocks of the smoke, mechanism and stress tiers are here, the attribution tier's in
-fp8rl.report.quotes_attribution, the speed benchmark's in fp8rl.report.quotes_performance, the tiers'
-run times in fp8rl.report.quotes_dag, the kernel paths and the pin's cost in
+The blocks of the smoke, mechanism and learn tiers are here, the speed benchmark's in
+fp8rl.report.quotes_performance, the tiers' run times in fp8rl.report.quotes_dag, the kernel paths and the pin's cost in
 fp8rl.report.quotes_numerics; the formats they share in fp8rl.report.quote_format.
 """
 
@@ -33,12 +32,6 @@ from fp8rl.report.quote_format import (
     pp_point,
     published_table,
 )
-from fp8rl.report.quotes_attribution import (
-    attribution_arms,
-    attribution_base,
-    attribution_exploratory,
-    attribution_planned,
-)
 from fp8rl.report.quotes_dag import performance_dag
 from fp8rl.report.quotes_numerics import numerics_pins, performance_gemm_paths
 from fp8rl.report.quotes_performance import performance_grid, performance_packing, performance_summary
@@ -47,9 +40,7 @@ from fp8rl.vocabulary import REFERENCE_VARIANT
 BEGIN = re.compile(r"<!-- fp8rl:results (?P<name>[a-z0-9-]+) -->\n")
 END = "<!-- /fp8rl:results -->"
 # The markdown files that hold quoted blocks, relative to the repository root.
-QUOTING_FILES = (
-    "README.md", "docs/mechanism.md", "docs/stress.md", "docs/attribution.md", "docs/performance.md"
-)  # fmt: skip
+QUOTING_FILES = ("README.md", "docs/mechanism.md", "docs/learn.md", "docs/performance.md")
 
 
 # ------------------------------------------------------------------------------------------ blocks
@@ -274,10 +265,14 @@ def share_range(shares: list[tuple[float, str]]) -> str:
     return f"from adding {num(-100 * lo, 0)} % ({g_lo}) to removing {num(100 * hi, 0)} % ({g_hi})"
 
 
-def stress_divergence(published: Path) -> str:
+def learn_divergence(published: Path) -> str:
+    return divergence_table(published, "learn")
+
+
+def divergence_table(published: Path, tier: str) -> str:
     """Divergence counts with exact 95 % intervals and final accuracy per variant and dose, and the
-    logistic breaking dose (ED50) per swept variant, from the stress tier's stability tables."""
-    stab = published_table(published, "stress", "stability")
+    logistic breaking dose (ED50) per swept variant, from a dose-sweep tier's stability tables."""
+    stab = published_table(published, tier, "stability")
     variants = [
         v for v in ("bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib") if v in set(stab["variant"])
     ]
@@ -312,7 +307,7 @@ def stress_divergence(published: Path) -> str:
         )
         if tests:
             out += f" Fisher's exact test, two-sided: {tests}."
-    breaking = published / "stress" / "tables" / "breaking_dose.csv"
+    breaking = published / tier / "tables" / "breaking_dose.csv"
     bd = pd.read_csv(breaking) if breaking.is_file() else pd.DataFrame()
     if "ed50" in bd:  # tables published before the logistic fit have no ED50
         lines = [
@@ -354,12 +349,8 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "smoke-verdicts": smoke_verdicts,
     "mechanism-excess": mechanism_excess,
     "mechanism-verdicts": mechanism_verdicts,
-    "stress-divergence": stress_divergence,
+    "learn-divergence": learn_divergence,
     "smoke-unpinned": smoke_unpinned,
-    "attribution-planned": attribution_planned,
-    "attribution-exploratory": attribution_exploratory,
-    "attribution-arms": attribution_arms,
-    "attribution-base": attribution_base,
     "performance-summary": performance_summary,
     "performance-grid": performance_grid,
     "performance-packing": performance_packing,

@@ -37,8 +37,10 @@ def _kernel_path(runs: dict[str, list[str]]) -> str:
             f"{', '.join(f'`{m}`' for m in runs.get('modes', [])) or 'no'} mode: that machine's own kernels"
         )
     pinned_gemms = [f"OpenBLAS {numerics.PINNED_ENV['OPENBLAS_CORETYPE']}"]
-    if runs["mkl"] == [numerics.PINNED_ENV["MKL_CBWR"]] and runs.get("gemms") == pinned_gemms:
-        return "today's pin: reproduces on any x86-64 CPU with AVX2"
+    if runs["mkl"] == [numerics.PINNED_ENV["MKL_CBWR"]]:
+        if runs.get("gemms") == pinned_gemms:
+            return "today's pin: reproduces on any x86-64 CPU with AVX2"
+        return "the pin before the OpenBLAS kernel (GEMMs on MKL's COMPATIBLE branch): to be re-run under today's"
     return "an earlier pin: reproduces only on a CPU like that one; to be re-run under today's"
 
 

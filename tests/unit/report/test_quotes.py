@@ -101,7 +101,7 @@ FIGURE = re.compile(r"(?<![\w.])[+−-]?\d+\.\d+(?![\w.])|(?<!\d)(?!95 ?%)\d+(\.
 
 # Files whose design sections record the pilot measurements and power calculations that fixed a
 # pre-registration before any run (inputs, not results): only their Results section is checked.
-RESULTS_SECTION_ONLY = ("README.md", "docs/attribution.md")
+RESULTS_SECTION_ONLY = ("README.md",)
 
 
 def _results_prose(name: str) -> str:

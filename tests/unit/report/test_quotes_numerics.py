@@ -51,7 +51,7 @@ def test_each_tier_is_set_against_todays_pin(tmp_path):
     rows = {line.split(" | ")[0].strip("| `"): line for line in numerics_pins(tmp_path).splitlines()[2:]}
     assert "today's pin: reproduces on any x86-64 CPU" in rows["ci"] and f"`{today}`" in rows["ci"]
     assert "OpenBLAS Haswell" in rows["ci"]
-    assert "an earlier pin" in rows["mechanism"] and "| MKL |" in rows["mechanism"]
+    assert "the pin before the OpenBLAS kernel" in rows["mechanism"] and "| MKL |" in rows["mechanism"]
     # the runs' own record wins over the publishing process's pin
     assert "an earlier pin" in rows["attribution"] and "`AVX2,STRICT`" in rows["attribution"]
     # an older report: the branch from provenance
