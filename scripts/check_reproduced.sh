@@ -4,7 +4,7 @@
 #   scripts/check_reproduced.sh results/published/smoke results/smoke
 #   scripts/check_reproduced.sh results/published/ci results/ci/smoke      # what .ci/run checks
 # Both tiers must have run in `numerics: reproducible` (the default): the pinned kernel path is what makes
-# two x86 machines agree bit for bit (README, "Reproducible on any machine").
+# two x86 machines agree bit for bit (docs/numerics.md).
 set -euo pipefail
 published=${1:?usage: check_reproduced.sh PUBLISHED_DIR RESULTS_DIR}
 results=${2:?usage: check_reproduced.sh PUBLISHED_DIR RESULTS_DIR}

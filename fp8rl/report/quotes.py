@@ -40,7 +40,9 @@ from fp8rl.vocabulary import REFERENCE_VARIANT
 BEGIN = re.compile(r"<!-- fp8rl:results (?P<name>[a-z0-9-]+) -->\n")
 END = "<!-- /fp8rl:results -->"
 # The markdown files that hold quoted blocks, relative to the repository root.
-QUOTING_FILES = ("README.md", "docs/mechanism.md", "docs/learn.md", "docs/performance.md")
+QUOTING_FILES = (
+    "README.md", "docs/smoke.md", "docs/learn.md", "docs/mechanism.md", "docs/numerics.md", "docs/performance.md"
+)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ blocks
