@@ -7,7 +7,7 @@ what the tables give. So a figure in the text cannot drift from its table, and a
 the text in one command. Words that depend on a figure ("the interval excludes 0") are generated with
 it; prose outside the blocks quotes no result figures (tests/unit/report/test_quotes.py checks both).
 
-The blocks of the smoke, mechanism and learn tiers are here, the speed benchmark's in
+The blocks of the smoke and mechanism tiers are here, the learning tier's in fp8rl.report.quotes_learn, the speed benchmark's in
 fp8rl.report.quotes_performance, the tiers' run times in fp8rl.report.quotes_dag, the kernel paths and the pin's cost in
 fp8rl.report.quotes_numerics; the formats they share in fp8rl.report.quote_format.
 """
@@ -24,7 +24,6 @@ from fp8rl.report.quote_format import (
     SIGNIFICANCE_NOTE,
     QuoteError,
     excludes_zero,
-    interval,
     markdown_table,
     num,
     pct,
@@ -33,6 +32,7 @@ from fp8rl.report.quote_format import (
     published_table,
 )
 from fp8rl.report.quotes_dag import performance_dag
+from fp8rl.report.quotes_learn import learn_divergence, learn_findings
 from fp8rl.report.quotes_numerics import numerics_pins, performance_gemm_paths
 from fp8rl.report.quotes_performance import performance_grid, performance_packing, performance_summary
 from fp8rl.vocabulary import REFERENCE_VARIANT
@@ -267,61 +267,6 @@ def share_range(shares: list[tuple[float, str]]) -> str:
     return f"from adding {num(-100 * lo, 0)} % ({g_lo}) to removing {num(100 * hi, 0)} % ({g_hi})"
 
 
-def learn_divergence(published: Path) -> str:
-    return divergence_table(published, "learn")
-
-
-def divergence_table(published: Path, tier: str) -> str:
-    """Divergence counts with exact 95 % intervals and final accuracy per variant and dose, and the
-    logistic breaking dose (ED50) per swept variant, from a dose-sweep tier's stability tables."""
-    stab = published_table(published, tier, "stability")
-    variants = [
-        v for v in ("bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib") if v in set(stab["variant"])
-    ]
-    doses = sorted(stab["noise"].unique())
-    rows = []
-    for dose in doses:
-        cells = [num(dose, 0)]
-        for v in variants:
-            r = stab[(stab["variant"] == v) & (stab["noise"] == dose)]
-            if r.empty:
-                cells.append("")
-                continue
-            r = r.iloc[0]
-            cells.append(
-                f"{int(r['diverged'])}/{int(r['runs'])} [{num(r['diverged_low'])}, {num(r['diverged_high'])}]; "
-                f"acc {interval(r['final_acc'], r['final_acc_low'], r['final_acc_high'])}"
-            )
-        rows.append(cells)
-    out = markdown_table(["dose"] + variants, rows)
-    method = "exact, Clopper–Pearson" if "fisher_p" in stab else "Wilson: the older method these tables carry"
-    out += (
-        f"\n\nEach cell: runs diverged / runs, with the 95 % interval of the rate ({method}); final accuracy "
-        "(mean over the last steps) with its t-interval over seeds."
-    )
-    fisher = stab[stab["fisher_p"].notna()] if "fisher_p" in stab else stab.iloc[0:0]
-    if not fisher.empty:
-        tests = "; ".join(
-            f"{r['variant']} vs {r['vs']} at dose {num(r['noise'], 0)}: {int(r['diverged'])}/{int(r['runs'])} vs "
-            f"{r['vs_diverged']}, p = {num(r['fisher_p'])}"
-            for _, r in fisher.iterrows()
-            if r["diverged"] > 0 or str(r["vs_diverged"]).split("/")[0] != "0"
-        )
-        if tests:
-            out += f" Fisher's exact test, two-sided: {tests}."
-    breaking = published / tier / "tables" / "breaking_dose.csv"
-    bd = pd.read_csv(breaking) if breaking.is_file() else pd.DataFrame()
-    if "ed50" in bd:  # tables published before the logistic fit have no ED50
-        lines = [
-            f"- {r['variant']}: diverged {r['diverged_by_dose']} at doses {r['doses']}; ED50 "
-            f"{interval(r['ed50'], r['ed50_low'], r['ed50_high'], 1)} ({r['fit']})"
-            for _, r in bd.iterrows()
-        ]
-        out += "\n\nDose at which half the runs break (logistic fit on log2 dose, profile-likelihood 95 % interval):\n\n"
-        out += "\n".join(lines)
-    return out
-
-
 def smoke_unpinned(published: Path) -> str:
     """How far a run on another kernel path lands: the smoke tier rerun unpinned (`numerics: fast`,
     MKL's generic branch) against the published, pinned one, within the bands of `fp8rl check`, and
@@ -352,6 +297,7 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "mechanism-excess": mechanism_excess,
     "mechanism-verdicts": mechanism_verdicts,
     "learn-divergence": learn_divergence,
+    "learn-findings": learn_findings,
     "smoke-unpinned": smoke_unpinned,
     "performance-summary": performance_summary,
     "performance-grid": performance_grid,

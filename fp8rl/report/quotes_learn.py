@@ -1,0 +1,104 @@
+"""The learning tier's figures that README.md and docs/learn.md quote (fp8rl.report.quotes), from its
+published tables: whether the bf16 control learned (`control.csv`), the pre-registered contrasts
+(`planned.csv`), and divergence per variant and noise dose (`stability.csv`, `breaking_dose.csv`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from fp8rl.report.quote_format import QuoteError, interval, markdown_table, num, published_table
+
+TIER = "learn"
+
+
+def learn_findings(published: Path) -> str:
+    """A few bullets: the control's reward rise with its interval and verdict, each planned contrast with
+    its interval, Holm p and decision, and where runs diverged, of which kind."""
+    control = published_table(published, TIER, "control")
+    if control.empty:
+        raise QuoteError(f"{published / TIER}: control.csv has no bf16 group")
+    lines = []
+    for r in control.to_dict("records"):
+        lines.append(
+            f"- bf16 control: sampled reward {num(r['reward_first'])} over the first steps → "
+            f"{num(r['reward_last'])} over the last ones, a rise of "
+            f"{interval(r['rise'], r['low'], r['high'])} over {int(r['n'])} {r['unit'].split(' ')[0]}s: "
+            f"**{r['verdict']}**."
+        )
+    void = not (control["verdict"] == "learned").all()
+    planned = published_table(published, TIER, "planned")
+    for r in planned.to_dict("records"):
+        lines.append(
+            f"- {r['arm']} − {r['reference']} (final-window reward, Welch t, Holm): "
+            f"{interval(r['difference'], r['low'], r['high'], 3)}, p (Holm) = {num(r['p_adjusted'], 3)}: "
+            f"{r['decision']}" + (" (void: the control did not learn)" if void else "") + "."
+        )
+    stab = published_table(published, TIER, "stability")
+    broke = stab[stab["diverged"] > 0]
+    if broke.empty:
+        lines.append(f"- Divergences: none in {int(stab['runs'].sum())} runs.")
+    else:
+        cells = "; ".join(
+            f"{r['variant']} at dose {num(r['noise'], 0)}: {int(r['diverged'])}/{int(r['runs'])}"
+            + (f" ({r['kinds']})" if isinstance(r.get("kinds"), str) and r["kinds"] else "")
+            for r in broke.to_dict("records")
+        )
+        lines.append(f"- Divergences (runs flagged / runs): {cells}.")
+    return "\n".join(lines)
+
+
+def learn_divergence(published: Path) -> str:
+    return divergence_table(published, "learn")
+
+
+def divergence_table(published: Path, tier: str) -> str:
+    """Divergence counts with exact 95 % intervals and final accuracy per variant and dose, and the
+    logistic breaking dose (ED50) per swept variant, from a dose-sweep tier's stability tables."""
+    stab = published_table(published, tier, "stability")
+    variants = [
+        v for v in ("bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib") if v in set(stab["variant"])
+    ]
+    doses = sorted(stab["noise"].unique())
+    rows = []
+    for dose in doses:
+        cells = [num(dose, 0)]
+        for v in variants:
+            r = stab[(stab["variant"] == v) & (stab["noise"] == dose)]
+            if r.empty:
+                cells.append("")
+                continue
+            r = r.iloc[0]
+            cells.append(
+                f"{int(r['diverged'])}/{int(r['runs'])} [{num(r['diverged_low'])}, {num(r['diverged_high'])}]; "
+                f"acc {interval(r['final_acc'], r['final_acc_low'], r['final_acc_high'])}"
+            )
+        rows.append(cells)
+    out = markdown_table(["dose"] + variants, rows)
+    method = "exact, Clopper–Pearson" if "fisher_p" in stab else "Wilson: the older method these tables carry"
+    out += (
+        f"\n\nEach cell: runs diverged / runs, with the 95 % interval of the rate ({method}); final accuracy "
+        "(mean over the last steps) with its t-interval over seeds."
+    )
+    fisher = stab[stab["fisher_p"].notna()] if "fisher_p" in stab else stab.iloc[0:0]
+    if not fisher.empty:
+        tests = "; ".join(
+            f"{r['variant']} vs {r['vs']} at dose {num(r['noise'], 0)}: {int(r['diverged'])}/{int(r['runs'])} vs "
+            f"{r['vs_diverged']}, p = {num(r['fisher_p'])}"
+            for _, r in fisher.iterrows()
+            if r["diverged"] > 0 or str(r["vs_diverged"]).split("/")[0] != "0"
+        )
+        if tests:
+            out += f" Fisher's exact test, two-sided: {tests}."
+    breaking = published / tier / "tables" / "breaking_dose.csv"
+    bd = pd.read_csv(breaking) if breaking.is_file() else pd.DataFrame()
+    if "ed50" in bd:  # tables published before the logistic fit have no ED50
+        lines = [
+            f"- {r['variant']}: diverged {r['diverged_by_dose']} at doses {r['doses']}; ED50 "
+            f"{interval(r['ed50'], r['ed50_low'], r['ed50_high'], 1)} ({r['fit']})"
+            for _, r in bd.iterrows()
+        ]
+        out += "\n\nDose at which half the runs break (logistic fit on log2 dose, profile-likelihood 95 % interval):\n\n"
+        out += "\n".join(lines)
+    return out
