@@ -1,0 +1,50 @@
+"""The learning tier's quoted findings (fp8rl.report.quotes_learn): the control's verdict with its
+interval, each planned contrast marked void when the control did not learn, and the divergences."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from fp8rl.report.quote_format import QuoteError
+from fp8rl.report.quotes_learn import learn_findings
+
+PLANNED = {
+    "contrast": "fp8_s4_vs_bf16", "arm": "fp8_s4", "reference": "bf16", "n_arm": 3, "n_reference": 3,
+    "difference": -0.41, "low": -0.52, "high": -0.30, "df": 3.9, "p": 0.0004, "p_adjusted": 0.0012,
+    "decision": "reject H0: no difference", "power_observed": 1.0, "power_planned": 0.9, "question": "q",
+}  # fmt: skip
+
+
+def _publish(root, rise=(0.30, 0.22, 0.38), diverged=0):
+    tables = root / "learn" / "tables"
+    tables.mkdir(parents=True)
+    low, high = rise[1], rise[2]
+    verdict = "learned" if low > 0 else ("fell" if high < 0 else "flat")
+    pd.DataFrame([{"algo": "grpo", "model": "tiny", "condition": "none", "runs": 3, "used": 3, "diverged": 0,
+                   "unit": "base", "n": 3, "reward_first": 0.5, "reward_last": 0.5 + rise[0], "rise": rise[0],
+                   "low": low, "high": high, "verdict": verdict}]).to_csv(tables / "control.csv", index=False)  # fmt: skip
+    pd.DataFrame([PLANNED]).to_csv(tables / "planned.csv", index=False)
+    stab = [{"algo": "grpo", "model": "tiny", "variant": "fp8", "granularity": "tensorwise", "noise": 4.0,
+             "runs": 3, "diverged": diverged, "kinds": "reward_collapse" if diverged else ""}]  # fmt: skip
+    pd.DataFrame(stab).to_csv(tables / "stability.csv", index=False)
+    return root
+
+
+def test_a_learning_control_and_its_contrasts(tmp_path):
+    text = learn_findings(_publish(tmp_path))
+    assert "a rise of 0.30 [0.22, 0.38] over 3 bases: **learned**" in text
+    assert "fp8_s4 − bf16" in text and "−0.410 [−0.520, −0.300]" in text and "void" not in text
+    assert "Divergences: none in 3 runs." in text
+
+
+def test_a_flat_control_voids_every_contrast(tmp_path):
+    text = learn_findings(_publish(tmp_path, rise=(0.02, -0.05, 0.09), diverged=2))
+    assert "**flat**" in text
+    assert "(void: the control did not learn)" in text
+    assert "fp8 at dose 4: 2/3 (reward_collapse)" in text
+
+
+def test_an_unpublished_tier_is_named(tmp_path):
+    with pytest.raises(QuoteError, match="control.csv: not published"):
+        learn_findings(tmp_path)
