@@ -48,7 +48,7 @@ from fp8rl.config.base import (
     is_hub_id,
     is_safe_path,
 )
-from fp8rl.config.evaluation import EvalConfig
+from fp8rl.config.evaluation import EvalConfig, TaskName
 from fp8rl.config.experiment import RESOURCE_RULES, TRAIN_SECTIONS, ExperimentConfig
 from fp8rl.config.infrastructure import (
     ContainersConfig,
@@ -109,6 +109,7 @@ __all__ = [
     "Strict",
     "TISConfig",
     "TaskConfig",
+    "TaskName",
     "TrackingConfig",
     "VariantName",
     "WandbConfig",
