@@ -18,8 +18,10 @@ docs/interfaces.md): `summary.json`, `metrics.jsonl`, `throughput.json`, `eval/l
 - `problems`: one line per piece of data that could not be used, naming the file (and line). An `ok`
   or `diverged` run without the eval result file of a suite the config asks for is one (its seed is
   absent from that suite's means), and so is an eval result whose `checkpoint_digest` is not the run's
-  checkpoint's (it scored another checkpoint, e.g. before a retrain): its scores are left out, and every
-  task an eval job recorded as `failed` (its harness crashed on the job's last attempt).
+  checkpoint's (it scored another checkpoint, e.g. before a retrain), or whose run's checkpoint no
+  longer has the files its `state.json` records (damaged since: fp8rl.checkpoint_files): its scores are
+  left out, and every task an eval job recorded as `failed` (its harness crashed on the job's last
+  attempt).
 - `ratio_hists`: run id → its FP8 vs BF16-shadow ratio histogram (`fp8rl.rl.ratio_hist`).
 
 Malformed `metrics.jsonl` lines are **skipped and counted**, not fatal: a line that is not UTF-8 or not
@@ -40,6 +42,7 @@ from typing import Any
 
 import pandas as pd
 
+from fp8rl.checkpoint_files import CheckpointError, verify_files
 from fp8rl.config import ExperimentConfig
 from fp8rl.config.runs import RunSpec
 from fp8rl.rl.ratio_hist import KEYS as HIST_KEYS
@@ -140,9 +143,28 @@ def _summary_status(run: RunDir, problems: list[str]) -> tuple[dict, dict | None
     return row, summary
 
 
-def _eval_values(path: Path, suite: str, problems: list[str], checkpoint: Path) -> list[dict]:
+def checkpoint_damage(checkpoint: Path) -> str | None:
+    """What is wrong with the checkpoint's files against its own `state.json` (fp8rl.checkpoint_files),
+    or None: intact, or no record to check against."""
+    try:
+        verify_files(checkpoint)
+    except CheckpointError as exc:
+        return str(exc)
+    return None
+
+
+def _eval_values(
+    path: Path, suite: str, problems: list[str], checkpoint: Path, damage: str | None = None
+) -> list[dict]:
+    """The scores of one eval result file; none (and a problem) when it scored another checkpoint or
+    the run's checkpoint is damaged (`damage`: `checkpoint_damage`)."""
     obj = _read_json(path, problems)
     if obj is None:
+        return []
+    if damage is not None:
+        problems.append(
+            f"{path}: the run's checkpoint is damaged ({damage}); scores ignored, retrain the run"
+        )
         return []
     scored = obj.get("checkpoint_digest")  # absent in result files written before it was recorded
     if scored is not None and (now := checkpoint_digest(checkpoint)) is not None and scored != now:
@@ -258,11 +280,13 @@ def load_run(
         frames.append(long.assign(source="train", stderr=math.nan))
 
     other: list[dict] = []
+    evaluated = any(run.eval_file(suite).exists() for suite in EVAL_FILES)
+    damage = checkpoint_damage(run.checkpoint) if evaluated else None
     for suite in EVAL_FILES:
         path = run.eval_file(suite)
         if suite in suites and row["status"] in ("ok", "diverged") and not path.exists():
             problems.append(f"{path}: missing; the run ({row['status']}) is absent from the {suite} means")
-        other += _eval_values(path, suite, problems, run.checkpoint)
+        other += _eval_values(path, suite, problems, run.checkpoint, damage)
     labels, tp = _throughput(run.throughput, problems)
     row |= labels
     other += tp

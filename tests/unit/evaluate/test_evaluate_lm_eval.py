@@ -246,3 +246,33 @@ def test_a_crashing_harness_is_recorded_on_the_last_attempt(tiny_checkpoint, dat
     values = _eval_values(out, "agent", problems, tiny_checkpoint)
     assert {v["metric"].split("/")[0] for v in values} == {"tool_call"}
     assert len(problems) == 1 and "bfcl_simple failed (CalledProcessError" in problems[0]
+
+
+def test_a_damaged_checkpoint_exits_2_naming_the_file(data_dir, tmp_path, capsys, monkeypatch):
+    """One byte flipped in a trainer checkpoint's `model.safetensors`: refused against the sha256 its
+    `state.json` records, before any model is loaded or any result written."""
+    import fp8rl.evaluate.lm_eval_runner as runner
+    from fp8rl.config import ArchConfig
+    from fp8rl.engine.checkpoint import save_checkpoint
+    from fp8rl.engine.model import build_model
+    from fp8rl.engine.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    model = build_model(
+        ArchConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), tok, seed=0
+    )
+    ckpt = tmp_path / "run" / "checkpoint"
+    save_checkpoint(ckpt, model, tok, {}, {"step": 1})
+    monkeypatch.setattr(runner, "run_lm_eval", lambda *a, **k: pytest.fail("evaluated a damaged checkpoint"))
+    weights = bytearray((ckpt / "model.safetensors").read_bytes())
+    weights[len(weights) // 2] ^= 0x01
+    (ckpt / "model.safetensors").write_bytes(weights)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(json.dumps(CFG.model_dump(mode="json")))
+    out = tmp_path / "eval" / "lm_eval.json"
+    args = ["eval", "lm-eval", "--config", str(cfg), "--checkpoint", str(ckpt), "--data", str(data_dir)]
+    assert main([*args, "--out", str(out)]) == 2
+    assert (
+        f"{ckpt / 'model.safetensors'}: corrupt (sha256 differs from state.json)" in capsys.readouterr().err
+    )
+    assert not out.exists()
