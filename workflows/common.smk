@@ -2,6 +2,7 @@
 # helpers that map wildcards to run ids. The Snakefile includes it first (after its configfile).
 
 import contextlib
+import glob
 import os
 import sys
 from pathlib import Path
@@ -161,6 +162,61 @@ def section_digest(*sections, model=None, condition=None):
     """A short hash of the config sections a rule's output depends on. Passed as a param, so changing
     one of them reruns that rule (Snakemake's params trigger) and changing anything else does not."""
     return CFG.section_digest(*sections, model=model, condition=condition)
+
+
+# Snakemake keeps the params it ran a job with in `.snakemake/` of the working directory: a fresh clone,
+# or a DAG started from another directory, has none and would take every existing output as current.
+# So the outputs carry their own record: once its command succeeded, a job leaves an empty file
+# `{R}/digests/{rule}/{its output}@{digest}` (`RECORD_DIGEST`). A job whose output exists with only
+# other digests recorded takes those records as inputs, and Snakemake reruns a job whose input is newer
+# than its output: a record's mtime is set far ahead (`RECORD_MTIME`), because Snakemake touches a job's
+# outputs after the job, so a record the job wrote would be older. The rerun removes the old records
+# (so none is newer than the new output) and leaves its own; the job and what depends on it rerun from
+# any working directory, and a dry run says so. An output with no record at all (made before records
+# were kept) is taken as current.
+DIGESTS = f"{R}/digests"
+
+
+class ConfigTrigger:
+    """A rule's rerun trigger on its config sections: `digest` (a string, or a function of the job's
+    wildcards) for the output pattern `output` (its first, the one the record is kept for)."""
+
+    def __init__(self, rule, output, digest):
+        self.rule, self.output, self.digest = rule, str(output), digest
+
+    def _out(self, wildcards):
+        return Path(self.output.format(**dict(wildcards.items())))
+
+    def _record(self, wildcards, digest):
+        rel = os.path.relpath(self._out(wildcards), R)
+        return Path(DIGESTS) / self.rule / f"{rel}@{digest}"
+
+    def _current(self, wildcards):
+        return self._record(wildcards, self.digest(wildcards) if callable(self.digest) else self.digest)
+
+    def changed(self, wildcards):
+        """The input function: the job's records when its output exists under other digests only."""
+        current = self._current(wildcards)
+        if not self._out(wildcards).exists() or current.exists():
+            return []
+        return sorted(str(p) for p in current.parent.glob(f"{glob.escape(current.name.rsplit('@', 1)[0])}@*"))
+
+    def params(self):
+        """The rule's params: `digest` (Snakemake's own trigger) and the record the job leaves."""
+        return {
+            "digest": self.digest,
+            "digest_record": lambda wildcards: str(self._current(wildcards)),
+            "digest_dir": lambda wildcards: str(self._current(wildcards).parent),
+        }
+
+
+# Appended to a rule's shell command: once its command succeeded, the job removes the records of other
+# digests that made it rerun and leaves its own, with an mtime (2100-01-01 UTC) no output will reach.
+RECORD_MTIME = 4102444800
+RECORD_DIGEST = (
+    " && rm -f -- {input.changed:q} && mkdir -p {params.digest_dir:q}"
+    f" && touch -d @{RECORD_MTIME} {{params.digest_record:q}}"
+)
 
 
 # ------------------------------------------------------------------------------------------ runs
