@@ -45,6 +45,7 @@ import pandas as pd
 from fp8rl.checkpoint_files import CheckpointError, verify_files
 from fp8rl.config import ExperimentConfig
 from fp8rl.config.runs import RunSpec
+from fp8rl.report.stats import is_proportion
 from fp8rl.rl.ratio_hist import KEYS as HIST_KEYS
 from fp8rl.run_checks import history_problems, owner_problems, summary_problems
 from fp8rl.rundir import EVAL_FILES, RunDir, checkpoint_digest
@@ -184,21 +185,44 @@ def _eval_values(
     if not isinstance(results, list):
         problems.append(f"{path}: 'results' is not a list; file ignored")
         return []
+    keys = [
+        f"{r['task']}/{r['metric']}" if isinstance(r, dict) and r.get("task") and r.get("metric") else None
+        for r in results
+    ]
     for i, res in enumerate(results):
-        ok = isinstance(res, dict) and res.get("task") and res.get("metric") and _is_number(res.get("value"))
+        ok = keys[i] is not None and _is_number(res.get("value"))
         if not ok:
             problems.append(f"{path}: results[{i}] lacks task/metric/numeric value; entry ignored")
+            continue
+        if why := _eval_entry_problem(res, keys[i], keys):
+            problems.append(f"{path}: results[{i}] ({keys[i]}): {why}; entry ignored")
             continue
         stderr = res.get("stderr")
         out.append(
             {
                 "source": suite,
-                "metric": f"{res['task']}/{res['metric']}",
+                "metric": keys[i],
                 "value": float(res["value"]),
                 "stderr": float(stderr) if _is_number(stderr) else math.nan,
             }
         )
     return out
+
+
+def _eval_entry_problem(res: dict, key: str, keys: list[str | None]) -> str | None:
+    """Why one eval score cannot enter a mean, or None: a value that is not finite, a proportion
+    outside [0, 1], a score over no example (`n` < 1), or a task/metric the file gives twice (which of
+    them is the run's score is unknown, and both would count as two seeds)."""
+    value, n = float(res["value"]), res.get("n")
+    if not math.isfinite(value):
+        return f"value {value} is not finite"
+    if is_proportion(key) and not 0.0 <= value <= 1.0:
+        return f"value {value} of a proportion is outside [0, 1]"
+    if n is not None and (not _is_number(n) or not n >= 1):
+        return f"n = {n!r}: a score over no example"
+    if keys.count(key) > 1:
+        return f"given {keys.count(key)} times in the file"
+    return None
 
 
 def _throughput(path: Path, problems: list[str]) -> tuple[dict, list[dict]]:
@@ -280,11 +304,13 @@ def load_run(
         frames.append(long.assign(source="train", stderr=math.nan))
 
     other: list[dict] = []
-    evaluated = any(run.eval_file(suite).exists() for suite in EVAL_FILES)
+    evaluated = any(run.eval_file(suite).is_file() for suite in EVAL_FILES)
     damage = checkpoint_damage(run.checkpoint) if evaluated else None
     for suite in EVAL_FILES:
         path = run.eval_file(suite)
-        if suite in suites and row["status"] in ("ok", "diverged") and not path.exists():
+        if path.exists() and not path.is_file():
+            problems.append(f"{path}: not a file; the run ({row['status']}) is absent from the {suite} means")
+        elif suite in suites and row["status"] in ("ok", "diverged") and not path.exists():
             problems.append(f"{path}: missing; the run ({row['status']}) is absent from the {suite} means")
         other += _eval_values(path, suite, problems, run.checkpoint, damage)
     labels, tp = _throughput(run.throughput, problems)
