@@ -18,6 +18,7 @@ modules above it in this list:
 - `training`: `schedule`, `task`, `sft`, `stability`
 - `evaluation`: `eval`
 - `infrastructure`: `resources`, `hub`, `containers`, `tracking`
+- `limits`: `limits` (`LIMITS`, the bounds on what a config may ask of a machine, and `limit_problems`)
 - `matrix`: `matrix` (`MatrixConfig`, a study's `ConditionConfig`s)
 - `runs`: no section; the matrix's cells (`RunSpec`, its run id), `expand_matrix`, `find_run`,
   `reference_run`
@@ -58,6 +59,7 @@ from fp8rl.config.infrastructure import (
     TrackingConfig,
     WandbConfig,
 )
+from fp8rl.config.limits import LIMITS, limit_problems
 from fp8rl.config.matrix import ConditionConfig, MatrixConfig
 from fp8rl.config.models import ArchConfig, ModelConfig
 from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
@@ -69,6 +71,7 @@ from fp8rl.config.training import STEPS_MAX, ScheduleConfig, SFTConfig, Stabilit
 __all__ = [
     "AXES",
     "HUB_ID",
+    "LIMITS",
     "NAME_MAX",
     "NAME_PATTERN",
     "RESOURCE_RULES",
@@ -119,6 +122,7 @@ __all__ = [
     "find_run",
     "is_hub_id",
     "is_safe_path",
+    "limit_problems",
     "reference_run",
     "resolve_run",
 ]

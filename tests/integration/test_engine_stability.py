@@ -85,7 +85,11 @@ def test_weights_that_blow_up_are_a_non_finite_divergence(tier, train, tmp_path,
     from fp8rl.engine.divergence import Diverged
     from fp8rl.engine.sampler import sample_tokens
 
-    over = {"schedule.weight_decay": 1e300, "schedule.mini_batches": 1}
+    over = {
+        "schedule.weight_decay": 1e300,
+        "schedule.mini_batches": 1,
+        "limits": {"schedule.weight_decay": 1e300},
+    }
     _, summary, _ = train("grpo/tiny/bf16/none/seed0", tmp_path / "run", over)
     assert summary["status"] == "diverged", summary
     assert summary["divergence"]["kind"] == "non_finite" and summary["step"] == 1, summary
