@@ -37,6 +37,7 @@ from fp8rl.config.base import (
     HUB_ID,
     NAME_MAX,
     NAME_PATTERN,
+    PATH_PART_MAX,
     SAFE_PATH,
     SEED_MAX,
     AlgoName,
@@ -48,6 +49,7 @@ from fp8rl.config.base import (
     VariantName,
     is_hub_id,
     is_safe_path,
+    long_path_part,
 )
 from fp8rl.config.evaluation import EvalConfig, TaskName
 from fp8rl.config.experiment import RESOURCE_RULES, TRAIN_SECTIONS, ExperimentConfig
@@ -74,6 +76,7 @@ __all__ = [
     "LIMITS",
     "NAME_MAX",
     "NAME_PATTERN",
+    "PATH_PART_MAX",
     "RESOURCE_RULES",
     "SAFE_PATH",
     "SEED_MAX",
@@ -123,6 +126,7 @@ __all__ = [
     "is_hub_id",
     "is_safe_path",
     "limit_problems",
+    "long_path_part",
     "reference_run",
     "resolve_run",
 ]

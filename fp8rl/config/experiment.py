@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from fp8rl.config.algorithms import AlgorithmsConfig, DAPOConfig, GRPOConfig
-from fp8rl.config.base import Strict, is_safe_path
+from fp8rl.config.base import PATH_PART_MAX, Strict, is_safe_path, long_path_part
 from fp8rl.config.evaluation import EvalConfig
 from fp8rl.config.infrastructure import ContainersConfig, HubConfig, Resources, TrackingConfig
 from fp8rl.config.limits import LIMITS
@@ -87,6 +87,11 @@ class ExperimentConfig(Strict):
     @field_validator("results_dir")
     @classmethod
     def _results_dir(cls, v: str) -> str:
+        if (part := long_path_part(v)) is not None:
+            raise ValueError(
+                f"the part {part[:20]}... is {len(part.encode())} bytes long; a file or folder name can "
+                f"be at most {PATH_PART_MAX}"
+            )
         if not is_safe_path(v):
             raise ValueError(
                 f"{v!r} is not a safe path: use letters, digits, '_', '.', '-' and '/' between parts "

@@ -14,6 +14,7 @@ sample (prompt, responses, per-sample scores) goes to a JSONL file beside the sc
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 from pathlib import Path
@@ -26,16 +27,26 @@ from fp8rl.evaluate.schema import TaskResult, normalise_lm_eval, sample_records,
 
 # stderr of a mean is analytic in lm-eval; bootstrap only serves other aggregations (none here).
 BOOTSTRAP_ITERS = 1000
+# The files of a Hugging Face model folder that transformers reads when they are there.
+HF_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+            "chat_template.jinja", "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json")  # fmt: skip
 
 
 def check_checkpoint(checkpoint: Path) -> None:
-    """A Hugging Face model directory: config.json and weights; EvalInputError naming what is missing."""
+    """A Hugging Face model directory: config.json and weights, each a file; EvalInputError naming what
+    is missing or not a file, and a tokenizer config that cannot be read."""
     if not checkpoint.is_dir():
         raise EvalInputError(f"checkpoint {checkpoint} not found (did the training run finish?)")
     if not (checkpoint / "config.json").is_file():
         raise EvalInputError(f"checkpoint {checkpoint / 'config.json'} not found: not a Hugging Face model")
-    if not any(checkpoint.glob("*.safetensors")) and not any(checkpoint.glob("*.bin")):
+    weights = [*checkpoint.glob("*.safetensors"), *checkpoint.glob("*.bin")]
+    if not weights:
         raise EvalInputError(f"checkpoint {checkpoint}: no model weights (*.safetensors)")
+    present = [checkpoint / name for name in HF_FILES if (checkpoint / name).exists()]
+    for path in [checkpoint / "config.json", *weights, *present]:
+        if not path.is_file():  # a directory: transformers would blame a missing package, not the file
+            raise EvalInputError(f"checkpoint {path}: not a file")
+    has_chat_template(checkpoint)  # a broken tokenizer_config.json is named here, before any work
 
 
 def model_spec(cfg: ExperimentConfig, checkpoint: Path) -> tuple[str, dict[str, Any]]:
@@ -61,7 +72,12 @@ def has_chat_template(checkpoint: Path) -> bool:
     if (checkpoint / "chat_template.jinja").is_file():
         return True
     config = checkpoint / "tokenizer_config.json"
-    return config.is_file() and "chat_template" in json.loads(config.read_text())
+    if not config.is_file():
+        return False
+    try:
+        return "chat_template" in json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError) as exc:
+        raise EvalInputError(f"{config}: not a readable tokenizer config ({exc})") from None
 
 
 def registered_config(manager: Any, name: str) -> dict:
@@ -113,9 +129,25 @@ def build_tasks(cfg: ExperimentConfig, plan: TaskPlan) -> tuple[list, Any]:
             loaded = manager.load([spec])
         except Exception as exc:  # lm-eval raises many kinds for a bad task config
             source = plan.sources.get(name, f"lm-eval task {name!r}")
+            if (full := _disk_full(exc)) is not None:  # `datasets` wraps it as a dataset error
+                raise EvalInputError(
+                    f"{source}: no space left on the device while building the task "
+                    f"({full.filename or 'its dataset cache'}): free some space and run again"
+                ) from None
             raise EvalInputError(f"{source}: cannot build the task: {type(exc).__name__}: {exc}") from None
         tasks.extend(loaded["tasks"].values())
     return tasks, manager
+
+
+def _disk_full(exc: BaseException) -> OSError | None:
+    """The ENOSPC (or EDQUOT) error somewhere in `exc`'s chain of causes, or None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def run_lm_eval(

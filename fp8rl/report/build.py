@@ -243,7 +243,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     atomic_write_text(
         paths.table("comparison", "md"), comparison_markdown(f"{title}: comparison", view, paired)
     )
-    bases = base_model_table(final.root)
+    bases = base_model_table(final.root, runset.problems)
     _csv(bases, paths.table("base_models", "csv"))
     atomic_write_text(
         paths.table("base_models", "md"), to_markdown(f"{title}: base models", bases, BASE_NOTES)

@@ -48,3 +48,12 @@ def test_every_shipped_tier_is_inside_the_bounds():
     for path in sorted((REPO / "config").glob("*.yaml")):
         if path.name != "small_cpu.yaml":  # an overlay of small.yaml
             load_config(path)
+
+
+@pytest.mark.parametrize("key", ["results_dir", "hub.home"])
+def test_a_path_part_no_filesystem_can_create_is_refused(key, capsys):
+    """A 300-character folder name in results_dir ended in a Snakemake traceback (ENAMETOOLONG)."""
+    setting = f"{key}=results/{'a' * 300}/x"
+    assert main(["config", "validate", str(SMOKE), "--set", setting]) == 2
+    err = capsys.readouterr().err
+    assert f"{key}: the part aaaaaaaaaaaaaaaaaaaa... is" in err and "255" in err

@@ -276,3 +276,53 @@ def test_a_damaged_checkpoint_exits_2_naming_the_file(data_dir, tmp_path, capsys
         f"{ckpt / 'model.safetensors'}: corrupt (sha256 differs from state.json)" in capsys.readouterr().err
     )
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        (lambda c: _replace_with_dir(c / "model.safetensors"), "model.safetensors: not a file"),
+        (lambda c: _replace_with_dir(c / "tokenizer_config.json"), "tokenizer_config.json: not a file"),
+        (lambda c: (c / "tokenizer_config.json").write_text("{broken"), "tokenizer_config.json: not a readable"),
+    ],
+)  # fmt: skip
+def test_a_damaged_checkpoint_file_is_named(tiny_checkpoint, tmp_path, damage, named):
+    """A weights or tokenizer file that is a directory, or a tokenizer config that is not JSON: the
+    error names that file (before: a directory passed, or transformers asked for sentencepiece)."""
+    import shutil
+
+    from fp8rl.evaluate.eval_tasks import EvalInputError
+    from fp8rl.evaluate.lm_eval_runner import check_checkpoint
+
+    ckpt = tmp_path / "checkpoint"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    check_checkpoint(ckpt)
+    damage(ckpt)
+    with pytest.raises(EvalInputError, match=named):
+        check_checkpoint(ckpt)
+
+
+def _replace_with_dir(path):
+    path.unlink()
+    path.mkdir()
+
+
+def test_a_full_disk_while_building_a_task_is_named_as_such(data_dir, tmp_path, monkeypatch):
+    """`datasets` wraps ENOSPC in a dataset error; the message said the dataset was broken."""
+    import errno
+
+    from lm_eval.tasks import TaskManager
+
+    from fp8rl.evaluate.eval_tasks import EvalInputError
+    from fp8rl.evaluate.lm_eval_runner import build_tasks
+
+    def full(self, specs):
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "cache" / "x.arrow"))
+        except OSError as exc:
+            raise RuntimeError("An error occurred while generating the dataset") from exc
+
+    monkeypatch.setattr(TaskManager, "load", full)
+    plan = plan_tasks("lm_eval", ["arith_gen"], data_dir, cache_dir=tmp_path / "cache")
+    with pytest.raises(EvalInputError, match=r"arith_gen\.yaml: no space left on the device .*x\.arrow"):
+        build_tasks(CFG, plan)
