@@ -178,6 +178,7 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
 
     final = ReportPaths.for_config(cfg)
     runs_dir = Path(runs_dir) if runs_dir is not None else final.runs_dir
+    check_output_folders(final)
     with hold_lock(final.lock_file, LOCK_HINT):
         for folder, name in ((final.root, "report"), (final.tables_dir, "*"), (final.plots_dir, "*")):
             remove_stale_temps(folder, name)  # what a killed report left
@@ -193,6 +194,23 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
         finally:
             shutil.rmtree(stage.root, ignore_errors=True)
     return manifest
+
+
+class ReportPathError(ValueError):
+    """An output folder of the report that leads out of the tier's folder; nothing was written."""
+
+
+def check_output_folders(final: ReportPaths) -> None:
+    """ReportPathError unless the report's folders (and report.json's folder) are the tier's own: a
+    `tables/` or `plots/` that is a link, or resolves elsewhere, would take the report's writes outside
+    `results_dir`."""
+    root = final.root.resolve()
+    for folder in (final.tables_dir, final.plots_dir):
+        if folder.is_symlink() or (folder.exists() and not folder.resolve().is_relative_to(root)):
+            raise ReportPathError(
+                f"{folder}: a link (to {folder.resolve()}), not a folder of the tier's report; the report "
+                "writes only inside its results folder: remove the link and run it again"
+            )
 
 
 def install_report(stage: ReportPaths, final: ReportPaths) -> None:
