@@ -67,7 +67,13 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
     from fp8rl.checkpoint_files import CheckpointError, verify_files
     from fp8rl.evaluate.bfcl import run_bfcl
     from fp8rl.evaluate.eval_tasks import plan_tasks
-    from fp8rl.evaluate.lm_eval_runner import check_checkpoint, has_chat_template, model_spec, run_lm_eval
+    from fp8rl.evaluate.lm_eval_runner import (
+        check_chat_template,
+        check_checkpoint,
+        has_chat_template,
+        model_spec,
+        run_lm_eval,
+    )
     from fp8rl.evaluate.schema import samples_path, write_eval
     from fp8rl.provenance import provenance
 
@@ -83,6 +89,7 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
             work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
             try:
                 check_checkpoint(checkpoint)
+                check_chat_template(checkpoint)
                 try:  # the files the trainer recorded, byte for byte (none recorded: not checked)
                     verify_files(checkpoint, "retrain the run, or restore the checkpoint")
                 except CheckpointError as exc:

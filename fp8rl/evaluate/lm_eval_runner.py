@@ -49,6 +49,59 @@ def check_checkpoint(checkpoint: Path) -> None:
     has_chat_template(checkpoint)  # a broken tokenizer_config.json is named here, before any work
 
 
+# A chat template renders a prompt in milliseconds; one that loops for longer is refused (a template with
+# nested loops of the sandbox's 100 000-item ranges ran for hours on every prompt).
+CHAT_TEMPLATE_SECONDS = 10.0
+
+
+def check_chat_template(checkpoint: Path, seconds: float = CHAT_TEMPLATE_SECONDS) -> None:
+    """Render the checkpoint's chat template (if it has one) on a one-turn conversation within `seconds`
+    (SIGALRM, so only on the main thread; elsewhere it is not timed); EvalInputError naming the template
+    when it takes longer or fails to render."""
+    import signal
+    import threading
+
+    if not has_chat_template(checkpoint):
+        return
+    from transformers import AutoTokenizer
+
+    where = checkpoint / "chat_template.jinja"
+    where = where if where.is_file() else checkpoint / "tokenizer_config.json"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    except Exception as exc:  # transformers raises many kinds for a broken tokenizer folder
+        raise EvalInputError(
+            f"{checkpoint}: the tokenizer cannot be loaded ({type(exc).__name__}: {exc})"
+        ) from None
+
+    class _Slow(Exception):
+        pass
+
+    def _stop(signum, frame):
+        raise _Slow
+
+    timed = threading.current_thread() is threading.main_thread()
+    if timed:
+        previous = signal.signal(signal.SIGALRM, _stop)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": "1+1="}], tokenize=False, add_generation_prompt=True
+        )
+    except _Slow:
+        raise EvalInputError(
+            f"{where}: the chat template takes more than {seconds:g} s to render one prompt"
+        ) from None
+    except Exception as exc:
+        raise EvalInputError(
+            f"{where}: the chat template does not render ({type(exc).__name__}: {exc})"
+        ) from None
+    finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
 def model_spec(cfg: ExperimentConfig, checkpoint: Path) -> tuple[str, dict[str, Any]]:
     """lm-eval model name and arguments: `hf` for the reference backend, `fp8rl-vllm` (lm-eval's `vllm`
     with a sampling seed per request: fp8rl.evaluate.vllm_seeded) for verl."""

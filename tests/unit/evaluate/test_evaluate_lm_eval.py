@@ -326,3 +326,27 @@ def test_a_full_disk_while_building_a_task_is_named_as_such(data_dir, tmp_path, 
     plan = plan_tasks("lm_eval", ["arith_gen"], data_dir, cache_dir=tmp_path / "cache")
     with pytest.raises(EvalInputError, match=r"arith_gen\.yaml: no space left on the device .*x\.arrow"):
         build_tasks(CFG, plan)
+
+
+def test_a_chat_template_that_loops_for_ever_is_refused_in_bounded_time(tiny_checkpoint, tmp_path):
+    """Nested loops of the sandbox's largest ranges hung the eval; rendering is bounded before any work."""
+    import shutil
+    import time
+
+    from fp8rl.evaluate.eval_tasks import EvalInputError
+    from fp8rl.evaluate.lm_eval_runner import check_chat_template
+
+    ckpt = tmp_path / "checkpoint"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    check_chat_template(ckpt)  # none: nothing to render
+    (ckpt / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    check_chat_template(ckpt)
+    (ckpt / "chat_template.jinja").write_text(
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    )
+    start = time.monotonic()
+    with pytest.raises(
+        EvalInputError, match=r"chat_template\.jinja: the chat template takes more than 0\.5 s"
+    ):
+        check_chat_template(ckpt, seconds=0.5)
+    assert time.monotonic() - start < 5
