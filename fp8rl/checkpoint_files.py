@@ -5,7 +5,8 @@ other file of the checkpoint under `files`. `verify_files` re-hashes them: resum
 `fp8rl eval` and `fp8rl report` call it, so a checkpoint damaged after training (a flipped byte in
 `model.safetensors`) is named instead of trained on, scored or reported. The hashes detect damage; they
 authenticate nothing. A checkpoint without `state.json` (a Hugging Face model made elsewhere, the verl
-backend's export) has no record to check against: `verify_files` returns None.
+backend's export) has no record to check against: `verify_files` returns None. `not_a_file` finds a
+Hugging Face file (`HF_FILES`) that is a directory, for the eval's and the trainer's loaders.
 """
 
 from __future__ import annotations
@@ -15,6 +16,17 @@ from pathlib import Path
 
 from fp8rl.io import sha256_file
 from fp8rl.rundir import CHECKPOINT_STATE_FILE
+
+# The files of a Hugging Face model folder that transformers reads when they are there: each must be a
+# file (a directory in their place makes transformers blame a missing package, not the file).
+HF_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+            "special_tokens_map.json", "chat_template.jinja", "vocab.json", "merges.txt", "tokenizer.model",
+            "added_tokens.json")  # fmt: skip
+
+
+def not_a_file(model_dir: str | Path) -> Path | None:
+    """The first of `HF_FILES` that exists in `model_dir` but is not a file, or None."""
+    return next((p for p in (Path(model_dir) / n for n in HF_FILES) if p.exists() and not p.is_file()), None)
 
 
 class CheckpointError(Exception):

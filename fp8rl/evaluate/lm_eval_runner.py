@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fp8rl.checkpoint_files import not_a_file
 from fp8rl.config import ExperimentConfig
 from fp8rl.evaluate.eval_tasks import EvalInputError, TaskPlan
 from fp8rl.evaluate.protocol import task_specs, vllm_model_args
@@ -27,9 +28,6 @@ from fp8rl.evaluate.schema import TaskResult, normalise_lm_eval, sample_records,
 
 # stderr of a mean is analytic in lm-eval; bootstrap only serves other aggregations (none here).
 BOOTSTRAP_ITERS = 1000
-# The files of a Hugging Face model folder that transformers reads when they are there.
-HF_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
-            "chat_template.jinja", "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json")  # fmt: skip
 
 
 def check_checkpoint(checkpoint: Path) -> None:
@@ -42,10 +40,11 @@ def check_checkpoint(checkpoint: Path) -> None:
     weights = [*checkpoint.glob("*.safetensors"), *checkpoint.glob("*.bin")]
     if not weights:
         raise EvalInputError(f"checkpoint {checkpoint}: no model weights (*.safetensors)")
-    present = [checkpoint / name for name in HF_FILES if (checkpoint / name).exists()]
-    for path in [checkpoint / "config.json", *weights, *present]:
-        if not path.is_file():  # a directory: transformers would blame a missing package, not the file
+    for path in [checkpoint / "config.json", *weights]:
+        if not path.is_file():
             raise EvalInputError(f"checkpoint {path}: not a file")
+    if (path := not_a_file(checkpoint)) is not None:  # transformers would blame a missing package
+        raise EvalInputError(f"checkpoint {path}: not a file")
     has_chat_template(checkpoint)  # a broken tokenizer_config.json is named here, before any work
 
 
