@@ -2,7 +2,6 @@
 # helpers that map wildcards to run ids. The Snakefile includes it first (after its configfile).
 
 import contextlib
-import glob
 import os
 import sys
 from pathlib import Path
@@ -166,14 +165,13 @@ def section_digest(*sections, model=None, condition=None):
 
 # Snakemake keeps the params it ran a job with in `.snakemake/` of the working directory: a fresh clone,
 # or a DAG started from another directory, has none and would take every existing output as current.
-# So the outputs carry their own record: once its command succeeded, a job leaves an empty file
-# `{R}/digests/{rule}/{its output}@{digest}` (`RECORD_DIGEST`). A job whose output exists with only
-# other digests recorded takes those records as inputs, and Snakemake reruns a job whose input is newer
-# than its output: a record's mtime is set far ahead (`RECORD_MTIME`), because Snakemake touches a job's
-# outputs after the job, so a record the job wrote would be older. The rerun removes the old records
-# (so none is newer than the new output) and leaves its own; the job and what depends on it rerun from
-# any working directory, and a dry run says so. An output with no record at all (made before records
-# were kept) is taken as current.
+# So the outputs carry their own record: once its command succeeded, a job writes its `digest` to
+# `{R}/digests/{rule}/{its output}.digest` (`RECORD_DIGEST`). While the DAG is built, a job whose output
+# exists with another digest recorded is forced (its output joins the DAG's forced files, as
+# `--forcerun FILE` would add it): it reruns, and so does what depends on it, from any working
+# directory, and a dry run says so ("forced"). An output without a record (made before records were
+# kept) is taken as current; within one working directory Snakemake's own params trigger sees a
+# change as well.
 DIGESTS = f"{R}/digests"
 
 
@@ -187,35 +185,39 @@ class ConfigTrigger:
     def _out(self, wildcards):
         return Path(self.output.format(**dict(wildcards.items())))
 
-    def _record(self, wildcards, digest):
-        rel = os.path.relpath(self._out(wildcards), R)
-        return Path(DIGESTS) / self.rule / f"{rel}@{digest}"
+    def _record(self, wildcards):
+        return Path(DIGESTS) / self.rule / f"{os.path.relpath(self._out(wildcards), R)}.digest"
 
-    def _current(self, wildcards):
-        return self._record(wildcards, self.digest(wildcards) if callable(self.digest) else self.digest)
+    def stale(self, wildcards):
+        """Whether the job's output exists under another digest than the config's now."""
+        out, record = self._out(wildcards), self._record(wildcards)
+        if not out.exists() or not record.is_file():
+            return False
+        now = self.digest(wildcards) if callable(self.digest) else self.digest
+        try:
+            return record.read_text().strip() != now
+        except (OSError, UnicodeDecodeError):
+            return True  # an unreadable record: rerun, which rewrites it
 
     def changed(self, wildcards):
-        """The input function: the job's records when its output exists under other digests only."""
-        current = self._current(wildcards)
-        if not self._out(wildcards).exists() or current.exists():
-            return []
-        return sorted(str(p) for p in current.parent.glob(f"{glob.escape(current.name.rsplit('@', 1)[0])}@*"))
+        """An input function with no input: it forces the job when `stale` (in the main Snakemake
+        process, while the DAG is built; the DAG's needs are worked out after every input function)."""
+        if workflow.is_main_process and workflow.dag is not None and self.stale(wildcards):
+            workflow.dag.forcefiles.add(str(self._out(wildcards)))
+        return []
 
     def params(self):
-        """The rule's params: `digest` (Snakemake's own trigger) and the record the job leaves."""
+        """The rule's params: `digest` (Snakemake's own trigger) and where the job records it."""
         return {
             "digest": self.digest,
-            "digest_record": lambda wildcards: str(self._current(wildcards)),
-            "digest_dir": lambda wildcards: str(self._current(wildcards).parent),
+            "digest_record": lambda wildcards: str(self._record(wildcards)),
+            "digest_dir": lambda wildcards: str(self._record(wildcards).parent),
         }
 
 
-# Appended to a rule's shell command: once its command succeeded, the job removes the records of other
-# digests that made it rerun and leaves its own, with an mtime (2100-01-01 UTC) no output will reach.
-RECORD_MTIME = 4102444800
+# Appended to a rule's shell command: the job's digest, recorded once its command succeeded.
 RECORD_DIGEST = (
-    " && rm -f -- {input.changed:q} && mkdir -p {params.digest_dir:q}"
-    f" && touch -d @{RECORD_MTIME} {{params.digest_record:q}}"
+    " && mkdir -p {params.digest_dir:q} && printf '%s\\n' {params.digest:q} > {params.digest_record:q}"
 )
 
 
