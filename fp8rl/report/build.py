@@ -28,7 +28,7 @@ from fp8rl.io import atomic_write_json, atomic_write_text, fsync_dir, remove_sta
 from fp8rl.provenance import git_commit
 from fp8rl.report.base_models import NOTES as BASE_NOTES
 from fp8rl.report.base_models import base_model_table, runs_numerics
-from fp8rl.report.comparison import comparison_table, has_conditions
+from fp8rl.report.comparison import comparison_table, has_conditions, zero_width_problems
 from fp8rl.report.explainer import MECHANISM
 from fp8rl.report.figures import CAPTIONS
 from fp8rl.report.html import render_html
@@ -245,6 +245,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     runset = load_tier(cfg, runs_dir)
     keys = eval_keys(runset)
     comparison = comparison_table(runset, cfg.stability.baseline_steps)
+    runset.problems.extend(zero_width_problems(comparison))
     throughput = throughput_table(runset)
     runs = runs_table(runset)
     counts = {s: int((runset.runs["status"] == s).sum()) for s in STATUSES}

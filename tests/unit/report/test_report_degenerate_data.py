@@ -78,3 +78,22 @@ def test_a_zero_width_interval_does_not_exclude_zero():
     assert not excludes_zero(0.19, 0.19) and not excludes_zero(-0.02, -0.02)
     assert excludes_zero(0.01, 0.02) and not excludes_zero(-0.01, 0.02)
     assert not pp(0.01, 0.01, 0.01).startswith("**") and pp(0.01, 0.005, 0.02).startswith("**")
+
+
+def test_seeds_that_all_gave_one_value_are_a_named_data_problem(tmp_path):
+    """Two seeds with the same score give [x, x]: listed under data problems, never 'significant'."""
+    from fp8rl.report.comparison import zero_width_problems
+
+    cfg = write_tier(tmp_path)
+    runs = tmp_path / "results" / cfg.tier / "runs"
+    seed0 = json.loads((runs / RUN.replace("seed1", "seed0") / "eval" / "lm_eval.json").read_text())
+    _edit(runs / RUN / "eval" / "lm_eval.json", lambda results: results.__setitem__(0, seed0["results"][0]))
+    table = comparison_table(load_tier(cfg), cfg.stability.baseline_steps)
+    problems = zero_width_problems(table)
+    named = [
+        p for p in problems if p.startswith("grpo/tiny/tensorwise/fp8 arith_gen/exact_match: a zero-width")
+    ]
+    assert len(named) == 1 and "not a significant result" in named[0]
+    row = table.set_index(["algo", "variant"]).loc[KEY]
+    assert row["arith_gen/exact_match ci_low"] == row["arith_gen/exact_match ci_high"]
+    assert not excludes_zero(row["arith_gen/exact_match ci_low"], row["arith_gen/exact_match ci_high"])
