@@ -70,7 +70,11 @@ rule data:
         + RECORD_DIGEST
 
 
-FETCH_MODEL_TRIGGER = ConfigTrigger("fetch_model", f"{R}/base/{{model}}/model.json", lambda wildcards: section_digest("hub", model=wildcards.model))
+FETCH_MODEL_TRIGGER = ConfigTrigger(
+    "fetch_model",
+    f"{R}/base/{{model}}/model.json",
+    lambda wildcards: section_digest("hub", model=wildcards.model),
+)
 
 
 rule fetch_model:
@@ -92,7 +96,11 @@ rule fetch_model:
         + RECORD_DIGEST
 
 
-SFT_TRIGGER = ConfigTrigger("sft", f"{R}/{SFT_BASE}/sft.json", lambda wildcards: section_digest("numerics", "task", "sft", model=wildcards.model))
+SFT_TRIGGER = ConfigTrigger(
+    "sft",
+    f"{R}/{SFT_BASE}/sft.json",
+    lambda wildcards: section_digest("numerics", "task", "sft", model=wildcards.model),
+)
 
 
 rule sft:
@@ -124,7 +132,11 @@ rule sft:
 
 
 # A pretrained model (source hf or package): loaded once and re-saved as the tier's base directory.
-BASE_MODEL_TRIGGER = ConfigTrigger("base_model", f"{R}/base/{{model}}/base.json", lambda wildcards: section_digest(model=wildcards.model))
+BASE_MODEL_TRIGGER = ConfigTrigger(
+    "base_model",
+    f"{R}/base/{{model}}/base.json",
+    lambda wildcards: section_digest(model=wildcards.model),
+)
 
 
 rule base_model:

@@ -5,7 +5,11 @@
 from fp8rl.evaluate.schema import samples_path
 
 
-EVAL_LM_TRIGGER = ConfigTrigger("eval_lm", RUN_DIR.eval_file("lm_eval"), section_digest("numerics", "eval", "backend"))
+EVAL_LM_TRIGGER = ConfigTrigger(
+    "eval_lm",
+    RUN_DIR.eval_file("lm_eval"),
+    section_digest("numerics", "eval", "backend"),
+)
 
 
 rule eval_lm:
@@ -40,7 +44,11 @@ rule eval_lm:
         + RECORD_DIGEST
 
 
-EVAL_AGENT_TRIGGER = ConfigTrigger("eval_agent", RUN_DIR.eval_file("agent"), section_digest("numerics", "eval", "backend"))
+EVAL_AGENT_TRIGGER = ConfigTrigger(
+    "eval_agent",
+    RUN_DIR.eval_file("agent"),
+    section_digest("numerics", "eval", "backend"),
+)
 
 
 rule eval_agent:

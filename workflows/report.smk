@@ -13,7 +13,11 @@ REPORT_FLAGS = report_flags(CFG)
 report: "report/workflow.rst"
 
 
-REPORT_TRIGGER = ConfigTrigger("report", ReportPaths.for_tier(CFG.results_dir, CFG.tier, **REPORT_FLAGS).manifest, section_digest("matrix", "eval", "stability"))
+REPORT_TRIGGER = ConfigTrigger(
+    "report",
+    ReportPaths.for_tier(CFG.results_dir, CFG.tier, **REPORT_FLAGS).manifest,
+    section_digest("matrix", "eval", "stability"),
+)
 
 
 rule report:

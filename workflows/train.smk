@@ -8,7 +8,9 @@
 TRAIN_TRIGGER = ConfigTrigger(
     "train",
     RUN_DIR.summary,
-    lambda wildcards: section_digest(*TRAIN_SECTIONS, model=wildcards.model, condition=wildcards.get("condition")),
+    lambda wildcards: section_digest(
+        *TRAIN_SECTIONS, model=wildcards.model, condition=wildcards.get("condition")
+    ),
 )
 
 
