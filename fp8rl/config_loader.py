@@ -1,7 +1,9 @@
 """Read an experiment YAML into `ExperimentConfig`, with errors a person can act on.
 
 Every problem becomes a `ConfigError` whose lines name the file, the YAML line where known, the dotted
-key path and, for an unknown key or value, the allowed ones. The CLI prints it and exits 2.
+key path and, for an unknown key or value, the allowed ones. The CLI prints it and exits 2. Every config
+read here is also held to the bounds of fp8rl.config.limits (a value past one names the key and the
+bound, and how to raise it).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from fp8rl.config import ExperimentConfig
+from fp8rl.config import ExperimentConfig, limit_problems
 
 
 class ConfigError(Exception):
@@ -96,7 +98,7 @@ def validate_config(
         raise ConfigError(source, [_describe(err, lines or {}) for err in exc.errors()]) from None
     problems = [
         _describe({"loc": loc, "msg": msg, "type": "value_error"}, lines or {})
-        for check in checks
+        for check in (limit_problems, *checks)  # the bounds (fp8rl.config.limits): every config, always
         for loc, msg in check(cfg)
     ]
     if problems:

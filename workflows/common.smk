@@ -163,6 +163,64 @@ def section_digest(*sections, model=None, condition=None):
     return CFG.section_digest(*sections, model=model, condition=condition)
 
 
+# Snakemake keeps the params it ran a job with in `.snakemake/` of the working directory: a fresh clone,
+# or a DAG started from another directory, has none and would take every existing output as current.
+# So the outputs carry their own record: once its command succeeded, a job writes its `digest` to
+# `{R}/digests/{rule}/{its output}.digest` (`RECORD_DIGEST`). While the DAG is built, a job whose output
+# exists with another digest recorded is forced (its output joins the DAG's forced files, as
+# `--forcerun FILE` would add it): it reruns, and so does what depends on it, from any working
+# directory, and a dry run says so ("forced"). An output without a record (made before records were
+# kept) is taken as current; within one working directory Snakemake's own params trigger sees a
+# change as well.
+DIGESTS = f"{R}/digests"
+
+
+class ConfigTrigger:
+    """A rule's rerun trigger on its config sections: `digest` (a string, or a function of the job's
+    wildcards) for the output pattern `output` (its first, the one the record is kept for)."""
+
+    def __init__(self, rule, output, digest):
+        self.rule, self.output, self.digest = rule, str(output), digest
+
+    def _out(self, wildcards):
+        return Path(self.output.format(**dict(wildcards.items())))
+
+    def _record(self, wildcards):
+        return Path(DIGESTS) / self.rule / f"{os.path.relpath(self._out(wildcards), R)}.digest"
+
+    def stale(self, wildcards):
+        """Whether the job's output exists under another digest than the config's now."""
+        out, record = self._out(wildcards), self._record(wildcards)
+        if not out.exists() or not record.is_file():
+            return False
+        now = self.digest(wildcards) if callable(self.digest) else self.digest
+        try:
+            return record.read_text().strip() != now
+        except (OSError, UnicodeDecodeError):
+            return True  # an unreadable record: rerun, which rewrites it
+
+    def changed(self, wildcards):
+        """An input function with no input: it forces the job when `stale` (in the main Snakemake
+        process, while the DAG is built; the DAG's needs are worked out after every input function)."""
+        if workflow.is_main_process and workflow.dag is not None and self.stale(wildcards):
+            workflow.dag.forcefiles.add(str(self._out(wildcards)))
+        return []
+
+    def params(self):
+        """The rule's params: `digest` (Snakemake's own trigger) and where the job records it."""
+        return {
+            "digest": self.digest,
+            "digest_record": lambda wildcards: str(self._record(wildcards)),
+            "digest_dir": lambda wildcards: str(self._record(wildcards).parent),
+        }
+
+
+# Appended to a rule's shell command: the job's digest, recorded once its command succeeded.
+RECORD_DIGEST = (
+    " && mkdir -p {params.digest_dir:q} && printf '%s\\n' {params.digest:q} > {params.digest_record:q}"
+)
+
+
 # ------------------------------------------------------------------------------------------ runs
 
 

@@ -15,23 +15,33 @@ from fp8rl.engine.data import DATA_TASKS
 HUB_RECORD = f"{R}/data/hub.json"
 
 
+FETCH_DATA_TRIGGER = ConfigTrigger("fetch_data", HUB_RECORD, section_digest("task", "eval", "hub"))
+
+
 rule fetch_data:
     """The training set and lm-eval's eval sets into hub.home, recorded with commits and file hashes."""
+    input:
+        changed=FETCH_DATA_TRIGGER.changed,
     output:
         HUB_RECORD,
     params:
         config=CONFIG_FILE,
-        digest=section_digest("task", "eval", "hub"),
+        **FETCH_DATA_TRIGGER.params(),
     log:
         f"{R}/logs/fetch_data/fetch_data.log",
     conda:
         CONDA_ENV
     shell:
         "fp8rl fetch data --config {params.config:q} --out {output:q} > {log:q} 2>&1"
+        + RECORD_DIGEST
+
+
+DATA_TRIGGER = ConfigTrigger("data", f"{R}/data/train.jsonl", section_digest("task"))
 
 
 rule data:
     input:
+        changed=DATA_TRIGGER.changed,
         # the reference trainer's own tasks are generated (or, gsm8k, read by `datasets`); hub training
         # sets for verl come from the fetch_data record
         hub=[HUB_RECORD] if CFG.task.name not in DATA_TASKS else [],
@@ -44,7 +54,7 @@ rule data:
         config=CONFIG_FILE,
         out=lambda wildcards, output: Path(output.train).parent,
         hub=lambda wildcards, input: ["--hub", input.hub[0]] if input.hub else [],
-        digest=section_digest("task"),
+        **DATA_TRIGGER.params(),
     log:
         f"{R}/logs/data/data.log",
     benchmark:
@@ -57,15 +67,25 @@ rule data:
     shell:
         in_image("data") + "fp8rl data --config {params.config:q} --out {params.out:q} {params.hub:q}"
         " > {log:q} 2>&1"
+        + RECORD_DIGEST
+
+
+FETCH_MODEL_TRIGGER = ConfigTrigger(
+    "fetch_model",
+    f"{R}/base/{{model}}/model.json",
+    lambda wildcards: section_digest("hub", model=wildcards.model),
+)
 
 
 rule fetch_model:
     """A `source: hf` model at its pinned revision into hub.home; the record stands for its base model."""
+    input:
+        changed=FETCH_MODEL_TRIGGER.changed,
     output:
         f"{R}/base/{{model}}/model.json",
     params:
         config=CONFIG_FILE,
-        digest=lambda wildcards: section_digest("hub", model=wildcards.model),
+        **FETCH_MODEL_TRIGGER.params(),
     log:
         f"{R}/logs/fetch_model/{{model}}.log",
     conda:
@@ -73,10 +93,19 @@ rule fetch_model:
     shell:
         "fp8rl fetch model --config {params.config:q} --model {wildcards.model:q} --out {output:q}"
         " > {log:q} 2>&1"
+        + RECORD_DIGEST
+
+
+SFT_TRIGGER = ConfigTrigger(
+    "sft",
+    f"{R}/{SFT_BASE}/sft.json",
+    lambda wildcards: section_digest("numerics", "task", "sft", model=wildcards.model),
+)
 
 
 rule sft:
     input:
+        changed=SFT_TRIGGER.changed,
         train=rules.data.output.train,
         images=container_inputs("train"),
     output:
@@ -86,7 +115,7 @@ rule sft:
         data=lambda wildcards, input: Path(input.train).parent,
         out=lambda wildcards, output: Path(output[0]).parent,
         seed=lambda wildcards: ["--seed", wildcards.seed] if CFG.sft.per_seed else [],
-        digest=lambda wildcards: section_digest("numerics", "task", "sft", model=wildcards.model),
+        **SFT_TRIGGER.params(),
     log:
         f"{R}/logs/{SFT_JOB}.log",
     benchmark:
@@ -99,18 +128,27 @@ rule sft:
     shell:
         in_image("train") + "fp8rl sft --config {params.config:q} --model {wildcards.model:q}"
         " --data {params.data:q} --out {params.out:q} {params.seed:q} --no-progress > {log:q} 2>&1"
+        + RECORD_DIGEST
 
 
 # A pretrained model (source hf or package): loaded once and re-saved as the tier's base directory.
+BASE_MODEL_TRIGGER = ConfigTrigger(
+    "base_model",
+    f"{R}/base/{{model}}/base.json",
+    lambda wildcards: section_digest(model=wildcards.model),
+)
+
+
 rule base_model:
     input:
+        changed=BASE_MODEL_TRIGGER.changed,
         images=container_inputs("train"),
     output:
         f"{R}/base/{{model}}/base.json",
     params:
         config=CONFIG_FILE,
         out=lambda wildcards, output: Path(output[0]).parent,
-        digest=lambda wildcards: section_digest(model=wildcards.model),
+        **BASE_MODEL_TRIGGER.params(),
     log:
         f"{R}/logs/base/{{model}}.log",
     benchmark:
@@ -123,3 +161,4 @@ rule base_model:
     shell:
         in_image("train") + "fp8rl model --config {params.config:q} --model {wildcards.model:q} --out {params.out:q}"
         " > {log:q} 2>&1"
+        + RECORD_DIGEST

@@ -5,8 +5,16 @@
 from fp8rl.evaluate.schema import samples_path
 
 
+EVAL_LM_TRIGGER = ConfigTrigger(
+    "eval_lm",
+    RUN_DIR.eval_file("lm_eval"),
+    section_digest("numerics", "eval", "backend"),
+)
+
+
 rule eval_lm:
     input:
+        changed=EVAL_LM_TRIGGER.changed,
         summary=str(RUN_DIR.summary),
         test=rules.data.output.test,
         images=container_inputs("eval"),
@@ -17,7 +25,7 @@ rule eval_lm:
         config=CONFIG_FILE,
         checkpoint=lambda wildcards, input: RunDir(Path(input.summary).parent).checkpoint,
         data=lambda wildcards, input: Path(input.test).parent,
-        digest=section_digest("numerics", "eval", "backend"),
+        **EVAL_LM_TRIGGER.params(),
     log:
         f"{R}/logs/eval_lm/{RUN}.log",
     benchmark:
@@ -33,10 +41,19 @@ rule eval_lm:
         in_image("eval") + "fp8rl eval lm-eval --config {params.config:q} --checkpoint {params.checkpoint:q}"
         " --data {params.data:q} --out {output.scores:q} --on-failure {resources.eval_on_failure:q}"
         " > {log:q} 2>&1"
+        + RECORD_DIGEST
+
+
+EVAL_AGENT_TRIGGER = ConfigTrigger(
+    "eval_agent",
+    RUN_DIR.eval_file("agent"),
+    section_digest("numerics", "eval", "backend"),
+)
 
 
 rule eval_agent:
     input:
+        changed=EVAL_AGENT_TRIGGER.changed,
         summary=str(RUN_DIR.summary),
         tool=rules.data.output.tool,
         images=container_inputs("agent"),
@@ -46,7 +63,7 @@ rule eval_agent:
         config=CONFIG_FILE,
         checkpoint=lambda wildcards, input: RunDir(Path(input.summary).parent).checkpoint,
         data=lambda wildcards, input: Path(input.tool).parent,
-        digest=section_digest("numerics", "eval", "backend"),
+        **EVAL_AGENT_TRIGGER.params(),
     log:
         f"{R}/logs/eval_agent/{RUN}.log",
     benchmark:
@@ -62,3 +79,4 @@ rule eval_agent:
         in_image("agent") + "fp8rl eval agent --config {params.config:q} --checkpoint {params.checkpoint:q}"
         " --data {params.data:q} --out {output:q} --on-failure {resources.eval_on_failure:q}"
         " > {log:q} 2>&1"
+        + RECORD_DIGEST

@@ -3,7 +3,7 @@
 # run): CSV tables, PNG figures and the project's report.html (`registered`, common.smk), with the
 # captions of workflows/report/.
 
-from fp8rl.report.paths import report_flags, report_outputs
+from fp8rl.report.paths import ReportPaths, report_flags, report_outputs
 
 # The study tiers' extra outputs: the mechanism table (FP8 conditions), the stability report (a dose
 # axis), the planned contrasts (a `study` section).
@@ -13,8 +13,16 @@ REPORT_FLAGS = report_flags(CFG)
 report: "report/workflow.rst"
 
 
+REPORT_TRIGGER = ConfigTrigger(
+    "report",
+    ReportPaths.for_tier(CFG.results_dir, CFG.tier, **REPORT_FLAGS).manifest,
+    section_digest("matrix", "eval", "stability"),
+)
+
+
 rule report:
     input:
+        changed=REPORT_TRIGGER.changed,
         summaries=[str(run_dir(spec).summary) for spec in RUNS],
         evals=[path for spec in RUNS for path in eval_targets(spec)],
         images=container_inputs("report"),
@@ -22,7 +30,7 @@ rule report:
         [registered(path) for path in report_outputs(CFG.results_dir, CFG.tier, **REPORT_FLAGS)],
     params:
         config=CONFIG_FILE,
-        digest=section_digest("matrix", "eval", "stability"),
+        **REPORT_TRIGGER.params(),
     log:
         f"{R}/logs/report/report.log",
     benchmark:
@@ -34,3 +42,4 @@ rule report:
         CONDA_ENV
     shell:
         in_image("report") + "fp8rl report --config {params.config:q} > {log:q} 2>&1"
+        + RECORD_DIGEST

@@ -5,9 +5,19 @@
 # `fp8rl verl train` (same arguments) and asks Slurm for the model's whole nodes (train_resources).
 
 
+TRAIN_TRIGGER = ConfigTrigger(
+    "train",
+    RUN_DIR.summary,
+    lambda wildcards: section_digest(
+        *TRAIN_SECTIONS, model=wildcards.model, condition=wildcards.get("condition")
+    ),
+)
+
+
 rule train:
     input:
         unpack(train_inputs),
+        changed=TRAIN_TRIGGER.changed,
         images=container_inputs("train"),
     output:
         summary=str(RUN_DIR.summary),
@@ -20,9 +30,7 @@ rule train:
         reference=lambda wildcards, input: (
             ["--reference", str(Path(input.reference).parent)] if "reference" in input.keys() else []
         ),
-        digest=lambda wildcards: section_digest(
-            *TRAIN_SECTIONS, model=wildcards.model, condition=wildcards.get("condition")
-        ),
+        **TRAIN_TRIGGER.params(),
     log:
         f"{R}/logs/train/{RUN}.log",
     benchmark:
@@ -36,3 +44,4 @@ rule train:
     shell:
         in_image("train") + TRAIN_COMMAND + " --config {params.config:q} --run {params.run:q} --base {params.base:q}"
         " --data {params.data:q} --out {params.out:q} {params.reference:q} --no-progress > {log:q} 2>&1"
+        + RECORD_DIGEST

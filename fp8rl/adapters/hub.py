@@ -25,7 +25,7 @@ from typing import Literal
 
 from fp8rl.config import is_hub_id
 from fp8rl.io import sha256_file
-from fp8rl.vocabulary import VERL_TASKS
+from fp8rl.vocabulary import LM_EVAL_TASKS, VERL_TASKS
 
 MIRROR_ENV = "FP8RL_HUB_MIRROR"
 RepoType = Literal["model", "dataset"]
@@ -36,6 +36,7 @@ EVAL_DATASETS = {
     "aime24": "Maxwell-Jia/AIME_2024",
     "aime25": "math-ai/aime25",
 }
+assert tuple(EVAL_DATASETS) == LM_EVAL_TASKS
 # The training sets `fp8rl data` converts (`task.name` -> dataset repository): the verl backend's tasks.
 TRAIN_DATASETS = {"dapo-math-17k": "BytedTsinghua-SIA/DAPO-Math-17k"}
 assert tuple(TRAIN_DATASETS) == VERL_TASKS

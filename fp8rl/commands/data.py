@@ -8,8 +8,9 @@
 writes a record of what it fetched (repository, commit, file hashes; fp8rl.adapters.hub). `data`
 writes the splits: the reference trainer's tasks (synthetic arithmetic and word problems generated
 from `task.seed`, or gsm8k; fp8rl.engine.data), or a hub dataset converted from its cached snapshot for
-verl (fp8rl.adapters.math_data). A task the config's backend
-cannot build exits 2 naming the key, before anything is fetched or written.
+verl (fp8rl.adapters.math_data), holding `OUT/.data.lock` meanwhile (a second `fp8rl data` on the
+same --out exits 2). A task the config's backend cannot build exits 2 naming the key, before anything
+is fetched or written.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from pathlib import Path
 from fp8rl.commands.common import UsageError, add_config_args, model_arg
 from fp8rl.config_loader import load_config
 
+# One `fp8rl data` per --out at a time (fp8rl.rundir.hold_lock): two would mix their files.
+DATA_LOCK = ".data.lock"
+
 
 def _load(args: argparse.Namespace):
     from fp8rl.adapters.math_data import task_problems
@@ -29,9 +33,19 @@ def _load(args: argparse.Namespace):
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    from fp8rl.engine.data import DATA_TASKS
+    from fp8rl.rundir import RunDirLocked, hold_lock
 
     cfg = _load(args)
+    try:
+        with hold_lock(Path(args.out) / DATA_LOCK, "wait for that `fp8rl data` to end"):
+            return _write_data(args, cfg)
+    except RunDirLocked as exc:
+        raise UsageError(f"--out {args.out}: {exc}") from None
+
+
+def _write_data(args: argparse.Namespace, cfg) -> int:
+    from fp8rl.engine.data import DATA_TASKS
+
     if cfg.task.name in DATA_TASKS:
         from fp8rl.engine import tasks, word_problems
         from fp8rl.engine.data import write_data

@@ -9,7 +9,9 @@ follows docs/interfaces.md (fp8rl.evaluate.schema), and the lm-eval suite keeps 
 it (`lm_eval.samples.jsonl`). A missing checkpoint, data file or
 task, a broken task YAML or an `--out` that cannot be written is reported before any model is loaded,
 naming the file, and exits 2. Local tasks run fully offline (HF_DATASETS_OFFLINE=1, HF_HUB_OFFLINE=1).
-The result records the checkpoint's fingerprint (`checkpoint_digest`). Working files (datasets, BFCL's
+A reference-trainer checkpoint whose files are not the ones its `state.json` records (damaged after
+training: fp8rl.checkpoint_files) is refused the same way. The result records the checkpoint's
+fingerprint (`checkpoint_digest`). Working files (datasets, BFCL's
 output) live in a temp folder beside `--out` (`.{out name}.*.tmp`), removed at the end; one evaluation
 per `--out` at a time (`.{out name}.lock`), and the next one removes what a killed one left.
 """
@@ -48,9 +50,10 @@ def _check_out(out: Path) -> None:
 
 
 def _evaluate(args: argparse.Namespace, suite: str) -> int:
-    cfg = load_config(args.file, args.set)
+    from fp8rl.evaluate.eval_tasks import BFCL_PREFIX, EvalInputError, eval_task_problems, local_task_path
+
+    cfg = load_config(args.file, args.set, checks=[eval_task_problems])
     numerics.ensure(cfg.numerics)
-    from fp8rl.evaluate.eval_tasks import BFCL_PREFIX, EvalInputError, local_task_path
 
     names = getattr(cfg.eval, SUITE_TASKS[suite])
     checkpoint, data, out = Path(args.checkpoint), Path(args.data), Path(args.out)
@@ -61,9 +64,16 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
 
     import torch
 
+    from fp8rl.checkpoint_files import CheckpointError, verify_files
     from fp8rl.evaluate.bfcl import run_bfcl
     from fp8rl.evaluate.eval_tasks import plan_tasks
-    from fp8rl.evaluate.lm_eval_runner import check_checkpoint, has_chat_template, model_spec, run_lm_eval
+    from fp8rl.evaluate.lm_eval_runner import (
+        check_chat_template,
+        check_checkpoint,
+        has_chat_template,
+        model_spec,
+        run_lm_eval,
+    )
     from fp8rl.evaluate.schema import samples_path, write_eval
     from fp8rl.provenance import provenance
 
@@ -79,6 +89,11 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
             work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
             try:
                 check_checkpoint(checkpoint)
+                check_chat_template(checkpoint)
+                try:  # the files the trainer recorded, byte for byte (none recorded: not checked)
+                    verify_files(checkpoint, "retrain the run, or restore the checkpoint")
+                except CheckpointError as exc:
+                    raise EvalInputError(str(exc)) from None
                 if not data.is_dir():
                     raise EvalInputError(f"data directory {data} not found")
                 split = "test.jsonl" if suite == "lm_eval" else "tool_test.jsonl"

@@ -1,5 +1,6 @@
 """`fp8rl quotes`: regenerate (`--write`) or check (`--check`) the result figures that README.md and
-docs/ quote from the published tables (fp8rl.report.quotes)."""
+docs/ quote from the published tables (fp8rl.report.quotes), each publication first checked against
+its `report.json` manifest (a tampered one: exit 2 naming the file)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from fp8rl.commands.common import UsageError
 
 
 def cmd_quotes(args: argparse.Namespace) -> int:
-    from fp8rl.report.quotes import QUOTING_FILES, QuoteError, render, stale_blocks
+    from fp8rl.report.quotes import QUOTING_FILES, QuoteError, render, stale_blocks, verify_publications
 
     root, published = Path(args.root), Path(args.published or Path(args.root) / "results" / "published")
     try:
         if args.write:
+            verify_publications(published)
             for name in QUOTING_FILES:
                 path = root / name
                 if path.is_file():

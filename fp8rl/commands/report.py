@@ -24,13 +24,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not runs_dir.is_dir():
             raise UsageError(f"--runs-dir {runs_dir}: not a directory")
 
-    from fp8rl.report.build import build_report
+    from fp8rl.report.build import ReportPathError, build_report
     from fp8rl.report.paths import ReportPaths
     from fp8rl.rundir import RunDirLocked
 
     try:
         manifest = build_report(cfg, runs_dir)
-    except RunDirLocked as exc:
+    except (RunDirLocked, ReportPathError) as exc:
         raise UsageError(str(exc)) from None
     paths = ReportPaths.for_config(cfg)
     counts = ", ".join(f"{s} {n}" for s, n in manifest["status_counts"].items())

@@ -142,11 +142,19 @@ def cmd_train(args: argparse.Namespace) -> int:
         + (f" ({summary['reason']})" if summary["reason"] else "")
     )
     if cfg.tracking.tensorboard:
-        from fp8rl.rundir import runs_dir
-        from fp8rl.tracking import tensorboard_command
-
-        print(f"curves: {tensorboard_command(runs_dir(cfg.results_dir, cfg.tier))}")
+        print(f"curves: {curves_command(cfg, out.root)}")
     return 0 if summary["status"] in ("ok", "diverged") else 1
+
+
+def curves_command(cfg, run_root: Path) -> str:
+    """The TensorBoard command that shows the run written to `run_root` (`--out`): every run of the tier
+    when it lies in the config's runs folder, else that run's own folder."""
+    from fp8rl.rundir import runs_dir
+    from fp8rl.tracking import tensorboard_command
+
+    runs = Path(runs_dir(cfg.results_dir, cfg.tier))
+    inside = Path(run_root).resolve().is_relative_to(runs.resolve())
+    return tensorboard_command(runs if inside else Path(run_root))
 
 
 def _train_locked(args: argparse.Namespace, cfg, run, out, base: Path, data: Path, run_targets) -> dict:

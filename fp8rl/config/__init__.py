@@ -18,6 +18,7 @@ modules above it in this list:
 - `training`: `schedule`, `task`, `sft`, `stability`
 - `evaluation`: `eval`
 - `infrastructure`: `resources`, `hub`, `containers`, `tracking`
+- `limits`: `limits` (`LIMITS`, the bounds on what a config may ask of a machine, and `limit_problems`)
 - `matrix`: `matrix` (`MatrixConfig`, a study's `ConditionConfig`s)
 - `runs`: no section; the matrix's cells (`RunSpec`, its run id), `expand_matrix`, `find_run`,
   `reference_run`
@@ -36,6 +37,7 @@ from fp8rl.config.base import (
     HUB_ID,
     NAME_MAX,
     NAME_PATTERN,
+    PATH_PART_MAX,
     SAFE_PATH,
     SEED_MAX,
     AlgoName,
@@ -47,8 +49,9 @@ from fp8rl.config.base import (
     VariantName,
     is_hub_id,
     is_safe_path,
+    long_path_part,
 )
-from fp8rl.config.evaluation import EvalConfig
+from fp8rl.config.evaluation import EvalConfig, TaskName
 from fp8rl.config.experiment import RESOURCE_RULES, TRAIN_SECTIONS, ExperimentConfig
 from fp8rl.config.infrastructure import (
     ContainersConfig,
@@ -58,6 +61,7 @@ from fp8rl.config.infrastructure import (
     TrackingConfig,
     WandbConfig,
 )
+from fp8rl.config.limits import LIMITS, limit_problems
 from fp8rl.config.matrix import ConditionConfig, MatrixConfig
 from fp8rl.config.models import ArchConfig, ModelConfig
 from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
@@ -69,8 +73,10 @@ from fp8rl.config.training import STEPS_MAX, ScheduleConfig, SFTConfig, Stabilit
 __all__ = [
     "AXES",
     "HUB_ID",
+    "LIMITS",
     "NAME_MAX",
     "NAME_PATTERN",
+    "PATH_PART_MAX",
     "RESOURCE_RULES",
     "SAFE_PATH",
     "SEED_MAX",
@@ -109,6 +115,7 @@ __all__ = [
     "Strict",
     "TISConfig",
     "TaskConfig",
+    "TaskName",
     "TrackingConfig",
     "VariantName",
     "WandbConfig",
@@ -118,6 +125,8 @@ __all__ = [
     "find_run",
     "is_hub_id",
     "is_safe_path",
+    "limit_problems",
+    "long_path_part",
     "reference_run",
     "resolve_run",
 ]

@@ -36,9 +36,18 @@ CalibReferenceField = Annotated[
 SAFE_PATH = re.compile(r"/?[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*/?")
 
 
+# The longest name of one file or folder most filesystems take (ext4, xfs, btrfs: 255 bytes).
+PATH_PART_MAX = 255
+
+
 def is_safe_path(path: str) -> bool:
     """True when `path` matches `SAFE_PATH` and has no `..` part (safe to put into a shell command)."""
     return bool(SAFE_PATH.fullmatch(path)) and ".." not in path.split("/")
+
+
+def long_path_part(path: str) -> str | None:
+    """The first part of `path` longer than `PATH_PART_MAX` bytes (no filesystem can create it), or None."""
+    return next((p for p in path.split("/") if len(p.encode()) > PATH_PART_MAX), None)
 
 
 # A Hugging Face repository id: `org/name`, each part letters, digits, '_', '.', '-' starting with a

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from fp8rl.config.base import Strict
+from fp8rl.config.base import NAME_MAX, NAME_PATTERN, Strict
+
+# A task is named, never a path: the name picks `evals/{suite}/{name}.yaml` or one of lm-eval's tasks,
+# so no '/' and no leading '.' (which tasks exist is a config check: fp8rl.evaluate.eval_tasks).
+TaskName = Annotated[str, Field(pattern=NAME_PATTERN, max_length=NAME_MAX)]
 
 
 class EvalConfig(Strict):
@@ -15,8 +19,8 @@ class EvalConfig(Strict):
 
     OMIT_AT_DEFAULT = ("answer_format",)
 
-    lm_eval_tasks: list[str] = []
-    agent: list[str] = []
+    lm_eval_tasks: list[TaskName] = []
+    agent: list[TaskName] = []
     limit: int | None = Field(None, gt=0, description="examples per task; None = all")
     batch_size: int = Field(16, gt=0)
     max_gen_toks: int | None = Field(None, gt=0, description="generation length of every generative task")
@@ -34,6 +38,11 @@ class EvalConfig(Strict):
 
     @model_validator(mode="after")
     def _protocol(self) -> EvalConfig:
+        for key in ("lm_eval_tasks", "agent"):
+            names = getattr(self, key)
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ValueError(f"eval.{key}: {', '.join(map(repr, twice))} named more than once")
         sampling = (self.temperature or 0.0) > 0.0
         if self.top_p is not None and not sampling:
             raise ValueError("eval.top_p needs eval.temperature > 0 (greedy decoding has no nucleus)")

@@ -11,9 +11,10 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from fp8rl.config.algorithms import AlgorithmsConfig, DAPOConfig, GRPOConfig
-from fp8rl.config.base import Strict, is_safe_path
+from fp8rl.config.base import PATH_PART_MAX, Strict, is_safe_path, long_path_part
 from fp8rl.config.evaluation import EvalConfig
 from fp8rl.config.infrastructure import ContainersConfig, HubConfig, Resources, TrackingConfig
+from fp8rl.config.limits import LIMITS
 from fp8rl.config.matrix import MatrixConfig
 from fp8rl.config.models import ModelConfig
 from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
@@ -44,7 +45,7 @@ RESOURCE_RULES = ("default", "data", "sft", "train", "eval", "report")
 class ExperimentConfig(Strict):
     """One experiment (a tier): the whole YAML file."""
 
-    OMIT_AT_DEFAULT = ("study",)
+    OMIT_AT_DEFAULT = ("study", "limits")
 
     tier: Literal[TIERS]
     backend: Literal["reference", "verl"] = Field(
@@ -74,6 +75,10 @@ class ExperimentConfig(Strict):
     containers: ContainersConfig = ContainersConfig()
     hub: HubConfig = HubConfig()
     tracking: TrackingConfig = TrackingConfig()
+    limits: dict[str, float] = Field(
+        {},
+        description="raised bounds (fp8rl.config.limits): key -> the bound this config means to go up to",
+    )
     study: StudyConfig | None = Field(
         None,
         description="a study tier's pre-registration: arms, endpoint, planned contrasts (docs/attribution.md)",
@@ -82,6 +87,11 @@ class ExperimentConfig(Strict):
     @field_validator("results_dir")
     @classmethod
     def _results_dir(cls, v: str) -> str:
+        if (part := long_path_part(v)) is not None:
+            raise ValueError(
+                f"the part {part[:20]}... is {len(part.encode())} bytes long; a file or folder name can "
+                f"be at most {PATH_PART_MAX}"
+            )
         if not is_safe_path(v):
             raise ValueError(
                 f"{v!r} is not a safe path: use letters, digits, '_', '.', '-' and '/' between parts "
@@ -106,6 +116,9 @@ class ExperimentConfig(Strict):
             raise ValueError(
                 f"matrix.models: unknown model {', '.join(unknown)}; defined models: {', '.join(names)}"
             )
+        unknown = [k for k in self.limits if k not in LIMITS]
+        if unknown:
+            raise ValueError(f"limits.{unknown[0]}: unknown key; allowed keys here: {', '.join(LIMITS)}")
         # What the verl backend can run is checked by fp8rl.adapters.verl_overrides.verl_problems, one of
         # the checks `fp8rl config validate` and the Snakefile run (fp8rl.validation.CONFIG_CHECKS).
         if self.study is not None:

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from fp8rl.config.base import Strict, is_safe_path
+from fp8rl.config.base import PATH_PART_MAX, Strict, is_safe_path, long_path_part
 
 
 class Resources(Strict):
@@ -33,6 +33,8 @@ class HubConfig(Strict):
     @field_validator("home")
     @classmethod
     def _home(cls, v: str) -> str:
+        if (part := long_path_part(v)) is not None:
+            raise ValueError(f"the part {part[:20]}... is longer than {PATH_PART_MAX} bytes")
         if not is_safe_path(v):
             raise ValueError(f"{v!r} is not a safe path (letters, digits, '_', '.', '-', '/'; no '..')")
         return v

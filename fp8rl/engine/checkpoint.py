@@ -29,16 +29,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fp8rl.checkpoint_files import CheckpointError, verify_files
 from fp8rl.engine.model import write_hf_files
 from fp8rl.io import fsync_dir, recover_dir, replace_dir, settle_dir, sha256_file
 from fp8rl.rundir import CHECKPOINT_STATE_FILE
 
 STATE_FILE = CHECKPOINT_STATE_FILE
 TRAINER_FILE = "trainer_state.pt"
-
-
-class CheckpointError(Exception):
-    """A checkpoint that cannot be resumed from; the message names the file and what to do."""
 
 
 def rng_state() -> dict:
@@ -100,25 +97,14 @@ def has_checkpoint(ckpt_dir: str | Path) -> bool:
 
 
 def verify_checkpoint(ckpt_dir: str | Path) -> dict:
-    """The checkpoint's `state.json` after checking every file's hash; `CheckpointError` naming the
-    file that is missing or altered."""
+    """The checkpoint's `state.json` after checking every file's hash (fp8rl.checkpoint_files);
+    `CheckpointError` naming the file that is missing or altered."""
     ckpt_dir = Path(ckpt_dir)
     hint = f"delete {ckpt_dir} to restart the run from its base model"
-    state_path = ckpt_dir / STATE_FILE
-    try:
-        meta = json.loads(state_path.read_text())
-        files = meta["files"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CheckpointError(
-            f"{state_path}: unreadable checkpoint state ({exc.__class__.__name__}); {hint}"
-        ) from None
-    for name, digest in files.items():
-        path = ckpt_dir / name
-        if not path.is_file():
-            raise CheckpointError(f"{path}: missing from the checkpoint; {hint}")
-        if sha256_file(path) != digest:
-            raise CheckpointError(f"{path}: corrupt (sha256 differs from state.json); {hint}")
-    if TRAINER_FILE not in files:
+    meta = verify_files(ckpt_dir, hint)
+    if meta is None:
+        raise CheckpointError(f"{ckpt_dir / STATE_FILE}: unreadable checkpoint state (missing); {hint}")
+    if TRAINER_FILE not in meta["files"]:
         raise CheckpointError(f"{ckpt_dir}: no {TRAINER_FILE} recorded; {hint}")
     return meta
 

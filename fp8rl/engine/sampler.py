@@ -23,6 +23,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from fp8rl.engine.device import generator_on, module_device
+from fp8rl.engine.divergence import Diverged
 
 # transformers >= 5.2x names the KV-cache argument `cache`; earlier releases `past_key_values`.
 CACHE_KWARG = (
@@ -96,8 +97,11 @@ def sample_tokens(
     logits: torch.Tensor, *, temperature: float, top_p: float, generator: torch.Generator | None, greedy: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row from `logits [B, V]`; returns (tokens [B], log-probs [B]) where the
-    log-prob is under softmax(logits / temperature) (greedy: argmax, same log-prob definition)."""
+    log-prob is under softmax(logits / temperature) (greedy: argmax, same log-prob definition).
+    `Diverged` (fp8rl.engine.divergence) when a logit is NaN or +inf: blown-up weights, not a crash."""
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    if bool(torch.isnan(logp).any()):  # a NaN or +inf logit (-inf: a token of probability 0, fine)
+        raise Diverged("non-finite sampling distribution (NaN or inf in the rollout policy's logits)")
     if greedy:
         tok = logp.argmax(-1)
     else:

@@ -45,9 +45,14 @@ def build_char_tokenizer(alphabet: str = ALPHABET) -> PreTrainedTokenizerFast:
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     """Load a saved tokenizer (any `AutoTokenizer`-loadable directory); left padding for generation and
-    a pad token (the eos token when the model has none)."""
+    a pad token (the eos token when the model has none). ValueError naming a tokenizer or model file
+    that is a directory (transformers would ask for sentencepiece instead)."""
     from transformers import AutoTokenizer
 
+    from fp8rl.checkpoint_files import not_a_file
+
+    if (bad := not_a_file(path)) is not None:
+        raise ValueError(f"{bad}: not a file (a tokenizer or model file of {path})")
     tok = AutoTokenizer.from_pretrained(str(path))
     tok.padding_side = "left"
     if tok.pad_token is None:

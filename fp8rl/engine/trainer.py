@@ -22,7 +22,8 @@ step's mini-batch updates; `ratio/*` are quantiles over all of them.
 Every random draw of a step comes from generators seeded by (run seed, step, purpose), and the global
 RNGs are checkpointed too, so a run killed at any point and restarted from its last checkpoint writes
 the same metrics (except `time/*`) as one that never stopped. `StabilityMonitor` watches each step for
-NaN/inf, an entropy spike or collapse, gibberish and reward collapse: the run's status becomes
+NaN/inf (and fp8rl.engine.divergence stops a step at a non-finite sampling distribution, log-prob, loss,
+gradient norm or weight after an update), an entropy spike or collapse, gibberish and reward collapse: the run's status becomes
 `diverged` (exit 0) at the first one, which summary.json keeps (`divergence`: kind, step, reason);
 `stability.on_divergence: stop` ends the run there, `continue` trains on to the last step (a NaN/inf
 in the update itself always stops it). An exception is `failed` (exit 1).
@@ -46,6 +47,7 @@ from fp8rl.engine.checkpoint import has_checkpoint, resumable_checkpoint, save_c
 from fp8rl.engine.collect import StepRollout, collect_rollouts
 from fp8rl.engine.data import load_split
 from fp8rl.engine.device import resolve_device
+from fp8rl.engine.divergence import Diverged, require_finite_weights
 from fp8rl.engine.heartbeat import Heartbeat
 from fp8rl.engine.loss_scale import DynamicLossScaler
 from fp8rl.engine.model import load_hf
@@ -75,10 +77,6 @@ from fp8rl.tracking import Trackers, check_trackers, open_trackers
 from fp8rl.vocabulary import ACC_MEAN, GIBBERISH_RATE, MISMATCH_KL_K3, RESP_LEN_MEAN, REWARD_MEAN
 
 FINAL_KEYS = (REWARD_MEAN, ACC_MEAN, "entropy", RESP_LEN_MEAN, GIBBERISH_RATE, MISMATCH_KL_K3)
-
-
-class Diverged(Exception):
-    """The run became unstable; the message is summary.json's `reason`."""
 
 
 def step_seed(seed: int, step: int, purpose: str) -> int:
@@ -454,6 +452,7 @@ class Trainer:
                 if not math.isfinite(gnorm):
                     raise Diverged("non-finite gradient norm")
                 self.prec.optimizer.step()
+        require_finite_weights(self.policy, "after the optimizer step")
         if math.isfinite(gnorm):
             lm["grad_norm"] = gnorm
         return {**lm, **metrics}, ratio

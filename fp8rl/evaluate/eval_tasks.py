@@ -4,9 +4,14 @@
   `evals/agent/` (suite `agent`), named like the file (`$FP8RL_EVALS_DIR` replaces `evals/`). Their `dataset_kwargs.data_files` name files of
   the run's data directory (`--data DIR`); they are resolved here, so the task reads the tier's held-out
   split fully offline through the `json` dataset builder.
-- lm-eval's own tasks (paper tier): any other name in `eval.lm_eval_tasks`, through `LM_EVAL_ALIASES`
-  (`math500` -> lm-eval's `minerva_math500`).
+- lm-eval's own tasks (paper tier): the names of `LM_EVAL_TASKS` (fp8rl.vocabulary: those whose data
+  `fp8rl fetch data` snapshots for an offline node), through `LM_EVAL_ALIASES` (`math500` -> lm-eval's
+  `minerva_math500`).
 - BFCL categories (paper tier): `bfcl_<category>` in `eval.agent`, run by `fp8rl.evaluate.bfcl`.
+
+A name is only ever one of these (`known_tasks`): `eval_task_problems`, one of the config checks, refuses
+any other before a job starts, and `plan_tasks` refuses it again, so no config value can make lm-eval
+read a YAML (and the Python its `!function` names) from outside the task folder.
 
 Every problem found here (a missing or broken YAML, an unknown key, a missing data file) is an
 `EvalInputError` whose message names the file.
@@ -18,6 +23,8 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from fp8rl.vocabulary import LM_EVAL_TASKS
 
 EVALS_DIR = Path(__file__).resolve().parents[2] / "evals"
 SUITE_DIRS = {"lm_eval": "lm_eval", "agent": "agent"}
@@ -54,6 +61,38 @@ def evals_dir() -> Path:
 
 def local_task_path(suite: str, name: str, root: Path | None = None) -> Path:
     return (root or evals_dir()) / SUITE_DIRS[suite] / f"{name}.yaml"
+
+
+def local_tasks(suite: str, root: Path | None = None) -> list[str]:
+    """The task YAMLs of one suite's folder, by name (sorted)."""
+    folder = (root or evals_dir()) / SUITE_DIRS[suite]
+    return sorted(p.stem for p in folder.glob("*.yaml") if p.is_file()) if folder.is_dir() else []
+
+
+def known_tasks(suite: str, root: Path | None = None) -> list[str]:
+    """Every name a config may give in the suite's list: its local task YAMLs, then lm-eval's tasks
+    (`LM_EVAL_TASKS`) or the BFCL categories (`bfcl_<category>`)."""
+    if suite == "lm_eval":
+        builtin = list(LM_EVAL_TASKS)
+    else:
+        from fp8rl.evaluate.bfcl import CATEGORIES
+
+        builtin = [BFCL_PREFIX + c for c in CATEGORIES]
+    local = local_tasks(suite, root)
+    return local + [n for n in builtin if n not in local]
+
+
+def eval_task_problems(cfg) -> list[tuple[tuple, str]]:
+    """A config check (`load_config(checks=...)`): every name in `eval.lm_eval_tasks` and `eval.agent`
+    is a task that exists (`known_tasks`), named with the allowed ones."""
+    out = []
+    for suite, key in (("lm_eval", "lm_eval_tasks"), ("agent", "agent")):
+        names = getattr(cfg.eval, key)
+        known = known_tasks(suite) if names else []
+        for i, name in enumerate(names):
+            if name not in known:
+                out.append((("eval", key, i), f"unknown task {name!r}; allowed: {', '.join(known)}"))
+    return out
 
 
 def load_task_yaml(path: Path) -> dict[str, Any]:
@@ -117,22 +156,22 @@ def plan_tasks(
     report: dict[str, str] = {}
     bfcl: list[str] = []
     sources: dict[str, Path] = {}
+    known = known_tasks(suite, root)
     for name in names:
+        if name not in known:
+            key = "lm_eval_tasks" if suite == "lm_eval" else "agent"
+            raise EvalInputError(f"eval.{key}: unknown task {name!r}; allowed: {', '.join(known)}")
         path = local_task_path(suite, name, root)
         if path.is_file():
             specs.append(bind_data_files(load_task_yaml(path), path, data_dir, cache_dir))
             report[name] = name
             sources[name] = path
-        elif suite == "agent" and name.startswith(BFCL_PREFIX):
+        elif suite == "agent":
             bfcl.append(name.removeprefix(BFCL_PREFIX))
-        elif suite == "lm_eval":
+        else:
             lm_name = LM_EVAL_ALIASES.get(name, name)
             specs.append(lm_name)
             report[lm_name] = name
-        else:
-            raise EvalInputError(
-                f"eval.agent: unknown task {name!r}: no {path} and not a BFCL category (bfcl_<category>)"
-            )
     return TaskPlan(specs, report, bfcl, sources, hub_dataset_paths(data_dir))
 
 

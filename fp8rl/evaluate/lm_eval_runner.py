@@ -14,11 +14,13 @@ sample (prompt, responses, per-sample scores) goes to a JSONL file beside the sc
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
+from fp8rl.checkpoint_files import not_a_file
 from fp8rl.config import ExperimentConfig
 from fp8rl.evaluate.eval_tasks import EvalInputError, TaskPlan
 from fp8rl.evaluate.protocol import task_specs, vllm_model_args
@@ -29,13 +31,74 @@ BOOTSTRAP_ITERS = 1000
 
 
 def check_checkpoint(checkpoint: Path) -> None:
-    """A Hugging Face model directory: config.json and weights; EvalInputError naming what is missing."""
+    """A Hugging Face model directory: config.json and weights, each a file; EvalInputError naming what
+    is missing or not a file, and a tokenizer config that cannot be read."""
     if not checkpoint.is_dir():
         raise EvalInputError(f"checkpoint {checkpoint} not found (did the training run finish?)")
     if not (checkpoint / "config.json").is_file():
         raise EvalInputError(f"checkpoint {checkpoint / 'config.json'} not found: not a Hugging Face model")
-    if not any(checkpoint.glob("*.safetensors")) and not any(checkpoint.glob("*.bin")):
+    weights = [*checkpoint.glob("*.safetensors"), *checkpoint.glob("*.bin")]
+    if not weights:
         raise EvalInputError(f"checkpoint {checkpoint}: no model weights (*.safetensors)")
+    for path in [checkpoint / "config.json", *weights]:
+        if not path.is_file():
+            raise EvalInputError(f"checkpoint {path}: not a file")
+    if (path := not_a_file(checkpoint)) is not None:  # transformers would blame a missing package
+        raise EvalInputError(f"checkpoint {path}: not a file")
+    has_chat_template(checkpoint)  # a broken tokenizer_config.json is named here, before any work
+
+
+# A chat template renders a prompt in milliseconds; one that loops for longer is refused (a template with
+# nested loops of the sandbox's 100 000-item ranges ran for hours on every prompt).
+CHAT_TEMPLATE_SECONDS = 10.0
+
+
+def check_chat_template(checkpoint: Path, seconds: float = CHAT_TEMPLATE_SECONDS) -> None:
+    """Render the checkpoint's chat template (if it has one) on a one-turn conversation within `seconds`
+    (SIGALRM, so only on the main thread; elsewhere it is not timed); EvalInputError naming the template
+    when it takes longer or fails to render."""
+    import signal
+    import threading
+
+    if not has_chat_template(checkpoint):
+        return
+    from transformers import AutoTokenizer
+
+    where = checkpoint / "chat_template.jinja"
+    where = where if where.is_file() else checkpoint / "tokenizer_config.json"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    except Exception as exc:  # transformers raises many kinds for a broken tokenizer folder
+        raise EvalInputError(
+            f"{checkpoint}: the tokenizer cannot be loaded ({type(exc).__name__}: {exc})"
+        ) from None
+
+    class _Slow(Exception):
+        pass
+
+    def _stop(signum, frame):
+        raise _Slow
+
+    timed = threading.current_thread() is threading.main_thread()
+    if timed:
+        previous = signal.signal(signal.SIGALRM, _stop)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": "1+1="}], tokenize=False, add_generation_prompt=True
+        )
+    except _Slow:
+        raise EvalInputError(
+            f"{where}: the chat template takes more than {seconds:g} s to render one prompt"
+        ) from None
+    except Exception as exc:
+        raise EvalInputError(
+            f"{where}: the chat template does not render ({type(exc).__name__}: {exc})"
+        ) from None
+    finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
 
 def model_spec(cfg: ExperimentConfig, checkpoint: Path) -> tuple[str, dict[str, Any]]:
@@ -61,7 +124,12 @@ def has_chat_template(checkpoint: Path) -> bool:
     if (checkpoint / "chat_template.jinja").is_file():
         return True
     config = checkpoint / "tokenizer_config.json"
-    return config.is_file() and "chat_template" in json.loads(config.read_text())
+    if not config.is_file():
+        return False
+    try:
+        return "chat_template" in json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError) as exc:
+        raise EvalInputError(f"{config}: not a readable tokenizer config ({exc})") from None
 
 
 def registered_config(manager: Any, name: str) -> dict:
@@ -113,9 +181,25 @@ def build_tasks(cfg: ExperimentConfig, plan: TaskPlan) -> tuple[list, Any]:
             loaded = manager.load([spec])
         except Exception as exc:  # lm-eval raises many kinds for a bad task config
             source = plan.sources.get(name, f"lm-eval task {name!r}")
+            if (full := _disk_full(exc)) is not None:  # `datasets` wraps it as a dataset error
+                raise EvalInputError(
+                    f"{source}: no space left on the device while building the task "
+                    f"({full.filename or 'its dataset cache'}): free some space and run again"
+                ) from None
             raise EvalInputError(f"{source}: cannot build the task: {type(exc).__name__}: {exc}") from None
         tasks.extend(loaded["tasks"].values())
     return tasks, manager
+
+
+def _disk_full(exc: BaseException) -> OSError | None:
+    """The ENOSPC (or EDQUOT) error somewhere in `exc`'s chain of causes, or None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def run_lm_eval(

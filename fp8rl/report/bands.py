@@ -4,7 +4,9 @@
 Each metric that the published `tables/comparison.csv` gives with a 95 % interval (the t-interval over
 its per-seed means: fp8rl.report.stats) has a band: that interval, widened about the published mean by
 `widen` (1: the interval itself), plus `atol` for the table's rounding. The fresh mean must lie in it; a
-published cell missing from the fresh table fails too.
+published cell missing from the fresh table fails too. The published folder is checked against its
+`report.json` first (a table edited since it was published is refused: ValueError), and so is the fresh
+one when it has a `report.json`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ TABLE = Path("tables") / "comparison.csv"
 KEYS = ("algo", "model", "granularity", "condition", "variant")
 
 
-def _read(root: str) -> tuple[list[str], dict[tuple, dict[str, str]]]:
+def _read(root: str, *, publication: bool) -> tuple[list[str], dict[tuple, dict[str, str]]]:
+    """The comparison table's key columns and rows by cell, after checking the folder against its
+    `report.json` (fp8rl.report.publish.verify_publication): always for a publication, and for a fresh
+    report folder when it has one."""
+    from fp8rl.report.publish import verify_publication
+
+    if publication or (Path(root) / "report.json").exists():
+        verify_publication(root)
     path = Path(root) / TABLE
     if not path.is_file():
         raise ValueError(f"{path}: no comparison table (a tier's report directory holds {TABLE})")
@@ -52,8 +61,8 @@ def check(
     results: str, against: str, *, widen: float = 1.0, atol: float = 1e-9
 ) -> tuple[list[str], list[str]]:
     """(report lines, failures): every published cell's banded metrics against the fresh table."""
-    keys, published = _read(against)
-    fresh_keys, fresh = _read(results)
+    keys, published = _read(against, publication=True)
+    fresh_keys, fresh = _read(results, publication=False)
     if fresh_keys != keys:
         raise ValueError(f"{results} and {against} tabulate different cells ({fresh_keys} vs {keys})")
     with (Path(against) / TABLE).open(newline="") as fh:

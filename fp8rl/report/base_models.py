@@ -32,11 +32,24 @@ NOTES = [
 ]
 
 
-def base_model_table(tier_root: str | Path) -> pd.DataFrame:
-    """The rows described in the module docstring, sorted by model and seed."""
+def base_model_table(tier_root: str | Path, problems: list[str] | None = None) -> pd.DataFrame:
+    """The rows described in the module docstring, sorted by model and seed. An `sft.json` that is not a
+    readable JSON object (a directory, damaged bytes) is left out and named in `problems`."""
     rows = []
     for path in sorted(Path(tier_root, "base").glob("**/sft.json")):
-        info = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            info = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(info, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as exc:
+            why = (
+                "a directory"
+                if path.is_dir()
+                else f"unreadable ({exc.strerror if isinstance(exc, OSError) else exc})"
+            )
+            if problems is not None:
+                problems.append(f"{path}: {why}; base model left out of the base models table")
+            continue
         rows.append({key: info.get(key) for key in COLUMNS})
     table = pd.DataFrame(rows, columns=COLUMNS)
     if table.empty:

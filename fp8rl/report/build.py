@@ -28,7 +28,7 @@ from fp8rl.io import atomic_write_json, atomic_write_text, fsync_dir, remove_sta
 from fp8rl.provenance import git_commit
 from fp8rl.report.base_models import NOTES as BASE_NOTES
 from fp8rl.report.base_models import base_model_table, runs_numerics
-from fp8rl.report.comparison import comparison_table, has_conditions
+from fp8rl.report.comparison import comparison_table, has_conditions, zero_width_problems
 from fp8rl.report.explainer import MECHANISM
 from fp8rl.report.figures import CAPTIONS
 from fp8rl.report.html import render_html
@@ -178,6 +178,7 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
 
     final = ReportPaths.for_config(cfg)
     runs_dir = Path(runs_dir) if runs_dir is not None else final.runs_dir
+    check_output_folders(final)
     with hold_lock(final.lock_file, LOCK_HINT):
         for folder, name in ((final.root, "report"), (final.tables_dir, "*"), (final.plots_dir, "*")):
             remove_stale_temps(folder, name)  # what a killed report left
@@ -193,6 +194,23 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
         finally:
             shutil.rmtree(stage.root, ignore_errors=True)
     return manifest
+
+
+class ReportPathError(ValueError):
+    """An output folder of the report that leads out of the tier's folder; nothing was written."""
+
+
+def check_output_folders(final: ReportPaths) -> None:
+    """ReportPathError unless the report's folders (and report.json's folder) are the tier's own: a
+    `tables/` or `plots/` that is a link, or resolves elsewhere, would take the report's writes outside
+    `results_dir`."""
+    root = final.root.resolve()
+    for folder in (final.tables_dir, final.plots_dir):
+        if folder.is_symlink() or (folder.exists() and not folder.resolve().is_relative_to(root)):
+            raise ReportPathError(
+                f"{folder}: a link (to {folder.resolve()}), not a folder of the tier's report; the report "
+                "writes only inside its results folder: remove the link and run it again"
+            )
 
 
 def install_report(stage: ReportPaths, final: ReportPaths) -> None:
@@ -227,6 +245,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     runset = load_tier(cfg, runs_dir)
     keys = eval_keys(runset)
     comparison = comparison_table(runset, cfg.stability.baseline_steps)
+    runset.problems.extend(zero_width_problems(comparison))
     throughput = throughput_table(runset)
     runs = runs_table(runset)
     counts = {s: int((runset.runs["status"] == s).sum()) for s in STATUSES}
@@ -243,7 +262,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     atomic_write_text(
         paths.table("comparison", "md"), comparison_markdown(f"{title}: comparison", view, paired)
     )
-    bases = base_model_table(final.root)
+    bases = base_model_table(final.root, runset.problems)
     _csv(bases, paths.table("base_models", "csv"))
     atomic_write_text(
         paths.table("base_models", "md"), to_markdown(f"{title}: base models", bases, BASE_NOTES)

@@ -167,3 +167,26 @@ def comparison_table(runset: RunSet, baseline_steps: int) -> pd.DataFrame:
                 row |= _ci_cells(column, ci, n=True)
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def zero_width_problems(table: pd.DataFrame) -> list[str]:
+    """A data problem per interval of `table` (a `comparison_table`) over two or more seeds that has
+    zero width: every seed gave the same value, so the interval measures no spread and shows nothing
+    (the figures never count it as excluding 0: fp8rl.report.quote_format.excludes_zero)."""
+    keys = [k for k in ("algo", "model", "granularity", "condition", "variant") if k in table.columns]
+    out = []
+    for _, row in table.iterrows():
+        cell = "/".join(str(row[k]) for k in keys)
+        for col in table.columns:
+            if not col.endswith("ci_low"):
+                continue
+            lo, hi = row[col], row.get(col[: -len("low")] + "high")
+            if pd.isna(lo) or pd.isna(hi) or lo != hi:
+                continue
+            metric = col[: -len(" ci_low")] if col.endswith(" ci_low") else col[: -len("_ci_low")]
+            what = "its difference from bf16" if col.endswith("delta_ci_low") else "its seeds"
+            out.append(
+                f"{cell} {metric}: a zero-width 95 % interval [{lo:.6g}, {hi:.6g}] over {what} (every seed "
+                "gave the same value: no spread measured); not a significant result"
+            )
+    return out

@@ -18,8 +18,10 @@ docs/interfaces.md): `summary.json`, `metrics.jsonl`, `throughput.json`, `eval/l
 - `problems`: one line per piece of data that could not be used, naming the file (and line). An `ok`
   or `diverged` run without the eval result file of a suite the config asks for is one (its seed is
   absent from that suite's means), and so is an eval result whose `checkpoint_digest` is not the run's
-  checkpoint's (it scored another checkpoint, e.g. before a retrain): its scores are left out, and every
-  task an eval job recorded as `failed` (its harness crashed on the job's last attempt).
+  checkpoint's (it scored another checkpoint, e.g. before a retrain), or whose run's checkpoint no
+  longer has the files its `state.json` records (damaged since: fp8rl.checkpoint_files): its scores are
+  left out, and every task an eval job recorded as `failed` (its harness crashed on the job's last
+  attempt).
 - `ratio_hists`: run id → its FP8 vs BF16-shadow ratio histogram (`fp8rl.rl.ratio_hist`).
 
 Malformed `metrics.jsonl` lines are **skipped and counted**, not fatal: a line that is not UTF-8 or not
@@ -40,8 +42,10 @@ from typing import Any
 
 import pandas as pd
 
+from fp8rl.checkpoint_files import CheckpointError, verify_files
 from fp8rl.config import ExperimentConfig
 from fp8rl.config.runs import RunSpec
+from fp8rl.report.stats import is_proportion
 from fp8rl.rl.ratio_hist import KEYS as HIST_KEYS
 from fp8rl.run_checks import history_problems, owner_problems, summary_problems
 from fp8rl.rundir import EVAL_FILES, RunDir, checkpoint_digest
@@ -140,9 +144,28 @@ def _summary_status(run: RunDir, problems: list[str]) -> tuple[dict, dict | None
     return row, summary
 
 
-def _eval_values(path: Path, suite: str, problems: list[str], checkpoint: Path) -> list[dict]:
+def checkpoint_damage(checkpoint: Path) -> str | None:
+    """What is wrong with the checkpoint's files against its own `state.json` (fp8rl.checkpoint_files),
+    or None: intact, or no record to check against."""
+    try:
+        verify_files(checkpoint)
+    except CheckpointError as exc:
+        return str(exc)
+    return None
+
+
+def _eval_values(
+    path: Path, suite: str, problems: list[str], checkpoint: Path, damage: str | None = None
+) -> list[dict]:
+    """The scores of one eval result file; none (and a problem) when it scored another checkpoint or
+    the run's checkpoint is damaged (`damage`: `checkpoint_damage`)."""
     obj = _read_json(path, problems)
     if obj is None:
+        return []
+    if damage is not None:
+        problems.append(
+            f"{path}: the run's checkpoint is damaged ({damage}); scores ignored, retrain the run"
+        )
         return []
     scored = obj.get("checkpoint_digest")  # absent in result files written before it was recorded
     if scored is not None and (now := checkpoint_digest(checkpoint)) is not None and scored != now:
@@ -162,21 +185,44 @@ def _eval_values(path: Path, suite: str, problems: list[str], checkpoint: Path) 
     if not isinstance(results, list):
         problems.append(f"{path}: 'results' is not a list; file ignored")
         return []
+    keys = [
+        f"{r['task']}/{r['metric']}" if isinstance(r, dict) and r.get("task") and r.get("metric") else None
+        for r in results
+    ]
     for i, res in enumerate(results):
-        ok = isinstance(res, dict) and res.get("task") and res.get("metric") and _is_number(res.get("value"))
+        ok = keys[i] is not None and _is_number(res.get("value"))
         if not ok:
             problems.append(f"{path}: results[{i}] lacks task/metric/numeric value; entry ignored")
+            continue
+        if why := _eval_entry_problem(res, keys[i], keys):
+            problems.append(f"{path}: results[{i}] ({keys[i]}): {why}; entry ignored")
             continue
         stderr = res.get("stderr")
         out.append(
             {
                 "source": suite,
-                "metric": f"{res['task']}/{res['metric']}",
+                "metric": keys[i],
                 "value": float(res["value"]),
                 "stderr": float(stderr) if _is_number(stderr) else math.nan,
             }
         )
     return out
+
+
+def _eval_entry_problem(res: dict, key: str, keys: list[str | None]) -> str | None:
+    """Why one eval score cannot enter a mean, or None: a value that is not finite, a proportion
+    outside [0, 1], a score over no example (`n` < 1), or a task/metric the file gives twice (which of
+    them is the run's score is unknown, and both would count as two seeds)."""
+    value, n = float(res["value"]), res.get("n")
+    if not math.isfinite(value):
+        return f"value {value} is not finite"
+    if is_proportion(key) and not 0.0 <= value <= 1.0:
+        return f"value {value} of a proportion is outside [0, 1]"
+    if n is not None and (not _is_number(n) or not n >= 1):
+        return f"n = {n!r}: a score over no example"
+    if keys.count(key) > 1:
+        return f"given {keys.count(key)} times in the file"
+    return None
 
 
 def _throughput(path: Path, problems: list[str]) -> tuple[dict, list[dict]]:
@@ -258,11 +304,15 @@ def load_run(
         frames.append(long.assign(source="train", stderr=math.nan))
 
     other: list[dict] = []
+    evaluated = any(run.eval_file(suite).is_file() for suite in EVAL_FILES)
+    damage = checkpoint_damage(run.checkpoint) if evaluated else None
     for suite in EVAL_FILES:
         path = run.eval_file(suite)
-        if suite in suites and row["status"] in ("ok", "diverged") and not path.exists():
+        if path.exists() and not path.is_file():
+            problems.append(f"{path}: not a file; the run ({row['status']}) is absent from the {suite} means")
+        elif suite in suites and row["status"] in ("ok", "diverged") and not path.exists():
             problems.append(f"{path}: missing; the run ({row['status']}) is absent from the {suite} means")
-        other += _eval_values(path, suite, problems, run.checkpoint)
+        other += _eval_values(path, suite, problems, run.checkpoint, damage)
     labels, tp = _throughput(run.throughput, problems)
     row |= labels
     other += tp

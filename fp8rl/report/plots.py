@@ -279,7 +279,8 @@ def eval_bars(comparison: pd.DataFrame, keys: list[str], runset: RunSet | None =
         proportion = is_proportion(key)
         if proportion:  # the table's intervals are cut already (stats.value_range); a plot may get others
             low, high = np.clip(low, 0, 1), np.clip(high, 0, 1)
-        err = np.vstack([mean - low, high - mean])  # NaN (n = 1): no error bar
+        # NaN (n = 1): no error bar; never negative (a mean outside its cut interval would crash matplotlib)
+        err = np.clip(np.vstack([mean - low, high - mean]), 0, None)
         ax.barh(y, np.nan_to_num(mean), xerr=err, capsize=3, color=colors, alpha=0.8, height=0.7)
         for yi, (a, m, v, g, c) in zip(y, series, strict=False):
             same = (

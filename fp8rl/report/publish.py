@@ -17,6 +17,9 @@ one step a reader sees the old publication or the new one at every instant, neve
 mix; elsewhere the old one is renamed to `{tier}.old` first, and a publication killed between the two
 renames is put back by the next `fp8rl publish` (`fp8rl.io.recover_dir`, as for checkpoints). The
 tier's `report.lock` is held throughout, so no report is rebuilt under the copy.
+
+`verify_publication` checks a publication against its own `report.json` (every hashed file unchanged,
+no file added); `fp8rl quotes` and `fp8rl check` run it before they read one.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ from fp8rl.provenance import git_commit, machine, package_versions
 from fp8rl.report.paths import ReportPaths, report_flags
 
 
-class PublishError(Exception):
-    """The tier cannot be published as asked (nothing was written)."""
+class PublishError(ValueError):
+    """The tier cannot be published as asked (nothing was written), or a publication is not the one its
+    manifest records."""
 
 
 def container_digests(results_dir: Path) -> dict[str, dict]:
@@ -111,6 +115,45 @@ def verify_outputs(paths: ReportPaths, manifest: dict, root: Path | None = None)
                 f"{out}: not the file {paths.manifest.name} records (sha256 differs: the report was "
                 "interrupted, or its files changed since); rebuild the report with `fp8rl report`"
             )
+
+
+# Files of a publication that report.json does not hash: itself, and what `publish_tier` adds.
+UNHASHED = ("report.json", "provenance.json")
+
+
+def verify_publication(root: str | Path) -> dict:
+    """A publication's (or a report folder's) `report.json` manifest, after checking that every file it
+    hashes has that sha256 and that no other file sits beside them (`UNHASHED` apart). PublishError
+    naming the first file that was edited, removed or added since the report was built: whatever reads
+    a publication (`fp8rl quotes`, `fp8rl check`) calls this first, so a tampered table is refused, not
+    quoted or used as a band."""
+    root = Path(root)
+    manifest_path = root / "report.json"
+    if not manifest_path.is_file():
+        raise PublishError(
+            f"{root}: no report.json: not a report or publication (`fp8rl report`, `fp8rl publish`)"
+        )
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PublishError(f"{manifest_path}: unreadable ({exc})") from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not files:
+        raise PublishError(f"{manifest_path}: records no hashes of the report's files")
+    hint = "the publication was edited since it was built; restore it (git checkout) or publish it again"
+    for rel, digest in sorted(files.items()):
+        path = root / rel
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise PublishError(f"{manifest_path}: records {rel!r}, not a file of the publication")
+        if not path.is_file():
+            raise PublishError(f"{path}: missing, though {manifest_path.name} records it; {hint}")
+        if sha256_file(path) != digest:
+            raise PublishError(f"{path}: not the file {manifest_path.name} records (sha256 differs); {hint}")
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if (path.is_file() or path.is_symlink()) and rel not in files and rel not in UNHASHED:
+            raise PublishError(f"{path}: not one of the files {manifest_path.name} records; {hint}")
+    return manifest
 
 
 def _fsync_tree(root: Path) -> None:

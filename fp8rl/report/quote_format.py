@@ -42,7 +42,7 @@ def pp(est: float, lo: float, hi: float) -> str:
     if math.isnan(lo):
         return f"{num(100 * est, sign=True)} pp (no interval)"
     text = f"{num(100 * est, sign=True)} pp [{num(100 * lo, sign=True)}, {num(100 * hi, sign=True)}]"
-    return f"**{text}**" if lo > 0 or hi < 0 else text
+    return f"**{text}**" if excludes_zero(lo, hi) else text
 
 
 def pp_point(est: float) -> str:
@@ -66,8 +66,9 @@ def published_table(published: Path, tier: str, name: str) -> pd.DataFrame:
 
 
 def excludes_zero(lo: float, hi: float) -> bool:
-    """Whether the interval [lo, hi] lies on one side of 0 (False when either end is missing)."""
-    return not (math.isnan(lo) or math.isnan(hi)) and (lo > 0 or hi < 0)
+    """Whether the interval [lo, hi] lies on one side of 0: False when either end is missing, and for a
+    zero-width interval (seeds that all gave one value measure no spread, so they show nothing)."""
+    return not (math.isnan(lo) or math.isnan(hi)) and lo < hi and (lo > 0 or hi < 0)
 
 
 def interval(est: float, lo: float, hi: float, digits: int = 2) -> str:

@@ -3,7 +3,8 @@
 A quoted block sits between `<!-- fp8rl:results NAME -->` and `<!-- /fp8rl:results -->` in a markdown
 file; `fp8rl quotes --write` regenerates every block from `results/published/{tier}/tables/*.csv`, and
 `fp8rl quotes --check` (run by the test suite) fails naming the file and block when one differs from
-what the tables give. So a figure in the text cannot drift from its table, and a re-publication updates
+what the tables give; both first check every publication against its `report.json` manifest, so an
+edited table is refused, never quoted. So a figure in the text cannot drift from its table, and a re-publication updates
 the text in one command. Words that depend on a figure ("the interval excludes 0") are generated with
 it; prose outside the blocks quotes no result figures (tests/unit/report/test_quotes.py checks both).
 
@@ -325,8 +326,25 @@ def render(text: str, published: Path, source: str = "") -> str:
     return "".join(out) + text[pos:]
 
 
+def verify_publications(published: Path) -> None:
+    """QuoteError naming the first publication under `published` (a folder with a `report.json` or a
+    `tables/`) that is not what its manifest records (fp8rl.report.publish.verify_publication)."""
+    from fp8rl.report.publish import PublishError, verify_publication
+
+    for tier in (
+        sorted(p for p in Path(published).iterdir() if p.is_dir()) if Path(published).is_dir() else []
+    ):
+        if (tier / "report.json").exists() or (tier / "tables").exists():
+            try:
+                verify_publication(tier)
+            except PublishError as exc:
+                raise QuoteError(str(exc)) from None
+
+
 def stale_blocks(root: Path, published: Path) -> list[str]:
-    """`file: block` for every quoted block whose text differs from what the tables give."""
+    """`file: block` for every quoted block whose text differs from what the tables give, after checking
+    every publication against its manifest (`verify_publications`)."""
+    verify_publications(published)
     stale = []
     for name in QUOTING_FILES:
         path = root / name

@@ -74,3 +74,30 @@ def test_resume_in_the_middle_of_a_diverged_trajectory(tier, train, tmp_path, re
 
     assert strip(again) == strip(rows)
     assert json.loads((out / "summary.json").read_text())["step"] == 6
+
+
+def test_weights_that_blow_up_are_a_non_finite_divergence(tier, train, tmp_path, restore_torch_globals):
+    """weight_decay 1e300: the weights are inf after step 1's update (step 2's sampler raised on a NaN
+    probability, and the run was `failed`): the run is `diverged` (`non_finite`, exit 0 for the DAG) at
+    step 1 and keeps a loadable checkpoint of finite weights; NaN logits in the sampler are a divergence."""
+    import torch
+
+    from fp8rl.engine.divergence import Diverged
+    from fp8rl.engine.sampler import sample_tokens
+
+    over = {
+        "schedule.weight_decay": 1e300,
+        "schedule.mini_batches": 1,
+        "limits": {"schedule.weight_decay": 1e300},
+    }
+    _, summary, _ = train("grpo/tiny/bf16/none/seed0", tmp_path / "run", over)
+    assert summary["status"] == "diverged", summary
+    assert summary["divergence"]["kind"] == "non_finite" and summary["step"] == 1, summary
+    assert "non-finite weights (model.embed_tokens.weight) after the optimizer step" in summary["reason"]
+    state = json.loads((tmp_path / "run" / "checkpoint" / "state.json").read_text())
+    assert state["step"] == 0  # the base model's weights: none of the run's were finite
+    logits = torch.zeros(2, 5)
+    logits[1, 3] = float("nan")
+    for greedy in (True, False):
+        with pytest.raises(Diverged, match="non-finite sampling distribution"):
+            sample_tokens(logits, temperature=1.0, top_p=1.0, generator=None, greedy=greedy)

@@ -60,3 +60,29 @@ def test_a_missing_cell_fails_and_a_missing_table_is_a_usage_error(tmp_path, cap
     assert main(["check", str(fresh), "--against", str(PUBLISHED)]) == 1
     assert "grpo/tiny/tensorwise/fp8_tis: missing from" in capsys.readouterr().err
     assert main(["check", str(tmp_path / "nowhere"), "--against", str(PUBLISHED)]) == 2
+
+
+def test_a_published_table_edited_since_publication_is_refused(tmp_path, capsys):
+    """Every published interval rewritten to +-1000 would pass any fresh value: the publication is checked
+    against its report.json first (exit 2 naming the file), and so is a fresh report folder with one."""
+    published = tmp_path / "published"
+    shutil.copytree(PUBLISHED, published)
+    fresh = _copy(tmp_path / "fresh")
+    _perturb(fresh, "fp8_calib", "clip_low_neg", "0.5")
+    path = published / "tables" / "comparison.csv"
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for row in rows:
+        for col in row:
+            if col.endswith(" ci_low") or col.endswith(" ci_high"):
+                row[col] = "-1000" if col.endswith("ci_low") else "1000"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    assert main(["check", str(fresh), "--against", str(published)]) == 2
+    assert f"{path}: not the file report.json records" in capsys.readouterr().err
+    shutil.copytree(PUBLISHED, tmp_path / "fresh2")
+    (tmp_path / "fresh2" / "tables" / "runs.md").write_text("edited\n")
+    assert main(["check", str(tmp_path / "fresh2"), "--against", str(PUBLISHED)]) == 2
+    assert "runs.md: not the file report.json records" in capsys.readouterr().err

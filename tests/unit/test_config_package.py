@@ -22,6 +22,7 @@ ORDER = [
     "training",
     "evaluation",
     "infrastructure",
+    "limits",
     "matrix",
     "runs",
     "study",

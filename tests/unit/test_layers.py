@@ -26,12 +26,20 @@ ALLOWED: dict[str, set[str]] = {
     "config_loader": {"config"},
     "rundir": CORE,
     "run_checks": {"rundir", *CORE},
+    "checkpoint_files": {"rundir", *CORE},
     "tracking": {"config"},
     "containers": {"config"},
     "fp8": {"vocabulary", "numerics"},  # never rl; numerics: fast-mode kernels only where asked
     "rl": {"vocabulary"},  # never fp8
-    "engine": {"config", "fp8", "rl", "provenance", "rundir", "tracking", *CORE},
-    "evaluate": {"config", "rundir", "provenance", "adapters", *CORE},  # adapters.hub: records
+    "engine": {"config", "fp8", "rl", "provenance", "rundir", "checkpoint_files", "tracking", *CORE},
+    "evaluate": {
+        "config",
+        "rundir",
+        "checkpoint_files",
+        "provenance",
+        "adapters",
+        *CORE,
+    },  # adapters.hub: records
     "adapters": {
         "config",
         "config_loader",
@@ -52,11 +60,13 @@ ALLOWED: dict[str, set[str]] = {
         "provenance",
         "rundir",
         "run_checks",
+        "checkpoint_files",
         *CORE,
     },  # loader: quotes read the study
     "validation": {"config", "engine", "adapters", "evaluate"},
     "commands": {
         "adapters",
+        "checkpoint_files",
         "config",
         "config_loader",
         "containers",

@@ -190,3 +190,15 @@ def test_metrics_appends_do_not_follow_a_symlink(tmp_path):
     with pytest.raises(OSError):
         run.append_metrics({"step": 1})
     assert target.read_text() == ""
+
+
+def test_the_curves_hint_names_the_folder_the_run_was_written_to(tmp_path):
+    """`fp8rl train --out` elsewhere than the config's runs folder: the TensorBoard hint names `--out`."""
+    from fp8rl.commands.train import curves_command
+    from fp8rl.config_loader import load_config
+
+    smoke = Path(__file__).resolve().parents[2] / "config" / "smoke.yaml"
+    cfg = load_config(smoke, [f"results_dir={tmp_path / 'results'}"])
+    inside = tmp_path / "results" / cfg.tier / "runs" / "grpo" / "tiny" / "bf16" / "none" / "seed0"
+    assert curves_command(cfg, inside) == f"tensorboard --logdir {tmp_path / 'results' / cfg.tier / 'runs'}"
+    assert curves_command(cfg, tmp_path / "elsewhere") == f"tensorboard --logdir {tmp_path / 'elsewhere'}"

@@ -94,3 +94,21 @@ def test_a_filesystem_without_flock_is_named_with_the_way_out(tmp_path, monkeypa
     with run.lock():
         assert "pid" in run.lock_file.read_text()
     assert not run.lock_file.exists()
+
+
+def test_two_data_commands_on_one_out_never_mix_their_files(tmp_path, capsys):
+    """`fp8rl data` holds OUT/.data.lock like train/eval/report/publish: a second one exits 2 naming the
+    holder, and the first leaves no lock behind."""
+    from fp8rl.cli import main
+    from fp8rl.commands.data import DATA_LOCK
+    from fp8rl.rundir import hold_lock
+
+    smoke = Path(__file__).resolve().parents[2] / "config" / "smoke.yaml"
+    out = tmp_path / "data"
+    args = ["data", "--config", str(smoke), "--out", str(out), "--set", "task.n_train=50"]
+    with hold_lock(out / DATA_LOCK, "test"):
+        assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out}:" in err and "pid " in err
+    assert not (out / "train.jsonl").exists()
+    assert main(args) == 0 and (out / "train.jsonl").is_file() and not (out / DATA_LOCK).exists()

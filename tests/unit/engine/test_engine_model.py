@@ -60,3 +60,18 @@ def test_converted_model_saves_plain_llama_weights(tmp_path):
     ref = {k: v for k, v in model.state_dict().items()}
     for k, v in loaded.state_dict().items():
         assert torch.equal(v, ref[k]), k
+
+
+def test_a_tokenizer_file_that_is_a_directory_is_named(tmp_path):
+    """transformers fell back to the slow tokenizer and asked to install sentencepiece."""
+    import pytest
+
+    from fp8rl.engine.tokenizer import build_char_tokenizer, load_tokenizer
+
+    tok = build_char_tokenizer()
+    tok.save_pretrained(tmp_path)
+    load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer.json").unlink()
+    (tmp_path / "tokenizer.json").mkdir()
+    with pytest.raises(ValueError, match=r"tokenizer\.json: not a file"):
+        load_tokenizer(tmp_path)

@@ -104,3 +104,43 @@ def test_bfcl_handler_per_model_from_the_config(tmp_path, monkeypatch):
     assert bfcl_model_name(paper, run / "checkpoint") == "Qwen/Qwen3-32B"  # bfcl-eval has no Qwen2.5
     monkeypatch.setenv("FP8RL_BFCL_MODEL", "other")
     assert bfcl_model_name(paper, run / "checkpoint") == "other"
+
+
+def test_a_task_name_is_never_a_path_and_must_exist(data_dir, tmp_path, capsys, monkeypatch):
+    """A task name that walks out of evals/ (whose YAML's `!function` would import and run Python next
+    to it) or names no task is refused by the schema, the config checks, `plan_tasks` and `fp8rl eval`
+    before any work, naming the key and the allowed names."""
+
+    from fp8rl.cli import main
+    from fp8rl.config_loader import ConfigError, load_config
+    from fp8rl.validation import CONFIG_CHECKS
+
+    evil = tmp_path / "elsewhere"
+    evil.mkdir()
+    (evil / "ran.py").write_text("open(__file__ + '.ran', 'w').close()\ndef f(x):\n    return x\n")
+    (evil / "evil.yaml").write_text("task: evil\ndoc_to_text: !function ran.f\n")
+    shutil.copytree(EVALS_DIR, tmp_path / "repo" / "evals")
+    monkeypatch.setenv("FP8RL_EVALS_DIR", str(tmp_path / "repo" / "evals"))
+    smoke = Path(__file__).resolve().parents[3] / "config" / "smoke.yaml"
+    rel = "../../../elsewhere/evil"  # from evals/lm_eval/ to tmp_path/elsewhere/evil.yaml
+    for setting, key, shown in (
+        (f"eval.lm_eval_tasks=[{rel}]", "eval.lm_eval_tasks.0", "should match pattern"),
+        ("eval.lm_eval_tasks=[arith_gen, hellaswag_typo]", "eval.lm_eval_tasks.1", "unknown task 'hellaswag_typo'"),
+        ("eval.agent=[bfcl_nope]", "eval.agent.0", "unknown task 'bfcl_nope'"),
+        ("eval.agent=[tool_call, tool_call]", "eval", "'tool_call' named more than once"),
+    ):  # fmt: skip
+        with pytest.raises(ConfigError) as err:
+            load_config(smoke, [setting], checks=CONFIG_CHECKS)
+        assert f"{key}: " in str(err.value) and shown in str(err.value), str(err.value)
+        if "unknown" in shown:
+            assert "allowed: arith_gen, arith_mc" in str(err.value) or "allowed: tool_call" in str(err.value)
+    with pytest.raises(EvalInputError, match=r"eval\.lm_eval_tasks: unknown task .*allowed: arith_gen"):
+        plan_tasks("lm_eval", [rel], data_dir)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(smoke.read_text())
+    args = ["eval", "lm-eval", "--config", str(cfg), "--checkpoint", str(tmp_path / "none"),
+            "--data", str(data_dir), "--out", str(tmp_path / "o.json"), "--set"]  # fmt: skip
+    assert main([*args, f"eval.lm_eval_tasks=[{rel}]"]) == 2
+    assert main([*args, "eval.lm_eval_tasks=[nope]"]) == 2
+    assert "eval.lm_eval_tasks.0: unknown task 'nope'" in capsys.readouterr().err
+    assert not (evil / "ran.py.ran").exists() and not (tmp_path / "o.json").exists()

@@ -246,3 +246,107 @@ def test_a_crashing_harness_is_recorded_on_the_last_attempt(tiny_checkpoint, dat
     values = _eval_values(out, "agent", problems, tiny_checkpoint)
     assert {v["metric"].split("/")[0] for v in values} == {"tool_call"}
     assert len(problems) == 1 and "bfcl_simple failed (CalledProcessError" in problems[0]
+
+
+def test_a_damaged_checkpoint_exits_2_naming_the_file(data_dir, tmp_path, capsys, monkeypatch):
+    """One byte flipped in a trainer checkpoint's `model.safetensors`: refused against the sha256 its
+    `state.json` records, before any model is loaded or any result written."""
+    import fp8rl.evaluate.lm_eval_runner as runner
+    from fp8rl.config import ArchConfig
+    from fp8rl.engine.checkpoint import save_checkpoint
+    from fp8rl.engine.model import build_model
+    from fp8rl.engine.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    model = build_model(
+        ArchConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), tok, seed=0
+    )
+    ckpt = tmp_path / "run" / "checkpoint"
+    save_checkpoint(ckpt, model, tok, {}, {"step": 1})
+    monkeypatch.setattr(runner, "run_lm_eval", lambda *a, **k: pytest.fail("evaluated a damaged checkpoint"))
+    weights = bytearray((ckpt / "model.safetensors").read_bytes())
+    weights[len(weights) // 2] ^= 0x01
+    (ckpt / "model.safetensors").write_bytes(weights)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(json.dumps(CFG.model_dump(mode="json")))
+    out = tmp_path / "eval" / "lm_eval.json"
+    args = ["eval", "lm-eval", "--config", str(cfg), "--checkpoint", str(ckpt), "--data", str(data_dir)]
+    assert main([*args, "--out", str(out)]) == 2
+    assert (
+        f"{ckpt / 'model.safetensors'}: corrupt (sha256 differs from state.json)" in capsys.readouterr().err
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        (lambda c: _replace_with_dir(c / "model.safetensors"), "model.safetensors: not a file"),
+        (lambda c: _replace_with_dir(c / "tokenizer_config.json"), "tokenizer_config.json: not a file"),
+        (lambda c: (c / "tokenizer_config.json").write_text("{broken"), "tokenizer_config.json: not a readable"),
+    ],
+)  # fmt: skip
+def test_a_damaged_checkpoint_file_is_named(tiny_checkpoint, tmp_path, damage, named):
+    """A weights or tokenizer file that is a directory, or a tokenizer config that is not JSON: the
+    error names that file (before: a directory passed, or transformers asked for sentencepiece)."""
+    import shutil
+
+    from fp8rl.evaluate.eval_tasks import EvalInputError
+    from fp8rl.evaluate.lm_eval_runner import check_checkpoint
+
+    ckpt = tmp_path / "checkpoint"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    check_checkpoint(ckpt)
+    damage(ckpt)
+    with pytest.raises(EvalInputError, match=named):
+        check_checkpoint(ckpt)
+
+
+def _replace_with_dir(path):
+    path.unlink()
+    path.mkdir()
+
+
+def test_a_full_disk_while_building_a_task_is_named_as_such(data_dir, tmp_path, monkeypatch):
+    """`datasets` wraps ENOSPC in a dataset error; the message said the dataset was broken."""
+    import errno
+
+    from lm_eval.tasks import TaskManager
+
+    from fp8rl.evaluate.eval_tasks import EvalInputError
+    from fp8rl.evaluate.lm_eval_runner import build_tasks
+
+    def full(self, specs):
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "cache" / "x.arrow"))
+        except OSError as exc:
+            raise RuntimeError("An error occurred while generating the dataset") from exc
+
+    monkeypatch.setattr(TaskManager, "load", full)
+    plan = plan_tasks("lm_eval", ["arith_gen"], data_dir, cache_dir=tmp_path / "cache")
+    with pytest.raises(EvalInputError, match=r"arith_gen\.yaml: no space left on the device .*x\.arrow"):
+        build_tasks(CFG, plan)
+
+
+def test_a_chat_template_that_loops_for_ever_is_refused_in_bounded_time(tiny_checkpoint, tmp_path):
+    """Nested loops of the sandbox's largest ranges hung the eval; rendering is bounded before any work."""
+    import shutil
+    import time
+
+    from fp8rl.evaluate.eval_tasks import EvalInputError
+    from fp8rl.evaluate.lm_eval_runner import check_chat_template
+
+    ckpt = tmp_path / "checkpoint"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    check_chat_template(ckpt)  # none: nothing to render
+    (ckpt / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    check_chat_template(ckpt)
+    (ckpt / "chat_template.jinja").write_text(
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    )
+    start = time.monotonic()
+    with pytest.raises(
+        EvalInputError, match=r"chat_template\.jinja: the chat template takes more than 0\.5 s"
+    ):
+        check_chat_template(ckpt, seconds=0.5)
+    assert time.monotonic() - start < 5

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from fp8rl.io import sha256_file
 from fp8rl.report.quotes import BEGIN, END, QUOTING_FILES, QuoteError, pp, render, share_range, stale_blocks
 
 REPO = Path(__file__).resolve().parents[3]
@@ -27,7 +30,14 @@ def _smoke_tables(root: Path, bf16=0.0126, delta=(0.0070, -0.0005, 0.0134)) -> P
                          "clip_low_neg delta_ci_high": d[2], "excess_clip": 0.0079,
                          "excess_clip ci_low": 0.0051, "excess_clip ci_high": 0.0107})  # fmt: skip
     pd.DataFrame(rows).to_csv(tables / "comparison.csv", index=False)
+    _manifest(root / "smoke")
     return root
+
+
+def _manifest(tier: Path) -> None:
+    """The `report.json` a report writes: the sha256 of each of its files."""
+    files = {p.relative_to(tier).as_posix(): sha256_file(p) for p in sorted(tier.rglob("*")) if p.is_file()}
+    (tier / "report.json").write_text(json.dumps({"files": files}))
 
 
 def test_a_block_is_generated_from_its_table(tmp_path):
@@ -92,6 +102,28 @@ def test_a_share_removed_is_given_only_where_plain_fp8_s_excess_is_shown(tmp_pat
 
 def test_the_repository_quotes_match_the_published_tables():
     assert stale_blocks(REPO, REPO / "results" / "published") == []
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda t: t.joinpath("tables", "comparison.md").write_text("| edited |\n"), "tables/comparison.md: not the file"),
+        (lambda t: t.joinpath("tables", "comparison.csv").unlink(), "tables/comparison.csv: missing"),
+        (lambda t: t.joinpath("tables", "extra.csv").write_text("a\n1\n"), "tables/extra.csv: not one of the files"),
+    ],
+)  # fmt: skip
+def test_a_publication_edited_since_it_was_published_is_refused(tmp_path, capsys, change, named):
+    """`fp8rl quotes --check` and `--write` verify every publication against its report.json first."""
+    from fp8rl.cli import main
+
+    published = tmp_path / "results" / "published"
+    shutil.copytree(REPO / "results" / "published" / "smoke", published / "smoke")
+    (tmp_path / "README.md").write_text("no quoted block\n")
+    assert main(["quotes", "--check", "--root", str(tmp_path)]) == 0
+    change(published / "smoke")
+    for mode in ("--check", "--write"):
+        assert main(["quotes", mode, "--root", str(tmp_path)]) == 2
+        assert named in capsys.readouterr().err
 
 
 # A result figure: a decimal number, a percentage or a percentage-point difference (the confidence

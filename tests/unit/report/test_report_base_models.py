@@ -53,3 +53,17 @@ def test_the_runs_numerics_are_collected_from_their_summaries(tmp_path):
             {f"OpenBLAS {pinned['pinned_blas']['core']}" if "pinned_blas" in pinned else "MKL", "MKL"}
         ),
     }
+
+
+def test_an_sft_json_that_is_a_directory_or_damaged_is_a_data_problem(tmp_path):
+    """The report crashed on `base/.../sft.json` as a directory; now the base is left out and named."""
+    _sft_json(tmp_path / "base" / "tiny" / "seed0", 0, 0.26)
+    (tmp_path / "base" / "tiny" / "seed1" / "sft.json").mkdir(parents=True)
+    (tmp_path / "base" / "tiny" / "seed2").mkdir(parents=True)
+    (tmp_path / "base" / "tiny" / "seed2" / "sft.json").write_bytes(b"\xff{")
+    problems: list[str] = []
+    table = base_model_table(tmp_path, problems)
+    assert table["seed"].tolist() == [0]
+    assert len(problems) == 2
+    assert "seed1/sft.json: a directory; base model left out" in problems[0]
+    assert "seed2/sft.json: unreadable" in problems[1]

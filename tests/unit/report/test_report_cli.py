@@ -119,3 +119,15 @@ def test_report_bad_config_exits_2_before_writing(tmp_path, capsys):
     assert "matrix.variants" in capsys.readouterr().err
     assert main(["report", *report_args(tmp_path), "--runs-dir", str(tmp_path / "nope")]) == 2
     assert not (tmp_path / "smoke").exists()
+
+
+def test_a_linked_tables_folder_never_takes_the_report_outside_results(tmp_path, capsys):
+    """`tables/` a symlink to a folder elsewhere: exit 2 naming it, nothing written there."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    results = tmp_path / "results"
+    (results / "smoke").mkdir(parents=True)
+    (results / "smoke" / "tables").symlink_to(elsewhere)
+    assert main(["report", *report_args(results), "--set", "matrix.seeds=[0]"]) == 2
+    assert f"{results / 'smoke' / 'tables'}: a link" in capsys.readouterr().err
+    assert list(elsewhere.iterdir()) == []

@@ -93,3 +93,33 @@ def test_checkpoint_digest_covers_big_files_by_their_ends(tmp_path):
     (ckpt / "model.safetensors").write_bytes(big)
     assert checkpoint_digest(ckpt) != first
     assert checkpoint_digest(tmp_path / "nope") is None
+
+
+def test_a_checkpoint_damaged_since_training_is_not_reported(tier):
+    """A byte flipped in the middle of a big `model.safetensors` (where `checkpoint_digest` does not
+    look) after the eval scored it: the checkpoint's own `state.json` hashes name it, scores left out."""
+    from fp8rl.io import sha256_file
+
+    cfg, runs = tier
+    run = RunDir(runs / SEED1)
+    run.checkpoint.mkdir()
+    weights = bytearray(6 << 20)
+    (run.checkpoint / "model.safetensors").write_bytes(weights)
+    files = {"model.safetensors": sha256_file(run.checkpoint / "model.safetensors")}
+    atomic_write_json(run.checkpoint / "state.json", {"run_id": SEED1, "step": 3, "files": files})
+    for suite in ("lm_eval", "agent"):
+        doc = json.loads(run.eval_file(suite).read_text())
+        atomic_write_json(
+            run.eval_file(suite), doc | {"checkpoint_digest": checkpoint_digest(run.checkpoint)}
+        )
+    assert not [p for p in load_tier(cfg).problems if SEED1 in p]
+    weights[3 << 20] ^= 0x01
+    (run.checkpoint / "model.safetensors").write_bytes(weights)
+    assert (
+        checkpoint_digest(run.checkpoint)
+        == json.loads(run.eval_file("agent").read_text())["checkpoint_digest"]
+    )  # its ends are unchanged
+    rs = load_tier(cfg)
+    damaged = [p for p in rs.problems if "checkpoint is damaged" in p]
+    assert len(damaged) == 2 and all("model.safetensors: corrupt" in p for p in damaged)
+    assert SEED1 not in set(rs.metric("lm_eval")["run_id"]) and _eval_n(cfg, rs) == 1
