@@ -29,6 +29,10 @@ from fp8rl.provenance import git_commit
 from fp8rl.report.base_models import NOTES as BASE_NOTES
 from fp8rl.report.base_models import base_model_table, runs_numerics
 from fp8rl.report.comparison import comparison_table, has_conditions, zero_width_problems
+from fp8rl.report.control import NOTES as CONTROL_NOTES
+from fp8rl.report.control import control_summary, control_table, control_view, void_notes
+from fp8rl.report.endpoints import FLOAT_FORMAT, endpoints_table, endpoints_view
+from fp8rl.report.endpoints import NOTES as ENDPOINT_NOTES
 from fp8rl.report.explainer import MECHANISM
 from fp8rl.report.figures import CAPTIONS
 from fp8rl.report.html import render_html
@@ -102,8 +106,8 @@ def deviations_table(runset: RunSet) -> pd.DataFrame:
     return out
 
 
-def _csv(frame: pd.DataFrame, path: Path) -> None:
-    atomic_write_text(path, frame.to_csv(index=False, float_format="%.6g"))
+def _csv(frame: pd.DataFrame, path: Path, float_format: str = "%.6g") -> None:
+    atomic_write_text(path, frame.to_csv(index=False, float_format=float_format))
 
 
 def _json_safe(obj):
@@ -117,10 +121,11 @@ def _json_safe(obj):
 
 
 def write_stability_report(
-    cfg: ExperimentConfig, runset: RunSet, paths: ReportPaths, runs_dir: Path, title: str
+    cfg: ExperimentConfig, runset: RunSet, paths: ReportPaths, runs_dir: Path, title: str, control: dict
 ) -> tuple[list[tuple[str, list[str], pd.DataFrame]], list[tuple[Path, str]]]:
     """The stability tables and figures of a tier with a dose axis (fp8rl.report.stability); returns
-    its HTML sections and (figure, caption) pairs."""
+    its HTML sections and (figure, caption) pairs. `control`: report.json's (a void comparison is said
+    in the notes)."""
     from fp8rl.report.stability import (
         BREAKING_NOTES,
         STABILITY_NOTES,
@@ -136,30 +141,34 @@ def write_stability_report(
     table = stability_table(per_run)
     breaking = breaking_dose_table(table)
     view, b_view = stability_view(table), breaking_view(breaking)
+    notes, b_notes = void_notes(control, STABILITY_NOTES), void_notes(control, BREAKING_NOTES)
     _csv(table, paths.table("stability", "csv"))
-    atomic_write_text(
-        paths.table("stability", "md"), to_markdown(f"{title}: stability", view, STABILITY_NOTES)
-    )
+    atomic_write_text(paths.table("stability", "md"), to_markdown(f"{title}: stability", view, notes))
     _csv(breaking, paths.table("breaking_dose", "csv"))
     atomic_write_text(
-        paths.table("breaking_dose", "md"), to_markdown(f"{title}: breaking dose", b_view, BREAKING_NOTES)
+        paths.table("breaking_dose", "md"), to_markdown(f"{title}: breaking dose", b_view, b_notes)
     )
     figures = write_stability_plots(runset, per_run, table, paths.plots_dir)
-    sections = [("Stability", STABILITY_NOTES, view), ("Breaking dose", BREAKING_NOTES, b_view)]
+    sections = [("Stability", notes, view), ("Breaking dose", b_notes, b_view)]
     return sections, [(files[0], CAPTIONS[name]) for name, files in figures.items()]
 
 
 def write_study_report(
-    cfg: ExperimentConfig, runset: RunSet, paths: ReportPaths, title: str
+    cfg: ExperimentConfig, runset: RunSet, paths: ReportPaths, title: str, control: dict
 ) -> list[tuple[str, list[str], pd.DataFrame]]:
     """The arms, planned and exploratory tables of a config with a `study` section; returns their HTML
-    sections, planned first."""
+    sections, planned first. Where the control did not learn (`control`: report.json's) the contrasts'
+    notes say the comparison is void, and so does each planned decision of the view."""
     from fp8rl.report.planned import SECTION_TITLES, study_tables
 
     tables = study_tables(runset, cfg)
     sections = []
     for name in ("planned", "exploratory", "arms"):
         table, view, notes = tables[name]
+        if name != "arms":
+            notes = void_notes(control, notes)
+        if name == "planned" and control["comparison_void"]:
+            view = view.assign(decision=view["decision"] + " (void: the bf16 control did not learn)")
         _csv(table, paths.table(name, "csv"))
         atomic_write_text(
             paths.table(name, "md"), to_markdown(f"{title}: {SECTION_TITLES[name]}", view, notes)
@@ -251,6 +260,19 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     counts = {s: int((runset.runs["status"] == s).sum()) for s in STATUSES}
     title = f"fp8rl {cfg.tier} report"
 
+    endpoints = endpoints_table(runset, cfg, runs_dir)
+    control = control_table(endpoints)
+    control_info = control_summary(control)
+    _csv(endpoints, paths.table("endpoints", "csv"), FLOAT_FORMAT)
+    atomic_write_text(
+        paths.table("endpoints", "md"),
+        to_markdown(f"{title}: per-run endpoints", markdown_cells(endpoints_view(endpoints)), ENDPOINT_NOTES),
+    )
+    c_view = control_view(control)
+    c_notes = [control_info["statement"], *CONTROL_NOTES]
+    _csv(control, paths.table("control", "csv"))
+    atomic_write_text(paths.table("control", "md"), to_markdown(f"{title}: bf16 control", c_view, c_notes))
+
     _csv(runs, paths.table("runs", "csv"))
     status_note = [", ".join(f"{s}: {n}" for s, n in counts.items())]
     atomic_write_text(
@@ -260,7 +282,8 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     view = comparison_view(comparison, keys)
     paired = paired_view(comparison)
     atomic_write_text(
-        paths.table("comparison", "md"), comparison_markdown(f"{title}: comparison", view, paired)
+        paths.table("comparison", "md"),
+        comparison_markdown(f"{title}: comparison", view, paired, void_notes(control_info, COMPARISON_NOTES)),
     )
     bases = base_model_table(final.root, runset.problems)
     _csv(bases, paths.table("base_models", "csv"))
@@ -277,17 +300,18 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     clip_bounds = {r.algo: resolve_run(cfg, r).bounds for r in one_per_algo}
     plots = write_plots(runset, comparison, keys, throughput, paths.plots_dir, clip_bounds)
     sections = [
-        ("Comparison", COMPARISON_NOTES, view),
+        ("Comparison", void_notes(control_info, COMPARISON_NOTES), view),
         ("Paired: FP8 vs its BF16 shadow", PAIRED_NOTES, paired),
     ]
     if paths.mechanism:
         mechanism = mechanism_table(comparison, runset, cfg)
         _csv(mechanism, paths.table("mechanism", "csv"))
         mech_view = mechanism_view(mechanism)
+        mech_notes = void_notes(control_info, MECHANISM_NOTES)
         atomic_write_text(
-            paths.table("mechanism", "md"), to_markdown(f"{title}: mechanism", mech_view, MECHANISM_NOTES)
+            paths.table("mechanism", "md"), to_markdown(f"{title}: mechanism", mech_view, mech_notes)
         )
-        sections.append(("Mechanism: excess clipping vs FP8 condition", MECHANISM_NOTES, mech_view))
+        sections.append(("Mechanism: excess clipping vs FP8 condition", mech_notes, mech_view))
         plots |= mechanism_plots(mechanism, paths.plots_dir)
     sections.append(("Base models", BASE_NOTES, bases))
     sections.append(("Throughput", THROUGHPUT_NOTES, tp_view))
@@ -295,11 +319,13 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
         sections.insert(0, ("Deviations from the requested setup", DEVIATION_NOTES, deviations))
     captions = [(files[0], CAPTIONS[name]) for name, files in plots.items()]
     if paths.stability:
-        stability_sections, more = write_stability_report(cfg, runset, paths, runs_dir, title)
+        stability_sections, more = write_stability_report(cfg, runset, paths, runs_dir, title, control_info)
         sections[:0] = stability_sections
         captions += more
     if paths.study:  # the pre-registered study's answers come first (fp8rl.report.planned)
-        sections[:0] = write_study_report(cfg, runset, paths, title)
+        sections[:0] = write_study_report(cfg, runset, paths, title, control_info)
+    sections.insert(0, ("Did the bf16 control learn?", c_notes, c_view))  # before any comparison
+    sections.append(("Per-run endpoints", ENDPOINT_NOTES, endpoints_view(endpoints)))
 
     numerics = runs_numerics(runs_dir)
     header = {
@@ -319,6 +345,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
         plots=captions,
         runs=runs,
         explainer=MECHANISM,
+        banner=control_info["statement"] if control_info["comparison_void"] else None,
     )
     atomic_write_text(paths.html, page)
 
@@ -332,6 +359,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
         "malformed_lines": int(runset.runs["malformed_lines"].sum()),
         "problems": runset.problems,
         "eval_scores": keys,
+        "control": control_info,
         "mechanism": paths.mechanism,
         "stability": paths.stability,
         "study": paths.study,

@@ -25,6 +25,7 @@ th { background: #f0f0f0; } td:first-child, th:first-child { text-align: left; }
 .status-missing { color: #777; font-style: italic; }
 img { max-width: 100%; height: auto; border: 1px solid #eee; margin-bottom: 1.5em; }
 .notes { font-size: 12px; color: #555; }
+.banner { border: 2px solid #b00; padding: 0.6em; color: #b00; font-weight: bold; max-width: 60em; }
 dl { max-width: 60em; font-size: 14px; } dt { font-weight: bold; margin-top: 0.6em; } dd { margin-left: 1.5em; }
 """
 
@@ -56,9 +57,11 @@ def render_html(
     runs: pd.DataFrame,
     explainer: tuple[tuple[str, str], ...] = (),
     max_problems: int = 200,
+    banner: str | None = None,
 ) -> str:
     """The report page; `sections` are (heading, notes, formatted table), `plots` (png path, caption),
-    `explainer` (term, text) pairs shown above the tables (fp8rl.report.explainer)."""
+    `explainer` (term, text) pairs shown above the tables (fp8rl.report.explainer), `banner` a warning
+    shown under the run counts (a void comparison: fp8rl.report.control)."""
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"]
     out.append(f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>")
     out.append(
@@ -70,6 +73,8 @@ def render_html(
     )
     counts = ", ".join(f'<span class="status-{s}">{s}: {n}</span>' for s, n in status_counts.items())
     out.append(f"<p><b>Runs</b>: {counts}</p>")
+    if banner:
+        out.append(f'<p class="banner">{html.escape(banner)}</p>')
     if problems:
         shown = problems[:max_problems]
         more = (

@@ -172,11 +172,13 @@ def to_markdown(title: str, view: pd.DataFrame, notes: list[str] = ()) -> str:
     return "\n".join(parts) + "\n"
 
 
-def comparison_markdown(title: str, view: pd.DataFrame, paired: pd.DataFrame | None = None) -> str:
-    """One section per (algo, model, granularity[, condition]) group under the shared notes, each with
+def comparison_markdown(
+    title: str, view: pd.DataFrame, paired: pd.DataFrame | None = None, notes: list[str] = COMPARISON_NOTES
+) -> str:
+    """One section per (algo, model, granularity[, condition]) group under the shared `notes`, each with
     its paired FP8-vs-BF16-shadow table when `paired` (paired_view) has rows for it."""
     group = [c for c in ("algo", "model", "granularity", "condition") if c in view.columns]
-    parts = [f"# {title}", "", *(f"- {n}" for n in COMPARISON_NOTES)]
+    parts = [f"# {title}", "", *(f"- {n}" for n in notes)]
     if paired is not None and not paired.empty:
         parts += ["", "Paired sections:", *(f"- {n}" for n in PAIRED_NOTES)]
     parts.append("")

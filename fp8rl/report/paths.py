@@ -18,8 +18,9 @@ from fp8rl.rundir import RUNS_DIR
 if TYPE_CHECKING:
     from fp8rl.config import ExperimentConfig
 
-# tables/{name}.csv and tables/{name}.md
-TABLES = ("runs", "comparison", "base_models", "throughput")
+# tables/{name}.csv and tables/{name}.md; `endpoints`: one row per run (fp8rl.report.endpoints), `control`:
+# whether the bf16 control learned (fp8rl.report.control)
+TABLES = ("runs", "endpoints", "control", "comparison", "base_models", "throughput")
 # plots/{name}.png and plots/{name}.svg (fp8rl.report.figures: names and captions)
 PLOTS = tuple(CORE)
 PLOT_FORMATS = ("png", "svg")

@@ -85,7 +85,8 @@ BREAKING_NOTES = [
 ]
 
 
-def _divergence(runs_dir: Path, run_id: str) -> dict:
+def first_divergence(runs_dir: Path, run_id: str) -> dict:
+    """summary.json's `divergence` (the first detection: kind, step, reason) of a run; {} when none."""
     path = RunDir.of(runs_dir, run_id).summary
     try:
         d = json.loads(path.read_text()).get("divergence")
@@ -108,7 +109,7 @@ def run_stability(runset: RunSet, runs_dir: str | Path, cfg: ExperimentConfig) -
         acc = m[ACC_MEAN].dropna() if ACC_MEAN in m else pd.Series(dtype=float)
         ent = m["entropy"].dropna() if "entropy" in m else pd.Series(dtype=float)
         base = float(ent.iloc[:baseline_steps].median()) if len(ent) else math.nan
-        div = _divergence(Path(runs_dir), r["run_id"]) if r["status"] == "diverged" else {}
+        div = first_divergence(Path(runs_dir), r["run_id"]) if r["status"] == "diverged" else {}
         last = float(m.index.max()) if len(m) else math.nan
         rows.append(
             {

@@ -1,0 +1,247 @@
+"""Per-run endpoints: one row per run of the matrix, every number the report's intervals and tests use.
+
+`endpoints.csv` is what makes a publication recomputable: the comparison intervals, the planned and
+exploratory contrasts, the control check (fp8rl.report.control) and the stability table's seed means
+each aggregate one value per run, and that value is a column here. Every cell of the matrix has a row,
+whatever its status (a failed or missing run has blank numbers and is never imputed).
+
+Columns (`COLUMNS`, then one per eval score `{task}/{metric}`):
+
+- identity: `run_id`, `algo`, `model`, `base` (the base model the run started from: `{model}/seed{seed}`
+  with `sft.per_seed`, `{model}` for a tier's shared scratch base, the model's `source` for a pretrained
+  one), `variant`, `granularity`, `condition` (blank outside matrices with FP8 conditions), `seed`,
+  `noise` (the run's `fp8.noise_scale`: the dose; 1 for bf16), `arm` (the study arms the run belongs to,
+  `;`-joined; blank without a `study` section);
+- status: `status`, `reason`, `last_step` (the last step summary.json records), `steps_planned`,
+  `div_step` and `div_kind` (the first divergence, from summary.json's `divergence`; blank unless
+  diverged);
+- reward windows: `reward_first`, the mean `reward/mean` over the first window (steps 1 to
+  ceil(`FIRST_FRAC` × schedule.steps)); `reward_last`, over the last window (the last
+  ceil(`LAST_FRAC` × schedule.steps) planned steps); `reward_rise` = last − first. A diverged run that
+  stopped before the last window scores 0 there (it earned no reward), as the study endpoint does;
+- entropy and output: `entropy_first`, `entropy_last` (the same windows), `entropy_peak` (the highest
+  finite entropy of the run), `entropy_baseline` (median of the first `stability.baseline_steps` steps:
+  the detectors' baseline), `peak_entropy_rel` (the comparison's: highest entropy after the baseline
+  window ÷ the baseline), `gibberish_rate` (mean `gibberish/rate` over the run), `gibberish_last`
+  (over the last window);
+- the comparison's per-run values: `final_reward`, `best_reward`, and the per-step metrics reduced to
+  the run's mean over its finite steps (the value the t-interval over seeds takes, stats.seed_means):
+  `clip_low_neg`, `mismatch_kl_k3`, `phantom_low_neg`, `phantom_missed_neg`, `excess_clip` (their
+  per-step difference), `calib_low`, `calib_high`;
+- the study's: `endpoint` (study.endpoint, fp8rl.report.planned; blank without a study),
+  `mismatch_kl_step1`, `entropy_step1`;
+- the stability table's: `final_acc` (mean `acc/mean` over the last `ACC_WINDOW` steps), `best_acc`.
+
+The CSV keeps ten significant digits (`FLOAT_FORMAT`), so a reader's recomputation agrees with the
+published tables to the digits they print.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fp8rl.config import ExperimentConfig, RunSpec, arm_cell, resolve_run
+from fp8rl.report.load import RunSet
+from fp8rl.report.summaries import eval_keys, peak_over_baseline
+from fp8rl.vocabulary import (
+    ACC_MEAN,
+    CALIB_HIGH,
+    CALIB_LOW,
+    CLIP_LOW_NEG,
+    EVAL_SUITES,
+    GIBBERISH_RATE,
+    MISMATCH_KL_K3,
+    REWARD_MEAN,
+)
+
+FIRST_FRAC = 0.1  # the first window: the first 10 % of the planned steps
+LAST_FRAC = 0.2  # the last window: the last 20 %
+ACC_WINDOW = 5  # stability.final_acc: the last 5 steps (fp8rl.report.stability)
+FLOAT_FORMAT = "%.10g"
+USED = ("ok", "diverged")
+
+ID_COLUMNS = [
+    "run_id", "algo", "model", "base", "variant", "granularity", "condition", "seed", "noise", "arm",
+]  # fmt: skip
+STATUS_COLUMNS = ["status", "reason", "last_step", "steps_planned", "div_step", "div_kind"]
+WINDOW_COLUMNS = [
+    "reward_first", "reward_last", "reward_rise", "entropy_first", "entropy_last", "entropy_peak",
+    "entropy_baseline", "peak_entropy_rel", "gibberish_rate", "gibberish_last",
+]  # fmt: skip
+# (column, metrics.jsonl name): the run's mean over its finite steps
+STEP_MEANS = (
+    ("clip_low_neg", CLIP_LOW_NEG),
+    ("mismatch_kl_k3", MISMATCH_KL_K3),
+    ("phantom_low_neg", "phantom/low_neg"),
+    ("phantom_missed_neg", "phantom/missed_neg"),
+    ("calib_low", CALIB_LOW),
+    ("calib_high", CALIB_HIGH),
+)
+VALUE_COLUMNS = [
+    "final_reward", "best_reward", *(c for c, _ in STEP_MEANS[:4]), "excess_clip", *(c for c, _ in STEP_MEANS[4:]),
+    "endpoint", "mismatch_kl_step1", "entropy_step1", "final_acc", "best_acc",
+]  # fmt: skip
+COLUMNS = [*ID_COLUMNS, *STATUS_COLUMNS, *WINDOW_COLUMNS, *VALUE_COLUMNS]
+
+NOTES = [
+    "One row per run of the matrix, every status; blank: the run has no such value (never imputed).",
+    f"`reward_first`: mean reward/mean over the first {FIRST_FRAC:.0%} of the planned steps; `reward_last`: "
+    f"over the last {LAST_FRAC:.0%}; `reward_rise` = last − first. A diverged run that stopped before "
+    "the last window scores 0 there.",
+    "`entropy_*`: the same windows, the run's peak, the baseline (median of the first "
+    "stability.baseline_steps steps) and `peak_entropy_rel` (peak after the baseline ÷ baseline); "
+    "`gibberish_rate`: mean gibberish/rate over the run, `gibberish_last` over the last window.",
+    "`clip_low_neg` ... `calib_high`: the run's mean over its finite steps (excess_clip = phantom/low_neg "
+    "− phantom/missed_neg per step); `endpoint`: the study's pre-registered endpoint; `final_acc`: mean "
+    f"acc/mean over the last {ACC_WINDOW} steps.",
+    "`base`: the base model the run started from (one per seed with sft.per_seed).",
+    "The CSV has every column at ten significant digits; this view shows the main ones.",
+]
+VIEW_COLUMNS = [
+    "run_id", "base", "status", "div_step", "div_kind", "reward_first", "reward_last", "reward_rise",
+    "entropy_peak", "entropy_last", "gibberish_rate", "endpoint",
+]  # fmt: skip
+
+
+def windows(steps: int) -> tuple[int, int]:
+    """(last step of the first window, first step of the last window) of a run of `steps` planned steps
+    (steps count from 1; each window has at least one step)."""
+    first = max(1, math.ceil(round(FIRST_FRAC * steps, 9)))
+    last = max(1, math.ceil(round(LAST_FRAC * steps, 9)))
+    return first, steps - last + 1
+
+
+def base_of(cfg: ExperimentConfig, spec: RunSpec) -> str:
+    """The base model a run starts from (module docstring)."""
+    source = cfg.model(spec.model).source
+    if source != "scratch":
+        return source
+    return f"{spec.model}/seed{spec.seed}" if cfg.sft.per_seed else spec.model
+
+
+def _mean(values: pd.Series) -> float:
+    v = values.to_numpy(dtype=float)
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if v.size else math.nan
+
+
+def _window_values(m: pd.DataFrame, status: str, steps: int, baseline_steps: int) -> dict:
+    """The WINDOW_COLUMNS of one run from its step × metric frame `m`."""
+    first_end, last_start = windows(steps)
+
+    def col(metric: str) -> pd.Series:
+        return m[metric] if metric in m else pd.Series(dtype=float)
+
+    def window(metric: str, last: bool, empty_is_zero: bool = False) -> float:
+        s = col(metric)
+        s = s[s.index >= last_start] if last else s[s.index <= first_end]
+        value = _mean(s)
+        if math.isnan(value) and empty_is_zero and status == "diverged" and m.index.max() < last_start:
+            return 0.0
+        return value
+
+    reward_first, reward_last = window(REWARD_MEAN, False), window(REWARD_MEAN, True, empty_is_zero=True)
+    ent = col("entropy").to_numpy(dtype=float)
+    finite = ent[np.isfinite(ent)]
+    head = ent[:baseline_steps]
+    head = head[np.isfinite(head)]
+    return {
+        "reward_first": reward_first,
+        "reward_last": reward_last,
+        "reward_rise": reward_last - reward_first,
+        "entropy_first": window("entropy", False),
+        "entropy_last": window("entropy", True),
+        "entropy_peak": float(finite.max()) if finite.size else math.nan,
+        "entropy_baseline": float(np.median(head)) if head.size else math.nan,
+        "peak_entropy_rel": peak_over_baseline(ent, baseline_steps) if ent.size else math.nan,
+        "gibberish_rate": _mean(col(GIBBERISH_RATE)),
+        "gibberish_last": window(GIBBERISH_RATE, True),
+    }
+
+
+def _value_columns(m: pd.DataFrame) -> dict:
+    """The comparison's, the study's and the stability table's per-run values from `m`."""
+
+    def col(metric: str) -> pd.Series:
+        return m[metric] if metric in m else pd.Series(dtype=float)
+
+    reward = col(REWARD_MEAN).dropna()
+    acc = col(ACC_MEAN).dropna()
+    out = {
+        "final_reward": float(reward.iloc[-1]) if len(reward) else math.nan,
+        "best_reward": float(reward.max()) if len(reward) else math.nan,
+    }
+    out |= {column: _mean(col(metric)) for column, metric in STEP_MEANS}
+    out["excess_clip"] = _mean(col("phantom/low_neg") - col("phantom/missed_neg"))
+    out["mismatch_kl_step1"] = _mean(col(MISMATCH_KL_K3)[col(MISMATCH_KL_K3).index == 1])
+    out["entropy_step1"] = _mean(col("entropy")[col("entropy").index == 1])
+    out["final_acc"] = float(acc.iloc[-ACC_WINDOW:].mean()) if len(acc) else math.nan
+    out["best_acc"] = float(acc.rolling(ACC_WINDOW, min_periods=1).mean().max()) if len(acc) else math.nan
+    return out
+
+
+def endpoints_table(runset: RunSet, cfg: ExperimentConfig, runs_dir: str | Path) -> pd.DataFrame:
+    """The per-run endpoints (module docstring), in matrix order."""
+    from fp8rl.report.planned import run_endpoints
+    from fp8rl.report.stability import first_divergence
+
+    steps, baseline_steps = cfg.schedule.steps, cfg.stability.baseline_steps
+    train = runset.metric("train")
+    by_run = {run_id: sub for run_id, sub in train.groupby("run_id", sort=False)}
+    study = run_endpoints(runset, cfg) if cfg.study is not None else None
+    evals = runset.values[runset.values["source"].isin(list(EVAL_SUITES))]
+    keys = eval_keys(runset)
+    rows = []
+    for r in runset.runs.itertuples(index=False):
+        spec = RunSpec.parse(r.run_id)
+        arms = [
+            a for a, prefix in (cfg.study.arms.items() if cfg.study else ()) if arm_cell(prefix, r.run_id)
+        ]
+        div = first_divergence(Path(runs_dir), r.run_id) if r.status == "diverged" else {}
+        row = {
+            "run_id": r.run_id,
+            "algo": r.algo,
+            "model": r.model,
+            "base": base_of(cfg, spec),
+            "variant": r.variant,
+            "granularity": r.granularity,
+            "condition": r.condition,
+            "seed": r.seed,
+            "noise": resolve_run(cfg, spec).noise_scale,
+            "arm": ";".join(arms),
+            "status": r.status,
+            "reason": r.reason if isinstance(r.reason, str) else "",
+            "last_step": r.step,
+            "steps_planned": r.steps_planned,
+            "div_step": float(div.get("step", r.step)) if r.status == "diverged" else math.nan,
+            "div_kind": div.get("kind", "unknown") if r.status == "diverged" else "",
+        }
+        sub = by_run.get(r.run_id)
+        if r.status in USED and sub is not None and not sub.empty:
+            m = sub.pivot_table(index="step", columns="metric", values="value", aggfunc="first", dropna=False)
+            m = m.sort_index()
+            row |= _window_values(m, r.status, steps, baseline_steps) | _value_columns(m)
+        if study is not None:
+            found = study[study["run_id"] == r.run_id]["endpoint"]
+            row["endpoint"] = float(found.iloc[0]) if len(found) else math.nan
+        ev = evals[evals["run_id"] == r.run_id] if r.status in USED else evals.iloc[0:0]
+        for key in keys:
+            row[key] = _mean(ev[ev["metric"] == key]["value"])
+        rows.append(row)
+    return pd.DataFrame(rows, columns=[*COLUMNS, *keys])
+
+
+def endpoints_view(table: pd.DataFrame) -> pd.DataFrame:
+    """The markdown/HTML view: the main columns, numbers at three decimals."""
+    from fp8rl.report.markdown import fmt
+
+    view = table[[c for c in VIEW_COLUMNS if c in table]].copy()
+    for c in view.columns:
+        if c not in ("run_id", "base", "status", "div_kind"):
+            view[c] = view[c].map(lambda v: fmt(float(v)) if v == v and v is not None else "")
+    view["div_step"] = table["div_step"].map(lambda v: "" if v != v else str(int(v)))
+    return view
