@@ -1,0 +1,127 @@
+"""The control check (fp8rl.report.control): a synthetic tier whose bf16 reward rises, stays flat or falls
+gets the verdict learned, flat or fell in tables/control.csv and report.json, and only a control that
+did not learn voids the comparison (report.html's banner, the tables' notes); with several runs per
+base the base is the unit."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import report_fixtures
+from scipy import stats
+
+from fp8rl.report.build import build_report
+from fp8rl.report.control import VOID, control_summary, control_table, verdict
+from fp8rl.report.endpoints import windows
+from fp8rl.report.paths import ReportPaths
+
+BASE_REWARD = report_fixtures.reward
+# bf16's reward per step: seed s changes by slope × (1 + 0.1 s) per step (flat: seed 0 up, seed 1 down)
+SLOPES = {"learned": lambda seed: 0.01 * (1 + 0.1 * seed), "fell": lambda seed: -0.01 * (1 + 0.1 * seed),
+          "flat": lambda seed: 0.01 if seed == 0 else -0.01}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=sorted(SLOPES))
+def tier(request, tmp_path_factory):
+    """(expected verdict, config, report manifest) of the synthetic smoke tier with bf16's reward set."""
+    slope = SLOPES[request.param]
+
+    def reward(spec, step):
+        if spec.variant != "bf16":
+            return BASE_REWARD(spec, step)
+        return 0.5 + slope(spec.seed) * step
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(report_fixtures, "reward", reward)
+    try:
+        cfg = report_fixtures.write_tier(tmp_path_factory.mktemp(request.param))
+    finally:
+        mp.undo()
+    return request.param, cfg, build_report(cfg)
+
+
+def test_the_verdict_follows_the_reward_and_its_interval(tier):
+    want, cfg, manifest = tier
+    paths = ReportPaths.for_config(cfg)
+    control = pd.read_csv(paths.table("control", "csv"))
+    assert list(control["algo"]) == ["grpo", "dapo"]
+    assert (control["verdict"] == want).all(), control
+    first, last = windows(report_fixtures.STEPS)
+    rises = []
+    for seed in (0, 1):  # the mean of steps 10-12 minus that of steps 1-2, per seed (= per base here)
+        s = SLOPES[want](seed)
+        rises.append(s * (np.mean(range(last, report_fixtures.STEPS + 1)) - np.mean(range(1, first + 1))))
+    lo, hi = stats.t.interval(0.95, 1, loc=np.mean(rises), scale=stats.sem(rises))
+    np.testing.assert_allclose(control.loc[0, ["rise", "low", "high"]].astype(float), [np.mean(rises), lo, hi],
+                               rtol=1e-5, atol=1e-12)  # fmt: skip
+    assert control.loc[0, "unit"] == "base" and control.loc[0, "n"] == 2  # sft.per_seed: a base per seed
+    saved = json.loads(paths.manifest.read_text())["control"]
+    assert saved == json.loads(json.dumps(manifest["control"]))
+    assert [g["verdict"] for g in saved["groups"]] == [want, want]
+    assert saved["learned"] is (want == "learned") and saved["comparison_void"] is (want != "learned")
+
+
+def test_only_a_control_that_did_not_learn_voids_the_comparison(tier):
+    want, cfg, _ = tier
+    paths = ReportPaths.for_config(cfg)
+    page = paths.html.read_text()
+    void = want != "learned"
+    assert ('class="banner"' in page) is void
+    comparison = paths.table("comparison", "md").read_text()
+    assert (VOID in comparison.lower()) is void
+    control_md = paths.table("control", "md").read_text()
+    assert (VOID in control_md.lower()) is void
+    # the control section comes before every comparison in the page
+    assert page.index("Did the bf16 control learn?") < page.index("<h2>Comparison</h2>")
+
+
+def _endpoints(rises: dict[tuple[str, int], float]) -> pd.DataFrame:
+    rows = [
+        {"algo": "grpo", "model": "m", "condition": None, "variant": "bf16", "base": base, "seed": seed,
+         "status": "ok", "reward_first": 0.2, "reward_last": 0.2 + r, "reward_rise": r}
+        for (base, seed), r in rises.items()
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_with_several_runs_per_base_the_base_is_the_unit():
+    rises = {
+        ("b0", 0): 0.10,
+        ("b0", 1): 0.30,
+        ("b1", 2): 0.10,
+        ("b1", 3): 0.20,
+        ("b2", 4): 0.30,
+        ("b2", 5): 0.20,
+    }
+    table = control_table(_endpoints(rises))
+    per_base = [0.20, 0.15, 0.25]  # a t-interval over 6 seeds would be narrower
+    lo, hi = stats.t.interval(0.95, 2, loc=np.mean(per_base), scale=stats.sem(per_base))
+    row = table.iloc[0]
+    assert row["unit"] == "base" and row["n"] == 3 and row["used"] == 6
+    np.testing.assert_allclose([row["rise"], row["low"], row["high"]], [np.mean(per_base), lo, hi])
+    assert row["verdict"] == "learned"
+
+
+def test_one_shared_base_makes_the_seed_the_unit_and_one_run_gives_no_interval():
+    table = control_table(_endpoints({("b", 0): 0.1, ("b", 1): -0.1, ("b", 2): 0.05}))
+    assert table.iloc[0]["unit"] == "seed (one base)" and table.iloc[0]["n"] == 3
+    assert table.iloc[0]["verdict"] == "flat"
+    one = control_table(_endpoints({("b", 0): 0.3}))
+    assert one.iloc[0]["verdict"] == "no interval" and math.isnan(one.iloc[0]["low"])
+    assert control_summary(one)["comparison_void"] is True
+
+
+def test_no_bf16_runs_means_no_control_and_no_void():
+    table = control_table(_endpoints({("b", 0): 0.1}).assign(variant="fp8"))
+    summary = control_summary(table)
+    assert table.empty and summary["learned"] is None and summary["comparison_void"] is False
+
+
+@pytest.mark.parametrize(("low", "high", "want"), [(0.01, 0.2, "learned"), (-0.1, 0.1, "flat"),
+                                                   (-0.3, -0.02, "fell"), (math.nan, math.nan, "no interval")])  # fmt: skip
+def test_verdict_of_an_interval(low, high, want):
+    assert verdict(low, high) == want
