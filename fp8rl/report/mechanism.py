@@ -12,6 +12,10 @@ the comparison table (comparison.py; same seeds, same intervals):
   FP8 ratio but not under BF16, minus the converse), with `phantom_low_neg` and `phantom_missed_neg`;
 - `clip_low_neg` of the variant and of bf16 (`bf16_clip_low_neg`), and `clip_low_neg delta` vs bf16;
 - `mismatch_kl_k3` (trainer vs rollout log-probs);
+- `excess_clip p`: two-sided one-sample t-test of the seeds' excess (their means over steps) against 0;
+  `excess_clip p_holm`: that p adjusted with Holm over `HOLM_FAMILY`, the granularities of one (algo,
+  model, condition, variant): a condition is one dose (and format and KV cache), so a verdict over the
+  granularities at a dose is a family of tests;
 - `calib_low`, `calib_high`: mean over steps and seeds of the calibrated bounds (fp8_calib only);
 - `seeds` (runs that logged the paired metrics) and `ok/div/fail/miss`.
 Each estimate has `ci_low`/`ci_high`: the t-interval over the seeds' means over steps (stats.seed_interval;
@@ -33,6 +37,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from scipy import stats  # noqa: E402
 
 from fp8rl.config import ExperimentConfig  # noqa: E402
 from fp8rl.fp8.recipe import get_recipe  # noqa: E402
@@ -40,14 +45,23 @@ from fp8rl.report.comparison import USED_STATUSES  # noqa: E402
 from fp8rl.report.figures import MECHANISM  # noqa: E402
 from fp8rl.report.load import RunSet  # noqa: E402
 from fp8rl.report.markdown import fmt, fmt_ci  # noqa: E402
+from fp8rl.report.planned import holm  # noqa: E402
 from fp8rl.report.plots import save_figure  # noqa: E402
-from fp8rl.report.stats import RANGE_METHOD, SEED_MEAN_METHOD, seed_interval, value_range  # noqa: E402
-from fp8rl.report.summaries import step_series  # noqa: E402
+from fp8rl.report.stats import (  # noqa: E402
+    RANGE_METHOD,
+    SEED_MEAN_METHOD,
+    seed_interval,
+    seed_means,
+    value_range,
+)
+from fp8rl.report.summaries import step_difference, step_series  # noqa: E402
 from fp8rl.vocabulary import CALIB_HIGH, CALIB_LOW, REFERENCE_VARIANT, VARIANT_SPECS  # noqa: E402
 
 # Every FP8 variant the matrix runs has a row and a column of the figures, in the vocabulary's order.
 FP8_VARIANTS = tuple(v for v, spec in VARIANT_SPECS.items() if spec.fp8)
 SETTINGS = ["format", "gemm_format", "noise_scale", "kv_cache"]
+# the family over which `excess_clip p_holm` adjusts: every granularity of one condition (a dose) and variant
+HOLM_FAMILY = ["algo", "model", "condition", "variant"]
 CALIB = (("calib_low", CALIB_LOW), ("calib_high", CALIB_HIGH))
 # each figure of `figures.MECHANISM`: the table column it draws and its y label
 PLOT_COLUMNS = {
@@ -69,6 +83,9 @@ MECHANISM_NOTES = [
     "the converse. > 0: FP8 zeroes more gradients than BF16 would.",
     "`clip_low_neg` vs `bf16_clip_low_neg`: the fraction of A<0 tokens below the lower bound in the run "
     "itself and in the bf16 runs; Δ is their difference.",
+    "`excess p (Holm)`: two-sided one-sample t-test of the seeds' excess against 0, adjusted with Holm over "
+    "the granularities of one condition (one dose, format and KV cache) and variant: the family a verdict "
+    "over the granularities at a dose draws on (the CSV also has the unadjusted `excess_clip p`).",
     "`calib_low`/`calib_high`: the calibrated bounds (fp8_calib), mean over steps and seeds.",
     SEED_MEAN_METHOD + ".",
     RANGE_METHOD + ".",
@@ -92,6 +109,7 @@ def mechanism_table(comparison: pd.DataFrame, runset: RunSet, cfg: ExperimentCon
     if comparison.empty or "condition" not in comparison:
         return pd.DataFrame()
     series = _calib_bounds(runset)
+    excess = step_difference(runset, "phantom/low_neg", "phantom/missed_neg")
     used = runset.runs[runset.runs["status"].isin(USED_STATUSES)]
     rows = []
     for _, r in comparison[comparison["variant"].isin(FP8_VARIANTS)].iterrows():
@@ -134,8 +152,22 @@ def mechanism_table(comparison: pd.DataFrame, runset: RunSet, cfg: ExperimentCon
             values = [series[metric][i] for i in runs if i in series[metric]]
             ci = seed_interval(values, bounds=value_range(metric))
             row |= {col: ci.estimate, f"{col} ci_low": ci.low, f"{col} ci_high": ci.high}
+        row["excess_clip p"] = one_sample_p(seed_means(excess[i] for i in runs if i in excess))
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    if not table.empty:
+        table["excess_clip p_holm"] = table.groupby(HOLM_FAMILY, sort=False)["excess_clip p"].transform(
+            lambda p: holm(p.tolist())
+        )
+    return table
+
+
+def one_sample_p(values: np.ndarray) -> float:
+    """Two-sided p of the one-sample t-test of mean(values) = 0; NaN for fewer than two values or none
+    of spread."""
+    if values.size < 2 or float(values.std(ddof=1)) == 0.0:
+        return math.nan
+    return float(stats.ttest_1samp(values, 0.0).pvalue)
 
 
 def _ci(r: pd.Series, col: str, *, signed: bool = False) -> str:
@@ -150,6 +182,7 @@ def mechanism_view(table: pd.DataFrame) -> pd.DataFrame:
         row |= {"noise_scale": fmt(float(r["noise_scale"]), 2), "kv_cache": "on" if r["kv_cache"] else "off"}
         row |= {c: r[c] for c in ("granularity", "variant", "seeds", "ok/div/fail/miss")}
         row["excess_clip"] = _ci(r, "excess_clip", signed=True)
+        row["excess p (Holm)"] = fmt(r.get("excess_clip p_holm", math.nan))
         row["phantom_low_neg"] = fmt(r["phantom_low_neg"], 4)
         row["phantom_missed_neg"] = fmt(r["phantom_missed_neg"], 4)
         row["clip_low_neg"] = _ci(r, "clip_low_neg")

@@ -180,3 +180,27 @@ def test_every_fp8_variant_of_the_matrix_gets_its_rows_and_its_column_of_panels(
     fig = dose_figure(m, "excess_clip", "excess clipping")
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
     assert any("fp8_icepop" in t for t in titles) and len(fig.axes) % 3 == 0
+
+
+def test_excess_p_is_a_one_sample_t_test_holm_adjusted_over_one_doses_granularities(mech):
+    from scipy import stats
+
+    cfg, _, _, m = mech
+    for (condition, variant), family in m.groupby(["condition", "variant"]):
+        assert len(family) == len(MECHANISM_GRANULARITIES)  # the family: the granularities at one dose
+        dose = cfg.fp8_for(condition).noise_scale
+        p = {}
+        for _, r in family.iterrows():
+            seeds = [
+                np.mean([phantom_low_neg(s, k, dose) - phantom_missed_neg(s, k) for k in range(1, STEPS + 1)])
+                for s in (
+                    RunSpec("grpo", "tiny", variant, r["granularity"], n, condition) for n in MECHANISM_SEEDS
+                )
+            ]
+            p[r["granularity"]] = stats.ttest_1samp(seeds, 0.0).pvalue
+            assert r["excess_clip p"] == pytest.approx(p[r["granularity"]])
+        small, big = sorted(p, key=p.get)  # Holm with two: 2 × the smaller, max(that, the larger)
+        adjusted = family.set_index("granularity")["excess_clip p_holm"]
+        assert adjusted[small] == pytest.approx(min(1, 2 * p[small]))
+        assert adjusted[big] == pytest.approx(max(min(1, 2 * p[small]), p[big]))
+    assert "excess p (Holm)" in mechanism_view(m).columns
