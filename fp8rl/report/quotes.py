@@ -8,13 +8,15 @@ edited table is refused, never quoted. So a figure in the text cannot drift from
 the text in one command. Words that depend on a figure ("the interval excludes 0") are generated with
 it; prose outside the blocks quotes no result figures (tests/unit/report/test_quotes.py checks both).
 
-The blocks of the smoke and mechanism tiers are here, the learning tier's in fp8rl.report.quotes_learn, the speed benchmark's in
-fp8rl.report.quotes_performance, the tiers' run times in fp8rl.report.quotes_dag, the kernel paths and the pin's cost in
+The blocks of the smoke tier are here, the mechanism tier's in fp8rl.report.quotes_mechanism, the learning
+tier's in fp8rl.report.quotes_learn, the speed benchmark's in fp8rl.report.quotes_performance, the tiers'
+run times in fp8rl.report.quotes_dag, the kernel paths and the pin's cost in
 fp8rl.report.quotes_numerics; the formats they share in fp8rl.report.quote_format.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +36,7 @@ from fp8rl.report.quote_format import (
 )
 from fp8rl.report.quotes_dag import performance_dag
 from fp8rl.report.quotes_learn import learn_divergence, learn_findings
+from fp8rl.report.quotes_mechanism import mechanism_excess, mechanism_verdicts
 from fp8rl.report.quotes_numerics import numerics_pins, performance_gemm_paths
 from fp8rl.report.quotes_performance import performance_grid, performance_packing, performance_summary
 from fp8rl.vocabulary import REFERENCE_VARIANT
@@ -107,9 +110,9 @@ def smoke_verdicts_from(comp: pd.DataFrame) -> str:
                 f"fp8 clips {num(fp8['clip_low_neg'] / bf16['clip_low_neg'])}× bf16's `clip/low_neg` ({sig})"
             )
         if calib is not None:
-            ratio = calib["clip_low_neg"] / bf16["clip_low_neg"]
-            within = "within" if abs(ratio - 1) <= 0.2 else "not within"
-            parts.append(f"fp8_calib {num(ratio)}× ({within} 20 % of bf16)")
+            parts.append(
+                f"fp8_calib {num(calib['clip_low_neg'] / bf16['clip_low_neg'])}× ({within_20(calib, bf16)})"
+            )
             if fp8 is not None:
                 below = "below" if calib["excess_clip"] < fp8["excess_clip"] else "not below"
                 parts.append(
@@ -130,6 +133,25 @@ def smoke_verdicts_from(comp: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+WITHIN = 0.2  # "within 20 % of bf16": the relative difference the smoke verdict tests
+
+
+def within_20(calib: pd.Series, bf16: pd.Series) -> str:
+    """Whether fp8_calib's `clip/low_neg` is within 20 % of bf16's, said only as far as the interval of
+    their difference (Δ vs bf16, Welch t), relative to bf16's mean, supports it: within when the whole
+    interval lies inside ±20 %, more than 20 % away when it lies outside, undecided otherwise."""
+    base = bf16["clip_low_neg"]
+    lo, hi = (calib[f"clip_low_neg {k}"] / base for k in ("delta_ci_low", "delta_ci_high"))
+    if math.isnan(lo) or math.isnan(hi):
+        return f"no interval to say whether within {100 * WITHIN:.0f} % of bf16"
+    span = f"its Δ is {num(100 * lo, 0, sign=True)} % to {num(100 * hi, 0, sign=True)} % of bf16's"
+    if lo >= -WITHIN and hi <= WITHIN:
+        return f"within {100 * WITHIN:.0f} % of bf16: {span}"
+    if lo > WITHIN or hi < -WITHIN:
+        return f"more than {100 * WITHIN:.0f} % from bf16: {span}"
+    return f"not shown within {100 * WITHIN:.0f} % of bf16: {span}"
+
+
 def smoke_bases(published: Path) -> str:
     """The spread of the per-seed base models the smoke runs start from."""
     bases = published_table(published, "smoke", "base_models")
@@ -138,134 +160,6 @@ def smoke_bases(published: Path) -> str:
         f"{len(bases)} base models (one per seed): greedy test accuracy {num(acc.min())}–{num(acc.max())}, "
         f"final SFT loss {num(loss.min(), 3)}–{num(loss.max(), 3)} (`tables/base_models.csv`)."
     )
-
-
-def mechanism_excess(published: Path) -> str:
-    """Excess clipping per noise dose, format and variant (GRPO, tensorwise, FP8 KV cache on), with the
-    share of plain FP8's excess that calibration removes."""
-    mech = published_table(published, "mechanism", "mechanism")
-    sel = mech[
-        (mech["algo"] == "grpo") & (mech["granularity"] == "tensorwise") & (mech["kv_cache"].astype(bool))
-    ]
-    formats = [f for f in ("hybrid", "e5m2", "e4m3") if f in set(sel["format"])]
-    doses = sorted(sel["noise_scale"].unique())
-    header = ["noise dose s"]
-    for f in formats:
-        header += [f"fp8, {f}", f"fp8_calib, {f}", f"removed by calib, {f}"]
-    rows = []
-    for s in doses:
-        cells = [num(s, 0)]
-        for f in formats:
-            at = sel[(sel["noise_scale"] == s) & (sel["format"] == f)].set_index("variant")
-            for v in ("fp8", "fp8_calib"):
-                r = at.loc[v] if v in at.index else None
-                cells.append(
-                    "n/a"
-                    if r is None
-                    else pp(r["excess_clip"], r["excess_clip ci_low"], r["excess_clip ci_high"])
-                )
-            if {"fp8", "fp8_calib"} <= set(at.index) and at.loc["fp8", "excess_clip"] > 0:
-                plain = at.loc["fp8"]
-                shown = excludes_zero(plain["excess_clip ci_low"], plain["excess_clip ci_high"])
-                share = 1 - at.loc["fp8_calib", "excess_clip"] / plain["excess_clip"]
-                cells.append(f"{num(100 * share, 0)} %" if shown else "–")
-            else:
-                cells.append("n/a")
-        rows.append(cells)
-    bf16 = sel["bf16_clip_low_neg"].dropna()
-    ref = f"bf16's own `clip/low_neg`: {num(100 * bf16.iloc[0])} %." if len(bf16) else ""
-    share = (
-        "`removed by calib`: 1 − fp8_calib / fp8, a ratio of point estimates, given only where fp8's excess "
-        "is shown (bold); –: it is not."
-    )
-    return (
-        markdown_table(header, rows) + "\n\n" + SIGNIFICANCE_NOTE + (" " + ref if ref else "") + " " + share
-    )
-
-
-def mechanism_verdicts(published: Path) -> str:
-    """The mechanism tier's conclusions with their figures (GRPO, FP8 KV cache on): where plain FP8's
-    excess clipping is significant at s = 1, how it grows per doubling of the dose, and, per dose, what
-    share of it calibration removes where plain FP8's excess is shown, and where the calibrated excess
-    itself still is."""
-    mech = published_table(published, "mechanism", "mechanism")
-    sel = mech[(mech["algo"] == "grpo") & (mech["kv_cache"].astype(bool))]
-    seeds = int(sel["seeds"].min())
-    lines = []
-    plain1 = sel[(sel["variant"] == "fp8") & (sel["noise_scale"] == 1) & (sel["format"] == "hybrid")]
-    sig = significant(plain1)
-    rest = sorted(set(plain1["granularity"]) - set(sig))
-    where = (
-        f"the interval excludes 0 for {', '.join(sig)}" + (f", not for {', '.join(rest)}" if rest else "")
-        if sig
-        else f"the interval includes 0 for every one (not shown at {seeds} seeds)"
-    )
-    lines.append(
-        f"- Plain FP8 (s = 1, hybrid): excess clipping {pp_point(plain1['excess_clip'].min())} to "
-        f"{pp_point(plain1['excess_clip'].max())} over the {len(plain1)} granularities; {where}."
-    )
-    for fmt in [f for f in ("hybrid", "e5m2") if f in set(sel["format"])]:
-        fp8 = sel[(sel["variant"] == "fp8") & (sel["format"] == fmt) & (sel["granularity"] == "tensorwise")]
-        by_dose = fp8.set_index("noise_scale")["excess_clip"].sort_index()
-        steps = [
-            by_dose.iloc[i + 1] / by_dose.iloc[i] for i in range(len(by_dose) - 1) if by_dose.iloc[i] > 0
-        ]
-        if steps:
-            lines.append(
-                f"- Growth with the dose ({fmt}, tensorwise): ×{num(min(steps), 1)} to ×{num(max(steps), 1)} per "
-                f"doubling ({' → '.join(pp_point(v) for v in by_dose)})."
-            )
-    for dose in sorted(sel["noise_scale"].unique()):
-        at = sel[(sel["noise_scale"] == dose) & (sel["format"] == "hybrid")]
-        plain, calib = (at[at["variant"] == v].set_index("granularity") for v in ("fp8", "fp8_calib"))
-        both = sorted(set(plain.index) & set(calib.index))
-        if not both:
-            continue
-        shown = [g for g in significant(plain.reset_index()) if g in both]
-        if shown:
-            shares = [(1 - calib.loc[g, "excess_clip"] / plain.loc[g, "excess_clip"], g) for g in shown]
-            removed = (
-                f"plain FP8's excess is shown in {len(shown)} of {len(both)} granularities, and calibration "
-                f"{share_range(shares)} of it (ratios of point estimates"
-                + ("; above 100 %: the calibrated excess is below 0)" if max(shares)[0] > 1 else ")")
-            )
-        else:
-            removed = (
-                f"plain FP8's excess is shown in none of {len(both)} granularities, so no share is computed"
-            )
-        still = significant(calib.loc[both].reset_index())
-        lines.append(
-            f"- Calibration at s = {num(dose, 0)} (hybrid): {removed}; the calibrated excess is "
-            f"{pp_point(calib.loc[both, 'excess_clip'].min())} to {pp_point(calib.loc[both, 'excess_clip'].max())}"
-            + (
-                f", its interval excluding 0 for {', '.join(still)}."
-                if still
-                else ", its interval including 0 for every one."
-            )
-        )
-    return "\n".join(lines)
-
-
-def significant(rows: pd.DataFrame) -> list[str]:
-    """The granularities whose `excess_clip` interval excludes 0, sorted."""
-    return sorted(
-        r["granularity"]
-        for _, r in rows.iterrows()
-        if excludes_zero(r["excess_clip ci_low"], r["excess_clip ci_high"])
-    )
-
-
-def share_range(shares: list[tuple[float, str]]) -> str:
-    """'removes a % (g) to b % (h)', or, where calibration raised the excess somewhere, 'from adding
-    a % (g) to removing b % (h)'."""
-    (lo, g_lo), (hi, g_hi) = min(shares), max(shares)
-    if len(shares) == 1:
-        return f"{'removes' if lo >= 0 else 'adds'} {num(100 * abs(lo), 0)} % ({g_lo})"
-    if lo >= 0:
-        return f"removes {num(100 * lo, 0)} % ({g_lo}) to {num(100 * hi, 0)} % ({g_hi})"
-    if hi < 0:
-        return f"adds {num(-100 * hi, 0)} % ({g_hi}) to {num(-100 * lo, 0)} % ({g_lo})"
-    return f"from adding {num(-100 * lo, 0)} % ({g_lo}) to removing {num(100 * hi, 0)} % ({g_hi})"
 
 
 def smoke_unpinned(published: Path) -> str:

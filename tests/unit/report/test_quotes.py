@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from fp8rl.io import sha256_file
-from fp8rl.report.quotes import BEGIN, END, QUOTING_FILES, QuoteError, pp, render, share_range, stale_blocks
+from fp8rl.report.quotes import BEGIN, END, QUOTING_FILES, QuoteError, pp, render, stale_blocks
+from fp8rl.report.quotes_mechanism import share_range
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -83,7 +84,7 @@ def test_a_share_that_is_negative_is_worded_as_added_not_removed():
 
 
 def test_a_share_removed_is_given_only_where_plain_fp8_s_excess_is_shown(tmp_path):
-    from fp8rl.report.quotes import mechanism_excess
+    from fp8rl.report.quotes_mechanism import mechanism_excess
 
     rows = []
     for dose, (lo, hi) in ((1, (-0.004, 0.010)), (4, (0.011, 0.073))):
