@@ -151,10 +151,22 @@ def place_legends(fig: plt.Figure, axes: np.ndarray, n_series: int, fontsize: in
     )
 
 
+def distinct_colors(n: int) -> list[str]:
+    """`n` colors, no two alike: matplotlib's default cycle up to 10, `tab20` up to 20, beyond that `n`
+    evenly spaced hues of `turbo` (a study tier's conditions give more series than any fixed cycle)."""
+    if n <= 10:
+        return [f"C{i}" for i in range(n)]
+    if n <= 20:
+        return [matplotlib.colors.to_hex(c) for c in plt.get_cmap("tab20").colors[:n]]
+    turbo = plt.get_cmap("turbo")
+    return [matplotlib.colors.to_hex(turbo(0.05 + 0.9 * i / (n - 1))) for i in range(n)]
+
+
 def _series_colors(runset: RunSet) -> dict[tuple, str]:
-    """One color per series (variant, granularity, condition) across every panel and figure."""
-    series = dict.fromkeys(series_groups(runset.runs).groups)
-    return {key: f"C{i % 10}" for i, key in enumerate(series)}
+    """One color per series (variant, granularity, condition) across every panel and figure, each
+    series its own."""
+    series = list(dict.fromkeys(series_groups(runset.runs).groups))
+    return dict(zip(series, distinct_colors(len(series)), strict=True))
 
 
 def _curves(ax: plt.Axes, sub: pd.DataFrame, colors: dict[tuple, str]) -> None:

@@ -9,7 +9,7 @@ import pandas as pd
 
 from fp8rl.report.figures import STABILITY
 from fp8rl.report.load import RunSet
-from fp8rl.report.plots import PANEL, plt, save_figure
+from fp8rl.report.plots import PANEL, distinct_colors, plt, save_figure
 from fp8rl.report.stability import CURVES, GROUP, _group_times, breaking_dose_table, kaplan_meier
 
 
@@ -29,6 +29,7 @@ def _survival(per_run: pd.DataFrame, out_dir: Path) -> list[Path]:
     fig, axes = _figure(1)
     ax = axes[0, 0]
     multi = per_run[["algo", "model"]].drop_duplicates().shape[0] > 1
+    ax.set_prop_cycle(color=distinct_colors(max(per_run.groupby(GROUP).ngroups, 1)))
     for key, g in per_run.groupby(GROUP, sort=False):
         t, s = kaplan_meier(*_group_times(g))
         end = float(g["last_step"].max())
@@ -50,6 +51,7 @@ def _curves(runset: RunSet, per_run: pd.DataFrame, out_dir: Path) -> list[Path]:
         for col, (metric, title) in enumerate(CURVES):
             ax = axes[row, col]
             data = train[keep & (train["metric"] == metric)]
+            ax.set_prop_cycle(color=distinct_colors(max(data.groupby(GROUP).ngroups, 1)))
             for key, g in data.groupby(GROUP, sort=False):
                 by_step = g.groupby("step")["value"]
                 mean = by_step.mean()

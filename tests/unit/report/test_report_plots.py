@@ -83,3 +83,28 @@ def test_report_page_explains_the_mechanism_before_the_numbers(tier):
     assert page.index('id="mechanism"') < page.index("<h2>Comparison</h2>")
     for term in ("Phantom clipping", "fp8_tis", "fp8_calib", "Reading the ratio histograms"):
         assert f"<dt>{term}</dt>" in page
+
+
+@pytest.mark.parametrize("n", [1, 10, 11, 20, 29])
+def test_distinct_colors_gives_n_different_colors(n):
+    from matplotlib.colors import to_hex
+
+    from fp8rl.report.plots import distinct_colors
+
+    assert len({to_hex(c) for c in distinct_colors(n)}) == n
+
+
+def test_no_two_reward_curves_share_a_color_in_a_tier_with_many_series(tmp_path):
+    from report_fixtures import write_mechanism_tier
+
+    from fp8rl.vocabulary import REWARD_MEAN
+
+    rs = load_tier(write_mechanism_tier(tmp_path))
+    fig = step_curves(rs, (REWARD_MEAN, "entropy"), "reward")
+    for ax in fig.axes:
+        lines = [
+            ln for ln in ax.get_lines() if not ln.get_label().startswith("_") and ln.get_linestyle() != "None"
+        ]
+        colors = {ln.get_label(): ln.get_color() for ln in lines}
+        assert len(colors) > 11  # more series than the default cycle has colors
+        assert len(set(colors.values())) == len(colors), colors
