@@ -5,6 +5,11 @@ from `{results_dir}/{tier}/runs/` and writes, with `R = {results_dir}/{tier}`:
 
     R/tables/runs.csv, runs.md               one row per matrix cell: status ok|diverged|failed|missing,
                                              reason, last step, malformed metrics lines
+    R/tables/endpoints.csv, endpoints.md     one row per run: base, seed, variant, condition, status and
+                                             divergence, first/last-window reward and entropy, gibberish,
+                                             every per-run value the intervals use (endpoints.py)
+    R/tables/control.csv, control.md         did the bf16 control learn: reward rise with a t-interval
+                                             over bases or seeds, learned|flat|fell (control.py)
     R/tables/comparison.csv, comparison.md   per (algo, model, granularity[, condition]) and variant:
                                              eval scores as mean and 95% Student-t CI over seeds, Δ vs
                                              bf16 (Welch t), final/best reward, peak entropy over its
@@ -22,14 +27,16 @@ from `{results_dir}/{tier}/runs/` and writes, with `R = {results_dir}/{tier}`:
     R/plots/{mechanism_excess_clip,mechanism_mismatch_kl}.{png,svg}   (with FP8 conditions only)
     R/report.html                            self-contained (plots embedded as base64 PNG)
     R/report.json                            manifest: status counts, data problems, config digest,
-                                             the list of outputs and their sha256 (`files`)
+                                             `control` (the bf16 control check), the list of outputs
+                                             and their sha256 (`files`)
 
 The report is built in a temp folder and moved into place with report.json last (`build.py`).
 `fp8rl publish TIER [--config FILE]` copies tables/, plots/, report.html and a provenance.json into
 `{results_dir}/published/{TIER}/` if every output has the hash report.json records, and swaps the copy
 in whole (see `publish.py`).
 
-Modules: `paths` (file names), `load` (run directories → tidy frames), `stats` (t-intervals over seeds,
+Modules: `paths` (file names), `load` (run directories → tidy frames), `endpoints` (one row per run),
+`control` (the bf16 control check), `stats` (t-intervals over seeds,
 the range of each metric), `binomial` (divergence counts: exact intervals, Fisher, the dose-response
 fit), `summaries` (per-run reductions, per-step series), `comparison`,
 `throughput_table`, `mechanism` (tables), `markdown` (formatted views),

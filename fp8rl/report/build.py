@@ -8,7 +8,10 @@ so a report killed half-way has no `report.json` and a mix of two reports never 
 time, and what a killed report left (temp folders and files) is removed before the next one starts.
 Missing, diverged and failed runs are counted in every table and never stop the report; unusable data
 (malformed metrics lines, unreadable JSON) is listed in the report and in `report.json`. A matrix with
-FP8 conditions also gets the mechanism table and figures (mechanism.py).
+FP8 conditions also gets the mechanism table and figures (mechanism.py). Every report has the per-run
+endpoints (endpoints.py) and the bf16 control check (control.py): a control that did not learn is said
+in a banner at the top of report.html, first in the notes of every table that compares variants, and in
+report.json's `control`.
 """
 
 from __future__ import annotations
