@@ -76,3 +76,23 @@ def interval(est: float, lo: float, hi: float, digits: int = 2) -> str:
     if math.isnan(lo):
         return num(est, digits)
     return f"{num(est, digits)} [{num(lo, digits)}, {num(hi, digits)}]"
+
+
+VOID_LINE = "- **The comparison is void: the bf16 control did not learn** ({groups}; `tables/control.csv`)."
+
+
+def void_line(published: Path, tier: str) -> str | None:
+    """The line a verdict block starts with when the tier's published bf16 control did not learn
+    (`tables/control.csv`, fp8rl.report.control); None when it learned, or for a publication made before
+    the control table existed (which then says nothing about it)."""
+    path = published / tier / "tables" / "control.csv"
+    if not path.is_file():
+        return None
+    control = pd.read_csv(path)
+    if control.empty or (control["verdict"] == "learned").all():
+        return None
+    groups = "; ".join(
+        f"{r['algo']}/{r['model']}: {r['verdict']}, rise {interval(r['rise'], r['low'], r['high'], 3)}"
+        for r in control.to_dict("records")
+    )
+    return VOID_LINE.format(groups=groups)

@@ -33,6 +33,7 @@ from fp8rl.report.quote_format import (
     pp,
     pp_point,
     published_table,
+    void_line,
 )
 from fp8rl.report.quotes_dag import performance_dag
 from fp8rl.report.quotes_learn import learn_divergence, learn_findings
@@ -92,7 +93,9 @@ def smoke_verdicts(published: Path) -> str:
     """Per algorithm, the sentences the smoke tier's conclusions rest on, with their figures: does FP8
     clip more than bf16, does calibration bring it within 20 % of bf16, is its paired excess below
     plain FP8's."""
-    return smoke_verdicts_from(published_table(published, "smoke", "comparison"))
+    verdicts = smoke_verdicts_from(published_table(published, "smoke", "comparison"))
+    void = void_line(published, "smoke")
+    return verdicts if void is None else f"{void}\n{verdicts}"
 
 
 def smoke_verdicts_from(comp: pd.DataFrame) -> str:

@@ -26,6 +26,7 @@ from fp8rl.report.quote_format import (
     pp,
     pp_point,
     published_table,
+    void_line,
 )
 
 ALPHA = 0.05
@@ -125,6 +126,8 @@ def mechanism_verdicts(published: Path) -> str:
         f"- Shown: the excess differs from 0 by a one-sample t-test over the seeds, its p adjusted with Holm "
         f"over the granularities of one dose and variant, below {ALPHA:g}."
     )
+    if (void := void_line(published, "mechanism")) is not None:
+        lines.insert(0, void)
     return "\n".join(lines)
 
 

@@ -83,3 +83,31 @@ def test_shown_adjusts_with_holm_over_the_granularities_given():
     assert shown(table.drop(columns="p")) == want  # tables published before p_holm: p from the intervals
     with_column = table.assign(**{"excess_clip p_holm": holm(table["p"].tolist())})
     assert shown(with_column) == want
+
+
+def test_a_verdict_block_starts_void_where_the_published_control_did_not_learn(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from fp8rl.report.quote_format import void_line
+    from fp8rl.report.quotes import smoke_verdicts
+
+    repo = Path(__file__).resolve().parents[3]
+    tables = tmp_path / "smoke" / "tables"
+    tables.mkdir(parents=True)
+    shutil.copy(repo / "results/published/smoke/tables/comparison.csv", tables)
+    before = smoke_verdicts(tmp_path)
+    assert void_line(tmp_path, "smoke") is None  # published before the control table: nothing said
+    row = {"algo": "grpo", "model": "tiny", "condition": None, "runs": 3, "used": 3, "diverged": 0,
+           "unit": "base", "n": 3, "reward_first": 0.42, "reward_last": 0.32}  # fmt: skip
+    for verdict, rise, low, high in (("learned", 0.2, 0.1, 0.3), ("fell", -0.1, -0.15, -0.05)):
+        control = pd.DataFrame([row | {"rise": rise, "low": low, "high": high, "verdict": verdict}])
+        control.to_csv(tables / "control.csv", index=False)
+        text = smoke_verdicts(tmp_path)
+        if verdict == "learned":
+            assert text == before
+        else:
+            assert text.startswith(
+                "- **The comparison is void: the bf16 control did not learn** (grpo/tiny: fell"
+            )
+            assert text.endswith(before)
