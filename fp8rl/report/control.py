@@ -114,6 +114,9 @@ def statement(table: pd.DataFrame) -> str:
     parts = []
     for r in table.to_dict("records"):
         where = "/".join(str(r[k]) for k in GROUP if isinstance(r[k], str) and r[k] != "none")
+        if r["n"] == 0:
+            parts.append(f"bf16 {where}: no run with a reward in both windows: no interval")
+            continue
         ci = f"[{r['low']:+.3f}, {r['high']:+.3f}]" if r["verdict"] != "no interval" else "(no interval)"
         parts.append(
             f"bf16 {where}: reward rise {r['rise']:+.3f} {ci} over {r['n']} {r['unit'].split(' ')[0]}s: "

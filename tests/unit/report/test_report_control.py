@@ -113,6 +113,9 @@ def test_one_shared_base_makes_the_seed_the_unit_and_one_run_gives_no_interval()
     one = control_table(_endpoints({("b", 0): 0.3}))
     assert one.iloc[0]["verdict"] == "no interval" and math.isnan(one.iloc[0]["low"])
     assert control_summary(one)["comparison_void"] is True
+    none = control_table(_endpoints({("b", 0): math.nan}))  # e.g. every bf16 run failed or is missing
+    assert none.iloc[0]["n"] == 0 and none.iloc[0]["used"] == 0
+    assert "no run with a reward" in control_summary(none)["statement"]
 
 
 def test_no_bf16_runs_means_no_control_and_no_void():
