@@ -154,8 +154,8 @@ def place_legends(fig: plt.Figure, axes: np.ndarray, n_series: int, fontsize: in
 def distinct_colors(n: int) -> list[str]:
     """`n` colors, no two alike: matplotlib's default cycle up to 10, `tab20` up to 20, beyond that `n`
     evenly spaced hues of `turbo` (a study tier's conditions give more series than any fixed cycle)."""
-    if n <= 10:
-        return [f"C{i}" for i in range(n)]
+    if n <= 10:  # tab10: the default cycle's colors, as hex (a prop cycle takes no "C0" references)
+        return [matplotlib.colors.to_hex(c) for c in plt.get_cmap("tab10").colors[:n]]
     if n <= 20:
         return [matplotlib.colors.to_hex(c) for c in plt.get_cmap("tab20").colors[:n]]
     turbo = plt.get_cmap("turbo")
