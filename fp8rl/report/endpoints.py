@@ -20,8 +20,8 @@ Columns (`COLUMNS`, then one per eval score `{task}/{metric}`):
   ceil(`LAST_FRAC` × schedule.steps) planned steps); `reward_rise` = last − first. A diverged run that
   stopped before the last window scores 0 there (it earned no reward), as the study endpoint does;
 - entropy and output: `entropy_first`, `entropy_last` (the same windows), `entropy_peak` (the highest
-  finite entropy of the run), `entropy_baseline` (median of the first `stability.baseline_steps` steps:
-  the detectors' baseline), `peak_entropy_rel` (the comparison's: highest entropy after the baseline
+  finite entropy of the run), `entropy_baseline` (median of the first `stability.baseline_steps` logged
+  values: the stability table's `peak_rel_entropy` is `entropy_peak` ÷ it), `peak_entropy_rel` (the comparison's: highest entropy after the baseline
   window ÷ the baseline), `gibberish_rate` (mean `gibberish/rate` over the run), `gibberish_last`
   (over the last window);
 - the comparison's per-run values: `final_reward`, `best_reward`, and the per-step metrics reduced to
@@ -147,8 +147,7 @@ def _window_values(m: pd.DataFrame, status: str, steps: int, baseline_steps: int
     reward_first, reward_last = window(REWARD_MEAN, False), window(REWARD_MEAN, True, empty_is_zero=True)
     ent = col("entropy").to_numpy(dtype=float)
     finite = ent[np.isfinite(ent)]
-    head = ent[:baseline_steps]
-    head = head[np.isfinite(head)]
+    head = ent[~np.isnan(ent)][:baseline_steps]  # the stability table's baseline: the first logged values
     return {
         "reward_first": reward_first,
         "reward_last": reward_last,

@@ -189,3 +189,39 @@ def test_publish_carries_the_endpoints_and_the_control(study_tier, tmp_path):
             rel = f"tables/{name}.{ext}"
             assert (dest / rel).read_bytes() == paths.table(name, ext).read_bytes()
             assert rel in manifest["files"]
+
+
+def test_the_arms_stability_and_mechanism_numbers_recompute_from_endpoints_csv(study_tier):
+    _, paths = study_tier
+    ends = pd.read_csv(paths.table("endpoints", "csv"))
+    arms = pd.read_csv(paths.table("arms", "csv")).set_index("arm")
+    for arm in STUDY["arms"]:
+        mean, (lo, hi) = _t(ends[ends["arm"] == arm]["endpoint"])
+        _close(arms.loc[arm, ["endpoint", "low", "high"]], [mean, lo, hi], f"arm {arm}")
+    # the stability table (the conditions are a dose axis): counts with exact intervals, seed means
+    stab = pd.read_csv(paths.table("stability", "csv"))
+    used = ends[ends["status"].isin(["ok", "diverged"])]
+    for _, r in stab.iterrows():
+        g = used[(used["variant"] == r["variant"]) & (used["noise"] == r["noise"])]
+        if r["variant"] != "bf16":
+            g = g[g["granularity"] == r["granularity"]]
+        k = int((g["status"] == "diverged").sum())
+        ci = stats.binomtest(k, len(g)).proportion_ci(0.95, method="exact")
+        assert (r["runs"], r["diverged"]) == (len(g), k)
+        _close([r["diverged_low"], r["diverged_high"]], [ci.low, ci.high], "diverged interval")
+        for col, values, bounds in (
+            ("final_acc", g["final_acc"], (0, 1)),
+            ("gibberish", g["gibberish_rate"], (0, 1)),
+            ("peak_rel_entropy", g["entropy_peak"] / g["entropy_baseline"], (0, math.inf)),
+        ):
+            mean, (lo, hi) = _t(values, bounds)
+            _close(r[col], mean, f"{r['variant']} {col}")
+            if np.isfinite(r[f"{col}_low"]):
+                _close([r[f"{col}_low"], r[f"{col}_high"]], [lo, hi], f"{r['variant']} {col} interval")
+    # the mechanism table's excess p and its Holm adjustment over one dose's granularities
+    mech = pd.read_csv(paths.table("mechanism", "csv"))
+    for _, r in mech.iterrows():
+        g = used[(used["variant"] == r["variant"]) & (used["condition"] == r["condition"])]
+        g = g[g["granularity"] == r["granularity"]]
+        _close(r["excess_clip p"], stats.ttest_1samp(g["excess_clip"], 0.0).pvalue, "excess p")
+        assert r["excess_clip p_holm"] == pytest.approx(r["excess_clip p"])  # one granularity: a family of 1
