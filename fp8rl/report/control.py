@@ -38,8 +38,8 @@ COLUMNS = [
     "verdict",
 ]  # fmt: skip
 NOTES = [
-    f"Did the bf16 control learn? Per run, `reward_rise` = mean reward/mean over the last {LAST_FRAC:.0%} "
-    f"of the planned steps − that over the first {FIRST_FRAC:.0%} (endpoints.csv).",
+    f"Did the bf16 control learn? Per run, `reward_rise` = mean reward/mean over the last {100 * LAST_FRAC:.0f} % "
+    f"of the planned steps − that over the first {100 * FIRST_FRAC:.0f} % (endpoints.csv).",
     "`unit`: `base` where the runs start from several base models (each base's mean rise is one value), "
     "`seed (one base)` where every run shares one base (the verdict is then conditional on it); `n`: "
     f"units. `rise` [low, high]: mean over the units, {CI_METHOD}.",
@@ -118,10 +118,8 @@ def statement(table: pd.DataFrame) -> str:
             parts.append(f"bf16 {where}: no run with a reward in both windows: no interval")
             continue
         ci = f"[{r['low']:+.3f}, {r['high']:+.3f}]" if r["verdict"] != "no interval" else "(no interval)"
-        parts.append(
-            f"bf16 {where}: reward rise {r['rise']:+.3f} {ci} over {r['n']} {r['unit'].split(' ')[0]}s: "
-            f"{r['verdict']}"
-        )
+        units = "bases" if r["unit"] == "base" else "seeds of one base"
+        parts.append(f"bf16 {where}: reward rise {r['rise']:+.3f} {ci} over {r['n']} {units}: {r['verdict']}")
     text = "; ".join(parts) + "."
     return text if (table["verdict"] == "learned").all() else f"{text} {VOID[0].upper()}{VOID[1:]}."
 

@@ -89,8 +89,8 @@ COLUMNS = [*ID_COLUMNS, *STATUS_COLUMNS, *WINDOW_COLUMNS, *VALUE_COLUMNS]
 
 NOTES = [
     "One row per run of the matrix, every status; blank: the run has no such value (never imputed).",
-    f"`reward_first`: mean reward/mean over the first {FIRST_FRAC:.0%} of the planned steps; `reward_last`: "
-    f"over the last {LAST_FRAC:.0%}; `reward_rise` = last − first. A diverged run that stopped before "
+    f"`reward_first`: mean reward/mean over the first {100 * FIRST_FRAC:.0f} % of the planned steps; `reward_last`: "
+    f"over the last {100 * LAST_FRAC:.0f} %; `reward_rise` = last − first. A diverged run that stopped before "
     "the last window scores 0 there.",
     "`entropy_*`: the same windows, the run's peak, the baseline (median of the first "
     "stability.baseline_steps steps) and `peak_entropy_rel` (peak after the baseline ÷ baseline); "
