@@ -11,7 +11,8 @@ conditional on that base. The verdict (`VERDICTS`):
 - `learned`: the interval lies above 0;
 - `flat`: it includes 0;
 - `fell`: it lies below 0;
-- `no interval`: fewer than two units.
+- `no interval`: fewer than two units, or units that all gave one value (a zero-width interval
+  measures no spread).
 
 Runs that are `ok` or `diverged` enter (a diverged control is part of what the check sees, and is
 counted in `diverged`); failed and missing ones are counted only. A tier whose every control group
@@ -43,15 +44,17 @@ NOTES = [
     "`unit`: `base` where the runs start from several base models (each base's mean rise is one value), "
     "`seed (one base)` where every run shares one base (the verdict is then conditional on it); `n`: "
     f"units. `rise` [low, high]: mean over the units, {CI_METHOD}.",
-    "`verdict`: learned (interval above 0), flat (includes 0), fell (below 0), no interval (n < 2).",
+    "`verdict`: learned (interval above 0), flat (includes 0), fell (below 0), no interval (n < 2, or a "
+    "zero-width interval: every unit gave one value).",
     "`used`: runs ok or diverged of `runs`; `diverged`: bf16 runs flagged diverged.",
 ]
 
 
 def verdict(low: float, high: float) -> str:
-    """`learned` / `flat` / `fell` from a rise's interval; `no interval` when it has no bounds."""
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return "no interval"
+    """`learned` / `flat` / `fell` from a rise's interval; `no interval` when it has no bounds or no
+    width."""
+    if not (math.isfinite(low) and math.isfinite(high)) or low == high:
+        return "no interval"  # a zero-width interval: units that all gave one value measure no spread
     return "learned" if low > 0 else ("fell" if high < 0 else "flat")
 
 

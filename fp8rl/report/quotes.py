@@ -145,7 +145,7 @@ def within_20(calib: pd.Series, bf16: pd.Series) -> str:
     interval lies inside ±20 %, more than 20 % away when it lies outside, undecided otherwise."""
     base = bf16["clip_low_neg"]
     lo, hi = (calib[f"clip_low_neg {k}"] / base for k in ("delta_ci_low", "delta_ci_high"))
-    if math.isnan(lo) or math.isnan(hi):
+    if math.isnan(lo) or math.isnan(hi) or lo == hi:  # no width: seeds that all agree measure no spread
         return f"no interval to say whether within {100 * WITHIN:.0f} % of bf16"
     span = f"its Δ is {num(100 * lo, 0, sign=True)} % to {num(100 * hi, 0, sign=True)} % of bf16's"
     if lo >= -WITHIN and hi <= WITHIN:

@@ -139,7 +139,10 @@ def growth(by_dose: pd.DataFrame) -> str:
     rows = by_dose.to_dict("records")
     steps, skipped = [], []
     for lower, upper in zip(rows, rows[1:], strict=False):
-        if lower["excess_clip ci_low"] > 0:
+        if (
+            excludes_zero(lower["excess_clip ci_low"], lower["excess_clip ci_high"])
+            and lower["excess_clip"] > 0
+        ):
             steps.append(upper["excess_clip"] / lower["excess_clip"])
         else:
             skipped.append(num(lower["noise_scale"], 0))

@@ -30,6 +30,7 @@ def _clip(delta_low: float, delta_high: float, bf16: float = 0.01) -> tuple[pd.S
         (0.25, 0.90, "more than 20 % from bf16"),
         (-0.90, -0.30, "more than 20 % from bf16"),
         (math.nan, math.nan, "no interval"),
+        (0.05, 0.05, "no interval"),  # zero width: seeds that all agree
     ],
 )
 def test_within_20_percent_only_where_the_interval_lies_inside(low, high, start):
@@ -50,6 +51,8 @@ def test_no_ratio_per_doubling_from_a_dose_whose_excess_interval_includes_0():
     assert "none from s = 1: the excess at s = 1 has an interval including 0" in text
     both = growth(_doses([(0.01, 0.005, 0.015), (0.03, 0.02, 0.04), (0.12, 0.1, 0.14)]))
     assert both.startswith("×3.0 to ×4.0 per doubling") and "none" not in both
+    flat = growth(_doses([(0.01, 0.01, 0.01), (0.03, 0.02, 0.04)]))  # a zero-width interval shows nothing
+    assert "no ratio per doubling" in flat
     none = growth(_doses([(0.001, -0.01, 0.012), (0.002, -0.01, 0.014)]))
     assert "no ratio per doubling" in none and "×" not in none
 

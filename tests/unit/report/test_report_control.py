@@ -125,6 +125,7 @@ def test_no_bf16_runs_means_no_control_and_no_void():
 
 
 @pytest.mark.parametrize(("low", "high", "want"), [(0.01, 0.2, "learned"), (-0.1, 0.1, "flat"),
-                                                   (-0.3, -0.02, "fell"), (math.nan, math.nan, "no interval")])  # fmt: skip
+                                                   (-0.3, -0.02, "fell"), (math.nan, math.nan, "no interval"),
+                                                   (0.1, 0.1, "no interval")])  # fmt: skip
 def test_verdict_of_an_interval(low, high, want):
     assert verdict(low, high) == want
