@@ -110,13 +110,15 @@ def threads_for(rule):
 
 def resources_for(rule):
     """Snakemake resources of a rule: memory (MB), runtime (minutes), GPUs (`gpu`, the name the
-    Slurm executor maps to --gpus) and the Slurm partition when the config names one."""
+    Slurm executor maps to --gpus) and the Slurm partition and account when the config names them."""
     r = CFG.resources_for(RESOURCE_KEYS.get(rule, rule))
     out = {"mem_mb": r.mem_mb, "runtime": r.runtime}
     if r.gpus:
         out["gpu"] = r.gpus
     if r.partition:
         out["slurm_partition"] = r.partition
+    if r.account:
+        out["slurm_account"] = r.account
     return out
 
 
