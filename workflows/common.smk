@@ -127,6 +127,14 @@ def retries_for(rule):
     return CFG.resources_for(RESOURCE_KEYS.get(rule, rule)).retries
 
 
+def rule_retries(rule):
+    """The rule's `retries:` directive: `retries_for` in the Snakemake process that schedules the DAG, 0 in
+    the one a cluster job starts to run its rule. That process reads the directive too, which overrides
+    the `--retries 0` Snakemake gives it, and would retry the command inside the job: every resubmission
+    of a job that fails for good (exit 2) would run it `retries` + 1 times, (retries + 1)^2 in all."""
+    return retries_for(rule) if workflow.is_main_process else 0
+
+
 def eval_on_failure(rule):
     """The eval commands' `--on-failure` as a resource of the attempt: `raise` (exit non-zero, so
     Snakemake resubmits) until the last attempt, `record` on it (the tasks that finished are written,
