@@ -229,10 +229,11 @@ cmd_start() {
 
 # Stop a daemon by its pid file, waiting for it to exit.
 stop_pid() {
-  local name=$1 pidfile=$2
+  local name=$1 pidfile=$2 pid
   pid_alive "$pidfile" || return 0
-  kill "$(cat "$pidfile")" 2>/dev/null || true
-  wait_for 30 sh -c "! kill -0 $(cat "$pidfile") 2>/dev/null" || say "$name still runs after 30 s"
+  pid=$(cat "$pidfile")
+  kill "$pid" 2>/dev/null || true
+  wait_for 30 sh -c "! kill -0 $pid 2>/dev/null" || say "$name (pid $pid) still runs after 30 s"
 }
 
 started() { [ -f "$STATE/started" ] && grep -qx "$1" "$STATE/started"; }

@@ -241,6 +241,7 @@ def test_sigkill_and_resume_writes_identical_metrics(tier, train, tmp_path, rest
     assert beats[-1].startswith(f"[{run_id}] step 5/5 ") and beats[-1].endswith("ETA 0:00:00")
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_the_step_in_progress_and_exits_143(tier, train, tmp_path, restore_torch_globals):
     """What a Slurm time limit does (SIGTERM, then SIGKILL KillWait seconds later): the trainer finishes
     its step, checkpoints it although it is no `checkpoint_every` step, exits 143 without a summary, and
