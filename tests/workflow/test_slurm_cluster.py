@@ -80,12 +80,13 @@ def _dag(workdir: Path, config: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def _running_train_job() -> str | None:
-    """The Slurm id of the running training job (the executor's --comment names the rule), if any."""
-    out = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i|%k"], capture_output=True, text=True)
+def _running_train_job(workdir: Path) -> str | None:
+    """The Slurm id of the DAG in `workdir`'s running training job, if any (the executor submits with
+    `-D` its working directory and a --comment that names the rule)."""
+    out = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i|%k|%Z"], capture_output=True, text=True)
     for line in out.stdout.split():
-        job, _, comment = line.partition("|")
-        if comment.startswith("rule_train"):
+        job, comment, where = line.split("|", 2)
+        if comment.startswith("rule_train") and Path(where) == workdir:
             return job
     return None
 
@@ -109,11 +110,13 @@ def time_limited(cluster, tmp_path_factory):
         f"resources.default={{partition: {PARTITION}, account: {ACCOUNT}}}",
         f"resources.train={{retries: 2, partition: {PARTITION}, account: {ACCOUNT}}}",
     )
-    dag = subprocess.Popen(_dag(workdir, config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    dag = subprocess.Popen(
+        _dag(workdir, config), cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     straight = None
     try:
         deadline = time.time() + 600
-        while (job := _running_train_job()) is None:
+        while (job := _running_train_job(workdir)) is None:
             assert dag.poll() is None and time.time() < deadline, dag.stdout.read()
             time.sleep(0.5)
         subprocess.run(["scontrol", "update", f"JobId={job}", "TimeLimit=1"], check=True)
@@ -166,7 +169,7 @@ def test_a_job_that_fails_for_good_runs_once_per_submission(time_limited):
     r = workdir / "results" / "smoke"
     (r / "runs" / RUN_ID / "summary.json").unlink()
     (r / "base" / "tiny" / "config.json").unlink()  # `fp8rl train` exits 2: not a model directory
-    proc = subprocess.run(_dag(workdir, config), capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(_dag(workdir, config), cwd=workdir, capture_output=True, text=True, timeout=900)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, output
     train_jobs = re.findall(r"submitted with SLURM jobid (\d+) \(log: (\S*/rule_train/\S*)\)", output)
