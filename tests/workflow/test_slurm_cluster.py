@@ -115,7 +115,7 @@ def time_limited(cluster, tmp_path_factory):
     )
     straight = None
     try:
-        deadline = time.time() + 600
+        deadline = time.time() + 1200  # it may queue behind other jobs
         while (job := _running_train_job(workdir)) is None:
             assert dag.poll() is None and time.time() < deadline, dag.stdout.read()
             time.sleep(0.5)
