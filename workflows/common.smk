@@ -110,19 +110,29 @@ def threads_for(rule):
 
 def resources_for(rule):
     """Snakemake resources of a rule: memory (MB), runtime (minutes), GPUs (`gpu`, the name the
-    Slurm executor maps to --gpus) and the Slurm partition when the config names one."""
+    Slurm executor maps to --gpus) and the Slurm partition and account when the config names them."""
     r = CFG.resources_for(RESOURCE_KEYS.get(rule, rule))
     out = {"mem_mb": r.mem_mb, "runtime": r.runtime}
     if r.gpus:
         out["gpu"] = r.gpus
     if r.partition:
         out["slurm_partition"] = r.partition
+    if r.account:
+        out["slurm_account"] = r.account
     return out
 
 
 def retries_for(rule):
     """How often a failed or timed-out job of the rule is resubmitted (config `resources.*.retries`)."""
     return CFG.resources_for(RESOURCE_KEYS.get(rule, rule)).retries
+
+
+def rule_retries(rule):
+    """The rule's `retries:` directive: `retries_for` in the Snakemake process that schedules the DAG, 0 in
+    the one a cluster job starts to run its rule. That process reads the directive too, which overrides
+    the `--retries 0` Snakemake gives it, and would retry the command inside the job: every resubmission
+    of a job that fails for good (exit 2) would run it `retries` + 1 times, (retries + 1)^2 in all."""
+    return retries_for(rule) if workflow.is_main_process else 0
 
 
 def eval_on_failure(rule):

@@ -34,7 +34,7 @@ rule eval_lm:
     resources:
         **resources_for("eval_lm"),
         eval_on_failure=eval_on_failure("eval_lm"),
-    retries: retries_for("eval_lm")
+    retries: rule_retries("eval_lm")
     conda:
         CONDA_ENV
     shell:
@@ -72,7 +72,7 @@ rule eval_agent:
     resources:
         **resources_for("eval_agent"),
         eval_on_failure=eval_on_failure("eval_agent"),
-    retries: retries_for("eval_agent")
+    retries: rule_retries("eval_agent")
     conda:
         CONDA_ENV
     shell:

@@ -40,7 +40,7 @@ rule train:
         **train_resources(),
     conda:
         CONDA_ENV
-    retries: retries_for("train")
+    retries: rule_retries("train")
     shell:
         in_image("train") + TRAIN_COMMAND + " --config {params.config:q} --run {params.run:q} --base {params.base:q}"
         " --data {params.data:q} --out {params.out:q} {params.reference:q} --no-progress > {log:q} 2>&1"

@@ -10,7 +10,10 @@ holder), refuses with exit 2 a directory whose files name another run id (`run.j
 `checkpoint/state.json`: two runs' files never mix) and writes `run.json` into it, and refuses with
 exit 2 to resume a checkpoint whose `metrics.jsonl` is gone, damaged or a symbolic link
 (`fp8rl.run_checks.resume_problem`). It exits 0 for a finished or a diverged run (summary.json says
-which) and non-zero when it crashes (status `failed`).
+which) and non-zero when it crashes (status `failed`). On SIGTERM (a Slurm job at its time limit, or
+`scancel`) it finishes the step in progress, writes a checkpoint and exits 143 (128 + SIGTERM) without a
+summary: the run is unfinished, and the next `fp8rl train` on it resumes after that step
+(fp8rl.engine.stop).
 """
 
 from __future__ import annotations
@@ -129,14 +132,19 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
         except ValueError as exc:
             raise UsageError(f"--reference {exc}") from None
+    from fp8rl.engine.stop import Interrupted, StopRequest
     from fp8rl.rundir import RunDir, RunDirLocked
 
     out = RunDir(args.out)
+    stop = StopRequest()
     try:
-        with out.lock():
-            summary = _train_locked(args, cfg, run, out, base, data, run_targets)
+        with out.lock(), stop.watch():
+            summary = _train_locked(args, cfg, run, out, base, data, run_targets, stop)
     except RunDirLocked as exc:
         raise UsageError(str(exc)) from None
+    except Interrupted as exc:
+        print(f"{run.run_id}: {exc}; checkpoint written, the next `fp8rl train` of it resumes there")
+        return 128 + exc.signum
     print(
         f"{run.run_id}: {summary['status']} at step {summary['step']}/{summary['steps_planned']}"
         + (f" ({summary['reason']})" if summary["reason"] else "")
@@ -157,7 +165,7 @@ def curves_command(cfg, run_root: Path) -> str:
     return tensorboard_command(runs if inside else Path(run_root))
 
 
-def _train_locked(args: argparse.Namespace, cfg, run, out, base: Path, data: Path, run_targets) -> dict:
+def _train_locked(args: argparse.Namespace, cfg, run, out, base: Path, data: Path, run_targets, stop) -> dict:
     """The run, with its directory locked: check that a checkpoint there can be resumed, then train."""
     from fp8rl.engine.checkpoint import CheckpointError, has_checkpoint, verify_checkpoint
     from fp8rl.engine.trainer import Trainer
@@ -183,6 +191,7 @@ def _train_locked(args: argparse.Namespace, cfg, run, out, base: Path, data: Pat
             run_targets=run_targets,
             progress=not args.no_progress,
             device=args.device,
+            stop=stop,
         )
     except ValueError as exc:  # e.g. CUDA asked for and none visible
         raise UsageError(str(exc)) from None

@@ -19,6 +19,9 @@ class Resources(Strict):
     partition: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.-]+$", description="Slurm partition; None = the site default"
     )
+    account: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]+$", description="Slurm account (sbatch -A); None = the user's default"
+    )
     retries: int = Field(
         0, ge=0, description="resubmissions after a failure or time-out (a run resumes from its checkpoint)"
     )

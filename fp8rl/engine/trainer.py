@@ -15,7 +15,9 @@ One optimizer step (`step` = 1..schedule.steps), as nanochat-style straight-line
    `fp16` scales the loss dynamically (fp8rl.engine.loss_scale);
 4. one line of metrics (docs/architecture.md#metrics) in metrics.jsonl, sent live to the config's
    trackers (fp8rl.tracking: TensorBoard in `{run}/tb/` by default) and, without a progress bar, a
-   heartbeat line on stderr (fp8rl.engine.heartbeat); a checkpoint every `checkpoint_every` steps.
+   heartbeat line on stderr (fp8rl.engine.heartbeat); a checkpoint every `checkpoint_every` steps,
+   and one of the step just done when a stop was requested (SIGTERM: a Slurm time limit; the run then
+   raises `Interrupted` without a summary, fp8rl.engine.stop).
 A metric that averages over updates (`clip/*`, `calib/*`, `phantom/*`, `loss/*`) is the mean over the
 step's mini-batch updates; `ratio/*` are quantiles over all of them.
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -57,6 +60,7 @@ from fp8rl.engine.ratio_noise import RatioNoise
 from fp8rl.engine.sampler import RolloutBatch
 from fp8rl.engine.scoring import score
 from fp8rl.engine.shadow import ShadowPass
+from fp8rl.engine.stop import Interrupted, StopRequest
 from fp8rl.engine.tokenizer import encode_prompt, load_tokenizer
 from fp8rl.engine.update_batch import MiniBatch, StepMeans, StepScores
 from fp8rl.engine.update_bounds import RunTargets, UpdateBounds
@@ -119,10 +123,12 @@ class Trainer:
         progress: bool = True,
         shadow_diagnostics: bool = True,
         device: str | None = None,
+        stop: StopRequest | None = None,
     ):
         """`run_targets`: per-step calibration targets of the matching bf16 run (`calib.reference: run`).
         `shadow_diagnostics=False` limits the shadow pass to `*_calib` variants (the step-time benchmark);
-        `device` None: CUDA when resources.train.gpus > 0 (fp8rl.engine.device)."""
+        `device` None: CUDA when resources.train.gpus > 0 (fp8rl.engine.device); `stop`: checked after
+        every step (`fp8rl train` sets it on SIGTERM)."""
         # the run's settings, resolved once (fp8rl.config.resolved): algorithm, FP8 under its condition, bounds
         self.resolved = resolve_run(cfg, run)
         self.cfg, self.run_spec, self.spec = cfg, self.resolved.spec, self.resolved.variant
@@ -131,6 +137,7 @@ class Trainer:
         self.base_dir, self.data_dir = Path(base_dir), Path(data_dir)
         self.dir = RunDir(out_dir)
         self.progress = progress
+        self.stop = stop if stop is not None else StopRequest()
         if self.resolved.needs_reference and run_targets is None:
             raise ValueError(
                 f"{self.run_spec.run_id}: calib.reference is 'run' but no bf16 reference run was given"
@@ -256,6 +263,12 @@ class Trainer:
         try:
             self.dir.write_config(self.cfg.model_dump(mode="json"))
             last = self._resume()
+            if last:  # in the log of the job that resumed, e.g. after a Slurm time limit
+                print(
+                    f"[{self.run_spec.run_id}] resumed from its checkpoint at step {last}/{steps}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if self.stability.divergence is not None:  # resumed after the first divergence
                 status, reason = "diverged", self.stability.divergence.reason
             bar = tqdm(total=steps, initial=last, desc=self.run_spec.run_id, disable=not self.progress)
@@ -287,9 +300,13 @@ class Trainer:
                     if self.cfg.stability.on_divergence == "stop":
                         self._save(step)
                         break
-                if step % self.cfg.schedule.checkpoint_every == 0 or step == steps:
+                if step % self.cfg.schedule.checkpoint_every == 0 or step == steps or self.stop.requested:
                     self._save(step)
+                if self.stop.requested and step < steps:
+                    raise Interrupted(step, self.stop.signum)
             bar.close()
+        except Interrupted:
+            raise  # no summary: the run is unfinished, and resumes from the checkpoint just written
         except Exception as exc:  # a crash: summary `failed`, exit non-zero
             status, reason = "failed", f"{exc.__class__.__name__}: {exc}"
             traceback.print_exc()

@@ -241,6 +241,46 @@ def test_sigkill_and_resume_writes_identical_metrics(tier, train, tmp_path, rest
     assert beats[-1].startswith(f"[{run_id}] step 5/5 ") and beats[-1].endswith("ETA 0:00:00")
 
 
+@pytest.mark.slow
+def test_sigterm_checkpoints_the_step_in_progress_and_exits_143(tier, train, tmp_path, restore_torch_globals):
+    """What a Slurm time limit does (SIGTERM, then SIGKILL KillWait seconds later): the trainer finishes
+    its step, checkpoints it although it is no `checkpoint_every` step, exits 143 without a summary, and
+    the next process resumes after that step and writes the metrics of a run that never stopped."""
+    from fp8rl.engine.checkpoint import load_checkpoint
+
+    write_config = tier[2]
+    run_id = "grpo/tiny/fp8_tis/tensorwise/seed0"
+    overrides = {"schedule.steps": 6, "schedule.checkpoint_every": 4}
+    config = write_config(tmp_path / "c.yaml", overrides)
+    out = tmp_path / "stopped"
+    proc = _cli(*_train_args(tier, config, out, run_id))
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 300
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 1):
+        assert proc.poll() is None and time.time() < deadline, (
+            proc.stderr.read() if proc.poll() is not None else "timeout"
+        )
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM, proc.stderr.read()
+    done = metrics.read_text().count("\n")
+    assert "stopped by SIGTERM after step" in proc.stdout.read()
+    assert not (out / "summary.json").exists()  # unfinished: Snakemake reruns it
+    assert 1 <= done < 4 and load_checkpoint(out / "checkpoint")[0]["step"] == done  # not a periodic one
+    resumed = _cli(*_train_args(tier, config, out, run_id))
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    assert f"[{run_id}] resumed from its checkpoint at step {done}/6" in resumed.stderr.read()
+    _, summary, straight = train(run_id, tmp_path / "straight", overrides)
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+    again = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in again] == [1, 2, 3, 4, 5, 6]
+    assert strip(again) == strip(straight)
+    assert json.loads((out / "summary.json").read_text())["status"] == summary["status"] == "ok"
+
+
 def test_changed_training_settings_start_afresh_instead_of_resuming(tier, train, tmp_path):
     """The DAG reruns a run whose training sections changed; its old checkpoint must not be resumed."""
     run_id = "grpo/tiny/bf16/none/seed0"
