@@ -12,6 +12,8 @@ from fp8rl.config.base import PATH_PART_MAX, Strict, is_safe_path, long_path_par
 
 
 class Resources(Strict):
+    OMIT_AT_DEFAULT = ("account",)  # added after configs were published: their digests stay
+
     threads: int = Field(1, gt=0)
     mem_mb: int = Field(2000, gt=0)
     runtime: int = Field(30, gt=0, description="minutes")

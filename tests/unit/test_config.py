@@ -157,3 +157,17 @@ def test_sft_checks_model_positions_before_any_work(tmp_path, capsys):
     assert main(args) == 2
     assert "max_position_embeddings" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_published_tiers_config_keeps_the_digest_it_was_published_under():
+    """A field added to the config (a Slurm account, raised limits) must not move the digest of a config
+    whose results are published: the DAG's records and `fp8rl publish --config` key on it."""
+    import json
+    from pathlib import Path
+
+    from fp8rl.config_loader import load_config
+
+    repo = Path(__file__).resolve().parents[2]
+    for config, published in (("config/ci.yaml", "results/published/ci"), ("config/smoke.yaml", "results/published/smoke")):  # fmt: skip
+        prov = json.loads((repo / published / "provenance.json").read_text())
+        assert load_config(repo / config).digest() == prov["config_digest"], config
