@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import shlex
 
+from fp8rl.adapters.verl_overrides import RAY_ENV_VARS
+
 RAY_PORT = 6379
 RAY_JOIN_TIMEOUT_S = 600
 LOG_DIR = "verl_logs"  # one file-logger log per attempt, attempt-001.jsonl, attempt-002.jsonl, ...
@@ -56,13 +58,13 @@ def render_script(
     """The bash script that trains one run through verl (see the module docstring); `prefix` runs a
     command in the image (empty: on the host), `env` is exported first (e.g. HF_HOME, offline flags)."""
     q = shlex.quote
-    ray_env = "+ray_kwargs.ray_init.runtime_env.env_vars"
+    # Hydra reads a bare epoch time as an int, which ray.init refuses in runtime_env: quoted, a string
     trainer = " \\\n    ".join(
         [f"{prefix}{python} -m verl.trainer.main_ppo --config-name {config_name}"]
         + [q(o) for o in overrides]
         + [
-            f'"{ray_env}.VERL_FILE_LOGGER_PATH=$VERL_FILE_LOGGER_PATH"',
-            f'"{ray_env}.{DEADLINE_ENV}=$DEADLINE"',
+            f"\"{RAY_ENV_VARS}.VERL_FILE_LOGGER_PATH='$VERL_FILE_LOGGER_PATH'\"",
+            f"\"{RAY_ENV_VARS}.{DEADLINE_ENV}='$DEADLINE'\"",
         ]
     )
     ckpt = f"{out}/verl_checkpoints"

@@ -42,6 +42,8 @@ from fp8rl.tracking import MLFLOW_DIR
 LOSS_MODULE = "fp8rl.adapters.verl_loss"
 LOSS_SPEC_ENV = "FP8RL_VERL_LOSS"
 CONFIG_NAME = "ppo_megatron_trainer"
+# The environment of every Ray worker (verl's main_ppo passes ray_kwargs.ray_init to ray.init)
+RAY_ENV_VARS = "+ray_kwargs.ray_init.runtime_env.env_vars"
 MAX_PROMPT_LENGTH = 2048
 VANILLA_MBRIDGE = True  # mbridge (verl's `mcore` extra) instead of Megatron-Bridge (its `megatron` extra)
 # Megatron's attention backend. verl 0.9.1 defaults to `flash`, for which megatron-core sets
@@ -256,6 +258,13 @@ def _q(value: object) -> str:
     s = str(value)
     if re.fullmatch(r"[A-Za-z0-9_./:@+-]+", s):
         return s
+    return _q_str(s)
+
+
+def _q_str(value: object) -> str:
+    """A Hydra override value that stays a string: single-quoted whatever it reads as (a bare `123` or
+    `true` would be an int or a bool)."""
+    s = str(value)
     return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
@@ -394,12 +403,11 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun, paths: Ve
         ov[f"{A}.optim.exp_avg_sq_dtype"] = "bf16"
     if variant.fp8 and fp8.rollout and fp8.kv_cache:
         ov[f"+{R}.engine_kwargs.vllm.kv_cache_dtype"] = "fp8"
-    env = "+ray_kwargs.ray_init.runtime_env.env_vars"
-    ov[f"{env}.VERL_USE_EXTERNAL_MODULES"] = LOSS_MODULE
-    ov[f"{env}.{LOSS_SPEC_ENV}"] = f"{paths.out}/verl_loss.json"
-    for key, value in verl_tracking_env(cfg, paths.out).items():
-        ov[f"{env}.{key}"] = value
-    return [f"{k}={_q(v)}" for k, v in ov.items()]
+    out = [f"{k}={_q(v)}" for k, v in ov.items()]
+    # Ray's runtime_env takes strings only (ray.init raises TypeError on an int or a bool): quoted always
+    env = {"VERL_USE_EXTERNAL_MODULES": LOSS_MODULE, LOSS_SPEC_ENV: f"{paths.out}/verl_loss.json",
+           **verl_tracking_env(cfg, paths.out)}  # fmt: skip
+    return out + [f"{RAY_ENV_VARS}.{k}={_q_str(v)}" for k, v in env.items()]
 
 
 def deviations(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> list[str]:

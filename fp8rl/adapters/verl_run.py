@@ -96,9 +96,12 @@ def write_run_files(
     data: Path,
     reference: Path | None = None,
     extra_overrides: list[str] | tuple[str, ...] = (),
+    host_python: str | None = None,
 ) -> Path:
     """Write everything verl needs into the run directory `paths.out`; returns the job script's path.
-    ValueError (missing split, unusable reference) before any file is written."""
+    `host_python` (the rehearsal, fp8rl.adapters.verl_rehearse): the script runs every command with that
+    interpreter on this machine instead of in the train image. ValueError (missing split, unusable
+    reference) before any file is written."""
     for split in SPLITS:
         if not (data / f"{split}.jsonl").is_file():
             raise AdapterError(f"--data {data}: no {split}.jsonl (run `fp8rl data` first)")
@@ -106,7 +109,7 @@ def write_run_files(
     out = Path(paths.out)
     model = cfg.model(spec.model)
     overrides = verl_overrides(cfg, spec, paths) + list(extra_overrides)
-    image = train_image(cfg)
+    image = None if host_python else train_image(cfg)
 
     for split in SPLITS:
         write_parquet(
@@ -123,7 +126,7 @@ def write_run_files(
         render_script(
             run_id=spec.run_id, overrides=overrides, out=str(out), nodes=model.nodes,
             gpus_per_node=model.gpus_per_node, prefix=apptainer_exec(cfg, image) if image else "",
-            env=image_env(cfg) if cfg.containers.mode != "none" else {},
+            env=image_env(cfg) if cfg.containers.mode != "none" else {}, python=host_python or "python3",
             runtime_min=cfg.resources_for("train").runtime, steps=cfg.schedule.steps,
         ),
     )  # fmt: skip

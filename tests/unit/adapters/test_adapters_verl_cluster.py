@@ -90,7 +90,7 @@ echo 3 > {tmp_path}/verl_checkpoints/latest_checkpointed_iteration.txt ;; esac
     assert res.returncode == 0, res.stderr
     calls = (tmp_path / "calls").read_text().splitlines()
     assert calls[0].startswith("-m fp8rl.adapters.preflight job") and "main_ppo" in calls[1]
-    assert f"{DEADLINE_ENV}=1900000000" in calls[1]
+    assert f"{DEADLINE_ENV}='1900000000'" in calls[1]  # quoted: a string to Hydra, as Ray requires
     assert (
         calls[2].startswith("-m fp8rl.adapters.verl_checkpoint export") and "global_step_3/actor" in calls[2]
     )

@@ -218,7 +218,7 @@ def test_each_attempt_of_the_job_script_logs_to_its_own_file(tmp_path):
     for _ in range(2):
         out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True).stdout
         path = Path(out.strip().splitlines()[-1])
-        assert f"VERL_FILE_LOGGER_PATH={path}" in out  # handed to verl's Ray workers as well
+        assert f"VERL_FILE_LOGGER_PATH='{path}'" in out  # handed to verl's Ray workers as well
         path.write_text("{}\n")  # what verl would log
         logs.append(path.name)
     assert logs == ["attempt-001.jsonl", "attempt-002.jsonl"]
@@ -250,8 +250,9 @@ def test_config_trackers_join_verls_own_logger(paper):
     paper.tracking.wandb.enabled = paper.tracking.mlflow.enabled = True
     ov = _ov(verl_overrides(paper, spec, PATHS))
     assert ov["trainer.logger"] == "[console,file,wandb,mlflow]"
-    assert ov[f"{env}.WANDB_MODE"] == "offline" and ov[f"{env}.WANDB_DIR"] == "'/out dir'"
-    assert ov[f"{env}.MLFLOW_TRACKING_URI"].startswith("file:///") and ov[
-        f"{env}.MLFLOW_TRACKING_URI"
-    ].endswith("/paper/mlruns")
+    assert ov[f"{env}.WANDB_MODE"] == "'offline'" and ov[f"{env}.WANDB_DIR"] == "'/out dir'"
+    uri = ov[f"{env}.MLFLOW_TRACKING_URI"]
+    assert uri.startswith("'file:///") and uri.endswith("/paper/mlruns'")
+    # Ray's runtime_env takes strings only: every value quoted, so Hydra never reads a bool or an int
+    assert ov[f"{env}.MLFLOW_ALLOW_FILE_STORE"] == "'true'"
     assert f"{env}.TENSORBOARD_DIR" not in ov
