@@ -10,9 +10,11 @@ cache bound, read offline). Before anything starts, the preflight (fp8rl.adapter
 node and the image against the run's overrides and stops the job with a message when a known pitfall
 would waste it. verl is told when the Slurm job ends (`MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP`,
 from `$SLURM_JOB_END_TIME`, `squeue`, or the start plus the rule's runtime), so it checkpoints before the
-time limit (fp8rl.adapters.verl_sizing). Finally the last save's Hugging Face model is exported to
-`{out}/checkpoint` (fp8rl.adapters.verl_checkpoint, following verl's own `ckpt_contents.json`), and once
-the run has all its steps the resumable checkpoints, tens to hundreds of GB each, are removed.
+time limit (fp8rl.adapters.verl_sizing). Finally, whatever verl's exit code (which the script then
+exits with), the last save's Hugging Face model is exported to `{out}/checkpoint`
+(fp8rl.adapters.verl_checkpoint, following verl's own `ckpt_contents.json`): a run verl stopped early on a
+divergence keeps its last checkpoint for the evaluators. Once the run has all its steps the resumable
+checkpoints, tens to hundreds of GB each, are removed.
 
 Each start of the script is one attempt with its own metrics log, `{out}/verl_logs/attempt-NNN.jsonl`:
 verl's file logger truncates the file it is given, and a resubmitted job resumes from the last
@@ -30,6 +32,7 @@ RAY_PORT = 6379
 RAY_JOIN_TIMEOUT_S = 600
 LOG_DIR = "verl_logs"  # one file-logger log per attempt, attempt-001.jsonl, attempt-002.jsonl, ...
 LOG_GLOB = "attempt-*.jsonl"
+DIVERGENCE_FILE = "verl_divergence.json"  # written by fp8rl's loss when it stops verl (verl_loss)
 OVERRIDES_FILE = "verl_overrides.json"  # written by fp8rl.adapters.verl_run, read by the preflight
 # verl's trainer checkpoints when this epoch time is closer than a step + a margin (verl_sizing)
 DEADLINE_ENV = "MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
@@ -69,7 +72,11 @@ def render_script(
     )
     ckpt = f"{out}/verl_checkpoints"
     # once the run has all its steps only the exported checkpoint is kept (storage: verl_sizing)
-    cleanup = f'if [ "$STEP" -ge {steps} ]; then rm -rf {q(ckpt)}/global_step_*; fi\n' if steps else ""
+    cleanup = (
+        f'if [ "$VERL_RC" -eq 0 ] && [ "$STEP" -ge {steps} ]; then rm -rf {q(ckpt)}/global_step_*; fi'
+        if steps
+        else ""
+    )
     exports = "".join(f"export {k}={q(v)}\n" for k, v in (env or {}).items())
     logs = f"{out}/{LOG_DIR}"
     return f"""#!/usr/bin/env bash
@@ -130,9 +137,18 @@ if [ -n "${{SLURM_JOB_NODELIST:-}}" ] && [ "$WANT_NODES" -gt 1 ]; then
     [ "$have" -ge "$want" ] || {{ echo "error: only $have of $want GPUs joined the Ray cluster" >&2; exit 1; }}
 fi
 
+# verl's exit code is the job's, once the last save is exported: a run verl stopped early (a divergence
+# fp8rl's loss recorded, a crash) keeps its last checkpoint for the evaluators
+set +e
 {trainer}
+VERL_RC=$?
+set -e
 
-STEP=$(cat {q(ckpt)}/latest_checkpointed_iteration.txt)
-{prefix}{python} -m fp8rl.adapters.verl_checkpoint export {q(ckpt)}/global_step_"$STEP"/actor \\
-    {q(out + "/checkpoint")}
-{cleanup}"""
+if [ -f {q(ckpt)}/latest_checkpointed_iteration.txt ]; then
+    STEP=$(cat {q(ckpt)}/latest_checkpointed_iteration.txt)
+    {prefix}{python} -m fp8rl.adapters.verl_checkpoint export {q(ckpt)}/global_step_"$STEP"/actor \\
+        {q(out + "/checkpoint")}
+    {cleanup}
+fi
+exit "$VERL_RC"
+"""

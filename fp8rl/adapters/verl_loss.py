@@ -19,6 +19,11 @@ verl's `clip_ratio_c` and calibration cannot run. The loss is rescaled from fp8r
 verl's global one (`config.global_batch_info`: dp_size, batch_num_tokens, global_batch_size), so
 gradient accumulation over micro-batches and data-parallel ranks matches verl's `agg_loss`.
 
+A NaN/inf log-prob, old log-prob or advantage at a valid token is a divergence (the reference trainer's
+`non_finite`): the loss writes `DIVERGENCE_FILE` beside the spec (the run directory) and raises
+`NonFiniteLoss`, which stops verl; the run's import (fp8rl.adapters.verl_run.finish_run) reads the file
+and records the run `diverged`, not `failed`, so it is neither resubmitted nor lost.
+
 verl loads this module in every Ray worker through `VERL_USE_EXTERNAL_MODULES=fp8rl.adapters.verl_loss`.
 """
 
@@ -31,11 +36,41 @@ from typing import Any
 import torch
 from verl.trainer.ppo.core_algos import register_policy_loss
 
+from fp8rl.adapters.verl_launch import DIVERGENCE_FILE
 from fp8rl.config import CalibConfig
 from fp8rl.rl import LOG_RATIO_CLAMP, ClipBounds, policy_loss, ratio_quantiles
 from fp8rl.rl.calibration import Calibrator
 
 SPEC_ENV = "FP8RL_VERL_LOSS"
+
+
+class NonFiniteLoss(FloatingPointError):
+    """A non-finite input of the policy loss: the run diverged (recorded in `DIVERGENCE_FILE`)."""
+
+
+def check_finite_inputs(**tensors: torch.Tensor | None) -> None:
+    """Record and raise a divergence (module docstring) when a tensor holds NaN/inf at a valid token
+    (`response_mask`, a keyword argument, selects the tokens)."""
+    mask = tensors.pop("response_mask").bool()
+    bad = {}
+    for name, t in tensors.items():
+        if t is not None:
+            n = int((~torch.isfinite(t.detach()) & (mask if t.dim() == mask.dim() else mask.any(-1))).sum())
+            if n:
+                bad[name] = n
+    if not bad:
+        return
+    what = ", ".join(f"{name} ({n} tokens)" for name, n in bad.items())
+    reason = f"non-finite {what} in the policy loss"
+    path = os.environ.get(SPEC_ENV)
+    if path:
+        from fp8rl.io import atomic_write_json
+
+        atomic_write_json(
+            os.path.join(os.path.dirname(path), DIVERGENCE_FILE), {"kind": "non_finite", "what": reason}
+        )
+    raise NonFiniteLoss(f"fp8rl: {reason}: the run diverged" + (f" (recorded beside {path})" if path else ""))
+
 
 _spec_cache: dict[str, Any] | None = None
 _calibrator: Calibrator | None = None
@@ -118,6 +153,9 @@ def _run(
     bounds: ClipBounds | None,
     extra: dict[str, float],
 ) -> tuple[torch.Tensor, dict[str, float]]:
+    check_finite_inputs(
+        log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, response_mask=response_mask
+    )
     mask = response_mask.bool()
     clip_low, clip_high = _clip_range(config)
     loss, m = policy_loss(
@@ -192,6 +230,9 @@ def calibrated_clip_loss(
     """PPO-clip whose bounds come from calibrated clipping (docs/architecture.md#calibrated-clipping) on this micro-batch's ratios."""
     if config is None:
         raise ValueError("calibrated_clip: verl passes the actor config; got None")
+    check_finite_inputs(
+        log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, response_mask=response_mask
+    )
     cal = calibrator(config)
     calib = load_spec()["calib"]
     mask = response_mask.bool()

@@ -175,6 +175,8 @@ def rehearse_run(
         base = stand_in_model(work / f"stand-in-{family}", family)
     data = data or stand_in_data(work / "stand-in-data")
     reference = stand_in_reference(work / "stand-in-reference") if spec.spec.calib else None
+    # the job's caches (HF datasets' parquet cache) in the working directory, not the config's hub
+    cfg = cfg.model_copy(update={"hub": cfg.hub.model_copy(update={"home": str(work / "hf_home")})})
     paths = verl_paths(cfg, spec, out, base)
     write_run_files(
         cfg, spec, paths, data=data, reference=reference, extra_overrides=extra_overrides,

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from fp8rl.adapters.hub import read_record
 from fp8rl.adapters.verl_data import write_parquet
-from fp8rl.adapters.verl_launch import LOG_DIR, LOG_GLOB, OVERRIDES_FILE, render_script
-from fp8rl.adapters.verl_metrics import import_logs, run_status
+from fp8rl.adapters.verl_launch import DIVERGENCE_FILE, LOG_DIR, LOG_GLOB, OVERRIDES_FILE, render_script
+from fp8rl.adapters.verl_metrics import import_logs, import_rows, read_attempt_logs, run_status
 from fp8rl.adapters.verl_overrides import AdapterError, VerlPaths, deviations, loss_spec, verl_overrides
 from fp8rl.config import ExperimentConfig
 from fp8rl.config.runs import RunSpec
@@ -168,14 +168,48 @@ def track_rows(cfg: ExperimentConfig, spec: RunSpec, out: Path, rows: list[dict]
             trackers.log(row)
 
 
-def finish_run(cfg: ExperimentConfig, spec: RunSpec, out: str | Path, *, exit_code: int) -> dict:
+def read_divergence(out: Path) -> dict | None:
+    """The divergence fp8rl's loss recorded when it stopped verl (`verl_loss.DIVERGENCE_FILE`), or None."""
+    path = Path(out) / DIVERGENCE_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def link_base_checkpoint(model: str | Path, target: Path) -> bool:
+    """A diverged run with no save yet: its checkpoint is the base model's weights, as the reference
+    trainer keeps (`{run}/checkpoint` holds links to the base model's files, so the evaluators score the
+    step-0 policy). False when `model` is not a local directory (a hub id)."""
+    model = Path(model)
+    if not (model / "config.json").is_file():
+        return False
+    tmp = target.with_name(f".{target.name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for f in model.iterdir():
+        if f.is_file():
+            (tmp / f.name).symlink_to(f.resolve())
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return True
+
+
+def finish_run(
+    cfg: ExperimentConfig, spec: RunSpec, out: str | Path, *, exit_code: int, base_model: str | None = None
+) -> dict:
     """Merge every attempt's verl log into the run's metrics (none when verl logged nothing), then write
-    `throughput.json` and `summary.json`; returns the summary."""
+    `throughput.json` and `summary.json`; returns the summary. A NaN/inf logged or recorded by fp8rl's
+    loss makes the run `diverged` (verl_metrics.run_status); a diverged run without an exported
+    checkpoint (it stopped before its first save) gets the base model's (`link_base_checkpoint`)."""
     run = RunDir(out)
     logs = sorted((run.root / LOG_DIR).glob(LOG_GLOB))
+    raw = read_attempt_logs(logs)
     rows = import_logs(logs, run.metrics) if logs else []
     track_rows(cfg, spec, run.root, rows)
-    outcome = run_status(rows, steps_planned=cfg.schedule.steps, exit_code=exit_code, stability=cfg.stability)
+    outcome = run_status(
+        import_rows(raw, keep_non_finite=True), steps_planned=cfg.schedule.steps, exit_code=exit_code,
+        stability=cfg.stability, recorded=read_divergence(run.root),
+    )  # fmt: skip
+    if outcome.status == "diverged" and not run.checkpoint.is_dir() and base_model:
+        link_base_checkpoint(base_model, run.checkpoint)
     run.write_throughput(throughput(rows, spec.spec.fp8))
     final = {k: v for k, v in (rows[-1] if rows else {}).items() if k != "step"}
     summary = build_summary(

@@ -94,7 +94,7 @@ def _train_locked(args: argparse.Namespace, cfg, spec, paths) -> int:
     if args.dry_run:
         print(script.read_text())
         return 0
-    summary = finish_run(cfg, spec, paths.out, exit_code=run_script(script))
+    summary = finish_run(cfg, spec, paths.out, exit_code=run_script(script), base_model=paths.model)
     status, reason = summary["status"], summary["reason"]
     print(f"{spec.run_id}: {status}" + (f" ({reason})" if reason else ""), file=sys.stderr)
     return 1 if status == "failed" else 0

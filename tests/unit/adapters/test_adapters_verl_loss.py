@@ -172,3 +172,32 @@ def test_calibrated_clip_without_spec_is_a_clear_error(registry, monkeypatch):
         core_algos.get_policy_loss_fn("calibrated_clip")(
             old, new, adv, mask, "token-mean", _actor_config(), w
         )
+
+
+@pytest.mark.parametrize("loss", ["fp8rl_clip", "calibrated_clip"])
+def test_a_non_finite_input_is_recorded_as_the_runs_divergence(registry, loss, tmp_path):
+    """verl's own computations pass a NaN on; fp8rl's loss stops verl and leaves the record the run's
+    import reads (fp8rl.adapters.verl_run.finish_run: `diverged`, not `failed`)."""
+    import fp8rl.adapters.verl_loss as vl
+
+    core_algos, set_spec = registry
+    set_spec(
+        {"clip_c": 3.0, "calib": {"reference": "static:0.05", "population": "neg", "upper": "proportional"}}
+    )
+    old, new, adv, mask, w = _batch()
+    adv = adv.clone()
+    adv[0, 0] = float("nan")  # a valid token (mask[0, :4] is 1)
+    cfg = _actor_config()
+    with pytest.raises(vl.NonFiniteLoss, match=r"advantages \(1 tokens\)"):
+        core_algos.get_policy_loss_fn(loss)(
+            old_log_prob=old, log_prob=new, advantages=adv, response_mask=mask.bool(),
+            loss_agg_mode="token-mean", config=cfg, rollout_is_weights=w,
+        )  # fmt: skip
+    record = json.loads((tmp_path / vl.DIVERGENCE_FILE).read_text())
+    assert record["kind"] == "non_finite" and "advantages" in record["what"]
+    adv[0, 0] = 0.0
+    adv[0, 11] = float("nan")  # padding: not a divergence
+    core_algos.get_policy_loss_fn(loss)(
+        old_log_prob=old, log_prob=new, advantages=adv, response_mask=mask.bool(), loss_agg_mode="token-mean",
+        config=cfg, rollout_is_weights=w,
+    )  # fmt: skip

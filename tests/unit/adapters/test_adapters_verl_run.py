@@ -245,7 +245,7 @@ def test_cli_train_runs_the_job_script_and_imports(tmp_path, monkeypatch, steps,
     assert [r["step"] for r in rows] == list(range(1, steps + 1)) and rows[0]["time/rollout_s"] == 2.0
     tp = json.loads((out / "throughput.json").read_text())
     assert tp["fp8_backend"] == "transformer_engine" and tp["phases"]["rollout"]["seconds"] == 2.0 * steps
-    assert (out / "checkpoint" / "config.json").is_file() == (rc == 0)
+    assert (out / "checkpoint" / "config.json").is_file()  # the last save, whatever verl's exit code
     calls = (tmp_path / "apptainer.log").read_text().splitlines() if mode == "build" else []
     assert len(calls) == (3 if mode == "build" else 0)  # preflight, trainer and export ran in the train image
     for call in calls:  # ... offline, from the shared hub cache
@@ -272,3 +272,73 @@ def test_cli_train_refuses_a_run_directory_another_process_holds(tmp_path, capsy
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("actor/entropy", float("nan")), ("critic/score/mean", float("inf")), ("actor/grad_norm", float("nan"))],
+)
+def test_a_nan_verl_logged_is_the_runs_divergence(tmp_path, name, value):
+    """verl trains through a NaN: the run is `diverged` at that step (not `failed` and resubmitted, nor
+    `ok`), and metrics.jsonl stays strict JSON without it."""
+    cfg = load_config(PAPER, ["schedule.steps=3"])
+    out = tmp_path / "run"
+    rows = [{"step": s, "data": {"actor/entropy": 0.8, "critic/score/mean": 0.5, "actor/grad_norm": 1.0}}
+            for s in (1, 2, 3)]  # fmt: skip
+    rows[1]["data"][name] = value
+    _attempt(out, 1, rows)
+    summary = finish_run(cfg, TIS, out, exit_code=0)
+    assert summary["status"] == "diverged", summary
+    assert summary["divergence"]["kind"] == "non_finite" and summary["divergence"]["step"] == 2
+    assert (
+        "NaN" not in (out / "metrics.jsonl").read_text()
+        and "Infinity" not in (out / "metrics.jsonl").read_text()
+    )
+
+
+def test_a_divergence_the_loss_recorded_keeps_a_checkpoint(tmp_path):
+    """fp8rl's loss stopped verl on a NaN at step 3 (verl exits 1): `diverged` at step 3, exit 0 for
+    Snakemake (no resubmission), and, with no save yet, the base model stands as its checkpoint."""
+    cfg = load_config(PAPER, ["schedule.steps=8"])
+    out = tmp_path / "run"
+    _attempt(out, 1, [{"step": s, "data": {"actor/entropy": 0.8}} for s in (1, 2)])
+    (out / "verl_divergence.json").write_text('{"kind": "non_finite", "what": "non-finite log_prob"}')
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    (base / "model.safetensors").write_bytes(b"w")
+    summary = finish_run(cfg, TIS, out, exit_code=1, base_model=str(base))
+    assert summary["status"] == "diverged" and summary["divergence"]["step"] == 3
+    assert "log_prob" in summary["reason"]
+    ckpt = RunDir(out).checkpoint
+    assert (ckpt / "model.safetensors").read_bytes() == b"w" and (ckpt / "config.json").is_file()
+
+
+def test_the_job_script_exports_the_last_save_when_verl_stops_early(tmp_path):
+    """verl exits 1 after its save of step 2 (the loss stopped it): the script exports that save, keeps
+    the resumable checkpoints, and exits with verl's code."""
+    import os
+    import subprocess
+
+    from fp8rl.adapters.verl_launch import render_script
+
+    script = tmp_path / "verl_launch.sh"
+    script.write_text(render_script(run_id="r", overrides=["a=1"], out=str(tmp_path), nodes=1,
+                                    gpus_per_node=8, runtime_min=60, steps=8))  # fmt: skip
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f"""#!/bin/sh
+echo "$@" >> {tmp_path}/calls
+case "$*" in *main_ppo*) mkdir -p {tmp_path}/verl_checkpoints/global_step_2 && \\
+echo 2 > {tmp_path}/verl_checkpoints/latest_checkpointed_iteration.txt; exit 1 ;; esac
+""")
+    (bin_dir / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    res = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert res.returncode == 1
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert (
+        calls[-1].startswith("-m fp8rl.adapters.verl_checkpoint export")
+        and "global_step_2/actor" in calls[-1]
+    )
+    assert (tmp_path / "verl_checkpoints" / "global_step_2").is_dir()

@@ -211,7 +211,7 @@ def test_each_attempt_of_the_job_script_logs_to_its_own_file(tmp_path):
     """verl's file logger truncates its file: a resubmitted job must not overwrite the last attempt's."""
     text = render_script(run_id="grpo/m/bf16/none/seed0", overrides=[], out=str(tmp_path), nodes=1,
                          gpus_per_node=8, python="echo")  # fmt: skip
-    text = text.split("STEP=")[0]  # up to verl's (here echoed) command, without the model merger
+    text = text.split("VERL_RC=$?")[0]  # up to verl's (here echoed) command, without the model merger
     script = tmp_path / "s.sh"
     script.write_text(text + 'echo "$VERL_FILE_LOGGER_PATH"\n')
     logs = []
