@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fp8rl.adapters.verl_corrections import check_corrections, correction_overrides, precision_overrides
-from fp8rl.adapters.verl_sizing import MAX_CKPTS, esi_margin_s, sizing_problems
+from fp8rl.adapters.verl_sizing import MAX_CKPTS, esi_margin_s, save_every, sizing_problems
 from fp8rl.config import (
     DAPOConfig,
     ExperimentConfig,
@@ -328,8 +328,9 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun, paths: Ve
         "trainer.experiment_name": spec.run_id.replace("/", "-"),
         "trainer.logger": verl_loggers(cfg),
         "trainer.default_local_dir": f"{paths.out}/verl_checkpoints",
-        "trainer.save_freq": sched.checkpoint_every,
-        # a checkpoint before the Slurm job's end (verl_sizing: the job script sets the deadline)
+        # verl's v1 trainer saves on this cadence only: derived from the step and save times (verl_sizing)
+        "trainer.save_freq": save_every(cfg, model),
+        # the deadline save of verl's legacy trainer (trainer.use_v1=false) only (verl_sizing)
         "trainer.esi_redundant_time": esi_margin_s(model),
         "trainer.max_actor_ckpt_to_keep": MAX_CKPTS,  # resume point + one spare; each holds optimizer state
         "trainer.resume_mode": "auto",
