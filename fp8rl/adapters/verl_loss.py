@@ -8,7 +8,11 @@ weights as `is_weights`:
 - `fp8rl_clip`: fixed bounds `(1 - clip_ratio_low, 1 + clip_ratio_high)` from verl's actor config: the
   PPO-clip objective of verl's `vanilla`, plus the docs/architecture.md#metrics `clip/*` diagnostics on every run (the
   bf16 runs' clip fractions are what `calib.reference: run` reads).
-- `calibrated_clip`: bounds from `fp8rl.rl.Calibrator` (docs/architecture.md#calibrated-clipping), one per worker process.
+- `calibrated_clip`: bounds from `fp8rl.rl.Calibrator` (docs/architecture.md#calibrated-clipping), one per
+  worker process, as the reference trainer sets them per update (fp8rl.engine.update_bounds): with
+  `calib.reference: run` the bf16 run's targets of this step (`step_targets`: the first-update
+  correction), and the step's first update clipping nothing below (`ref_unchanged`). The step and
+  update come from fp8rl.adapters.verl_update (installed here, in every worker).
 
 Both log the `clip/*` and `ratio/p01|p50|p99` of each micro-batch (verl averages them over the
 micro-batches of an update, so the quantiles are means of per-micro-batch quantiles).
@@ -36,10 +40,11 @@ from typing import Any
 import torch
 from verl.trainer.ppo.core_algos import register_policy_loss
 
+from fp8rl.adapters import verl_update
 from fp8rl.adapters.verl_launch import DIVERGENCE_FILE
 from fp8rl.config import CalibConfig
 from fp8rl.rl import LOG_RATIO_CLAMP, ClipBounds, policy_loss, ratio_quantiles
-from fp8rl.rl.calibration import Calibrator
+from fp8rl.rl.calibration import Calibrator, step_targets
 
 SPEC_ENV = "FP8RL_VERL_LOSS"
 
@@ -235,17 +240,25 @@ def calibrated_clip_loss(
     )
     cal = calibrator(config)
     calib = load_spec()["calib"]
+    pos = verl_update.POSITION
+    if pos.step is None or pos.update < 1:
+        raise RuntimeError(
+            "calibrated_clip: no training step is known in this process (fp8rl.adapters.verl_update "
+            "keeps it in verl's actor workers, where verl calls the loss)"
+        )
+    q = q_high = None
+    if cal.reference.mode == "run":
+        if calib.get("targets") is None:
+            raise RuntimeError(f"calibrated_clip: calib.reference is 'run' but {SPEC_ENV} holds no targets")
+        targets = {int(k): (v[0], v[1]) for k, v in calib["targets"].items()}
+        q, q_high = step_targets(targets, pos.step, int(calib["updates_per_step"]))
     mask = response_mask.bool()
     with torch.no_grad():
         ratio = torch.exp(
             torch.clamp(log_prob.detach() - old_log_prob.detach(), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         )
     bounds, extra = cal.bounds(
-        ratio,
-        advantages,
-        mask,
-        target_q=calib.get("target_q"),
-        target_q_high=calib.get("target_q_high"),
+        ratio, advantages, mask, target_q=q, target_q_high=q_high, ref_unchanged=pos.first_update
     )
     return _run(
         old_log_prob,
@@ -258,3 +271,6 @@ def calibrated_clip_loss(
         bounds,
         extra,
     )
+
+
+verl_update.install()

@@ -229,18 +229,19 @@ def loss_spec(
     cfg: ExperimentConfig,
     spec: RunSpec | ResolvedRun,
     *,
-    target_q: float | None = None,
-    target_q_high: float | None = None,
+    targets: dict[int, tuple[float | None, float | None]] | None = None,
 ) -> dict:
     """What the verl workers' fp8rl loss needs beyond verl's own actor config (written as JSON and named
-    by the `FP8RL_VERL_LOSS` environment variable): dual clip, and the calibration options."""
+    by the `FP8RL_VERL_LOSS` environment variable): dual clip, and the calibration options with, for
+    `calib.reference: run`, the bf16 run's per-step `targets` (`{step: [q, q_high]}`) and the updates per
+    step (the reference trainer's first-update correction, fp8rl.engine.update_bounds.step_targets)."""
     run = resolve_run(cfg, spec)
     out: dict = {"run_id": run.run_id, "clip_c": run.algo.clip_c, "calib": None}
     if run.variant.calib:
         out["calib"] = {
             **run.calib.model_dump(mode="json", exclude={"sample_frac"}),
-            "target_q": target_q,
-            "target_q_high": target_q_high,
+            "targets": None if targets is None else {str(k): list(v) for k, v in sorted(targets.items())},
+            "updates_per_step": cfg.schedule.ppo_epochs * cfg.schedule.mini_batches,
         }
     return out
 
@@ -426,8 +427,6 @@ def deviations(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> list[str]:
         out.append(f"rollout FP8 format e4m3 (vLLM), not fp8.format {fp8.format!r}")
     if variant.fp8 and fp8.optimizer_state:
         out.append("optimizer moments in bf16: verl's Megatron optimizer config exposes no FP8 Adam state")
-    if variant.calib and cfg.calib.reference.mode == "run":
-        out.append("calibration target: the bf16 run's mean clip fraction over its steps, not per step")
     if isinstance(algo, DAPOConfig) and algo.dynamic_sampling:
         out.append(
             f"dynamic sampling refills dropped groups without a round cap: verl's v1 trainer bounds the "

@@ -1,8 +1,8 @@
 """One verl training run's directory: what `fp8rl verl train` writes before and after verl runs.
 
 Before (`write_run_files`): the data splits as verl's parquet (`verl_data/{split}.parquet`), the loss
-spec (`verl_loss.json`; a `calib.reference: run` cell's targets are the bf16 run's clip fractions
-averaged over its steps, `fp8rl.rundir.reference_targets_mean`), the overrides with the deviations and
+spec (`verl_loss.json`; a `calib.reference: run` cell's targets are the bf16 run's clip fractions of
+each step, `fp8rl.rundir.reference_targets_by_step`, as the reference trainer reads them), the overrides with the deviations and
 the image (`verl_overrides.json`) and the job script (`verl_launch.sh`). Bad input raises ValueError
 (AdapterError) before anything is written.
 
@@ -35,7 +35,8 @@ from fp8rl.config.runs import RunSpec
 from fp8rl.containers import apptainer_exec, image_env, image_location
 from fp8rl.io import atomic_write_json, atomic_write_text
 from fp8rl.provenance import provenance
-from fp8rl.rundir import RunDir, build_summary, reference_targets_mean, throughput_record
+from fp8rl.rl.calibration import centred_window
+from fp8rl.rundir import RunDir, build_summary, reference_targets_by_step, throughput_record
 from fp8rl.tracking import TENSORBOARD_DIR, open_trackers
 
 VERL_DATA_DIR = "verl_data"
@@ -63,18 +64,20 @@ def verl_paths(cfg: ExperimentConfig, spec: RunSpec, out: str | Path, base: str 
 
 def calib_targets(
     cfg: ExperimentConfig, spec: RunSpec, reference: Path | None
-) -> tuple[float | None, float | None]:
-    """The loss's fixed calibration targets `(q, q_high)`: the bf16 run's mean clip fractions for a
-    `*_calib` cell with `calib.reference: run`, else `(None, None)` (the loss computes its own)."""
+) -> dict[int, tuple[float | None, float | None]] | None:
+    """The loss's calibration targets for a `*_calib` cell with `calib.reference: run`: the bf16 run's
+    clip fractions of each step (`{step: (q, q_high)}`, smoothed over `calib.run_window` steps, as the
+    reference trainer reads them: `fp8rl train`); None for
+    any other cell (the loss computes its own)."""
     if not (spec.spec.calib and cfg.calib.reference.mode == "run"):
-        return None, None
+        return None
     if reference is None:
         raise AdapterError(
             "calib.reference is 'run': pass --reference RUN_DIR (the matching finished bf16 run)"
         )
     try:
-        return reference_targets_mean(
-            reference, cfg.calib.population, need_high=cfg.calib.upper == "quantile"
+        return centred_window(
+            reference_targets_by_step(reference, cfg.calib.population), cfg.calib.run_window
         )
     except ValueError as exc:
         raise AdapterError(f"--reference {exc}") from None
@@ -105,7 +108,7 @@ def write_run_files(
     for split in SPLITS:
         if not (data / f"{split}.jsonl").is_file():
             raise AdapterError(f"--data {data}: no {split}.jsonl (run `fp8rl data` first)")
-    target_q, target_q_high = calib_targets(cfg, spec, reference)
+    targets = calib_targets(cfg, spec, reference)
     out = Path(paths.out)
     model = cfg.model(spec.model)
     overrides = verl_overrides(cfg, spec, paths) + list(extra_overrides)
@@ -115,7 +118,7 @@ def write_run_files(
         write_parquet(
             data / f"{split}.jsonl", out / VERL_DATA_DIR / f"{split}.parquet", task=cfg.task.name, split=split
         )
-    atomic_write_json(out / LOSS_FILE, loss_spec(cfg, spec, target_q=target_q, target_q_high=target_q_high))
+    atomic_write_json(out / LOSS_FILE, loss_spec(cfg, spec, targets=targets))
     atomic_write_json(
         out / OVERRIDES_FILE,
         {"run_id": spec.run_id, "overrides": overrides, "deviations": deviations(cfg, spec), "image": image},

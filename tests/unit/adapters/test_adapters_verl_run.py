@@ -5,7 +5,6 @@ throughput schemas), and a fake job script standing in for Ray + verl."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
@@ -37,14 +36,15 @@ def _reference(tmp_path: Path, rows: list[dict]) -> Path:
     return ref
 
 
-def test_calib_targets_are_the_bf16_runs_mean_clip_fractions(tmp_path):
+def test_calib_targets_are_the_bf16_runs_clip_fractions_of_each_step(tmp_path):
+    """As the reference trainer reads them (fp8rl.rundir.reference_targets_by_step), not their mean."""
     ref = _reference(tmp_path, [{"step": 1, "clip/low_neg": 0.02, "clip/high_pos": 0.01},
                                 {"step": 2, "clip/low_neg": 0.04}])  # fmt: skip
     cfg = load_config(PAPER, ["calib.reference=run", "calib.population=neg"])
-    assert calib_targets(cfg, CALIB, ref) == pytest.approx((0.03, None))
-    cfg_q = load_config(PAPER, ["calib.reference=run", "calib.population=neg", "calib.upper=quantile"])
-    assert calib_targets(cfg_q, CALIB, ref) == pytest.approx((0.03, 0.01))
-    assert calib_targets(cfg, TIS, None) == (None, None)  # not a calib cell: the loss needs no target
+    assert calib_targets(cfg, CALIB, ref) == {1: (0.02, 0.01), 2: (0.04, None)}
+    assert calib_targets(cfg, TIS, None) is None  # not a calib cell: the loss needs no target
+    smooth = load_config(PAPER, ["calib.reference=run", "calib.population=neg", "calib.run_window=3"])
+    assert calib_targets(smooth, CALIB, ref)[1][0] == pytest.approx(0.03)  # steps 1-2's mean, as fp8rl train
     with pytest.raises(AdapterError, match="--reference"):
         calib_targets(cfg, CALIB, None)
     with pytest.raises(AdapterError, match=r"--reference .*nope: no metrics.jsonl"):
@@ -102,7 +102,7 @@ def _attempt(out: Path, n: int, rows: list[dict], tail: str = "") -> None:
 def test_a_resumed_run_keeps_every_attempts_metrics(tmp_path):
     """Attempt 1 logs steps 1-5 and is killed mid-write (checkpoint at step 4); attempt 2 resumes at
     step 5 and ends at 8. The metrics hold steps 1-8 once (step 5 from attempt 2), the stability check
-    sees attempt 1's baseline and attempt 2's spike, and a calib run's targets average all steps."""
+    sees attempt 1's baseline and attempt 2's spike, and a calib run's targets cover all steps."""
     cfg = load_config(
         PAPER, ["schedule.steps=8", "stability.baseline_steps=3", "stability.entropy_spike_m=2"]
     )
@@ -119,7 +119,7 @@ def test_a_resumed_run_keeps_every_attempts_metrics(tmp_path):
     assert [r["clip/low_neg"] for r in rows] == [0.01] * 4 + [0.03] * 4  # step 5: the later attempt
     assert (summary["status"], summary["step"]) == ("diverged", 8)  # baseline from attempt 1
     calib = load_config(PAPER, ["calib.reference=run", "calib.population=neg"])
-    assert calib_targets(calib, CALIB, out) == pytest.approx((0.02, None))
+    assert calib_targets(calib, CALIB, out) == {s: (0.01 if s < 5 else 0.03, None) for s in range(1, 9)}
 
 
 def test_finish_run_without_a_log_is_failed(tmp_path):
@@ -153,7 +153,9 @@ def test_cli_train_dry_run_with_run_reference(tmp_path, capsys):
                "--data", str(_data(tmp_path)), "--out", str(out), "--reference", str(ref), "--dry-run"])  # fmt: skip
     assert rc == 0
     spec = json.loads((out / "verl_loss.json").read_text())
-    assert math.isclose(spec["calib"]["target_q"], 0.03)  # population neg: the mean clip/low_neg
+    # population neg: each step's clip/low_neg; 16 mini-batches x 1 epoch per step
+    assert spec["calib"]["targets"] == {"1": [0.02, None], "2": [0.04, None]}
+    assert spec["calib"]["updates_per_step"] == 16
     ov = json.loads((out / "verl_overrides.json").read_text())["overrides"]
     assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-32B" in ov
     assert (out / "verl_data" / "train.parquet").is_file() and "WANT_NODES=4" in capsys.readouterr().out

@@ -108,8 +108,9 @@ def test_grpo_bf16_vs_dapo_fp8_overrides(paper):
 
 def test_loss_spec_and_deviations(paper):
     spec = RunSpec("dapo", "qwen3-8b", "fp8_calib", "blockwise", 2)
-    ls = loss_spec(paper, spec, target_q=0.03)
-    assert ls["clip_c"] == 10.0 and ls["calib"]["reference"] == "run" and ls["calib"]["target_q"] == 0.03
+    ls = loss_spec(paper, spec, targets={2: (0.03, None), 1: (0.02, 0.01)})
+    assert ls["clip_c"] == 10.0 and ls["calib"]["reference"] == "run"
+    assert ls["calib"]["targets"] == {"1": [0.02, 0.01], "2": [0.03, None]}
     assert loss_spec(paper, RunSpec("grpo", "qwen3-8b", "bf16", "none", 0)) == {
         "run_id": "grpo/qwen3-8b/bf16/none/seed0", "clip_c": None, "calib": None,
     }  # fmt: skip
