@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -202,8 +203,6 @@ def test_a_transformers_5_checkpoint_reads_with_rope_base_1e6_in_transformers_4(
 
 def test_the_readmes_cost_table_is_the_sizings(paper):
     """README, "How long, how big": jobs per run as verl_sizing plans them, node-hours = jobs x 12 h x nodes."""
-    import re
-
     table = {}
     for line in (ROOT / "README.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -216,3 +215,27 @@ def test_the_readmes_cost_table_is_the_sizings(paper):
         assert int(cells[4]) == jobs, name
         node_hours = jobs * paper.resources_for("train").runtime / 60 * model.nodes
         assert abs(int(cells[5].lstrip("~").replace(",", "")) - node_hours) / node_hours < 0.01, name
+
+
+def test_the_one_node_smokes_evals_run_where_lm_eval_and_vllm_are():
+    """config/verl_smoke.yaml runs each rule in the paper tier's image: its evals in the eval image, which
+    holds lm-eval and the vLLM of the train image's rollout (the train image has no lm-eval), so the smoke
+    proves that vLLM loads each run's exported checkpoint; scripts/gpu_checks.sh fails it unless every
+    lm-eval result scored."""
+    from fp8rl.containers import run_prefix
+
+    smoke = load_config(ROOT / "config" / "verl_smoke.yaml", checks=CONFIG_CHECKS)
+    assert smoke.containers == load_config(PAPER).containers
+    assert "apptainer exec --nv" in run_prefix(smoke, "eval") and "containers/eval.sif" in run_prefix(
+        smoke, "eval"
+    )
+    assert run_prefix(smoke, "train") == ""  # the job script enters the train image itself
+
+    def pins(image: str) -> dict[str, str]:
+        lock = (ROOT / "containers" / image / "requirements.lock").read_text()
+        return dict(re.findall(r"^([a-z0-9_.-]+)==([^\s\\]+)", lock, flags=re.M))
+
+    train, evals = pins("train"), pins("eval")
+    assert "lm-eval" not in train and "lm-eval" in evals
+    assert evals["vllm"] == train["vllm"] == preflight.VLLM_PIN
+    assert "lm_eval.json" in (ROOT / "scripts" / "gpu_checks.sh").read_text()
