@@ -40,7 +40,6 @@ from pathlib import Path
 
 from fp8rl.adapters import rehearsal_hook
 from fp8rl.adapters.rehearsal_hook import MARKER, REHEARSAL_ENV
-from fp8rl.adapters.verl_overrides import verl_overrides
 from fp8rl.adapters.verl_run import SCRIPT_FILE, verl_paths, write_run_files
 from fp8rl.config import ExperimentConfig
 from fp8rl.config.runs import RunSpec
@@ -107,19 +106,18 @@ def stand_in_reference(out: Path) -> Path:
 
 
 def job_types(cfg: ExperimentConfig) -> list[RunSpec]:
-    """One run per distinct set of override keys (what Hydra and verl see differently), and one per
-    model (nodes, GPUs, parallelism): the smallest set of jobs that covers every job script's shape."""
-    from fp8rl.adapters.verl_overrides import VerlPaths
-
-    paths = VerlPaths("/base", "/train.parquet", "/test.parquet", "/run")
-    seen_keys: set[tuple[str, ...]] = set()
-    seen_models: set[str] = set()
+    """One run per (algorithm, variant, granularity) (what the overrides, the loss spec and the
+    preflight see differently; seeds change values only) and per model (nodes, GPUs, parallelism,
+    tokenizer family): the jobs that cover every job script's shape."""
+    seen: set[tuple[str, ...]] = set()
     out = []
     for spec in cfg.runs():
-        keys = tuple(o.split("=", 1)[0] for o in verl_overrides(cfg, spec, paths))
-        if keys not in seen_keys or spec.model not in seen_models:
-            seen_keys.add(keys)
-            seen_models.add(spec.model)
+        kinds = {
+            ("cell", spec.algo, spec.variant, spec.granularity, spec.condition or ""),
+            ("model", spec.model),
+        }
+        if not kinds <= seen:
+            seen |= kinds
             out.append(spec)
     return out
 

@@ -158,7 +158,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = v_sub.add_parser(
         "rehearse",
         help="run each job type's real job script on this CPU machine up to its first GPU point",
-        description="Each job type of the config (one run per distinct override set and per model; "
+        description="Each job type of the config (one run per algorithm, variant and granularity, and per model; "
         "or the --run ids): the job script `fp8rl verl train` writes, run with this interpreter "
         "(verl and ray importable) up to where verl first asks for GPUs. Exit 1 when a job stops "
         "before that point.",
