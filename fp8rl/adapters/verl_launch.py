@@ -9,8 +9,9 @@ those processes runs under the given `apptainer exec` prefix (fp8rl.containers.a
 cache bound, read offline). Before anything starts, the preflight (fp8rl.adapters.preflight) checks the
 node and the image against the run's overrides and stops the job with a message when a known pitfall
 would waste it. verl is told when the Slurm job ends (`MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP`,
-from `$SLURM_JOB_END_TIME`, `squeue`, or the start plus the rule's runtime), so it checkpoints before the
-time limit (fp8rl.adapters.verl_sizing). Finally, whatever verl's exit code (which the script then
+from `$SLURM_JOB_END_TIME`, `squeue`, or the start plus the rule's runtime), which only verl's legacy
+trainer reads; the v1 trainer verl 0.9.1 runs saves on `trainer.save_freq`, which
+fp8rl.adapters.verl_sizing derives so that a job killed at its time limit keeps the most steps. Finally, whatever verl's exit code (which the script then
 exits with), the last save's Hugging Face model is exported to `{out}/checkpoint`
 (fp8rl.adapters.verl_checkpoint, following verl's own `ckpt_contents.json`): a run verl stopped early on a
 divergence keeps its last checkpoint for the evaluators. Once the run has all its steps the resumable
@@ -34,7 +35,7 @@ LOG_DIR = "verl_logs"  # one file-logger log per attempt, attempt-001.jsonl, att
 LOG_GLOB = "attempt-*.jsonl"
 DIVERGENCE_FILE = "verl_divergence.json"  # written by fp8rl's loss when it stops verl (verl_loss)
 OVERRIDES_FILE = "verl_overrides.json"  # written by fp8rl.adapters.verl_run, read by the preflight
-# verl's trainer checkpoints when this epoch time is closer than a step + a margin (verl_sizing)
+# verl's legacy trainer checkpoints when this epoch time is closer than a step + a margin (verl_sizing)
 DEADLINE_ENV = "MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
 
 
@@ -91,7 +92,7 @@ export VERL_FILE_LOGGER_PATH={q(logs)}/attempt-$(printf %03d "$ATTEMPT").jsonl
 GPUS_PER_NODE={gpus_per_node}
 WANT_NODES={nodes}
 
-# verl checkpoints before this time (epoch seconds): the Slurm job's end, else start + the rule's runtime
+# the job's end (epoch seconds; verl's legacy trainer saves before it): Slurm's, else start + runtime
 DEADLINE="${{SLURM_JOB_END_TIME:-}}"
 if [ -z "$DEADLINE" ] && [ -n "${{SLURM_JOB_ID:-}}" ] && command -v squeue >/dev/null; then
     END=$(squeue -h -j "$SLURM_JOB_ID" -o %e 2>/dev/null || true)
