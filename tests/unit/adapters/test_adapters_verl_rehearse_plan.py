@@ -26,7 +26,9 @@ def test_job_types_cover_every_cell_kind_and_every_model():
     assert {kind(s) for s in picked} == {kind(s) for s in cfg.runs()}
     assert {keys(s) for s in picked} == {keys(s) for s in cfg.runs()}
     assert {s.model for s in picked} == set(cfg.matrix.models)
-    assert len(picked) == 20  # of 162: 2 algorithms x (bf16 + 4 FP8 variants x 2 granularities), 2 models more
+    assert (
+        len(picked) == 20
+    )  # of 162: 2 algorithms x (bf16 + 4 FP8 variants x 2 granularities), 2 models more
 
 
 def test_the_preflight_skips_only_the_gpu_nodes_checks_in_a_rehearsal(tmp_path):
