@@ -138,9 +138,8 @@ class Rehearsal:
         if self.reached_gpu:
             return f"{self.run_id}: reached the first GPU point ({self.trainer} asks for {self.gpus} GPUs)"
         tail = self.log.read_text(errors="replace")[-TAIL_CHARS:] if self.log.is_file() else ""
-        return (
-            f"{self.run_id}: FAILED before its first GPU point (exit {self.exit_code}; {self.log}):\n{tail}"
-        )
+        how = "timed out (waiting for Ray resources?)" if self.exit_code == 124 else f"exit {self.exit_code}"
+        return f"{self.run_id}: FAILED before its first GPU point ({how}; {self.log}):\n{tail}"
 
 
 def _script_env(cfg: ExperimentConfig, site: Path) -> dict[str, str]:

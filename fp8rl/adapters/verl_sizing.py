@@ -14,6 +14,10 @@ chain finish:
   `step_minutes` then loses the fewest), at most `schedule.checkpoint_every`.
 - **Enough attempts.** `attempts_needed`: the steps over what one job keeps; `resources.train.retries` must
   allow them (checked by `sizing_problems` when the model states `step_minutes`).
+- **Ray's CPUs.** Before its first step verl reserves Ray CPUs on the head node: its task runner (1) and
+  TransferQueue's controller and storage units (1 + 8), and 3 per GPU for its worker pool
+  (`ResourcePoolManager`'s bundles); a job whose `resources.train.threads` is below `ray_cpus_needed`
+  waits for them until its time limit (the rehearsal shows it: fp8rl.adapters.verl_rehearse).
 - **Storage.** `checkpoint_bytes`: a resumable checkpoint holds the bf16 Hugging Face weights (mbridge)
   plus the distributed optimizer (fp32 master weights and two Adam moments: fp32, or bf16 in the fp8
   cells); verl keeps `MAX_CKPTS` of them while a run trains, and the job script removes them once the
@@ -33,6 +37,8 @@ STARTUP_MINUTES = 20  # Ray start, model load and resume, vLLM start (estimate, 
 CKPT_WRITE_GBPS = 1.0  # sustained write per run to the shared filesystem, GB/s (a conservative Lustre share)
 ESI_FIXED_MARGIN_S = 600  # beyond the checkpoint write: the export and slack
 MAX_CKPTS = 2  # resume point + one spare (trainer.max_actor_ckpt_to_keep)
+RAY_CPUS_FIXED = 10  # verl's task runner, TransferQueue's controller and its 8 storage units (1 CPU each)
+RAY_CPUS_PER_GPU = 3  # verl's ResourcePoolManager: a bundle of {"CPU": 3, "GPU": 1} per GPU
 
 
 def _params(model: ModelConfig) -> float:
@@ -94,10 +100,24 @@ def attempts_needed(cfg: ExperimentConfig, model: ModelConfig) -> int | None:
     return math.ceil(cfg.schedule.steps / kept)
 
 
+def ray_cpus_needed(model: ModelConfig) -> int:
+    """Ray CPUs verl reserves on a job's head node before its first step (module docstring)."""
+    return RAY_CPUS_FIXED + RAY_CPUS_PER_GPU * model.gpus_per_node
+
+
 def sizing_problems(cfg: ExperimentConfig) -> list[tuple[tuple, str]]:
-    """Train jobs that cannot finish: a runtime that reaches no checkpoint, or too few retries (for the
-    model that needs the most jobs)."""
+    """Train jobs that cannot finish: fewer CPUs than verl reserves, a runtime that reaches no
+    checkpoint, or too few retries (for the model that needs the most jobs)."""
     runtime, retries = cfg.resources_for("train").runtime, cfg.resources_for("train").retries
+    threads = cfg.resources_for("train").threads
+    cpus = {n: ray_cpus_needed(cfg.model(n)) for n in cfg.matrix.models}
+    short = [n for n in cfg.matrix.models if threads < cpus[n]]
+    if short:
+        return [(("resources", "train", "threads"), (
+            f"{threads} CPUs per job, but verl reserves {cpus[short[0]]} for {short[0]} before its first step "
+            f"({RAY_CPUS_FIXED} for its task runner and TransferQueue, {RAY_CPUS_PER_GPU} per GPU): the job "
+            f"would wait until its time limit; set threads >= {max(cpus.values())}"
+        ))]  # fmt: skip
     need = {n: attempts_needed(cfg, cfg.model(n)) for n in cfg.matrix.models}
     need = {n: k for n, k in need.items() if k is not None}
     if not need:

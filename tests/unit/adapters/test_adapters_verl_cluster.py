@@ -20,6 +20,7 @@ from fp8rl.adapters.verl_sizing import (
     attempts_needed,
     checkpoint_bytes,
     esi_margin_s,
+    ray_cpus_needed,
     save_every,
     steps_per_job,
 )
@@ -239,3 +240,18 @@ def test_the_one_node_smokes_evals_run_where_lm_eval_and_vllm_are():
     assert "lm-eval" not in train and "lm-eval" in evals
     assert evals["vllm"] == train["vllm"] == preflight.VLLM_PIN
     assert "lm_eval.json" in (ROOT / "scripts" / "gpu_checks.sh").read_text()
+
+
+def test_a_job_has_the_cpus_verl_reserves_before_its_first_step():
+    """verl's task runner and TransferQueue take 10 Ray CPUs, its worker pool 3 per GPU: the one-node smoke
+    with 8 CPUs waited in TransferQueue's start until its limit (its rehearsal timed out), with 16 it
+    reaches the GPU point; `fp8rl config validate` refuses fewer."""
+    assert (
+        ray_cpus_needed(load_config(PAPER).model("qwen2.5-32b"))
+        == 34
+        <= load_config(PAPER).resources_for("train").threads
+    )
+    smoke = ROOT / "config" / "verl_smoke.yaml"
+    assert load_config(smoke, checks=CONFIG_CHECKS).resources_for("train").threads >= 13
+    with pytest.raises(ConfigError, match=r"resources\.train\.threads: 8 CPUs per job, but verl reserves 13"):
+        load_config(smoke, ["resources.train.threads=8"], checks=CONFIG_CHECKS)
