@@ -19,8 +19,8 @@ A run of tier `T` lives in `{results_dir}/T/runs/{run id}/` (`runs_dir`, `RunDir
 
 Every other module takes these names from here; docs/interfaces.md documents the formats. Files are
 written atomically (fp8rl.io) except `metrics.jsonl`'s appends. The bf16 run's clip fractions are the
-targets of a `calib.reference: run` cell: per step for the reference trainer
-(`reference_targets_by_step`), as the mean over steps for verl (`reference_targets_mean`).
+targets of a `calib.reference: run` cell, per step (`reference_targets_by_step`), for the reference
+trainer and verl alike.
 """
 
 from __future__ import annotations
@@ -466,28 +466,3 @@ def reference_targets_by_step(run_dir: str | Path, population: str) -> dict[int,
     if not out:
         raise ValueError(f"{path}: no step records {lo_key!r}; not a usable reference run")
     return out
-
-
-def reference_targets_mean(
-    run_dir: str | Path, population: str, *, need_high: bool = False
-) -> tuple[float, float | None]:
-    """One calibration target pair from a finished bf16 run (verl's `calib.reference: run`, whose loss
-    takes a fixed target): `(q_low, q_high)`, the bf16 run's clip fractions for `population` averaged
-    over the steps that logged them; `q_high` only with `need_high` (`calib.upper: quantile`), else
-    None. ValueError naming the file if it is missing or lacks the values."""
-    path, rows = _reference_rows(run_dir)
-    lo_key, hi_key = _target_keys(population)
-
-    def mean(key: str) -> float | None:
-        vals = [float(r[key]) for r in rows if key in r]
-        return sum(vals) / len(vals) if vals else None
-
-    q = mean(lo_key)
-    if q is None:
-        raise ValueError(f"{path}: no {lo_key!r} values to calibrate against")
-    if not need_high:
-        return q, None
-    q_high = mean(hi_key)
-    if q_high is None:
-        raise ValueError(f"{path}: no {hi_key!r} values for calib.upper: quantile")
-    return q, q_high

@@ -13,10 +13,11 @@
 #                    with resources.train.gpus 1; its run directories (throughput.json: which GEMMs
 #                    ran how) land in $OUT/small/
 #   verl_smoke.log   the paper path end to end on one GPU (config/verl_smoke.yaml: Qwen3-0.6B, bf16 /
-#                    fp8_tis / fp8_tis_calib blockwise, 2 steps each, gsm8k eval, the report) through
-#                    Snakemake, where verl, vLLM and the model in the hub cache are there (a cluster node
-#                    in the train image; not the device tool's machine: no package index, and verl + vLLM
-#                    exceed its carry); its records land in $OUT/verl_smoke/, checkpoints left out
+#                    fp8_tis / fp8_tis_calib blockwise, 2 steps each, gsm8k eval in the eval image's vLLM
+#                    and lm-eval, which must score every run, the report) through Snakemake, where
+#                    apptainer, its images and the model in the hub cache are (a cluster node; not the
+#                    device tool's machine: no package index, and the images exceed its carry); its
+#                    records land in $OUT/verl_smoke/, checkpoints left out
 #   summary.txt      one line per part: ok / FAILED (exit code) / skipped
 # Prepare here, once:   scripts/gpu_wheels.sh      (the packages the GPU machine lacks, into .whl/)
 # Then, with the device tool:  run  command="bash scripts/gpu_checks.sh"  carry=[".whl"]  timeout_s=480
@@ -99,6 +100,12 @@ fi
 
 verl_smoke() {  # the paper path's DAG on one GPU; only the records come back
   snakemake --cores all --configfile config/verl_smoke.yaml || return 1
+  # vLLM (in the eval image) loaded every run's exported checkpoint: each lm-eval result scored, none failed
+  "$PY" -c "import json, pathlib, sys
+files = sorted(pathlib.Path('results/verl_smoke/paper/runs').glob('**/eval/lm_eval.json'))
+bad = [str(f) for f in files if json.loads(f.read_text()).get('failed') or not json.loads(f.read_text()).get('results')]
+print(f'{len(files)} lm-eval results, {len(bad)} without scores: {bad}')
+sys.exit(1 if bad or len(files) < 3 else 0)" || return 1
   local r=results/verl_smoke/paper dest
   dest=$(realpath -m "$OUT/verl_smoke")  # absolute: the copy runs from inside $r
   mkdir -p "$dest"
@@ -106,12 +113,13 @@ verl_smoke() {  # the paper path's DAG on one GPU; only the records come back
      \( -name "*.json" -o -name "*.jsonl" -o -name "*.csv" -o -name "*.md" -o -name "*.log" \) \
      -exec cp --parents {} "$dest/" \;)
 }
-if "$PY" -c "import verl, vllm, snakemake" 2>/dev/null; then
+if command -v apptainer >/dev/null && "$PY" -c "import snakemake" 2>/dev/null \
+   && ls results/verl_smoke/containers/train.sif results/verl_smoke/containers/eval.sif >/dev/null 2>&1; then
   export -f verl_smoke
-  export OUT
+  export OUT PY
   part verl_smoke 2400 bash -c verl_smoke
 else
-  echo "verl_smoke skipped (verl / vllm / snakemake not importable here: run it in the train image)" \
+  echo "verl_smoke skipped (needs apptainer, snakemake and the images: snakemake --configfile config/verl_smoke.yaml containers)" \
     | tee -a "$OUT/summary.txt"
 fi
 

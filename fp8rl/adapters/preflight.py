@@ -17,6 +17,10 @@ Checks (`problems(overrides, env)`, pure, so tests feed it what a node would rep
   router / gate / lm_head / embedding among the modules FP8 applies to (`fp8_modules`).
 - **vLLM pin**: the rollout's FP8 weight loader is verl's patch of one vLLM release (`VLLM_PIN`, the train
   image's lock); another vLLM may load the weights differently without failing.
+
+In a rehearsal on a CPU machine (`FP8RL_REHEARSAL=1`, fp8rl.adapters.verl_rehearse) the checks of what
+only the GPU node and its image report (torch's CUDA build, the GPU, vLLM, flash-attn) are skipped, and
+said so; the others run as in a job.
 """
 
 from __future__ import annotations
@@ -27,9 +31,12 @@ import os
 import sys
 from pathlib import Path
 
+from fp8rl.adapters.rehearsal_hook import REHEARSAL_ENV
+
 VLLM_PIN = "0.24.0"  # containers/train/requirements.lock (checked by the tests)
 MIN_CUDA_BLOCKWISE = (12, 9)
 TE = "actor_rollout_ref.actor.megatron.override_transformer_config"
+NODE_KEYS = ("cuda", "capability", "vllm", "flash_attn")  # what only the GPU node and its image report
 # What FP8 GEMMs apply to: the linear layers inside the transformer blocks. Megatron's output layer
 # (lm_head) and embedding are not TE linears; vLLM's FP8 config quantizes LinearBase layers only and verl
 # adds every `model.layers.N.mlp.gate` (an MoE router) to `ignored_layers`.
@@ -66,13 +73,14 @@ def meta_module_names(model_path: str) -> list[str]:
 def problems(overrides: list[str], env: dict) -> list[str]:
     """What would waste the job, given its verl overrides and what the node reports in `env`:
     `cuda` (torch.version.cuda), `capability` ((major, minor) of GPU 0), `environ`, `vllm` (version),
-    `flash_attn` (installed), `modules` (the model's module names, or None when not checked)."""
+    `flash_attn` (installed), `modules` (the model's module names, or None when not checked). A check
+    whose node key is absent from `env` (a rehearsal: `NODE_KEYS`) is skipped."""
     ov = _overrides_map(overrides)
     environ = env.get("environ", {})
     out = []
     recipe = ov.get(f"{TE}.fp8_recipe")
     cap = env.get("capability")
-    if recipe == "blockwise":
+    if recipe == "blockwise" and "cuda" in env:
         cuda = env.get("cuda")
         if cuda is None or tuple(int(x) for x in str(cuda).split(".")[:2]) < MIN_CUDA_BLOCKWISE:
             out.append(f"blockwise FP8 needs a CUDA >= 12.9 torch build (torch.version.cuda is {cuda})")
@@ -99,9 +107,13 @@ def problems(overrides: list[str], env: dict) -> list[str]:
             out.append(
                 f"{name}={environ[name]} contradicts attention_backend {backend} (megatron-core asserts)"
             )
-    if backend == "flash" and not env.get("flash_attn"):
+    if backend == "flash" and "flash_attn" in env and not env["flash_attn"]:
         out.append("attention_backend flash needs the flash-attn package, which is not installed")
-    if ov.get("actor_rollout_ref.rollout.quantization") == "fp8" and env.get("vllm") != VLLM_PIN:
+    if (
+        ov.get("actor_rollout_ref.rollout.quantization") == "fp8"
+        and "vllm" in env
+        and env["vllm"] != VLLM_PIN
+    ):
         out.append(
             f"the FP8 rollout's weight loader is verl's patch of vLLM {VLLM_PIN}; found {env.get('vllm')}"
         )
@@ -137,7 +149,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args[0] == "job":
         overrides = json.loads(Path(args[1]).read_text())["overrides"]
-        found = problems(overrides, node_env(_overrides_map(overrides).get("actor_rollout_ref.model.path")))
+        env = node_env(_overrides_map(overrides).get("actor_rollout_ref.model.path"))
+        if os.environ.get(REHEARSAL_ENV) == "1":
+            env = {k: v for k, v in env.items() if k not in NODE_KEYS}
+            print("preflight: rehearsal on a CPU machine: torch's CUDA build, the GPU, vLLM and flash-attn "
+                  "are the GPU node's and its image's, not checked here", file=sys.stderr)  # fmt: skip
+        found = problems(overrides, env)
     else:
         found = login_problems(args[1])
     for p in found:

@@ -9,10 +9,13 @@ those processes runs under the given `apptainer exec` prefix (fp8rl.containers.a
 cache bound, read offline). Before anything starts, the preflight (fp8rl.adapters.preflight) checks the
 node and the image against the run's overrides and stops the job with a message when a known pitfall
 would waste it. verl is told when the Slurm job ends (`MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP`,
-from `$SLURM_JOB_END_TIME`, `squeue`, or the start plus the rule's runtime), so it checkpoints before the
-time limit (fp8rl.adapters.verl_sizing). Finally the last save's Hugging Face model is exported to
-`{out}/checkpoint` (fp8rl.adapters.verl_checkpoint, following verl's own `ckpt_contents.json`), and once
-the run has all its steps the resumable checkpoints, tens to hundreds of GB each, are removed.
+from `$SLURM_JOB_END_TIME`, `squeue`, or the start plus the rule's runtime), which only verl's legacy
+trainer reads; the v1 trainer verl 0.9.1 runs saves on `trainer.save_freq`, which
+fp8rl.adapters.verl_sizing derives so that a job killed at its time limit keeps the most steps. Finally, whatever verl's exit code (which the script then
+exits with), the last save's Hugging Face model is exported to `{out}/checkpoint`
+(fp8rl.adapters.verl_checkpoint, following verl's own `ckpt_contents.json`): a run verl stopped early on a
+divergence keeps its last checkpoint for the evaluators. Once the run has all its steps the resumable
+checkpoints, tens to hundreds of GB each, are removed.
 
 Each start of the script is one attempt with its own metrics log, `{out}/verl_logs/attempt-NNN.jsonl`:
 verl's file logger truncates the file it is given, and a resubmitted job resumes from the last
@@ -24,12 +27,15 @@ from __future__ import annotations
 
 import shlex
 
+from fp8rl.adapters.verl_overrides import RAY_ENV_VARS
+
 RAY_PORT = 6379
 RAY_JOIN_TIMEOUT_S = 600
 LOG_DIR = "verl_logs"  # one file-logger log per attempt, attempt-001.jsonl, attempt-002.jsonl, ...
 LOG_GLOB = "attempt-*.jsonl"
+DIVERGENCE_FILE = "verl_divergence.json"  # written by fp8rl's loss when it stops verl (verl_loss)
 OVERRIDES_FILE = "verl_overrides.json"  # written by fp8rl.adapters.verl_run, read by the preflight
-# verl's trainer checkpoints when this epoch time is closer than a step + a margin (verl_sizing)
+# verl's legacy trainer checkpoints when this epoch time is closer than a step + a margin (verl_sizing)
 DEADLINE_ENV = "MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
 
 
@@ -56,18 +62,22 @@ def render_script(
     """The bash script that trains one run through verl (see the module docstring); `prefix` runs a
     command in the image (empty: on the host), `env` is exported first (e.g. HF_HOME, offline flags)."""
     q = shlex.quote
-    ray_env = "+ray_kwargs.ray_init.runtime_env.env_vars"
+    # Hydra reads a bare epoch time as an int, which ray.init refuses in runtime_env: quoted, a string
     trainer = " \\\n    ".join(
         [f"{prefix}{python} -m verl.trainer.main_ppo --config-name {config_name}"]
         + [q(o) for o in overrides]
         + [
-            f'"{ray_env}.VERL_FILE_LOGGER_PATH=$VERL_FILE_LOGGER_PATH"',
-            f'"{ray_env}.{DEADLINE_ENV}=$DEADLINE"',
+            f"\"{RAY_ENV_VARS}.VERL_FILE_LOGGER_PATH='$VERL_FILE_LOGGER_PATH'\"",
+            f"\"{RAY_ENV_VARS}.{DEADLINE_ENV}='$DEADLINE'\"",
         ]
     )
     ckpt = f"{out}/verl_checkpoints"
     # once the run has all its steps only the exported checkpoint is kept (storage: verl_sizing)
-    cleanup = f'if [ "$STEP" -ge {steps} ]; then rm -rf {q(ckpt)}/global_step_*; fi\n' if steps else ""
+    cleanup = (
+        f'if [ "$VERL_RC" -eq 0 ] && [ "$STEP" -ge {steps} ]; then rm -rf {q(ckpt)}/global_step_*; fi'
+        if steps
+        else ""
+    )
     exports = "".join(f"export {k}={q(v)}\n" for k, v in (env or {}).items())
     logs = f"{out}/{LOG_DIR}"
     return f"""#!/usr/bin/env bash
@@ -82,7 +92,7 @@ export VERL_FILE_LOGGER_PATH={q(logs)}/attempt-$(printf %03d "$ATTEMPT").jsonl
 GPUS_PER_NODE={gpus_per_node}
 WANT_NODES={nodes}
 
-# verl checkpoints before this time (epoch seconds): the Slurm job's end, else start + the rule's runtime
+# the job's end (epoch seconds; verl's legacy trainer saves before it): Slurm's, else start + runtime
 DEADLINE="${{SLURM_JOB_END_TIME:-}}"
 if [ -z "$DEADLINE" ] && [ -n "${{SLURM_JOB_ID:-}}" ] && command -v squeue >/dev/null; then
     END=$(squeue -h -j "$SLURM_JOB_ID" -o %e 2>/dev/null || true)
@@ -128,9 +138,18 @@ if [ -n "${{SLURM_JOB_NODELIST:-}}" ] && [ "$WANT_NODES" -gt 1 ]; then
     [ "$have" -ge "$want" ] || {{ echo "error: only $have of $want GPUs joined the Ray cluster" >&2; exit 1; }}
 fi
 
+# verl's exit code is the job's, once the last save is exported: a run verl stopped early (a divergence
+# fp8rl's loss recorded, a crash) keeps its last checkpoint for the evaluators
+set +e
 {trainer}
+VERL_RC=$?
+set -e
 
-STEP=$(cat {q(ckpt)}/latest_checkpointed_iteration.txt)
-{prefix}{python} -m fp8rl.adapters.verl_checkpoint export {q(ckpt)}/global_step_"$STEP"/actor \\
-    {q(out + "/checkpoint")}
-{cleanup}"""
+if [ -f {q(ckpt)}/latest_checkpointed_iteration.txt ]; then
+    STEP=$(cat {q(ckpt)}/latest_checkpointed_iteration.txt)
+    {prefix}{python} -m fp8rl.adapters.verl_checkpoint export {q(ckpt)}/global_step_"$STEP"/actor \\
+        {q(out + "/checkpoint")}
+    {cleanup}
+fi
+exit "$VERL_RC"
+"""

@@ -8,7 +8,11 @@ weights as `is_weights`:
 - `fp8rl_clip`: fixed bounds `(1 - clip_ratio_low, 1 + clip_ratio_high)` from verl's actor config: the
   PPO-clip objective of verl's `vanilla`, plus the docs/architecture.md#metrics `clip/*` diagnostics on every run (the
   bf16 runs' clip fractions are what `calib.reference: run` reads).
-- `calibrated_clip`: bounds from `fp8rl.rl.Calibrator` (docs/architecture.md#calibrated-clipping), one per worker process.
+- `calibrated_clip`: bounds from `fp8rl.rl.Calibrator` (docs/architecture.md#calibrated-clipping), one per
+  worker process, as the reference trainer sets them per update (fp8rl.engine.update_bounds): with
+  `calib.reference: run` the bf16 run's targets of this step (`step_targets`: the first-update
+  correction), and the step's first update clipping nothing below (`ref_unchanged`). The step and
+  update come from fp8rl.adapters.verl_update (installed here, in every worker).
 
 Both log the `clip/*` and `ratio/p01|p50|p99` of each micro-batch (verl averages them over the
 micro-batches of an update, so the quantiles are means of per-micro-batch quantiles).
@@ -18,6 +22,11 @@ The dual clip `clip_c` and the calibration options come from the JSON file named
 verl's `clip_ratio_c` and calibration cannot run. The loss is rescaled from fp8rl's local aggregation to
 verl's global one (`config.global_batch_info`: dp_size, batch_num_tokens, global_batch_size), so
 gradient accumulation over micro-batches and data-parallel ranks matches verl's `agg_loss`.
+
+A NaN/inf log-prob, old log-prob or advantage at a valid token is a divergence (the reference trainer's
+`non_finite`): the loss writes `DIVERGENCE_FILE` beside the spec (the run directory) and raises
+`NonFiniteLoss`, which stops verl; the run's import (fp8rl.adapters.verl_run.finish_run) reads the file
+and records the run `diverged`, not `failed`, so it is neither resubmitted nor lost.
 
 verl loads this module in every Ray worker through `VERL_USE_EXTERNAL_MODULES=fp8rl.adapters.verl_loss`.
 """
@@ -31,11 +40,42 @@ from typing import Any
 import torch
 from verl.trainer.ppo.core_algos import register_policy_loss
 
+from fp8rl.adapters import verl_update
+from fp8rl.adapters.verl_launch import DIVERGENCE_FILE
 from fp8rl.config import CalibConfig
 from fp8rl.rl import LOG_RATIO_CLAMP, ClipBounds, policy_loss, ratio_quantiles
-from fp8rl.rl.calibration import Calibrator
+from fp8rl.rl.calibration import Calibrator, step_targets
 
 SPEC_ENV = "FP8RL_VERL_LOSS"
+
+
+class NonFiniteLoss(FloatingPointError):
+    """A non-finite input of the policy loss: the run diverged (recorded in `DIVERGENCE_FILE`)."""
+
+
+def check_finite_inputs(**tensors: torch.Tensor | None) -> None:
+    """Record and raise a divergence (module docstring) when a tensor holds NaN/inf at a valid token
+    (`response_mask`, a keyword argument, selects the tokens)."""
+    mask = tensors.pop("response_mask").bool()
+    bad = {}
+    for name, t in tensors.items():
+        if t is not None:
+            n = int((~torch.isfinite(t.detach()) & (mask if t.dim() == mask.dim() else mask.any(-1))).sum())
+            if n:
+                bad[name] = n
+    if not bad:
+        return
+    what = ", ".join(f"{name} ({n} tokens)" for name, n in bad.items())
+    reason = f"non-finite {what} in the policy loss"
+    path = os.environ.get(SPEC_ENV)
+    if path:
+        from fp8rl.io import atomic_write_json
+
+        atomic_write_json(
+            os.path.join(os.path.dirname(path), DIVERGENCE_FILE), {"kind": "non_finite", "what": reason}
+        )
+    raise NonFiniteLoss(f"fp8rl: {reason}: the run diverged" + (f" (recorded beside {path})" if path else ""))
+
 
 _spec_cache: dict[str, Any] | None = None
 _calibrator: Calibrator | None = None
@@ -118,6 +158,9 @@ def _run(
     bounds: ClipBounds | None,
     extra: dict[str, float],
 ) -> tuple[torch.Tensor, dict[str, float]]:
+    check_finite_inputs(
+        log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, response_mask=response_mask
+    )
     mask = response_mask.bool()
     clip_low, clip_high = _clip_range(config)
     loss, m = policy_loss(
@@ -192,19 +235,30 @@ def calibrated_clip_loss(
     """PPO-clip whose bounds come from calibrated clipping (docs/architecture.md#calibrated-clipping) on this micro-batch's ratios."""
     if config is None:
         raise ValueError("calibrated_clip: verl passes the actor config; got None")
+    check_finite_inputs(
+        log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, response_mask=response_mask
+    )
     cal = calibrator(config)
     calib = load_spec()["calib"]
+    pos = verl_update.POSITION
+    if pos.step is None or pos.update < 1:
+        raise RuntimeError(
+            "calibrated_clip: no training step is known in this process (fp8rl.adapters.verl_update "
+            "keeps it in verl's actor workers, where verl calls the loss)"
+        )
+    q = q_high = None
+    if cal.reference.mode == "run":
+        if calib.get("targets") is None:
+            raise RuntimeError(f"calibrated_clip: calib.reference is 'run' but {SPEC_ENV} holds no targets")
+        targets = {int(k): (v[0], v[1]) for k, v in calib["targets"].items()}
+        q, q_high = step_targets(targets, pos.step, int(calib["updates_per_step"]))
     mask = response_mask.bool()
     with torch.no_grad():
         ratio = torch.exp(
             torch.clamp(log_prob.detach() - old_log_prob.detach(), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         )
     bounds, extra = cal.bounds(
-        ratio,
-        advantages,
-        mask,
-        target_q=calib.get("target_q"),
-        target_q_high=calib.get("target_q_high"),
+        ratio, advantages, mask, target_q=q, target_q_high=q_high, ref_unchanged=pos.first_update
     )
     return _run(
         old_log_prob,
@@ -217,3 +271,6 @@ def calibrated_clip_loss(
         bounds,
         extra,
     )
+
+
+verl_update.install()

@@ -3,7 +3,10 @@
 verl's file logger (`trainer.logger` with `file`, path from `VERL_FILE_LOGGER_PATH`) writes one line per
 step: `{"step": N, "data": {name: value}}`. `import_rows` renames verl's metrics to fp8rl's metric names (`VERL_TO_FP8RL`),
 keeps the ones fp8rl's own losses already log under fp8rl's metric names (with or without verl's `actor/` prefix),
-and drops everything else. A metric verl did not log, or logged as NaN, is absent, never 0.
+and drops everything else. A metric verl did not log is absent, never 0; one logged as NaN/inf is absent
+from `metrics.jsonl` (strict JSON) but reaches the run's status (`import_rows(keep_non_finite=True)`):
+verl's own computations train through a NaN, so a non-finite entropy, reward, policy loss or gradient
+norm (`NON_FINITE_WATCH`) is the run's divergence, as in the reference trainer.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ VERL_TO_FP8RL = {
     "timing_s/update_actor": "time/train_s",
 }
 
+# verl's metrics whose NaN/inf is a divergence (`non_finite`) though fp8rl imports no value of them.
+NON_FINITE_WATCH = ("actor/pg_loss", "actor/grad_norm")
+
 # Metric names that fp8rl's verl losses (verl_loss) log themselves.
 PASSTHROUGH = (
     ACC_MEAN,
@@ -60,36 +66,54 @@ PASSTHROUGH = (
 )
 
 
-def _number(value: Any) -> float | None:
+def _number(value: Any, keep_non_finite: bool = False) -> float | None:
+    """A logged number as a float; None for anything else, and for NaN/inf unless `keep_non_finite`
+    (verl's file logger writes them as JSON's NaN / Infinity, or as the strings "nan" / "inf")."""
+    if (
+        isinstance(value, str)
+        and keep_non_finite
+        and value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity")
+    ):
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     value = float(value)
-    return value if math.isfinite(value) else None
+    return value if math.isfinite(value) or keep_non_finite else None
 
 
-def convert_row(step: int, data: dict[str, Any]) -> dict[str, float | int]:
-    """One verl log row -> one fp8rl metrics row (`step` first, then the metrics present)."""
+def convert_row(step: int, data: dict[str, Any], keep_non_finite: bool = False) -> dict[str, float | int]:
+    """One verl log row -> one fp8rl metrics row (`step` first, then the metrics present); with
+    `keep_non_finite`, NaN/inf values too, and the `NON_FINITE_WATCH` metrics only when non-finite."""
     out: dict[str, float | int] = {"step": int(step)}
     for src, dst in VERL_TO_FP8RL.items():
-        if (v := _number(data.get(src))) is not None:
+        if (v := _number(data.get(src), keep_non_finite)) is not None:
             out[dst] = v
     for name in PASSTHROUGH:
         for src in (name, f"actor/{name}"):
-            if (v := _number(data.get(src))) is not None:
+            if (v := _number(data.get(src), keep_non_finite)) is not None:
                 out[name] = v
                 break
+    if keep_non_finite:
+        for src in NON_FINITE_WATCH:
+            if (v := _number(data.get(src), True)) is not None and not math.isfinite(v):
+                out[src] = v
     return out
 
 
-def import_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, float | int]]:
-    """verl file-logger rows -> fp8rl metrics rows, one per step (a step logged twice: the last wins)."""
+def import_rows(
+    rows: Iterable[dict[str, Any]], keep_non_finite: bool = False
+) -> list[dict[str, float | int]]:
+    """verl file-logger rows -> fp8rl metrics rows, one per step (a step logged twice: the last wins);
+    `keep_non_finite`: as `convert_row`."""
     by_step: dict[int, dict[str, float | int]] = {}
     for i, row in enumerate(rows):
         if not isinstance(row, dict) or "step" not in row or not isinstance(row.get("data"), dict):
             raise ValueError(
                 f"verl log row {i + 1}: expected {{'step': N, 'data': {{...}}}}, got {str(row)[:80]}"
             )
-        by_step.setdefault(int(row["step"]), {}).update(convert_row(row["step"], row["data"]))
+        by_step.setdefault(int(row["step"]), {}).update(
+            convert_row(row["step"], row["data"], keep_non_finite)
+        )
     return [by_step[s] for s in sorted(by_step)]
 
 
@@ -106,16 +130,21 @@ def read_attempt_log(path: str | Path) -> list[dict[str, Any]]:
     return read_jsonl(path, drop_cut_tail=True)
 
 
+def read_attempt_logs(logs: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """The raw rows of a run's attempts' logs, oldest first."""
+    raw: list[dict[str, Any]] = []
+    for log in logs:
+        raw.extend(read_attempt_log(log))
+    return raw
+
+
 def import_logs(logs: Iterable[str | Path], out: str | Path) -> list[dict[str, float | int]]:
     """Merge the logs of a run's attempts, oldest first, into one `metrics.jsonl`: every step any attempt
     logged, once; a step logged again after a resume (the steps between the last checkpoint and the
     end of the previous attempt are redone) keeps the later attempt's values."""
     from fp8rl.io import atomic_write_jsonl
 
-    raw: list[dict[str, Any]] = []
-    for log in logs:
-        raw.extend(read_attempt_log(log))
-    rows = import_rows(raw)
+    rows = import_rows(read_attempt_logs(logs))
     atomic_write_jsonl(out, rows)
     return rows
 
@@ -136,18 +165,28 @@ def run_status(
     steps_planned: int,
     exit_code: int,
     stability: Any,
+    recorded: dict[str, Any] | None = None,
 ) -> VerlRunStatus:
-    """How a finished verl run ended. The imported metrics are replayed through fp8rl's
-    `StabilityMonitor` (every detector the reference trainer runs: non-finite, entropy spike and
-    collapse, gibberish, reward collapse, on the metrics verl logs): `diverged` when one fires; else
-    `failed` when verl exited non-zero or stopped early; else `ok`. verl trains through a divergence, so
-    `step` is the last step logged and the divergence keeps the step it was first detected at."""
+    """How a finished verl run ended. The imported metrics (`import_rows(keep_non_finite=True)`) are
+    replayed through fp8rl's `StabilityMonitor` (every detector the reference trainer runs: non-finite,
+    entropy spike and collapse, gibberish, reward collapse, on the metrics verl logs; a non-finite
+    `NON_FINITE_WATCH` metric is non-finite too), then the divergence fp8rl's loss `recorded` when it
+    stopped verl on a non-finite input (fp8rl.adapters.verl_loss; at the step after the last logged):
+    `diverged` when one fires; else `failed` when verl exited non-zero or stopped early; else `ok`. verl
+    trains through a divergence its metrics show, so `step` is the last step logged and the divergence
+    keeps the step it was first detected at."""
     from fp8rl.rl import StabilityMonitor
 
     monitor = StabilityMonitor.from_config(stability)
     last = int(rows[-1]["step"]) if rows else 0
     for row in rows:
-        monitor.update(int(row["step"]), {k: float(v) for k, v in row.items() if k != "step"})
+        step = int(row["step"])
+        for name in NON_FINITE_WATCH:
+            if name in row and not math.isfinite(row[name]):
+                monitor.record_non_finite(step, f"{name} = {row[name]}")
+        monitor.update(step, {k: float(v) for k, v in row.items() if k not in ("step", *NON_FINITE_WATCH)})
+    if recorded is not None:
+        monitor.record_non_finite(last + 1, str(recorded.get("what", "non-finite input of the policy loss")))
     if (d := monitor.divergence) is not None:
         return VerlRunStatus("diverged", d.reason, last, d.as_dict())
     if exit_code != 0:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fp8rl.adapters.verl_corrections import check_corrections, correction_overrides, precision_overrides
-from fp8rl.adapters.verl_sizing import MAX_CKPTS, esi_margin_s, sizing_problems
+from fp8rl.adapters.verl_sizing import MAX_CKPTS, esi_margin_s, save_every, sizing_problems
 from fp8rl.config import (
     DAPOConfig,
     ExperimentConfig,
@@ -42,6 +42,8 @@ from fp8rl.tracking import MLFLOW_DIR
 LOSS_MODULE = "fp8rl.adapters.verl_loss"
 LOSS_SPEC_ENV = "FP8RL_VERL_LOSS"
 CONFIG_NAME = "ppo_megatron_trainer"
+# The environment of every Ray worker (verl's main_ppo passes ray_kwargs.ray_init to ray.init)
+RAY_ENV_VARS = "+ray_kwargs.ray_init.runtime_env.env_vars"
 MAX_PROMPT_LENGTH = 2048
 VANILLA_MBRIDGE = True  # mbridge (verl's `mcore` extra) instead of Megatron-Bridge (its `megatron` extra)
 # Megatron's attention backend. verl 0.9.1 defaults to `flash`, for which megatron-core sets
@@ -227,18 +229,19 @@ def loss_spec(
     cfg: ExperimentConfig,
     spec: RunSpec | ResolvedRun,
     *,
-    target_q: float | None = None,
-    target_q_high: float | None = None,
+    targets: dict[int, tuple[float | None, float | None]] | None = None,
 ) -> dict:
     """What the verl workers' fp8rl loss needs beyond verl's own actor config (written as JSON and named
-    by the `FP8RL_VERL_LOSS` environment variable): dual clip, and the calibration options."""
+    by the `FP8RL_VERL_LOSS` environment variable): dual clip, and the calibration options with, for
+    `calib.reference: run`, the bf16 run's per-step `targets` (`{step: [q, q_high]}`) and the updates per
+    step (the reference trainer's first-update correction, fp8rl.engine.update_bounds.step_targets)."""
     run = resolve_run(cfg, spec)
     out: dict = {"run_id": run.run_id, "clip_c": run.algo.clip_c, "calib": None}
     if run.variant.calib:
         out["calib"] = {
             **run.calib.model_dump(mode="json", exclude={"sample_frac"}),
-            "target_q": target_q,
-            "target_q_high": target_q_high,
+            "targets": None if targets is None else {str(k): list(v) for k, v in sorted(targets.items())},
+            "updates_per_step": cfg.schedule.ppo_epochs * cfg.schedule.mini_batches,
         }
     return out
 
@@ -256,6 +259,13 @@ def _q(value: object) -> str:
     s = str(value)
     if re.fullmatch(r"[A-Za-z0-9_./:@+-]+", s):
         return s
+    return _q_str(s)
+
+
+def _q_str(value: object) -> str:
+    """A Hydra override value that stays a string: single-quoted whatever it reads as (a bare `123` or
+    `true` would be an int or a bool)."""
+    s = str(value)
     return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
@@ -319,8 +329,9 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun, paths: Ve
         "trainer.experiment_name": spec.run_id.replace("/", "-"),
         "trainer.logger": verl_loggers(cfg),
         "trainer.default_local_dir": f"{paths.out}/verl_checkpoints",
-        "trainer.save_freq": sched.checkpoint_every,
-        # a checkpoint before the Slurm job's end (verl_sizing: the job script sets the deadline)
+        # verl's v1 trainer saves on this cadence only: derived from the step and save times (verl_sizing)
+        "trainer.save_freq": save_every(cfg, model),
+        # the deadline save of verl's legacy trainer (trainer.use_v1=false) only (verl_sizing)
         "trainer.esi_redundant_time": esi_margin_s(model),
         "trainer.max_actor_ckpt_to_keep": MAX_CKPTS,  # resume point + one spare; each holds optimizer state
         "trainer.resume_mode": "auto",
@@ -394,12 +405,11 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun, paths: Ve
         ov[f"{A}.optim.exp_avg_sq_dtype"] = "bf16"
     if variant.fp8 and fp8.rollout and fp8.kv_cache:
         ov[f"+{R}.engine_kwargs.vllm.kv_cache_dtype"] = "fp8"
-    env = "+ray_kwargs.ray_init.runtime_env.env_vars"
-    ov[f"{env}.VERL_USE_EXTERNAL_MODULES"] = LOSS_MODULE
-    ov[f"{env}.{LOSS_SPEC_ENV}"] = f"{paths.out}/verl_loss.json"
-    for key, value in verl_tracking_env(cfg, paths.out).items():
-        ov[f"{env}.{key}"] = value
-    return [f"{k}={_q(v)}" for k, v in ov.items()]
+    out = [f"{k}={_q(v)}" for k, v in ov.items()]
+    # Ray's runtime_env takes strings only (ray.init raises TypeError on an int or a bool): quoted always
+    env = {"VERL_USE_EXTERNAL_MODULES": LOSS_MODULE, LOSS_SPEC_ENV: f"{paths.out}/verl_loss.json",
+           **verl_tracking_env(cfg, paths.out)}  # fmt: skip
+    return out + [f"{RAY_ENV_VARS}.{k}={_q_str(v)}" for k, v in env.items()]
 
 
 def deviations(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> list[str]:
@@ -417,8 +427,6 @@ def deviations(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> list[str]:
         out.append(f"rollout FP8 format e4m3 (vLLM), not fp8.format {fp8.format!r}")
     if variant.fp8 and fp8.optimizer_state:
         out.append("optimizer moments in bf16: verl's Megatron optimizer config exposes no FP8 Adam state")
-    if variant.calib and cfg.calib.reference.mode == "run":
-        out.append("calibration target: the bf16 run's mean clip fraction over its steps, not per step")
     if isinstance(algo, DAPOConfig) and algo.dynamic_sampling:
         out.append(
             f"dynamic sampling refills dropped groups without a round cap: verl's v1 trainer bounds the "

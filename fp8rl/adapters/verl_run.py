@@ -1,8 +1,8 @@
 """One verl training run's directory: what `fp8rl verl train` writes before and after verl runs.
 
 Before (`write_run_files`): the data splits as verl's parquet (`verl_data/{split}.parquet`), the loss
-spec (`verl_loss.json`; a `calib.reference: run` cell's targets are the bf16 run's clip fractions
-averaged over its steps, `fp8rl.rundir.reference_targets_mean`), the overrides with the deviations and
+spec (`verl_loss.json`; a `calib.reference: run` cell's targets are the bf16 run's clip fractions of
+each step, `fp8rl.rundir.reference_targets_by_step`, as the reference trainer reads them), the overrides with the deviations and
 the image (`verl_overrides.json`) and the job script (`verl_launch.sh`). Bad input raises ValueError
 (AdapterError) before anything is written.
 
@@ -27,15 +27,16 @@ from pathlib import Path
 
 from fp8rl.adapters.hub import read_record
 from fp8rl.adapters.verl_data import write_parquet
-from fp8rl.adapters.verl_launch import LOG_DIR, LOG_GLOB, OVERRIDES_FILE, render_script
-from fp8rl.adapters.verl_metrics import import_logs, run_status
+from fp8rl.adapters.verl_launch import DIVERGENCE_FILE, LOG_DIR, LOG_GLOB, OVERRIDES_FILE, render_script
+from fp8rl.adapters.verl_metrics import import_logs, import_rows, read_attempt_logs, run_status
 from fp8rl.adapters.verl_overrides import AdapterError, VerlPaths, deviations, loss_spec, verl_overrides
 from fp8rl.config import ExperimentConfig
 from fp8rl.config.runs import RunSpec
 from fp8rl.containers import apptainer_exec, image_env, image_location
 from fp8rl.io import atomic_write_json, atomic_write_text
 from fp8rl.provenance import provenance
-from fp8rl.rundir import RunDir, build_summary, reference_targets_mean, throughput_record
+from fp8rl.rl.calibration import centred_window
+from fp8rl.rundir import RunDir, build_summary, reference_targets_by_step, throughput_record
 from fp8rl.tracking import TENSORBOARD_DIR, open_trackers
 
 VERL_DATA_DIR = "verl_data"
@@ -63,18 +64,20 @@ def verl_paths(cfg: ExperimentConfig, spec: RunSpec, out: str | Path, base: str 
 
 def calib_targets(
     cfg: ExperimentConfig, spec: RunSpec, reference: Path | None
-) -> tuple[float | None, float | None]:
-    """The loss's fixed calibration targets `(q, q_high)`: the bf16 run's mean clip fractions for a
-    `*_calib` cell with `calib.reference: run`, else `(None, None)` (the loss computes its own)."""
+) -> dict[int, tuple[float | None, float | None]] | None:
+    """The loss's calibration targets for a `*_calib` cell with `calib.reference: run`: the bf16 run's
+    clip fractions of each step (`{step: (q, q_high)}`, smoothed over `calib.run_window` steps, as the
+    reference trainer reads them: `fp8rl train`); None for
+    any other cell (the loss computes its own)."""
     if not (spec.spec.calib and cfg.calib.reference.mode == "run"):
-        return None, None
+        return None
     if reference is None:
         raise AdapterError(
             "calib.reference is 'run': pass --reference RUN_DIR (the matching finished bf16 run)"
         )
     try:
-        return reference_targets_mean(
-            reference, cfg.calib.population, need_high=cfg.calib.upper == "quantile"
+        return centred_window(
+            reference_targets_by_step(reference, cfg.calib.population), cfg.calib.run_window
         )
     except ValueError as exc:
         raise AdapterError(f"--reference {exc}") from None
@@ -96,23 +99,26 @@ def write_run_files(
     data: Path,
     reference: Path | None = None,
     extra_overrides: list[str] | tuple[str, ...] = (),
+    host_python: str | None = None,
 ) -> Path:
     """Write everything verl needs into the run directory `paths.out`; returns the job script's path.
-    ValueError (missing split, unusable reference) before any file is written."""
+    `host_python` (the rehearsal, fp8rl.adapters.verl_rehearse): the script runs every command with that
+    interpreter on this machine instead of in the train image. ValueError (missing split, unusable
+    reference) before any file is written."""
     for split in SPLITS:
         if not (data / f"{split}.jsonl").is_file():
             raise AdapterError(f"--data {data}: no {split}.jsonl (run `fp8rl data` first)")
-    target_q, target_q_high = calib_targets(cfg, spec, reference)
+    targets = calib_targets(cfg, spec, reference)
     out = Path(paths.out)
     model = cfg.model(spec.model)
     overrides = verl_overrides(cfg, spec, paths) + list(extra_overrides)
-    image = train_image(cfg)
+    image = None if host_python else train_image(cfg)
 
     for split in SPLITS:
         write_parquet(
             data / f"{split}.jsonl", out / VERL_DATA_DIR / f"{split}.parquet", task=cfg.task.name, split=split
         )
-    atomic_write_json(out / LOSS_FILE, loss_spec(cfg, spec, target_q=target_q, target_q_high=target_q_high))
+    atomic_write_json(out / LOSS_FILE, loss_spec(cfg, spec, targets=targets))
     atomic_write_json(
         out / OVERRIDES_FILE,
         {"run_id": spec.run_id, "overrides": overrides, "deviations": deviations(cfg, spec), "image": image},
@@ -123,7 +129,7 @@ def write_run_files(
         render_script(
             run_id=spec.run_id, overrides=overrides, out=str(out), nodes=model.nodes,
             gpus_per_node=model.gpus_per_node, prefix=apptainer_exec(cfg, image) if image else "",
-            env=image_env(cfg) if cfg.containers.mode != "none" else {},
+            env=image_env(cfg) if cfg.containers.mode != "none" else {}, python=host_python or "python3",
             runtime_min=cfg.resources_for("train").runtime, steps=cfg.schedule.steps,
         ),
     )  # fmt: skip
@@ -165,14 +171,48 @@ def track_rows(cfg: ExperimentConfig, spec: RunSpec, out: Path, rows: list[dict]
             trackers.log(row)
 
 
-def finish_run(cfg: ExperimentConfig, spec: RunSpec, out: str | Path, *, exit_code: int) -> dict:
+def read_divergence(out: Path) -> dict | None:
+    """The divergence fp8rl's loss recorded when it stopped verl (`verl_loss.DIVERGENCE_FILE`), or None."""
+    path = Path(out) / DIVERGENCE_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def link_base_checkpoint(model: str | Path, target: Path) -> bool:
+    """A diverged run with no save yet: its checkpoint is the base model's weights, as the reference
+    trainer keeps (`{run}/checkpoint` holds links to the base model's files, so the evaluators score the
+    step-0 policy). False when `model` is not a local directory (a hub id)."""
+    model = Path(model)
+    if not (model / "config.json").is_file():
+        return False
+    tmp = target.with_name(f".{target.name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for f in model.iterdir():
+        if f.is_file():
+            (tmp / f.name).symlink_to(f.resolve())
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return True
+
+
+def finish_run(
+    cfg: ExperimentConfig, spec: RunSpec, out: str | Path, *, exit_code: int, base_model: str | None = None
+) -> dict:
     """Merge every attempt's verl log into the run's metrics (none when verl logged nothing), then write
-    `throughput.json` and `summary.json`; returns the summary."""
+    `throughput.json` and `summary.json`; returns the summary. A NaN/inf logged or recorded by fp8rl's
+    loss makes the run `diverged` (verl_metrics.run_status); a diverged run without an exported
+    checkpoint (it stopped before its first save) gets the base model's (`link_base_checkpoint`)."""
     run = RunDir(out)
     logs = sorted((run.root / LOG_DIR).glob(LOG_GLOB))
+    raw = read_attempt_logs(logs)
     rows = import_logs(logs, run.metrics) if logs else []
     track_rows(cfg, spec, run.root, rows)
-    outcome = run_status(rows, steps_planned=cfg.schedule.steps, exit_code=exit_code, stability=cfg.stability)
+    outcome = run_status(
+        import_rows(raw, keep_non_finite=True), steps_planned=cfg.schedule.steps, exit_code=exit_code,
+        stability=cfg.stability, recorded=read_divergence(run.root),
+    )  # fmt: skip
+    if outcome.status == "diverged" and not run.checkpoint.is_dir() and base_model:
+        link_base_checkpoint(base_model, run.checkpoint)
     run.write_throughput(throughput(rows, spec.spec.fp8))
     final = {k: v for k, v in (rows[-1] if rows else {}).items() if k != "step"}
     summary = build_summary(

@@ -4,20 +4,27 @@ A paper run is longer than any Slurm job (500 steps of ~1 h), so it is a chain o
 `resources.train.runtime` minutes, each resuming from the last verl checkpoint. Three things make that
 chain finish:
 
-- **A checkpoint on time.** verl 0.9.1's trainer saves a checkpoint after a step when
-  `MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP` (an epoch time) is closer than its slowest step so
-  far + 60 s + `trainer.esi_redundant_time` (`verl.utils.checkpoint.checkpoint_manager.should_save_ckpt_esi`).
-  The job script sets it to the Slurm job's end (fp8rl.adapters.verl_launch) and the overrides set the
-  margin to the time a checkpoint of this model takes to write (`esi_margin_s`), so every job ends with a
-  checkpoint whatever `schedule.checkpoint_every` is; `checkpoint_every` is the fallback for a job that
-  dies early (node failure).
-- **Enough attempts.** `attempts_needed`: the steps times the step time over what one job trains (its
-  runtime less start-up and the one step a checkpoint may cost); `resources.train.retries` must allow
-  them (checked by `verl_problems` when the model states `step_minutes`).
+- **A save cadence that fits the job.** verl 0.9.1 dispatches to its v1 trainer (`trainer.use_v1: true`,
+  `trainer.v1.trainer_mode: sync`: `verl.trainer.ppo.v1.trainer_sync.PPOTrainerSync`), whose loop saves
+  after a step only when `global_steps % trainer.save_freq == 0` or on the last step; the deadline save
+  (`should_save_ckpt_esi`, `MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP`) is called only by the legacy
+  trainer. A job killed at its time limit keeps the steps up to its last save, so `save_every` derives
+  `trainer.save_freq` from the model's `step_minutes` and its checkpoint write time: the cadence that
+  keeps the most steps per job (`steps_per_job`), the shortest of those (a job that runs slower than
+  `step_minutes` then loses the fewest), at most `schedule.checkpoint_every`.
+- **Enough attempts.** `attempts_needed`: the steps over what one job keeps; `resources.train.retries` must
+  allow them (checked by `sizing_problems` when the model states `step_minutes`).
+- **Ray's CPUs.** Before its first step verl reserves Ray CPUs on the head node: its task runner (1) and
+  TransferQueue's controller and storage units (1 + 8), and 3 per GPU for its worker pool
+  (`ResourcePoolManager`'s bundles); a job whose `resources.train.threads` is below `ray_cpus_needed`
+  waits for them until its time limit (the rehearsal shows it: fp8rl.adapters.verl_rehearse).
 - **Storage.** `checkpoint_bytes`: a resumable checkpoint holds the bf16 Hugging Face weights (mbridge)
   plus the distributed optimizer (fp32 master weights and two Adam moments: fp32, or bf16 in the fp8
   cells); verl keeps `MAX_CKPTS` of them while a run trains, and the job script removes them once the
   final Hugging Face checkpoint is exported.
+
+The job script still tells verl the job's end and the overrides set `trainer.esi_redundant_time`
+(`esi_margin_s`): only the legacy trainer (`trainer.use_v1=false`) reads them.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ STARTUP_MINUTES = 20  # Ray start, model load and resume, vLLM start (estimate, 
 CKPT_WRITE_GBPS = 1.0  # sustained write per run to the shared filesystem, GB/s (a conservative Lustre share)
 ESI_FIXED_MARGIN_S = 600  # beyond the checkpoint write: the export and slack
 MAX_CKPTS = 2  # resume point + one spare (trainer.max_actor_ckpt_to_keep)
+RAY_CPUS_FIXED = 10  # verl's task runner, TransferQueue's controller and its 8 storage units (1 CPU each)
+RAY_CPUS_PER_GPU = 3  # verl's ResourcePoolManager: a bundle of {"CPU": 3, "GPU": 1} per GPU
 
 
 def _params(model: ModelConfig) -> float:
@@ -56,27 +65,59 @@ def esi_margin_s(model: ModelConfig) -> int:
     return int(ESI_FIXED_MARGIN_S + 2 * write)
 
 
-def usable_minutes(cfg: ExperimentConfig, model: ModelConfig) -> float:
-    """Training minutes one job of `resources.train.runtime` yields: less start-up, the final checkpoint
-    margin and the one step verl's on-time checkpoint may leave unfinished."""
-    runtime = cfg.resources_for("train").runtime
-    return runtime - STARTUP_MINUTES - esi_margin_s(model) / 60 - (model.step_minutes or 0)
+def write_minutes(model: ModelConfig) -> float:
+    """Minutes one save of this model takes (the largest checkpoint, fp32 moments, at `CKPT_WRITE_GBPS`)."""
+    return checkpoint_bytes(model, fp8_moments=False) / (CKPT_WRITE_GBPS * 1e9) / 60
+
+
+def steps_per_job(cfg: ExperimentConfig, model: ModelConfig, every: int) -> int:
+    """Steps one job of `resources.train.runtime` keeps when verl saves every `every` steps: after the
+    start-up, whole cycles of `every` steps and one save; a cycle the time limit cuts is lost."""
+    train = cfg.resources_for("train").runtime - STARTUP_MINUTES
+    if model.step_minutes is None or train <= 0:
+        return 0
+    return math.floor(train / (every * model.step_minutes + write_minutes(model))) * every
+
+
+def save_every(cfg: ExperimentConfig, model: ModelConfig) -> int:
+    """verl's `trainer.save_freq` for this model: the shortest cadence, up to `schedule.checkpoint_every`,
+    that keeps the most steps per job (`steps_per_job`); `checkpoint_every` without `step_minutes`."""
+    most = max(1, cfg.schedule.checkpoint_every)
+    if model.step_minutes is None:
+        return most
+    kept = {k: steps_per_job(cfg, model, k) for k in range(1, most + 1)}
+    return min(kept, key=lambda k: (-kept[k], k))
 
 
 def attempts_needed(cfg: ExperimentConfig, model: ModelConfig) -> int | None:
-    """Jobs one run of `model` needs (None when the model states no `step_minutes`)."""
+    """Jobs one run of `model` needs at its `save_every` cadence (None when the model states no
+    `step_minutes`; infinite when no job keeps a step)."""
     if model.step_minutes is None:
         return None
-    usable = usable_minutes(cfg, model)
-    if usable <= 0:
+    kept = steps_per_job(cfg, model, save_every(cfg, model))
+    if kept <= 0:
         return math.inf  # type: ignore[return-value]
-    return math.ceil(cfg.schedule.steps * model.step_minutes / usable)
+    return math.ceil(cfg.schedule.steps / kept)
+
+
+def ray_cpus_needed(model: ModelConfig) -> int:
+    """Ray CPUs verl reserves on a job's head node before its first step (module docstring)."""
+    return RAY_CPUS_FIXED + RAY_CPUS_PER_GPU * model.gpus_per_node
 
 
 def sizing_problems(cfg: ExperimentConfig) -> list[tuple[tuple, str]]:
-    """Train jobs that cannot finish: a runtime that reaches no checkpoint, or too few retries (for the
-    model that needs the most jobs)."""
+    """Train jobs that cannot finish: fewer CPUs than verl reserves, a runtime that reaches no
+    checkpoint, or too few retries (for the model that needs the most jobs)."""
     runtime, retries = cfg.resources_for("train").runtime, cfg.resources_for("train").retries
+    threads = cfg.resources_for("train").threads
+    cpus = {n: ray_cpus_needed(cfg.model(n)) for n in cfg.matrix.models}
+    short = [n for n in cfg.matrix.models if threads < cpus[n]]
+    if short:
+        return [(("resources", "train", "threads"), (
+            f"{threads} CPUs per job, but verl reserves {cpus[short[0]]} for {short[0]} before its first step "
+            f"({RAY_CPUS_FIXED} for its task runner and TransferQueue, {RAY_CPUS_PER_GPU} per GPU): the job "
+            f"would wait until its time limit; set threads >= {max(cpus.values())}"
+        ))]  # fmt: skip
     need = {n: attempts_needed(cfg, cfg.model(n)) for n in cfg.matrix.models}
     need = {n: k for n, k in need.items() if k is not None}
     if not need:
@@ -86,13 +127,14 @@ def sizing_problems(cfg: ExperimentConfig) -> list[tuple[tuple, str]]:
     if need[name] == math.inf:
         return [(("resources", "train", "runtime"), (
             f"{runtime} minutes do not fit start-up ({STARTUP_MINUTES}), one step of {name} "
-            f"({model.step_minutes:g}) and its checkpoint ({esi_margin_s(model) / 60:.0f}): no job would "
+            f"({model.step_minutes:g}) and its checkpoint ({write_minutes(model):.0f}): no job would "
             "reach a checkpoint"
         ))]  # fmt: skip
     if retries + 1 < need[name]:
+        every = save_every(cfg, model)
         return [(("resources", "train", "retries"), (
             f"{retries} allow {retries + 1} jobs, but a {name} run needs {need[name]} "
-            f"({cfg.schedule.steps} steps x {model.step_minutes:g} min over "
-            f"{usable_minutes(cfg, model):.0f} usable minutes per job); set retries >= {need[name] - 1}"
+            f"({cfg.schedule.steps} steps, {steps_per_job(cfg, model, every)} kept per job of {runtime} "
+            f"minutes: {model.step_minutes:g}-minute steps saved every {every}); set retries >= {need[name] - 1}"
         ))]  # fmt: skip
     return []

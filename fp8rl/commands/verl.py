@@ -1,4 +1,4 @@
-"""`fp8rl verl train|overrides|import-metrics`: the paper tier's training through verl.
+"""`fp8rl verl train|rehearse|overrides|import-metrics`: the paper tier's training through verl.
 
 `fp8rl verl train` takes the arguments of `fp8rl train` (docs/interfaces.md) and writes the same run
 directory: it checks that verl can run the cell, writes verl's inputs and job script, runs the script
@@ -6,6 +6,9 @@ directory: it checks that verl can run the cell, writes verl's inputs and job sc
 summary and throughput files (fp8rl.adapters.verl_run). `--dry-run` stops before running it. Like
 `fp8rl train`, it holds the run directory locked throughout (`RunDir.lock`): a second one on the same
 `--out` exits 2 naming the holder.
+
+`fp8rl verl rehearse` runs each job type's real job script on a CPU machine (a login node) up to the
+first point that needs a GPU (fp8rl.adapters.verl_rehearse).
 """
 
 from __future__ import annotations
@@ -91,10 +94,41 @@ def _train_locked(args: argparse.Namespace, cfg, spec, paths) -> int:
     if args.dry_run:
         print(script.read_text())
         return 0
-    summary = finish_run(cfg, spec, paths.out, exit_code=run_script(script))
+    summary = finish_run(cfg, spec, paths.out, exit_code=run_script(script), base_model=paths.model)
     status, reason = summary["status"], summary["reason"]
     print(f"{spec.run_id}: {status}" + (f" ({reason})" if reason else ""), file=sys.stderr)
     return 1 if status == "failed" else 0
+
+
+def cmd_rehearse(args: argparse.Namespace) -> int:
+    """Rehearse every job type of the config (or the `--run`s) up to its first GPU point."""
+    import tempfile
+
+    from fp8rl.adapters.verl_overrides import AdapterError, check_verl_support
+    from fp8rl.adapters.verl_rehearse import job_types, rehearse_run
+    from fp8rl.config.runs import find_run
+    from fp8rl.config_loader import load_config
+
+    cfg = load_config(args.file, args.set)
+    try:
+        specs = [find_run(cfg, r) for r in args.run] if args.run else job_types(cfg)
+        for spec in specs:
+            check_verl_support(cfg, spec)
+    except (ValueError, AdapterError) as exc:
+        raise UsageError(str(exc)) from None
+    work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="fp8rl-rehearsal-"))
+    failed = 0
+    for i, spec in enumerate(specs, 1):
+        print(f"[{i}/{len(specs)}] {spec.run_id} ...", file=sys.stderr, flush=True)
+        result = rehearse_run(
+            cfg, spec, work, base=Path(args.base) if args.base else None,
+            data=Path(args.data) if args.data else None, extra_overrides=args.override,
+            timeout_s=args.timeout,
+        )  # fmt: skip
+        failed += not result.reached_gpu
+        print(result.line(), flush=True)
+    print(f"{len(specs) - failed} of {len(specs)} jobs reached their first GPU point ({work})", flush=True)
+    return 1 if failed else 0
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
@@ -120,6 +154,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-progress", action="store_true", help="accepted for `fp8rl train` compatibility")
     p.set_defaults(func=cmd_train)
+
+    p = v_sub.add_parser(
+        "rehearse",
+        help="run each job type's real job script on this CPU machine up to its first GPU point",
+        description="Each job type of the config (one run per algorithm, variant and granularity, and per model; "
+        "or the --run ids): the job script `fp8rl verl train` writes, run with this interpreter "
+        "(verl and ray importable) up to where verl first asks for GPUs. Exit 1 when a job stops "
+        "before that point.",
+    )
+    add_config_args(p, positional=False)
+    p.add_argument("--run", action="append", default=[], help="rehearse this run id (repeatable)")
+    p.add_argument("--base", help="base model directory (HF format; default: a stand-in tokenizer)")
+    p.add_argument("--data", help="directory with train.jsonl and test.jsonl (default: stand-in)")
+    p.add_argument("--out", help="working directory (default: a new temporary one)")
+    p.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="extra Hydra override"
+    )
+    p.add_argument("--timeout", type=int, default=900, help="seconds per job (default 900)")
+    p.set_defaults(func=cmd_rehearse)
 
     p = v_sub.add_parser("overrides", help="print verl's Hydra overrides for one run")
     _run_args(p)

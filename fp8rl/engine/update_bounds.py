@@ -16,6 +16,7 @@ from fp8rl.engine.phase_timer import PhaseTimer
 from fp8rl.engine.shadow import ShadowPass
 from fp8rl.engine.update_batch import MiniBatch
 from fp8rl.rl import Calibrator, ClipBounds, phantom_low_neg
+from fp8rl.rl.calibration import step_targets
 
 RunTargets = dict[int, tuple[float | None, float | None]]  # step -> the bf16 run's (q, q_high)
 
@@ -39,18 +40,8 @@ class UpdateBounds:
         self.updates_per_step, self.timer = updates_per_step, timer
 
     def run_target(self, step: int) -> tuple[float | None, float | None]:
-        """This step's targets from the bf16 run (`calib.reference: run`) for the updates after the first.
-
-        The bf16 run's per-step clip fraction is the mean over its N updates, and its first update clips
-        nothing (the policy has not moved: the ratio is exactly 1). This run's first update clips nothing
-        too, so its N - 1 later updates carry the whole fraction: q * N / (N - 1), at most 1."""
-        n = self.updates_per_step
-        scale = n / (n - 1) if n > 1 else 1.0
-        q, q_hi = self.run_targets.get(step, (None, None))
-        return (
-            None if q is None else min(1.0, q * scale),
-            None if q_hi is None else min(1.0, q_hi * scale),
-        )
+        """This step's targets from the bf16 run (`calib.reference: run`): `step_targets`."""
+        return step_targets(self.run_targets, step, self.updates_per_step)
 
     def for_update(
         self, step: int, mb: MiniBatch, ratio: torch.Tensor

@@ -39,6 +39,7 @@ The bounds satisfy L <= 1 <= U.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -275,6 +276,24 @@ def calibrated_bounds(
         ratio, advantages, m, q, q_high=q_hi, clip_low=clip_low, clip_high=clip_high,
         population=population, upper=upper, low_range=low_range,
     )  # fmt: skip
+
+
+def step_targets(
+    run_targets: Mapping[int, tuple[float | None, float | None]], step: int, updates_per_step: int
+) -> tuple[float | None, float | None]:
+    """A step's targets from the bf16 run (`calib.reference: run`) for the updates after the first; the
+    reference trainer's and the verl loss's (fp8rl.adapters.verl_loss).
+
+    The bf16 run's per-step clip fraction is the mean over its N updates, and its first update clips
+    nothing (the policy has not moved: the ratio is exactly 1). This run's first update clips nothing
+    too, so its N - 1 later updates carry the whole fraction: q * N / (N - 1), at most 1."""
+    n = updates_per_step
+    scale = n / (n - 1) if n > 1 else 1.0
+    q, q_hi = run_targets.get(step, (None, None))
+    return (
+        None if q is None else min(1.0, q * scale),
+        None if q_hi is None else min(1.0, q_hi * scale),
+    )
 
 
 class Calibrator:

@@ -11,7 +11,6 @@ from fp8rl.rundir import (
     RunDir,
     build_summary,
     reference_targets_by_step,
-    reference_targets_mean,
     runs_dir,
     throughput_record,
 )
@@ -140,19 +139,6 @@ def test_reference_targets_by_step_read_the_bf16_clip_fractions(tmp_path):
     bad = _metrics(tmp_path / "bad", [{"step": 1, "reward/mean": 0.5}])
     with pytest.raises(ValueError, match=r"bad/metrics.jsonl: no step records 'clip/low_all'"):
         reference_targets_by_step(bad, "all")
-
-
-def test_reference_targets_mean_average_over_steps(tmp_path):
-    ref = _metrics(tmp_path / "bf16", BF16_ROWS)
-    assert reference_targets_mean(ref, "all") == pytest.approx((0.2, None))
-    assert reference_targets_mean(ref, "neg", need_high=True) == pytest.approx((0.2, 0.05))
-    no_high = _metrics(tmp_path / "nohigh", [{"step": 1, "clip/low_neg": 0.1}])
-    with pytest.raises(ValueError, match=r"nohigh/metrics.jsonl: no 'clip/high_pos' values"):
-        reference_targets_mean(no_high, "neg", need_high=True)
-    with pytest.raises(ValueError, match=r"nohigh/metrics.jsonl: no 'clip/low_all' values"):
-        reference_targets_mean(no_high, "all")
-    with pytest.raises(ValueError, match=r"nope: no metrics.jsonl"):
-        reference_targets_mean(tmp_path / "nope", "all")
 
 
 def test_a_failed_metrics_append_leaves_no_half_line(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -15,7 +16,14 @@ from fp8rl.adapters import preflight
 from fp8rl.adapters.verl_checkpoint import CheckpointError, compat_config, export
 from fp8rl.adapters.verl_launch import DEADLINE_ENV, render_script
 from fp8rl.adapters.verl_overrides import VerlPaths, verl_overrides
-from fp8rl.adapters.verl_sizing import attempts_needed, checkpoint_bytes, esi_margin_s
+from fp8rl.adapters.verl_sizing import (
+    attempts_needed,
+    checkpoint_bytes,
+    esi_margin_s,
+    ray_cpus_needed,
+    save_every,
+    steps_per_job,
+)
 from fp8rl.config.runs import RunSpec
 from fp8rl.config_loader import ConfigError, load_config
 from fp8rl.validation import CONFIG_CHECKS
@@ -52,9 +60,11 @@ def test_the_job_chain_reaches_500_steps(paper):
         model = paper.model(name)
         need = attempts_needed(paper, model)
         assert need is not None and need <= retries + 1
-        # each job trains more steps than it loses to start-up and its final checkpoint
-        assert runtime > 20 + esi_margin_s(model) / 60 + 2 * model.step_minutes
-    with pytest.raises(ConfigError, match=r"resources\.train\.retries: 12 allow 13 jobs"):
+        # verl's v1 trainer saves on save_freq only: every step here (a 32B save takes ~7.5 of its 90 min)
+        every = save_every(paper, model)
+        assert every == 1 and steps_per_job(paper, model, every) == {"qwen2.5-32b": 7}.get(name, 11)
+        assert runtime > 20 + 2 * model.step_minutes
+    with pytest.raises(ConfigError, match=r"resources\.train\.retries: 12 allow 13 jobs, .* needs 72 "):
         load_config(PAPER, ["resources.train.retries=12"], checks=CONFIG_CHECKS)
     with pytest.raises(ConfigError, match=r"resources\.train\.runtime: .*no job would reach a checkpoint"):
         load_config(PAPER, ["resources.train.runtime=90"], checks=CONFIG_CHECKS)
@@ -90,7 +100,7 @@ echo 3 > {tmp_path}/verl_checkpoints/latest_checkpointed_iteration.txt ;; esac
     assert res.returncode == 0, res.stderr
     calls = (tmp_path / "calls").read_text().splitlines()
     assert calls[0].startswith("-m fp8rl.adapters.preflight job") and "main_ppo" in calls[1]
-    assert f"{DEADLINE_ENV}=1900000000" in calls[1]
+    assert f"{DEADLINE_ENV}='1900000000'" in calls[1]  # quoted: a string to Hydra, as Ray requires
     assert (
         calls[2].startswith("-m fp8rl.adapters.verl_checkpoint export") and "global_step_3/actor" in calls[2]
     )
@@ -190,3 +200,58 @@ def test_a_transformers_5_checkpoint_reads_with_rope_base_1e6_in_transformers_4(
     (tmp_path / "config.json").write_text(json.dumps(compat_config(raw)))
     after = subprocess.run([str(TF4), "-c", read, str(tmp_path)], capture_output=True, text=True, check=True)
     assert float(after.stdout) == 1_000_000.0
+
+
+def test_the_cost_table_is_the_sizings(paper):
+    """docs/cluster.md, "How long, how big": jobs per run as verl_sizing plans them, node-hours = jobs x 12 h x nodes."""
+    table = {}
+    for line in (ROOT / "docs" / "cluster.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 9 and re.fullmatch(r"Qwen[\d.]+-\d+B", cells[0]):
+            table[cells[0].lower()] = cells
+    assert set(table) == set(paper.matrix.models)
+    for name, cells in table.items():
+        model = paper.model(name)
+        jobs = attempts_needed(paper, model)
+        assert int(cells[4]) == jobs, name
+        node_hours = jobs * paper.resources_for("train").runtime / 60 * model.nodes
+        assert abs(int(cells[5].lstrip("~").replace(",", "")) - node_hours) / node_hours < 0.01, name
+
+
+def test_the_one_node_smokes_evals_run_where_lm_eval_and_vllm_are():
+    """config/verl_smoke.yaml runs each rule in the paper tier's image: its evals in the eval image, which
+    holds lm-eval and the vLLM of the train image's rollout (the train image has no lm-eval), so the smoke
+    proves that vLLM loads each run's exported checkpoint; scripts/gpu_checks.sh fails it unless every
+    lm-eval result scored."""
+    from fp8rl.containers import run_prefix
+
+    smoke = load_config(ROOT / "config" / "verl_smoke.yaml", checks=CONFIG_CHECKS)
+    assert smoke.containers == load_config(PAPER).containers
+    assert "apptainer exec --nv" in run_prefix(smoke, "eval") and "containers/eval.sif" in run_prefix(
+        smoke, "eval"
+    )
+    assert run_prefix(smoke, "train") == ""  # the job script enters the train image itself
+
+    def pins(image: str) -> dict[str, str]:
+        lock = (ROOT / "containers" / image / "requirements.lock").read_text()
+        return dict(re.findall(r"^([a-z0-9_.-]+)==([^\s\\]+)", lock, flags=re.M))
+
+    train, evals = pins("train"), pins("eval")
+    assert "lm-eval" not in train and "lm-eval" in evals
+    assert evals["vllm"] == train["vllm"] == preflight.VLLM_PIN
+    assert "lm_eval.json" in (ROOT / "scripts" / "gpu_checks.sh").read_text()
+
+
+def test_a_job_has_the_cpus_verl_reserves_before_its_first_step():
+    """verl's task runner and TransferQueue take 10 Ray CPUs, its worker pool 3 per GPU: the one-node smoke
+    with 8 CPUs waited in TransferQueue's start until its limit (its rehearsal timed out), with 16 it
+    reaches the GPU point; `fp8rl config validate` refuses fewer."""
+    assert (
+        ray_cpus_needed(load_config(PAPER).model("qwen2.5-32b"))
+        == 34
+        <= load_config(PAPER).resources_for("train").threads
+    )
+    smoke = ROOT / "config" / "verl_smoke.yaml"
+    assert load_config(smoke, checks=CONFIG_CHECKS).resources_for("train").threads >= 13
+    with pytest.raises(ConfigError, match=r"resources\.train\.threads: 8 CPUs per job, but verl reserves 13"):
+        load_config(smoke, ["resources.train.threads=8"], checks=CONFIG_CHECKS)

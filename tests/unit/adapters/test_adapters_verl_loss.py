@@ -60,6 +60,8 @@ def registry(verl_site, monkeypatch, tmp_path):
         monkeypatch.setenv(vl.SPEC_ENV, str(spec))
         vl.reset()
 
+    # where verl's actor would be: a later update of step 3 (fp8rl.adapters.verl_update keeps it)
+    monkeypatch.setattr(vl.verl_update, "POSITION", vl.verl_update.UpdatePosition(step=3, update=2))
     yield core_algos, set_spec
     vl.reset()
 
@@ -127,7 +129,7 @@ def test_calibrated_clip_through_registry_equals_fp8rl(registry):
     set_spec({
         "clip_c": 10.0,
         "calib": {"reference": f"static:{q}", "population": "all", "upper": "proportional",
-                  "low_range": [0.5, 1.0], "momentum": 0.0, "target_q": None, "target_q_high": None},
+                  "low_range": [0.5, 1.0], "momentum": 0.0, "targets": None, "updates_per_step": 4},
     })  # fmt: skip
     cfg = _actor_config(clip_low=0.2, clip_high=0.28, clip_c=10.0)
     fn = core_algos.get_policy_loss_fn("calibrated_clip")
@@ -172,3 +174,113 @@ def test_calibrated_clip_without_spec_is_a_clear_error(registry, monkeypatch):
         core_algos.get_policy_loss_fn("calibrated_clip")(
             old, new, adv, mask, "token-mean", _actor_config(), w
         )
+
+
+@pytest.mark.parametrize("loss", ["fp8rl_clip", "calibrated_clip"])
+def test_a_non_finite_input_is_recorded_as_the_runs_divergence(registry, loss, tmp_path):
+    """verl's own computations pass a NaN on; fp8rl's loss stops verl and leaves the record the run's
+    import reads (fp8rl.adapters.verl_run.finish_run: `diverged`, not `failed`)."""
+    import fp8rl.adapters.verl_loss as vl
+
+    core_algos, set_spec = registry
+    set_spec(
+        {"clip_c": 3.0, "calib": {"reference": "static:0.05", "population": "neg", "upper": "proportional"}}
+    )
+    old, new, adv, mask, w = _batch()
+    adv = adv.clone()
+    adv[0, 0] = float("nan")  # a valid token (mask[0, :4] is 1)
+    cfg = _actor_config()
+    with pytest.raises(vl.NonFiniteLoss, match=r"advantages \(1 tokens\)"):
+        core_algos.get_policy_loss_fn(loss)(
+            old_log_prob=old, log_prob=new, advantages=adv, response_mask=mask.bool(),
+            loss_agg_mode="token-mean", config=cfg, rollout_is_weights=w,
+        )  # fmt: skip
+    record = json.loads((tmp_path / vl.DIVERGENCE_FILE).read_text())
+    assert record["kind"] == "non_finite" and "advantages" in record["what"]
+    adv[0, 0] = 0.0
+    adv[0, 11] = float("nan")  # padding: not a divergence
+    core_algos.get_policy_loss_fn(loss)(
+        old_log_prob=old, log_prob=new, advantages=adv, response_mask=mask.bool(), loss_agg_mode="token-mean",
+        config=cfg, rollout_is_weights=w,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("upper", "first"), [("proportional", False), ("proportional", True), ("quantile", False)]
+)
+def test_calibrated_clip_sets_the_reference_trainers_bounds_for_each_update(registry, upper, first):
+    """`calib.reference: run`: the verl loss, through verl's registry, clips each update with the bounds
+    the reference trainer's UpdateBounds gives the same ratios, targets, step and update: the bf16 run's
+    targets of that step with the first-update correction, nothing clipped below in the first update."""
+    from types import SimpleNamespace
+
+    import fp8rl.adapters.verl_loss as vl
+    from fp8rl.config import CalibConfig
+    from fp8rl.engine.phase_timer import PhaseTimer
+    from fp8rl.engine.update_bounds import UpdateBounds
+    from fp8rl.rl import Calibrator, ClipBounds
+
+    core_algos, set_spec = registry
+    old, new, adv, mask, w = _batch(seed=2, b=16, t=16, noise=0.3)
+    targets = {2: (0.01, 0.02), 3: (0.03, 0.04), 4: (0.05, None)}
+    options = {
+        "reference": "run",
+        "population": "neg",
+        "upper": upper,
+        "low_range": [0.5, 1.0],
+        "momentum": 0.0,
+    }
+    set_spec({"clip_c": 10.0, "calib": {**options, "targets": {str(k): list(v) for k, v in targets.items()},
+                                        "updates_per_step": 4}})  # fmt: skip
+    vl.verl_update.POSITION.update = 1 if first else 2
+    _, metrics = core_algos.get_policy_loss_fn("calibrated_clip")(
+        old, new, adv, mask.bool(), "token-mean", _actor_config(clip_low=0.2, clip_high=0.28, clip_c=10.0), w
+    )
+    reference = UpdateBounds(
+        ClipBounds.fixed(0.2, 0.28), calibrator=Calibrator.from_config(CalibConfig.model_validate(options),
+                                                                       clip_low=0.2, clip_high=0.28),
+        shadow=None, reference="run", run_targets=targets, updates_per_step=4, timer=PhaseTimer(),
+    )  # fmt: skip
+    mb = SimpleNamespace(advantages=adv, mask=mask.bool(), first_update=first)
+    (low, high), want = reference.for_update(3, mb, torch.exp(new.detach() - old))
+    assert metrics["calib/low"] == pytest.approx(float(low)) and metrics["calib/high"] == pytest.approx(
+        float(high)
+    )
+    assert metrics["calib/target_q"] == pytest.approx(want["calib/target_q"])
+    assert want["calib/target_q"] == (0.0 if first else pytest.approx(0.03 * 4 / 3))  # step 3's, corrected
+    if first:  # the policy has not moved: no negative-advantage token clipped below
+        ratio = torch.exp(new.detach() - old)
+        assert not bool(((ratio < low) & (adv < 0) & mask.bool()).any())
+
+
+def test_the_update_position_follows_verls_actor_worker(verl_site):
+    """verl's TrainingWorker has the methods fp8rl.adapters.verl_update wraps; a resumed worker counts
+    steps from its save, and mini-batch updates within a step from 1."""
+    import inspect
+
+    from verl.workers.engine_workers import TrainingWorker
+
+    import fp8rl.adapters.verl_loss  # noqa: F401  (installs the wrapper, as verl's plugin import does)
+    from fp8rl.adapters import verl_update
+
+    assert getattr(TrainingWorker, "_fp8rl_update_position", False)
+    assert list(inspect.signature(TrainingWorker.load_checkpoint.__wrapped__).parameters)[:2] == [
+        "self",
+        "local_path",
+    ]
+
+    class Worker:  # verl's call pattern: train_mini_batch calls train_batch once per mini-batch
+        def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=False):
+            pass
+
+        def train_mini_batch(self, data):
+            return [self.train_batch(mb) for mb in range(data)]
+
+        def train_batch(self, data):
+            return (verl_update.POSITION.step, verl_update.POSITION.update)
+
+    verl_update.wrap(Worker)
+    w = Worker()
+    w.load_checkpoint("/run/verl_checkpoints/global_step_40/actor")
+    assert w.train_mini_batch(3) == [(41, 1), (41, 2), (41, 3)]
+    assert w.train_mini_batch(2) == [(42, 1), (42, 2)]

@@ -5,7 +5,6 @@ throughput schemas), and a fake job script standing in for Ray + verl."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
@@ -37,14 +36,15 @@ def _reference(tmp_path: Path, rows: list[dict]) -> Path:
     return ref
 
 
-def test_calib_targets_are_the_bf16_runs_mean_clip_fractions(tmp_path):
+def test_calib_targets_are_the_bf16_runs_clip_fractions_of_each_step(tmp_path):
+    """As the reference trainer reads them (fp8rl.rundir.reference_targets_by_step), not their mean."""
     ref = _reference(tmp_path, [{"step": 1, "clip/low_neg": 0.02, "clip/high_pos": 0.01},
                                 {"step": 2, "clip/low_neg": 0.04}])  # fmt: skip
     cfg = load_config(PAPER, ["calib.reference=run", "calib.population=neg"])
-    assert calib_targets(cfg, CALIB, ref) == pytest.approx((0.03, None))
-    cfg_q = load_config(PAPER, ["calib.reference=run", "calib.population=neg", "calib.upper=quantile"])
-    assert calib_targets(cfg_q, CALIB, ref) == pytest.approx((0.03, 0.01))
-    assert calib_targets(cfg, TIS, None) == (None, None)  # not a calib cell: the loss needs no target
+    assert calib_targets(cfg, CALIB, ref) == {1: (0.02, 0.01), 2: (0.04, None)}
+    assert calib_targets(cfg, TIS, None) is None  # not a calib cell: the loss needs no target
+    smooth = load_config(PAPER, ["calib.reference=run", "calib.population=neg", "calib.run_window=3"])
+    assert calib_targets(smooth, CALIB, ref)[1][0] == pytest.approx(0.03)  # steps 1-2's mean, as fp8rl train
     with pytest.raises(AdapterError, match="--reference"):
         calib_targets(cfg, CALIB, None)
     with pytest.raises(AdapterError, match=r"--reference .*nope: no metrics.jsonl"):
@@ -102,7 +102,7 @@ def _attempt(out: Path, n: int, rows: list[dict], tail: str = "") -> None:
 def test_a_resumed_run_keeps_every_attempts_metrics(tmp_path):
     """Attempt 1 logs steps 1-5 and is killed mid-write (checkpoint at step 4); attempt 2 resumes at
     step 5 and ends at 8. The metrics hold steps 1-8 once (step 5 from attempt 2), the stability check
-    sees attempt 1's baseline and attempt 2's spike, and a calib run's targets average all steps."""
+    sees attempt 1's baseline and attempt 2's spike, and a calib run's targets cover all steps."""
     cfg = load_config(
         PAPER, ["schedule.steps=8", "stability.baseline_steps=3", "stability.entropy_spike_m=2"]
     )
@@ -119,7 +119,7 @@ def test_a_resumed_run_keeps_every_attempts_metrics(tmp_path):
     assert [r["clip/low_neg"] for r in rows] == [0.01] * 4 + [0.03] * 4  # step 5: the later attempt
     assert (summary["status"], summary["step"]) == ("diverged", 8)  # baseline from attempt 1
     calib = load_config(PAPER, ["calib.reference=run", "calib.population=neg"])
-    assert calib_targets(calib, CALIB, out) == pytest.approx((0.02, None))
+    assert calib_targets(calib, CALIB, out) == {s: (0.01 if s < 5 else 0.03, None) for s in range(1, 9)}
 
 
 def test_finish_run_without_a_log_is_failed(tmp_path):
@@ -153,7 +153,9 @@ def test_cli_train_dry_run_with_run_reference(tmp_path, capsys):
                "--data", str(_data(tmp_path)), "--out", str(out), "--reference", str(ref), "--dry-run"])  # fmt: skip
     assert rc == 0
     spec = json.loads((out / "verl_loss.json").read_text())
-    assert math.isclose(spec["calib"]["target_q"], 0.03)  # population neg: the mean clip/low_neg
+    # population neg: each step's clip/low_neg; 16 mini-batches x 1 epoch per step
+    assert spec["calib"]["targets"] == {"1": [0.02, None], "2": [0.04, None]}
+    assert spec["calib"]["updates_per_step"] == 16
     ov = json.loads((out / "verl_overrides.json").read_text())["overrides"]
     assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-32B" in ov
     assert (out / "verl_data" / "train.parquet").is_file() and "WANT_NODES=4" in capsys.readouterr().out
@@ -245,7 +247,7 @@ def test_cli_train_runs_the_job_script_and_imports(tmp_path, monkeypatch, steps,
     assert [r["step"] for r in rows] == list(range(1, steps + 1)) and rows[0]["time/rollout_s"] == 2.0
     tp = json.loads((out / "throughput.json").read_text())
     assert tp["fp8_backend"] == "transformer_engine" and tp["phases"]["rollout"]["seconds"] == 2.0 * steps
-    assert (out / "checkpoint" / "config.json").is_file() == (rc == 0)
+    assert (out / "checkpoint" / "config.json").is_file()  # the last save, whatever verl's exit code
     calls = (tmp_path / "apptainer.log").read_text().splitlines() if mode == "build" else []
     assert len(calls) == (3 if mode == "build" else 0)  # preflight, trainer and export ran in the train image
     for call in calls:  # ... offline, from the shared hub cache
@@ -272,3 +274,73 @@ def test_cli_train_refuses_a_run_directory_another_process_holds(tmp_path, capsy
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("actor/entropy", float("nan")), ("critic/score/mean", float("inf")), ("actor/grad_norm", float("nan"))],
+)
+def test_a_nan_verl_logged_is_the_runs_divergence(tmp_path, name, value):
+    """verl trains through a NaN: the run is `diverged` at that step (not `failed` and resubmitted, nor
+    `ok`), and metrics.jsonl stays strict JSON without it."""
+    cfg = load_config(PAPER, ["schedule.steps=3"])
+    out = tmp_path / "run"
+    rows = [{"step": s, "data": {"actor/entropy": 0.8, "critic/score/mean": 0.5, "actor/grad_norm": 1.0}}
+            for s in (1, 2, 3)]  # fmt: skip
+    rows[1]["data"][name] = value
+    _attempt(out, 1, rows)
+    summary = finish_run(cfg, TIS, out, exit_code=0)
+    assert summary["status"] == "diverged", summary
+    assert summary["divergence"]["kind"] == "non_finite" and summary["divergence"]["step"] == 2
+    assert (
+        "NaN" not in (out / "metrics.jsonl").read_text()
+        and "Infinity" not in (out / "metrics.jsonl").read_text()
+    )
+
+
+def test_a_divergence_the_loss_recorded_keeps_a_checkpoint(tmp_path):
+    """fp8rl's loss stopped verl on a NaN at step 3 (verl exits 1): `diverged` at step 3, exit 0 for
+    Snakemake (no resubmission), and, with no save yet, the base model stands as its checkpoint."""
+    cfg = load_config(PAPER, ["schedule.steps=8"])
+    out = tmp_path / "run"
+    _attempt(out, 1, [{"step": s, "data": {"actor/entropy": 0.8}} for s in (1, 2)])
+    (out / "verl_divergence.json").write_text('{"kind": "non_finite", "what": "non-finite log_prob"}')
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    (base / "model.safetensors").write_bytes(b"w")
+    summary = finish_run(cfg, TIS, out, exit_code=1, base_model=str(base))
+    assert summary["status"] == "diverged" and summary["divergence"]["step"] == 3
+    assert "log_prob" in summary["reason"]
+    ckpt = RunDir(out).checkpoint
+    assert (ckpt / "model.safetensors").read_bytes() == b"w" and (ckpt / "config.json").is_file()
+
+
+def test_the_job_script_exports_the_last_save_when_verl_stops_early(tmp_path):
+    """verl exits 1 after its save of step 2 (the loss stopped it): the script exports that save, keeps
+    the resumable checkpoints, and exits with verl's code."""
+    import os
+    import subprocess
+
+    from fp8rl.adapters.verl_launch import render_script
+
+    script = tmp_path / "verl_launch.sh"
+    script.write_text(render_script(run_id="r", overrides=["a=1"], out=str(tmp_path), nodes=1,
+                                    gpus_per_node=8, runtime_min=60, steps=8))  # fmt: skip
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f"""#!/bin/sh
+echo "$@" >> {tmp_path}/calls
+case "$*" in *main_ppo*) mkdir -p {tmp_path}/verl_checkpoints/global_step_2 && \\
+echo 2 > {tmp_path}/verl_checkpoints/latest_checkpointed_iteration.txt; exit 1 ;; esac
+""")
+    (bin_dir / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    res = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert res.returncode == 1
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert (
+        calls[-1].startswith("-m fp8rl.adapters.verl_checkpoint export")
+        and "global_step_2/actor" in calls[-1]
+    )
+    assert (tmp_path / "verl_checkpoints" / "global_step_2").is_dir()

@@ -108,8 +108,9 @@ def test_grpo_bf16_vs_dapo_fp8_overrides(paper):
 
 def test_loss_spec_and_deviations(paper):
     spec = RunSpec("dapo", "qwen3-8b", "fp8_calib", "blockwise", 2)
-    ls = loss_spec(paper, spec, target_q=0.03)
-    assert ls["clip_c"] == 10.0 and ls["calib"]["reference"] == "run" and ls["calib"]["target_q"] == 0.03
+    ls = loss_spec(paper, spec, targets={2: (0.03, None), 1: (0.02, 0.01)})
+    assert ls["clip_c"] == 10.0 and ls["calib"]["reference"] == "run"
+    assert ls["calib"]["targets"] == {"1": [0.02, 0.01], "2": [0.03, None]}
     assert loss_spec(paper, RunSpec("grpo", "qwen3-8b", "bf16", "none", 0)) == {
         "run_id": "grpo/qwen3-8b/bf16/none/seed0", "clip_c": None, "calib": None,
     }  # fmt: skip
@@ -211,14 +212,14 @@ def test_each_attempt_of_the_job_script_logs_to_its_own_file(tmp_path):
     """verl's file logger truncates its file: a resubmitted job must not overwrite the last attempt's."""
     text = render_script(run_id="grpo/m/bf16/none/seed0", overrides=[], out=str(tmp_path), nodes=1,
                          gpus_per_node=8, python="echo")  # fmt: skip
-    text = text.split("STEP=")[0]  # up to verl's (here echoed) command, without the model merger
+    text = text.split("VERL_RC=$?")[0]  # up to verl's (here echoed) command, without the model merger
     script = tmp_path / "s.sh"
     script.write_text(text + 'echo "$VERL_FILE_LOGGER_PATH"\n')
     logs = []
     for _ in range(2):
         out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True).stdout
         path = Path(out.strip().splitlines()[-1])
-        assert f"VERL_FILE_LOGGER_PATH={path}" in out  # handed to verl's Ray workers as well
+        assert f"VERL_FILE_LOGGER_PATH='{path}'" in out  # handed to verl's Ray workers as well
         path.write_text("{}\n")  # what verl would log
         logs.append(path.name)
     assert logs == ["attempt-001.jsonl", "attempt-002.jsonl"]
@@ -250,8 +251,9 @@ def test_config_trackers_join_verls_own_logger(paper):
     paper.tracking.wandb.enabled = paper.tracking.mlflow.enabled = True
     ov = _ov(verl_overrides(paper, spec, PATHS))
     assert ov["trainer.logger"] == "[console,file,wandb,mlflow]"
-    assert ov[f"{env}.WANDB_MODE"] == "offline" and ov[f"{env}.WANDB_DIR"] == "'/out dir'"
-    assert ov[f"{env}.MLFLOW_TRACKING_URI"].startswith("file:///") and ov[
-        f"{env}.MLFLOW_TRACKING_URI"
-    ].endswith("/paper/mlruns")
+    assert ov[f"{env}.WANDB_MODE"] == "'offline'" and ov[f"{env}.WANDB_DIR"] == "'/out dir'"
+    uri = ov[f"{env}.MLFLOW_TRACKING_URI"]
+    assert uri.startswith("'file:///") and uri.endswith("/paper/mlruns'")
+    # Ray's runtime_env takes strings only: every value quoted, so Hydra never reads a bool or an int
+    assert ov[f"{env}.MLFLOW_ALLOW_FILE_STORE"] == "'true'"
     assert f"{env}.TENSORBOARD_DIR" not in ov

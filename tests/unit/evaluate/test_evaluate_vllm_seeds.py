@@ -95,3 +95,94 @@ def test_the_subclass_seeds_each_request_through_lm_evals_own_generate_path(seed
     lm.model.calls.clear()
     lm._model_generate([[1, 2]], generate=False)
     assert lm.model.calls[0][1][0].seed is None and lm.model.calls[0][1][0].temperature == 0
+
+
+# ------------------------------------------------- the eval job's arguments through lm-eval's own vllm model
+
+# vLLM 0.24's engine arguments (vllm.engine.arg_utils.EngineArgs fields) that lm-eval's model hands on
+ENGINE_ARGS = {"model", "revision", "dtype", "tokenizer", "tokenizer_mode", "tokenizer_revision",
+               "trust_remote_code", "tensor_parallel_size", "max_model_len", "max_num_seqs", "quantization",
+               "seed", "enable_lora", "max_lora_rank", "gpu_memory_utilization"}  # fmt: skip
+
+
+class ReachedEngine(Exception):
+    """Where vLLM would build its engine on a GPU: the stand-in stops there with the engine arguments."""
+
+    def __init__(self, kwargs):
+        super().__init__(sorted(kwargs))
+        self.kwargs = kwargs
+
+
+@pytest.fixture
+def lm_eval_vllm(monkeypatch):
+    """fp8rl-vllm as lm-eval builds it, against a stand-in vLLM of the eval image's version (0.24.0)
+    whose engine (one replica: `LLM`; replicas: `EngineArgs`) stops with the arguments it got."""
+    from transformers import AutoTokenizer
+
+    class StopLLM:
+        def __init__(self, **kwargs):
+            raise ReachedEngine(kwargs)
+
+    class StopEngineArgs:
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+
+        def create_model_config(self):
+            raise ReachedEngine(self.kwargs)
+
+    names = ("vllm", "vllm.lora", "vllm.lora.request", "vllm.tokenizers", "vllm.renderers", "vllm.renderers.hf",
+             "vllm.engine", "vllm.engine.arg_utils")  # fmt: skip
+    fake = {name: types.ModuleType(name) for name in names}
+    fake["vllm"].LLM, fake["vllm"].SamplingParams = StopLLM, FakeSamplingParams
+    fake["vllm"].TokensPrompt = lambda prompt_token_ids: tuple(prompt_token_ids)
+    fake["vllm.lora.request"].LoRARequest = object
+    fake["vllm.tokenizers"].get_tokenizer = lambda name, **kw: AutoTokenizer.from_pretrained(name)
+    fake["vllm.renderers.hf"].resolve_chat_template = lambda **kw: None
+    fake["vllm.engine.arg_utils"].EngineArgs = StopEngineArgs
+    for name, module in fake.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda n: "0.24.0" if n == "vllm" else real_version(n))
+    monkeypatch.delitem(sys.modules, "lm_eval.models.vllm_causallms", raising=False)
+    import lm_eval.api.registry
+
+    monkeypatch.setattr(lm_eval.api.registry, "register_model", lambda *names: lambda cls: cls)
+    monkeypatch.setattr(vllm_seeded, "_REGISTERED", {})
+    name = vllm_seeded.register()
+    from lm_eval.models import vllm_causallms
+
+    # the eval image has vllm and ray (lm-eval's replicas are Ray actors); here their stand-ins
+    monkeypatch.setattr(vllm_causallms, "find_spec", lambda n: n in ("vllm", "ray") or None)
+    yield vllm_seeded._REGISTERED[name]
+    sys.modules.pop("lm_eval.models.vllm_causallms", None)
+
+
+@pytest.mark.parametrize(
+    ("config", "model", "replicas"),
+    [("paper", "qwen3-8b", 8), ("paper", "qwen2.5-32b", 4), ("verl_smoke", "qwen3-0.6b", 1)],
+)
+def test_lm_evals_vllm_model_takes_the_eval_jobs_arguments(lm_eval_vllm, tmp_path, config, model, replicas):
+    """`fp8rl eval lm-eval`'s model arguments through lm-eval 0.4.13's own model construction (as
+    simple_evaluate calls it) up to vLLM's engine: lm-eval accepts them, and the engine gets the eval
+    protocol's (checkpoint, parallelism, context, memory) as vLLM 0.24 engine arguments."""
+    import json
+    from pathlib import Path
+
+    from fp8rl.adapters.verl_rehearse import stand_in_model
+    from fp8rl.config_loader import load_config
+    from fp8rl.evaluate.protocol import vllm_model_args
+    from fp8rl.rundir import RunDir
+
+    cfg = load_config(Path(__file__).resolve().parents[3] / "config" / f"{config}.yaml")
+    run = RunDir(tmp_path / "run")
+    stand_in_model(run.checkpoint, "qwen2" if "2.5" in model else "qwen3")
+    run.summary.write_text(json.dumps({"run_id": f"grpo/{model}/bf16/none/seed0"}))
+    args = vllm_model_args(cfg, run.checkpoint)
+    assert args["data_parallel_size"] == replicas
+    with pytest.raises(ReachedEngine) as reached:
+        lm_eval_vllm.create_from_arg_obj(args, {"batch_size": "auto", "max_batch_size": None, "device": None})
+    engine = reached.value.kwargs
+    assert set(engine) <= ENGINE_ARGS, set(engine) - ENGINE_ARGS
+    assert engine["model"] == str(run.checkpoint) and engine["dtype"] == "auto"
+    for key in ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization"):
+        assert engine[key] == args[key], key

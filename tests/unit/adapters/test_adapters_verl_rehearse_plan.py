@@ -1,0 +1,63 @@
+"""What the rehearsal runs and skips, without verl: the job types it picks, the preflight's rehearsal mode,
+the command's usage errors and the GPU boundary's hook (fp8rl.adapters.verl_rehearse, rehearsal_hook).
+The rehearsal itself runs in the verl environment (test_adapters_verl_rehearse.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from fp8rl.adapters import preflight
+from fp8rl.adapters.verl_overrides import VerlPaths, verl_overrides
+from fp8rl.adapters.verl_rehearse import job_types
+from fp8rl.cli import main
+from fp8rl.config_loader import load_config
+
+ROOT = Path(__file__).resolve().parents[3]
+PATHS = VerlPaths("/b", "/t.parquet", "/v.parquet", "/r")
+
+
+def test_job_types_cover_every_cell_kind_and_every_model():
+    cfg = load_config(ROOT / "config" / "paper.yaml")
+    picked = job_types(cfg)
+    kind = lambda s: (s.algo, s.variant, s.granularity)  # noqa: E731
+    keys = lambda spec: tuple(o.split("=", 1)[0] for o in verl_overrides(cfg, spec, PATHS))  # noqa: E731
+    assert {kind(s) for s in picked} == {kind(s) for s in cfg.runs()}
+    assert {keys(s) for s in picked} == {keys(s) for s in cfg.runs()}
+    assert {s.model for s in picked} == set(cfg.matrix.models)
+    assert (
+        len(picked) == 20
+    )  # of 162: 2 algorithms x (bf16 + 4 FP8 variants x 2 granularities), 2 models more
+
+
+def test_the_preflight_skips_only_the_gpu_nodes_checks_in_a_rehearsal(tmp_path):
+    block = ["+actor_rollout_ref.actor.megatron.override_transformer_config.fp8_recipe=blockwise",
+             "actor_rollout_ref.rollout.quantization=fp8"]  # fmt: skip
+    cpu = {
+        "cuda": None,
+        "capability": None,
+        "vllm": None,
+        "flash_attn": False,
+        "environ": {},
+        "modules": None,
+    }
+    assert len(preflight.problems(block, cpu)) == 3  # CUDA build, vLLM, flash-attn (verl's default)
+    rehearsal = {k: v for k, v in cpu.items() if k not in preflight.NODE_KEYS}
+    assert preflight.problems(block, rehearsal) == []
+    clash = {**rehearsal, "environ": {"NVTE_FLASH_ATTN": "0"}}  # not the node's: still checked
+    assert any("NVTE_FLASH_ATTN=0" in p for p in preflight.problems(block, clash))
+
+
+def test_rehearse_refuses_an_unknown_run(capsys):
+    assert main(["verl", "rehearse", "--config", str(ROOT / "config/paper.yaml"), "--run", "x/y"]) == 2
+    assert "run id" in capsys.readouterr().err
+
+
+def test_the_hook_is_inert_unless_rehearsing():
+    """Copied as sitecustomize into every process of a rehearsed job; anywhere else it does nothing."""
+    code = "import sys, fp8rl.adapters.rehearsal_hook as h; print(any(isinstance(f, h.BoundaryFinder) for f in sys.meta_path))"
+    for value, want in (("", "False"), ("1", "True")):
+        out = subprocess.run([sys.executable, "-c", code], env={"FP8RL_REHEARSAL": value, "PATH": ""},
+                             capture_output=True, text=True, cwd=ROOT, check=True).stdout  # fmt: skip
+        assert out.strip() == want
