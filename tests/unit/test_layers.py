@@ -20,7 +20,8 @@ ALLOWED: dict[str, set[str]] = {
     "vocabulary": set(),
     "io": set(),
     "quiet": set(),
-    "numerics": {"vocabulary"},
+    "numerics": {"vocabulary", "pinned_blas"},  # pinned_blas: reproducible mode's GEMM route
+    "pinned_blas": set(),
     "provenance": {"numerics"},
     "config": {"vocabulary", "rl"},  # rl.bounds: a resolved run's fixed clip interval
     "config_loader": {"config"},
