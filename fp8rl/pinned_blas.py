@@ -98,14 +98,6 @@ def _addmm(base, a, b, *, beta=1, alpha=1):
     return _scaled(_product(a, b, a.dtype), base, beta, alpha).to(a.dtype)
 
 
-def _bmm(a, b):
-    return _product(a, b, a.dtype)
-
-
-def _baddbmm(base, a, b, *, beta=1, alpha=1):
-    return _scaled(_product(a, b, a.dtype), base, beta, alpha).to(a.dtype)
-
-
 def _into(fn):
     def out_form(*args, out, **kwargs):
         result = fn(*args, **kwargs)
@@ -120,10 +112,10 @@ IMPLS = {
     "mm.out": _into(_mm),
     "addmm": _addmm,
     "addmm.out": _into(_addmm),
-    "bmm": _bmm,
-    "bmm.out": _into(_bmm),
-    "baddbmm": _baddbmm,
-    "baddbmm.out": _into(_baddbmm),
+    "bmm": _mm,  # numpy.matmul batches over the leading dimension
+    "bmm.out": _into(_mm),
+    "baddbmm": _addmm,
+    "baddbmm.out": _into(_addmm),
 }
 
 
