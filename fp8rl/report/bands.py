@@ -5,8 +5,9 @@ Each metric that the published `tables/comparison.csv` gives with a 95 % interva
 its per-seed means: fp8rl.report.stats) has a band: that interval, widened about the published mean by
 `widen` (1: the interval itself), plus `atol` for the table's rounding. The fresh mean must lie in it; a
 published cell missing from the fresh table fails too. The published folder is checked against its
-`report.json` first (a table edited since it was published is refused: ValueError), and so is the fresh
-one when it has a `report.json`.
+`report.json` first (a table edited since it was published is refused: ValueError), and so are the
+report files of the fresh tier folder when it has a `report.json` (its runs, bases and logs beside them
+are not part of the report).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def _read(root: str, *, publication: bool) -> tuple[list[str], dict[tuple, dict[
     from fp8rl.report.publish import verify_publication
 
     if publication or (Path(root) / "report.json").exists():
-        verify_publication(root)
+        verify_publication(root, publication=publication)
     path = Path(root) / TABLE
     if not path.is_file():
         raise ValueError(f"{path}: no comparison table (a tier's report directory holds {TABLE})")

@@ -121,12 +121,14 @@ def verify_outputs(paths: ReportPaths, manifest: dict, root: Path | None = None)
 UNHASHED = ("report.json", "provenance.json")
 
 
-def verify_publication(root: str | Path) -> dict:
+def verify_publication(root: str | Path, *, publication: bool = True) -> dict:
     """A publication's (or a report folder's) `report.json` manifest, after checking that every file it
-    hashes has that sha256 and that no other file sits beside them (`UNHASHED` apart). PublishError
-    naming the first file that was edited, removed or added since the report was built: whatever reads
-    a publication (`fp8rl quotes`, `fp8rl check`) calls this first, so a tampered table is refused, not
-    quoted or used as a band."""
+    hashes has that sha256 and, for a publication, that no other file sits beside them (`UNHASHED`
+    apart). A fresh tier folder (`publication=False`) holds its runs, bases, logs and configs beside the
+    report's files, so only the hashed files are checked there. PublishError naming the first file that
+    was edited, removed or added since the report was built: whatever reads a publication (`fp8rl
+    quotes`, `fp8rl check`) calls this first, so a tampered table is refused, not quoted or used as a
+    band."""
     root = Path(root)
     manifest_path = root / "report.json"
     if not manifest_path.is_file():
@@ -149,6 +151,8 @@ def verify_publication(root: str | Path) -> dict:
             raise PublishError(f"{path}: missing, though {manifest_path.name} records it; {hint}")
         if sha256_file(path) != digest:
             raise PublishError(f"{path}: not the file {manifest_path.name} records (sha256 differs); {hint}")
+    if not publication:
+        return manifest
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
         if (path.is_file() or path.is_symlink()) and rel not in files and rel not in UNHASHED:

@@ -82,7 +82,42 @@ def test_a_published_table_edited_since_publication_is_refused(tmp_path, capsys)
         w.writerows(rows)
     assert main(["check", str(fresh), "--against", str(published)]) == 2
     assert f"{path}: not the file report.json records" in capsys.readouterr().err
-    shutil.copytree(PUBLISHED, tmp_path / "fresh2")
-    (tmp_path / "fresh2" / "tables" / "runs.md").write_text("edited\n")
-    assert main(["check", str(tmp_path / "fresh2"), "--against", str(PUBLISHED)]) == 2
+    fresh2 = _tier_folder(tmp_path / "fresh2")
+    (fresh2 / "tables" / "runs.md").write_text("edited\n")
+    assert main(["check", str(fresh2), "--against", str(PUBLISHED)]) == 2
     assert "runs.md: not the file report.json records" in capsys.readouterr().err
+
+
+def _tier_folder(dst: Path) -> Path:
+    """A fresh tier folder as the DAG leaves it: the report's files (here the published ones, with their
+    report.json) beside the runs, bases, data, logs and configs the report was built from."""
+    shutil.copytree(PUBLISHED, dst)
+    (dst / "provenance.json").unlink()  # `fp8rl publish` adds it; a fresh report has none
+    for rel in (
+        "base/tiny/config.json",
+        "base/tiny/model.safetensors",
+        "runs/grpo/tiny/bf16/none/seed0/summary.json",
+        "runs/grpo/tiny/bf16/none/seed0/eval/lm_eval.json",
+        "data/train.jsonl",
+        "logs/report/report.log",
+        "config/0123456789abcdef.yaml",
+        "digests/report/report.json.digest",
+        "benchmarks/report/report.tsv",
+    ):
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dst / rel).write_text("{}\n")
+    return dst
+
+
+def test_a_fresh_tier_folder_is_checked_on_its_report_files_only(tmp_path, capsys):
+    """The CI job checks results/ci/smoke, a tier folder whose runs, bases and logs sit beside the report:
+    those are not files of the report, so they do not fail the check (they did, in CI), while the
+    publication it is checked against may hold nothing its manifest does not record."""
+    fresh = _tier_folder(tmp_path / "fresh")
+    assert main(["check", str(fresh), "--against", str(PUBLISHED)]) == 0, capsys.readouterr().err
+    published = tmp_path / "published"
+    shutil.copytree(PUBLISHED, published)
+    (published / "base" / "tiny").mkdir(parents=True)
+    (published / "base" / "tiny" / "config.json").write_text("{}\n")
+    assert main(["check", str(fresh), "--against", str(published)]) == 2
+    assert "config.json: not one of the files report.json records" in capsys.readouterr().err
