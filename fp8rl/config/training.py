@@ -59,6 +59,21 @@ class SFTConfig(Strict):
         description="one base model per RL seed (its SFT seeded from the run's seed), so that intervals "
         "over seeds include the base model's variance; false: one base shared by every run",
     )
+    # Added after configs were published: left out of their digests at the default.
+    OMIT_AT_DEFAULT = ("stop_at_accuracy", "check_every", "check_prompts")
+    stop_at_accuracy: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="stop the SFT at the first check where the base's sampled accuracy (temperature "
+        "schedule.temperature) on `check_prompts` training prompts reaches this, so that bases of "
+        "different seeds start RL from about the same reward; `steps` stays the most it trains (and "
+        "sets the learning-rate schedule); None: always train `steps`",
+    )
+    check_every: int = Field(25, gt=0, description="SFT steps between the checks of stop_at_accuracy")
+    check_prompts: int = Field(
+        256, gt=0, description="training prompts (a fixed random subset) each check samples once"
+    )
 
 
 class StabilityConfig(Strict):

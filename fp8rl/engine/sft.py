@@ -5,7 +5,9 @@ Supervised next-token training on `prompt -> target<eos>` pairs (arithmetic answ
 benchmark, `calc(op,a,b)` calls), loss on the target tokens only, AdamW with linear warm-up and cosine
 decay, linears emulating bf16 (operands rounded to bf16, fp32 compute: docs/architecture.md#emulation-on-cpu). The step count
 and learning rate in `sft` are tuned per tier so that the base model is useful but imperfect on the RL
-task (greedy test accuracy roughly 20-60 %), leaving reward for RL to gain. Writes the model in Hugging
+task (greedy test accuracy roughly 20-60 %), leaving reward for RL to gain; with `sft.stop_at_accuracy`
+the SFT stops once the base samples right answers to that share of a fixed set of training prompts, so
+that bases of different seeds start RL from about the same reward. Writes the model in Hugging
 Face format plus `sft.json` (loss curve summary, test accuracies, seconds, provenance).
 """
 
@@ -69,6 +71,40 @@ def sft_seed(task_seed: int, run_seed: int | None) -> int:
     return task_seed if run_seed is None else task_seed + 1_000_003 * (run_seed + 1)
 
 
+class _StopRule:
+    """`sft.stop_at_accuracy`: every `check_every` steps, the model samples one answer to each of a fixed
+    random subset of `check_prompts` training prompts (the same subset for every seed's base; its own
+    generator, so the SFT's batches are those of a run without the rule); the SFT stops at the first
+    check whose accuracy reaches the target. `checks` records (step, accuracy) of every check."""
+
+    def __init__(self, cfg: ExperimentConfig, tokenizer, rows: list[dict], init_seed: int):
+        s = cfg.sft
+        self.cfg, self.tokenizer, self.checks = cfg, tokenizer, []
+        if s.stop_at_accuracy is None:
+            self.rows = []
+            return
+        pick = torch.randperm(len(rows), generator=torch.Generator().manual_seed(cfg.task.seed + 2))
+        self.rows = [rows[i] for i in pick[: s.check_prompts].tolist()]
+        self.gen = torch.Generator().manual_seed(init_seed + 3)
+
+    def reached(self, model: torch.nn.Module, step: int) -> bool:
+        s = self.cfg.sft
+        if not self.rows or step == 0 or step % s.check_every:
+            return False
+        model.eval()
+        acc = accuracy(
+            model,
+            self.tokenizer,
+            self.rows,
+            max_new_tokens=self.cfg.schedule.max_new_tokens,
+            temperature=self.cfg.schedule.temperature,
+            generator=self.gen,
+        )
+        model.train()
+        self.checks.append([step, acc])
+        return acc >= s.stop_at_accuracy
+
+
 def run_sft(
     cfg: ExperimentConfig,
     model_name: str,
@@ -91,7 +127,8 @@ def run_sft(
     init_seed = sft_seed(cfg.task.seed, seed)
     model = build_model(mcfg.arch, tokenizer, seed=init_seed)
     precision = bf16_emulation(model)
-    train = _examples(tokenizer, load_split(data_dir, "train.jsonl"))
+    train_rows = load_split(data_dir, "train.jsonl")
+    train = _examples(tokenizer, train_rows)
     tool_path = Path(data_dir) / "tool_train.jsonl"
     tool = _examples(tokenizer, load_split(data_dir, "tool_train.jsonl")) if tool_path.is_file() else []
     s = cfg.sft
@@ -99,8 +136,11 @@ def run_sft(
     gen = torch.Generator().manual_seed(init_seed)
     warmup = max(s.steps // 20, 1)
     losses: list[float] = []
+    stop = _StopRule(cfg, tokenizer, train_rows, init_seed)
     model.train()
     for step in tqdm(range(s.steps), desc=f"sft {model_name}", disable=not progress, mininterval=2.0):
+        if stop.reached(model, step):
+            break
         # One pool per batch (tool calls are longer: mixing them would pad every arithmetic batch).
         pool = tool if tool and float(torch.rand((), generator=gen)) < TOOL_FRACTION else train
         idx = torch.randint(len(pool), (s.batch_size,), generator=gen).tolist()
@@ -132,7 +172,7 @@ def run_sft(
         "seed": seed,
         "sft_seed": init_seed,
         "parameters": count_parameters(model),
-        "steps": s.steps,
+        "steps": len(losses),
         "batch_size": s.batch_size,
         "lr": s.lr,
         "precision": precision,
@@ -148,6 +188,8 @@ def run_sft(
         "threads": torch.get_num_threads(),
         "provenance": provenance(cfg.digest()),
     }
+    if s.stop_at_accuracy is not None:
+        info.update({"max_steps": s.steps, "stop_at_accuracy": s.stop_at_accuracy, "stop_checks": stop.checks})
     import json
 
     save_hf(model, tokenizer, out_dir, extra={"sft.json": (json.dumps(info, indent=2) + "\n").encode()})

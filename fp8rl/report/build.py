@@ -54,6 +54,7 @@ from fp8rl.report.mechanism import MECHANISM_NOTES, mechanism_plots, mechanism_t
 from fp8rl.report.paths import ReportPaths
 from fp8rl.report.plots import write_plots
 from fp8rl.report.summaries import eval_keys
+from fp8rl.report.summary_page import summary_page
 from fp8rl.report.throughput_table import throughput_table
 
 RUN_COLUMNS = ["run_id", "status", "reason", "step", "steps_planned", "malformed_lines", "execution"]
@@ -331,6 +332,9 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     sections.append(("Per-run endpoints", ENDPOINT_NOTES, endpoints_view(endpoints)))
 
     numerics = runs_numerics(runs_dir)
+    atomic_write_text(
+        paths.summary, summary_page(cfg, paths.tables_dir, control_info["comparison_void"], numerics)
+    )
     header = {
         "tier": cfg.tier,
         "config digest": cfg.digest(),

@@ -77,6 +77,11 @@ class ReportPaths:
         return self.root / "report.html"
 
     @property
+    def summary(self) -> Path:
+        """SUMMARY.md: the tier on one page (fp8rl.report.summary_page)."""
+        return self.root / "SUMMARY.md"
+
+    @property
     def manifest(self) -> Path:
         """report.json: run counts, data problems, config digest and the list of outputs."""
         return self.root / "report.json"
@@ -105,7 +110,7 @@ class ReportPaths:
         )
         out = [self.table(t, ext) for t in tables for ext in ("csv", "md")]
         out += [self.plot(p, ext) for p in plots for ext in PLOT_FORMATS]
-        return [*out, self.html, self.manifest]
+        return [*out, self.summary, self.html, self.manifest]
 
 
 def has_dose_axis(cfg: ExperimentConfig) -> bool:

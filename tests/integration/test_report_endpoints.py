@@ -225,3 +225,31 @@ def test_the_arms_stability_and_mechanism_numbers_recompute_from_endpoints_csv(s
         g = g[g["granularity"] == r["granularity"]]
         _close(r["excess_clip p"], stats.ttest_1samp(g["excess_clip"], 0.0).pvalue, "excess p")
         assert r["excess_clip p_holm"] == pytest.approx(r["excess_clip p"])  # one granularity: a family of 1
+
+
+def test_the_summary_page_says_what_the_tables_say(study_tier, tmp_path):
+    """SUMMARY.md quotes the control and every planned contrast with the numbers of their tables, says
+    the comparison is void exactly when the control did not learn, links only tables that exist, and is
+    hashed by report.json and published with the tables."""
+    from fp8rl.report.publish import publish_tier
+    from fp8rl.report.quote_format import interval, num
+
+    cfg, paths = study_tier
+    page = paths.summary.read_text()
+    control = pd.read_csv(paths.table("control", "csv")).iloc[0]
+    assert f"rise {interval(control['rise'], control['low'], control['high'], 3)}" in page
+    assert f"**{control['verdict']}**" in page
+    void = control["verdict"] != "learned"
+    assert ("The comparison is void" in page) == void
+    for r in pd.read_csv(paths.table("planned", "csv")).to_dict("records"):
+        assert f"{r['contrast']}: {r['arm']} − {r['reference']} = " in page
+        assert interval(r["difference"], r["low"], r["high"], 3) in page
+        assert f"p (adjusted) = {num(r['p_adjusted'], 3)}: {r['decision']}" in page
+    for link in [line.split("](")[1].split(")")[0] for line in page.splitlines() if line.startswith("- [")]:
+        assert (paths.root / link).is_file(), link
+    assert "tables/stability.md" in page and "tables/planned.md" in page
+    assert f"- {len(cfg.runs())} runs (" in page
+    manifest = json.loads(paths.manifest.read_text())
+    assert "SUMMARY.md" in manifest["files"]
+    dest = publish_tier(cfg.tier, cfg.results_dir, cfg, dest=tmp_path / "published" / cfg.tier)
+    assert (dest / "SUMMARY.md").read_text() == page

@@ -43,7 +43,7 @@ def built(tmp_path_factory):
 def test_every_declared_output_is_written(built):
     results, _ = built
     outputs = report_outputs(results, "smoke")
-    assert len(outputs) == len(TABLES) * 2 + len(PLOTS) * 2 + 2  # csv + md, png + svg, html + json
+    assert len(outputs) == len(TABLES) * 2 + len(PLOTS) * 2 + 3  # csv + md, png + svg, summary + html + json
     for path in outputs:
         data = Path(path).read_bytes()
         assert data, path

@@ -1,0 +1,163 @@
+"""`SUMMARY.md`: one page per tier that says what ran, whether the bf16 control learned, what the tier
+found (with intervals) and what it does not show, written by `fp8rl report` from the tables it has just
+written and copied by `fp8rl publish` with them (report.json hashes it like every other output).
+
+Every figure on the page is read from the tier's own tables (`control.csv`, `planned.csv`,
+`stability.csv`, `comparison.csv`, `runs.csv`); nothing is typed by hand, so the page of a publication
+says what its tables say. The caveats are generated from the same data: a void comparison, one shared
+base, single seeds, CPU emulation of FP8 on a small scratch model.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from fp8rl.report.control import VOID
+from fp8rl.report.quote_format import interval, num
+from fp8rl.vocabulary import REFERENCE_VARIANT
+
+# The tables the page links to, in reading order, with what each answers.
+TABLE_GUIDE = (
+    ("control", "did the bf16 control learn (reward rise per base, with its interval)"),
+    ("planned", "the pre-registered contrasts, their test, Holm-adjusted p and power"),
+    ("exploratory", "contrasts outside the plan (no claim is drawn from them)"),
+    ("stability", "divergences per variant and dose, with exact intervals"),
+    ("breaking_dose", "the dose at which half the runs diverge (logistic fit)"),
+    ("mechanism", "excess clipping of FP8 over its BF16 shadow, per FP8 condition"),
+    ("comparison", "every variant's eval scores, rewards, clipping and mismatch against bf16"),
+    ("endpoints", "one row per run: the endpoints every test above is computed from"),
+    ("base_models", "the SFT bases the runs start from"),
+    ("runs", "every run's status and divergence reason"),
+    ("throughput", "seconds per step and phase"),
+)
+
+
+def _read(tables: Path, name: str) -> pd.DataFrame | None:
+    path = tables / f"{name}.csv"
+    return pd.read_csv(path) if path.is_file() else None
+
+
+def _what_ran(cfg, runs: pd.DataFrame, bases: pd.DataFrame | None, numerics: dict) -> list[str]:
+    m, s = cfg.matrix, cfg.schedule
+    status = ", ".join(f"{n} {k}" for k, n in runs["status"].value_counts().sort_index().items())
+    conditions = ", ".join(c.name for c in m.conditions) or "none"
+    n_bases = 0 if bases is None else len(bases)
+    base = f"{n_bases} SFT bases (one per seed)" if n_bases > 1 else "one base shared by every run"
+    return [
+        f"- {len(runs)} runs ({status}): algorithms {', '.join(m.algorithms)}; models "
+        f"{', '.join(m.models)}; variants {', '.join(m.variants)}; FP8 conditions {conditions}; seeds "
+        f"{', '.join(str(x) for x in m.seeds)}; {base}.",
+        f"- Each run: {s.steps} steps x {s.prompts_per_step} prompts; task {cfg.task.name} "
+        f"({', '.join(cfg.task.levels)}).",
+        "- Numerics: " + "; ".join(f"{k}: {', '.join(v) or 'none'}" for k, v in numerics.items()) + ".",
+    ]
+
+
+def _control(control: pd.DataFrame | None, void: bool) -> list[str]:
+    if control is None or control.empty:
+        return ["- No bf16 run in the matrix: nothing to check the comparison against."]
+    lines = [
+        f"- {r['algo']}/{r['model']}"
+        + (f" ({r['condition']})" if isinstance(r["condition"], str) and r["condition"] != "none" else "")
+        + f": sampled reward {num(r['reward_first'])} → {num(r['reward_last'])}, rise "
+        f"{interval(r['rise'], r['low'], r['high'], 3)} over {int(r['n'])} units ({r['unit']}): "
+        f"**{r['verdict']}**."
+        for r in control.to_dict("records")
+    ]
+    return [*lines, f"- {VOID[0].upper()}{VOID[1:]}."] if void else lines
+
+
+def _planned(planned: pd.DataFrame | None, void: bool) -> list[str]:
+    if planned is None or planned.empty:
+        return []
+    tail = " (void: the control did not learn)" if void else ""
+    return [
+        f"- {r['contrast']}: {r['arm']} − {r['reference']} = {interval(r['difference'], r['low'], r['high'], 3)}, "
+        f"p (adjusted) = {num(r['p_adjusted'], 3)}: {r['decision']}{tail}."
+        for r in planned.to_dict("records")
+    ]
+
+
+def _stability(stability: pd.DataFrame | None) -> list[str]:
+    if stability is None or stability.empty:
+        return []
+    broke = stability[stability["diverged"] > 0]
+    if broke.empty:
+        return [f"- Divergences: none in {int(stability['runs'].sum())} runs."]
+    cells = "; ".join(
+        f"{r['variant']} at dose {num(r['noise'], 0)}: {int(r['diverged'])}/{int(r['runs'])}"
+        + (f" ({r['kinds']})" if isinstance(r.get("kinds"), str) and r["kinds"] else "")
+        for r in broke.to_dict("records")
+    )
+    return [f"- Divergences (runs flagged / runs): {cells}."]
+
+
+def _rewards(comparison: pd.DataFrame | None) -> list[str]:
+    """Final reward per variant (mean over seeds), for tiers without a pre-registered study."""
+    if comparison is None or comparison.empty or "final_reward" not in comparison:
+        return []
+    cells = []
+    for r in comparison.to_dict("records"):
+        name = "/".join(str(r[k]) for k in ("algo", "condition", "variant") if k in r and r[k] != "none")
+        cells.append(f"{name} {num(r['final_reward'], 3)}")
+    return ["- Final sampled reward (last step, mean over seeds; no interval): " + "; ".join(cells) + "."]
+
+
+def _caveats(cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame | None) -> list[str]:
+    out = []
+    if void:
+        out.append(
+            "- No conclusion about FP8 against bf16: the control did not learn, so every comparison in "
+            "these tables is void (reported, not interpreted)."
+        )
+    if bases is None or len(bases) <= 1:
+        out.append("- Every run starts from one base model: results are conditional on that base.")
+    if len(cfg.matrix.seeds) < 2:
+        out.append("- One seed per cell: no interval over seeds, so no difference here is tested.")
+    n = control["n"].min() if control is not None and not control.empty else math.nan
+    if not math.isnan(n) and n < 3:
+        out.append(f"- The control is judged over {int(n)} unit(s): too few for a useful interval.")
+    doses = any(c.fp8 and "noise_scale" in c.fp8 for c in cfg.matrix.conditions)
+    out.append(
+        "- FP8 is emulated on CPU on a small model"
+        + (", with noise doses standing in for larger models' quantization error" if doses else "")
+        + ": a direction in this setting, not a verdict on FP8 RL at scale."
+    )
+    return out
+
+
+def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
+    """The page's markdown, from the tables already written under `tables`."""
+    read = {name: _read(tables, name) for name in ("runs", "control", "planned", "stability", "comparison")}
+    bases = _read(tables, "base_models")
+    questions = [p.question for p in cfg.study.planned] if cfg.study is not None else []
+    ask = (
+        "**The questions** (pre-registered in the config's `study`):\n\n"
+        + "\n".join(f"- {q}" for q in questions)
+        if questions
+        else f"**The question**: how the FP8 variants compare with {REFERENCE_VARIANT} in this tier."
+    )
+    findings = _planned(read["planned"], void) + _stability(read["stability"])
+    if read["planned"] is None:
+        findings += _rewards(read["comparison"])
+    guide = [
+        f"- [{name}](tables/{name}.md): {what}"
+        for name, what in TABLE_GUIDE
+        if (tables / f"{name}.md").is_file()
+    ]
+    parts = [
+        f"# Tier {cfg.tier}: summary",
+        "Written by `fp8rl report` from this folder's tables; every figure below is read from them.",
+        ask,
+        "## What ran\n\n" + "\n".join(_what_ran(cfg, read["runs"], bases, numerics)),
+        "## Did the bf16 control learn?\n\n" + "\n".join(_control(read["control"], void)),
+        "## Findings\n\n" + ("\n".join(findings) or "- No contrast or divergence table in this tier."),
+        "## What it does not show\n\n" + "\n".join(_caveats(cfg, read["control"], void, bases)),
+        "## Tables\n\n"
+        + "\n".join(guide)
+        + "\n\nFigures are in `plots/`, everything together in `report.html`.",
+    ]
+    return "\n\n".join(parts) + "\n"
