@@ -189,7 +189,9 @@ def run_sft(
         "provenance": provenance(cfg.digest()),
     }
     if s.stop_at_accuracy is not None:
-        info.update({"max_steps": s.steps, "stop_at_accuracy": s.stop_at_accuracy, "stop_checks": stop.checks})
+        info.update(
+            {"max_steps": s.steps, "stop_at_accuracy": s.stop_at_accuracy, "stop_checks": stop.checks}
+        )
     import json
 
     save_hf(model, tokenizer, out_dir, extra={"sft.json": (json.dumps(info, indent=2) + "\n").encode()})
