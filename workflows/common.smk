@@ -167,10 +167,10 @@ TRAIN_COMMAND = "fp8rl verl train" if CFG.backend == "verl" else "fp8rl train"
 # ----------------------------------------------------------------------------------- rerun triggers
 
 
-def section_digest(*sections, model=None, condition=None):
+def section_digest(*sections, model=None, condition=None, variant=None):
     """A short hash of the config sections a rule's output depends on. Passed as a param, so changing
     one of them reruns that rule (Snakemake's params trigger) and changing anything else does not."""
-    return CFG.section_digest(*sections, model=model, condition=condition)
+    return CFG.section_digest(*sections, model=model, condition=condition, variant=variant)
 
 
 # Snakemake keeps the params it ran a job with in `.snakemake/` of the working directory: a fresh clone,

@@ -128,7 +128,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         try:
             run_targets = centred_window(
-                reference_targets_by_step(args.reference, cfg.calib.population), cfg.calib.run_window
+                reference_targets_by_step(args.reference, run.calib.population), run.calib.run_window
             )
         except ValueError as exc:
             raise UsageError(f"--reference {exc}") from None
