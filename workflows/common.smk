@@ -250,18 +250,19 @@ def run_dir(spec):
     return RunDir.of(runs_dir(CFG.results_dir, CFG.tier), spec.run_id)
 
 
-# A scratch model's base directory under {R}: one per model, or one per model and RL seed (sft.per_seed).
+# A scratch model's base directory under {R}: one per model, or one per model and base seed (sft.per_seed:
+# the RL seed's own, or the seed % sft.bases it starts from: CFG.sft.base_seed).
 SFT_BASE = "base/{model}/seed{seed}" if CFG.sft.per_seed else "base/{model}"
 SFT_JOB = "sft/{model}/seed{seed}" if CFG.sft.per_seed else "sft/{model}"  # its log and benchmark
 
 
 def base_record(model, seed):
-    """The file that stands for a model's base checkpoint: `sft.json` of a scratch model's SFT, the
+    """The file (of the base RL seed `seed` starts from) that stands for a model's base checkpoint: `sft.json` of a scratch model's SFT, the
     `model.json` record of an `hf` model fetched into the hub cache for verl (workflows/data.smk), or
     `base.json` of a pretrained model loaded and re-saved for the reference trainer (`fp8rl model`)."""
     source = CFG.model(model).source
     if source == "scratch":
-        return f"{R}/{SFT_BASE}/sft.json".format(model=model, seed=seed)
+        return f"{R}/{SFT_BASE}/sft.json".format(model=model, seed=CFG.sft.base_seed(seed))
     if source == "hf" and CFG.backend == "verl":
         name = "model.json"
     else:

@@ -121,6 +121,14 @@ class ExperimentConfig(Strict):
             raise ValueError(f"limits.{unknown[0]}: unknown key; allowed keys here: {', '.join(LIMITS)}")
         # What the verl backend can run is checked by fp8rl.adapters.verl_overrides.verl_problems, one of
         # the checks `fp8rl config validate` and the Snakefile run (fp8rl.validation.CONFIG_CHECKS).
+        if self.sft.bases is not None:
+            used = sorted({self.sft.base_seed(s) for s in self.matrix.seeds})
+            if len(used) < self.sft.bases:
+                raise ValueError(
+                    f"sft.bases: {self.sft.bases}, but the matrix's seeds {self.matrix.seeds} start from "
+                    f"bases {used} only (seed s starts from base s % {self.sft.bases}); use seeds that "
+                    "reach every base, e.g. consecutive ones"
+                )
         for c in self.matrix.conditions:
             if c.calib:
                 try:
@@ -161,6 +169,16 @@ class ExperimentConfig(Strict):
                 return CalibConfig.model_validate({**self.calib.model_dump(mode="json"), **c.calib})
         raise KeyError(f"no condition named {condition!r}")
 
+    def base_of(self, model: str, seed: int) -> str:
+        """The name of the base model a run of `model` with RL seed `seed` starts from: `{model}/seed{b}`
+        for a per-seed base (b = `sft.base_seed(seed)`), `{model}` for a tier's shared scratch base, the
+        model's `source` for a pretrained one."""
+        source = self.model(model).source
+        if source != "scratch":
+            return source
+        b = self.sft.base_seed(seed)
+        return model if b is None else f"{model}/seed{b}"
+
     def algorithm(self, name: str) -> GRPOConfig | DAPOConfig:
         return getattr(self.algorithms, name)
 
@@ -184,10 +202,30 @@ class ExperimentConfig(Strict):
     ) -> str:
         """A short hash of some top-level sections (plus one model's entry, plus the FP8 settings of one
         condition of a study matrix, and its calib settings when it overrides them and `variant`
-        calibrates or is not given): what a step's output depends on. The DAG reruns a rule when its digest changes; the trainer resumes a
-        checkpoint only when its `TRAIN_SECTIONS` digest still matches."""
+        calibrates or is not given): what a step's output depends on. The DAG reruns a rule when its
+        digest changes; the trainer resumes a checkpoint only when its `TRAIN_SECTIONS` digest still
+        matches."""
         full = self.model_dump(mode="json")
         picked = {s: full[s] for s in sections}
+        return self._digest_of(picked, model=model, condition=condition, variant=variant)
+
+    def base_digest(self, model: str) -> str:
+        """The digest a scratch model's base (its SFT) depends on: `numerics`, `task`, `sft` and the
+        model's entry, without `sft.bases` (which runs share a base does not change the base: bases
+        trained before `bases` was set are reused)."""
+        full = self.model_dump(mode="json")
+        picked = {s: full[s] for s in ("numerics", "task", "sft")}
+        picked["sft"] = {k: v for k, v in picked["sft"].items() if k != "bases"}
+        return self._digest_of(picked, model=model)
+
+    def _digest_of(
+        self,
+        picked: dict,
+        *,
+        model: str | None = None,
+        condition: str | None = None,
+        variant: str | None = None,
+    ) -> str:
         if model is not None:
             picked["model"] = self.model(model).model_dump(mode="json")
         if condition is not None and condition != NO_CONDITION:

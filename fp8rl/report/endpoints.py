@@ -7,9 +7,9 @@ whatever its status (a failed or missing run has blank numbers and is never impu
 
 Columns (`COLUMNS`, then one per eval score `{task}/{metric}`):
 
-- identity: `run_id`, `algo`, `model`, `base` (the base model the run started from: `{model}/seed{seed}`
-  with `sft.per_seed`, `{model}` for a tier's shared scratch base, the model's `source` for a pretrained
-  one), `variant`, `granularity`, `condition` (blank outside matrices with FP8 conditions), `seed`,
+- identity: `run_id`, `algo`, `model`, `base` (the base model the run started from: `{model}/seed{b}`
+  with `sft.per_seed`, b the run's seed, or its seed % `sft.bases`; `{model}` for a tier's shared
+  scratch base, the model's `source` for a pretrained one), `variant`, `granularity`, `condition` (blank outside matrices with FP8 conditions), `seed`,
   `noise` (the run's `fp8.noise_scale`: the dose; 1 for bf16), `arm` (the study arms the run belongs to,
   `;`-joined; blank without a `study` section);
 - status: `status`, `reason`, `last_step` (the last step summary.json records), `steps_planned`,
@@ -98,7 +98,8 @@ NOTES = [
     "`clip_low_neg` ... `calib_high`: the run's mean over its finite steps (excess_clip = phantom/low_neg "
     "− phantom/missed_neg per step); `endpoint`: the study's pre-registered endpoint; `final_acc`: mean "
     f"acc/mean over the last {ACC_WINDOW} steps.",
-    "`base`: the base model the run started from (one per seed with sft.per_seed).",
+    "`base`: the base model the run started from (one per seed with sft.per_seed; seed % sft.bases "
+    "with sft.bases).",
     "The CSV has every column at ten significant digits; this view shows the main ones.",
 ]
 VIEW_COLUMNS = [
@@ -117,10 +118,7 @@ def windows(steps: int) -> tuple[int, int]:
 
 def base_of(cfg: ExperimentConfig, spec: RunSpec) -> str:
     """The base model a run starts from (module docstring)."""
-    source = cfg.model(spec.model).source
-    if source != "scratch":
-        return source
-    return f"{spec.model}/seed{spec.seed}" if cfg.sft.per_seed else spec.model
+    return cfg.base_of(spec.model, spec.seed)
 
 
 def _mean(values: pd.Series) -> float:

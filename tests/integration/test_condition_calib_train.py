@@ -31,6 +31,7 @@ def test_fixed_upper_keeps_one_plus_clip_high_and_proportional_moves(train, tmp_
             f"grpo/tiny/fp8_tis_calib/tensorwise/{cond}/seed0", tmp_path / cond, OVERRIDES
         )
         assert summary["status"] == "ok"
+        assert summary["base"] == {"name": "tiny", "seed": None, "sft_seed": 7}  # the tier's shared base
         assert trainer.resolved.calib.upper == ("fixed" if cond == "fixed" else "proportional")
         runs[cond] = [r["calib/high"] for r in rows]
     clip_high = 0.2  # the tiny tier's grpo clip_high
