@@ -137,7 +137,9 @@ class ExperimentConfig(Strict):
                     msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
                     raise ValueError(f"matrix.conditions: {c.name!r}: its calib override: {msg}") from None
         if self.study is not None:
-            check_arms(self.study, [r.run_id for r in self.runs()])
+            runs = self.runs()
+            bases = {r.run_id: self.base_of(r.model, r.seed) for r in runs}
+            check_arms(self.study, [r.run_id for r in runs], bases)
         return self
 
     # ------------------------------------------------------------------------------------ helpers
