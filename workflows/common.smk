@@ -257,7 +257,8 @@ SFT_JOB = "sft/{model}/seed{seed}" if CFG.sft.per_seed else "sft/{model}"  # its
 
 
 def base_record(model, seed):
-    """The file (of the base RL seed `seed` starts from) that stands for a model's base checkpoint: `sft.json` of a scratch model's SFT, the
+    """The file that stands for the base checkpoint a run of `model` with RL seed `seed` starts from:
+    `sft.json` of a scratch model's SFT (the base of `CFG.sft.base_seed(seed)`), the
     `model.json` record of an `hf` model fetched into the hub cache for verl (workflows/data.smk), or
     `base.json` of a pretrained model loaded and re-saved for the reference trainer (`fp8rl model`)."""
     source = CFG.model(model).source

@@ -98,10 +98,21 @@ NOTES = [
     "`clip_low_neg` ... `calib_high`: the run's mean over its finite steps (excess_clip = phantom/low_neg "
     "− phantom/missed_neg per step); `endpoint`: the study's pre-registered endpoint; `final_acc`: mean "
     f"acc/mean over the last {ACC_WINDOW} steps.",
-    "`base`: the base model the run started from (one per seed with sft.per_seed; seed % sft.bases "
-    "with sft.bases).",
+    "`base`: the base model the run started from (one per seed with sft.per_seed).",
     "The CSV has every column at ten significant digits; this view shows the main ones.",
 ]
+BASES_NOTE = (
+    "`base`: the base model the run started from (sft.bases = {bases}: seed s starts from base s % {bases})."
+)
+
+
+def notes(cfg: ExperimentConfig) -> list[str]:
+    """`NOTES`, with the `base` line naming `sft.bases` where the config sets it (as published otherwise)."""
+    if cfg.sft.bases is None:
+        return NOTES
+    return [BASES_NOTE.format(bases=cfg.sft.bases) if n.startswith("`base`") else n for n in NOTES]
+
+
 VIEW_COLUMNS = [
     "run_id", "base", "status", "div_step", "div_kind", "reward_first", "reward_last", "reward_rise",
     "entropy_peak", "entropy_last", "gibberish_rate", "endpoint",

@@ -120,6 +120,7 @@ def test_the_paired_contrasts_recompute_from_endpoints_csv(tier):
     assert sorted(ends["base"].unique()) == [f"tiny/seed{b}" for b in range(BASES)]
     for r in ends.itertuples():
         assert r.base == f"tiny/seed{r.seed % BASES}"
+    assert "sft.bases = 3: seed s starts from base s % 3" in paths.table("endpoints", "md").read_text()
     ends = ends.assign(arm=ends["arm"].fillna("").str.split(";")).explode("arm")
     planned = pd.read_csv(paths.table("planned", "csv")).set_index("contrast")
     exploratory = pd.read_csv(paths.table("exploratory", "csv")).set_index("contrast")
