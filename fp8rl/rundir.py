@@ -359,12 +359,14 @@ def build_summary(
     backend: str | None = None,
     deviations: list | None = None,
     divergence: dict[str, Any] | None = None,
+    base: dict[str, Any] | None = None,
 ) -> dict:
     """The `summary.json` object of a finished run. `step` is the last step written (for `diverged`,
     the step where it was detected, or the last step trained when the run went on after it); `final` the
     last step's metrics the writer chose to keep. `divergence` (the first divergence: `kind`, `step`,
-    `reason`), `backend` and `deviations` (what verl runs differently from the reference trainer) are
-    written only when given."""
+    `reason`), `backend`, `deviations` (what verl runs differently from the reference trainer) and
+    `base` (the base model the run started from: `name` as endpoints.csv's `base`, the `seed` and
+    `sft_seed` its `sft.json` recorded) are written only when given."""
     if status not in STATUSES:
         raise ValueError(f"summary status {status!r} for {run_id}; allowed: {', '.join(STATUSES)}")
     summary = {
@@ -381,6 +383,8 @@ def build_summary(
         summary["backend"] = backend
     if deviations is not None:
         summary["deviations"] = deviations
+    if base is not None:
+        summary["base"] = base
     summary["provenance"] = provenance
     return summary
 

@@ -167,10 +167,10 @@ TRAIN_COMMAND = "fp8rl verl train" if CFG.backend == "verl" else "fp8rl train"
 # ----------------------------------------------------------------------------------- rerun triggers
 
 
-def section_digest(*sections, model=None, condition=None):
+def section_digest(*sections, model=None, condition=None, variant=None):
     """A short hash of the config sections a rule's output depends on. Passed as a param, so changing
     one of them reruns that rule (Snakemake's params trigger) and changing anything else does not."""
-    return CFG.section_digest(*sections, model=model, condition=condition)
+    return CFG.section_digest(*sections, model=model, condition=condition, variant=variant)
 
 
 # Snakemake keeps the params it ran a job with in `.snakemake/` of the working directory: a fresh clone,
@@ -250,18 +250,20 @@ def run_dir(spec):
     return RunDir.of(runs_dir(CFG.results_dir, CFG.tier), spec.run_id)
 
 
-# A scratch model's base directory under {R}: one per model, or one per model and RL seed (sft.per_seed).
+# A scratch model's base directory under {R}: one per model, or one per model and base seed (sft.per_seed:
+# the RL seed's own, or the seed % sft.bases it starts from: CFG.sft.base_seed).
 SFT_BASE = "base/{model}/seed{seed}" if CFG.sft.per_seed else "base/{model}"
 SFT_JOB = "sft/{model}/seed{seed}" if CFG.sft.per_seed else "sft/{model}"  # its log and benchmark
 
 
 def base_record(model, seed):
-    """The file that stands for a model's base checkpoint: `sft.json` of a scratch model's SFT, the
+    """The file that stands for the base checkpoint a run of `model` with RL seed `seed` starts from:
+    `sft.json` of a scratch model's SFT (the base of `CFG.sft.base_seed(seed)`), the
     `model.json` record of an `hf` model fetched into the hub cache for verl (workflows/data.smk), or
     `base.json` of a pretrained model loaded and re-saved for the reference trainer (`fp8rl model`)."""
     source = CFG.model(model).source
     if source == "scratch":
-        return f"{R}/{SFT_BASE}/sft.json".format(model=model, seed=seed)
+        return f"{R}/{SFT_BASE}/sft.json".format(model=model, seed=CFG.sft.base_seed(seed))
     if source == "hf" and CFG.backend == "verl":
         name = "model.json"
     else:

@@ -99,7 +99,7 @@ rule fetch_model:
 SFT_TRIGGER = ConfigTrigger(
     "sft",
     f"{R}/{SFT_BASE}/sft.json",
-    lambda wildcards: section_digest("numerics", "task", "sft", model=wildcards.model),
+    lambda wildcards: CFG.base_digest(wildcards.model),
 )
 
 

@@ -9,7 +9,10 @@ TRAIN_TRIGGER = ConfigTrigger(
     "train",
     RUN_DIR.summary,
     lambda wildcards: section_digest(
-        *TRAIN_SECTIONS, model=wildcards.model, condition=wildcards.get("condition")
+        *TRAIN_SECTIONS,
+        model=wildcards.model,
+        condition=wildcards.get("condition"),
+        variant=wildcards.variant,
     ),
 )
 

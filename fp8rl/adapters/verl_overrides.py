@@ -158,12 +158,13 @@ def fp8_transformer_overrides(fp8: FP8Config, granularity: str) -> dict[str, str
 
 
 def _condition_key(cfg: ExperimentConfig, condition: str | None, key: tuple | None) -> tuple | None:
-    """`key` (a path under `fp8`) as the path of the condition's own override when it sets that key."""
-    if key is None or key[0] != "fp8" or condition is None:
+    """`key` (a path under `fp8` or `calib`) as the path of the condition's own override when it sets
+    that key."""
+    if key is None or key[0] not in ("fp8", "calib") or condition is None:
         return key
     for i, c in enumerate(cfg.matrix.conditions):
-        if c.name == condition and key[1] in c.fp8:
-            return ("matrix", "conditions", i, "fp8", *key[1:])
+        if c.name == condition and key[1] in getattr(c, key[0]):
+            return ("matrix", "conditions", i, key[0], *key[1:])
     return key
 
 
@@ -184,12 +185,12 @@ def _run_problems(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> list[Ad
             fp8_transformer_overrides(fp8, spec.granularity)
         except AdapterError as exc:
             out.append(AdapterError(str(exc), key=_condition_key(cfg, spec.condition, exc.key)))
-    if spec.spec.calib and cfg.calib.reference.mode == "shadow":
+    if spec.spec.calib and cfg.calib_for(spec.condition).reference.mode == "shadow":
         out.append(AdapterError(
             "calib.reference: 'shadow' needs an unquantized re-scoring pass inside the update, which "
             "verl's actor does not expose to a policy loss; with backend 'verl' use 'run' (targets from "
             "the matching bf16 run) or 'static:<q>'",
-            key=("calib", "reference"),
+            key=_condition_key(cfg, spec.condition, ("calib", "reference")),
         ))  # fmt: skip
     why = check_corrections(cfg, spec.spec)
     if why:

@@ -69,16 +69,15 @@ def calib_targets(
     clip fractions of each step (`{step: (q, q_high)}`, smoothed over `calib.run_window` steps, as the
     reference trainer reads them: `fp8rl train`); None for
     any other cell (the loss computes its own)."""
-    if not (spec.spec.calib and cfg.calib.reference.mode == "run"):
+    calib = cfg.calib_for(spec.condition) if spec.spec.calib else cfg.calib
+    if not (spec.spec.calib and calib.reference.mode == "run"):
         return None
     if reference is None:
         raise AdapterError(
             "calib.reference is 'run': pass --reference RUN_DIR (the matching finished bf16 run)"
         )
     try:
-        return centred_window(
-            reference_targets_by_step(reference, cfg.calib.population), cfg.calib.run_window
-        )
+        return centred_window(reference_targets_by_step(reference, calib.population), calib.run_window)
     except ValueError as exc:
         raise AdapterError(f"--reference {exc}") from None
 

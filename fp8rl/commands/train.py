@@ -58,6 +58,10 @@ def cmd_sft(args: argparse.Namespace) -> int:
         raise UsageError(f"--seed {args.seed}: the config shares one base model (sft.per_seed: false)")
     if args.seed is None and cfg.sft.per_seed:
         raise UsageError("--seed: the config trains one base model per RL seed (sft.per_seed: true); name it")
+    if args.seed is not None and cfg.sft.bases is not None and not 0 <= args.seed < cfg.sft.bases:
+        raise UsageError(
+            f"--seed {args.seed}: the config trains sft.bases = {cfg.sft.bases} bases, seeds 0 .. {cfg.sft.bases - 1}"
+        )
     from fp8rl.engine.inputs import check_sft_data
 
     try:
@@ -111,10 +115,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     data = _require_dir(args.data, "data directory", "--data")
     if not (data / "train.jsonl").is_file():
         raise UsageError(f"--data {args.data}: no train.jsonl (run `fp8rl data` first)")
-    from fp8rl.engine.inputs import check_base, check_train_data
+    from fp8rl.engine.inputs import check_base, check_base_seed, check_train_data
 
     try:  # the base model and every data row, before anything is loaded or written
         check_train_data(cfg, base, data, check_base(cfg, run.spec.model, base))
+        check_base_seed(cfg, run.spec, base)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if run.needs_reference and not args.reference:
@@ -128,7 +133,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         try:
             run_targets = centred_window(
-                reference_targets_by_step(args.reference, cfg.calib.population), cfg.calib.run_window
+                reference_targets_by_step(args.reference, run.calib.population), run.calib.run_window
             )
         except ValueError as exc:
             raise UsageError(f"--reference {exc}") from None
@@ -206,7 +211,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", required=True, help="the directory `fp8rl data` wrote")
     p.add_argument("--out", required=True, help="output model directory, e.g. results/smoke/base/tiny")
     p.add_argument(
-        "--seed", type=int, help="the RL seed whose base this is (configs with sft.per_seed: true)"
+        "--seed",
+        type=int,
+        help="the base's seed: the RL seed whose base this is (configs with sft.per_seed: true), "
+        "0 .. sft.bases-1 with sft.bases",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_sft)

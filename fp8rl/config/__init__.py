@@ -26,7 +26,8 @@ modules above it in this list:
 - `experiment`: `ExperimentConfig` (the whole file, its cross-section checks and digests),
   `TRAIN_SECTIONS`, `RESOURCE_RULES`
 - `resolved`: no section; `ResolvedRun`, one run's settings (its algorithm, FP8 settings under its
-  condition, fixed clip bounds, reference run, training digest), built once by `resolve_run(cfg, spec)`
+  condition, calib settings with its condition's overrides, fixed clip bounds, reference run, training
+  digest), built once by `resolve_run(cfg, spec)`
 
 Import the names from `fp8rl.config`, not from the modules. Names follow docs/architecture.md#names; a
 run id is `{algo}/{model}/{variant}/{granularity}/seed{seed}` and `bf16` runs use granularity `none`.

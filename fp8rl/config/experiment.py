@@ -8,7 +8,7 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from fp8rl.config.algorithms import AlgorithmsConfig, DAPOConfig, GRPOConfig
 from fp8rl.config.base import PATH_PART_MAX, Strict, is_safe_path, long_path_part
@@ -21,7 +21,7 @@ from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
 from fp8rl.config.runs import RunSpec, expand_matrix
 from fp8rl.config.study import StudyConfig, check_arms
 from fp8rl.config.training import ScheduleConfig, SFTConfig, StabilityConfig, TaskConfig
-from fp8rl.vocabulary import NO_CONDITION, NUMERICS_MODES, TIERS
+from fp8rl.vocabulary import NO_CONDITION, NUMERICS_MODES, TIERS, VARIANT_SPECS
 
 # The config sections a training run's result depends on (not the matrix, eval, resources,
 # containers or results_dir).
@@ -121,8 +121,25 @@ class ExperimentConfig(Strict):
             raise ValueError(f"limits.{unknown[0]}: unknown key; allowed keys here: {', '.join(LIMITS)}")
         # What the verl backend can run is checked by fp8rl.adapters.verl_overrides.verl_problems, one of
         # the checks `fp8rl config validate` and the Snakefile run (fp8rl.validation.CONFIG_CHECKS).
+        if self.sft.bases is not None:
+            used = sorted({self.sft.base_seed(s) for s in self.matrix.seeds})
+            if len(used) < self.sft.bases:
+                raise ValueError(
+                    f"sft.bases: {self.sft.bases}, but the matrix's seeds {self.matrix.seeds} start from "
+                    f"bases {used} only (seed s starts from base s % {self.sft.bases}); use seeds that "
+                    "reach every base, e.g. consecutive ones"
+                )
+        for c in self.matrix.conditions:
+            if c.calib:
+                try:
+                    self.calib_for(c.name)
+                except ValidationError as exc:
+                    msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
+                    raise ValueError(f"matrix.conditions: {c.name!r}: its calib override: {msg}") from None
         if self.study is not None:
-            check_arms(self.study, [r.run_id for r in self.runs()])
+            runs = self.runs()
+            bases = {r.run_id: self.base_of(r.model, r.seed) for r in runs}
+            check_arms(self.study, [r.run_id for r in runs], bases)
         return self
 
     # ------------------------------------------------------------------------------------ helpers
@@ -142,6 +159,28 @@ class ExperimentConfig(Strict):
                 return FP8Config.model_validate({**self.fp8.model_dump(), **c.fp8})
         raise KeyError(f"no condition named {condition!r}")
 
+    def calib_for(self, condition: str | None) -> CalibConfig:
+        """The `calib` section a calibrated run under `condition` uses: the tier's, with the condition's
+        `calib` overrides (none: the tier's section itself)."""
+        if condition is None or condition == NO_CONDITION:
+            return self.calib
+        for c in self.matrix.conditions:
+            if c.name == condition:
+                if not c.calib:
+                    return self.calib
+                return CalibConfig.model_validate({**self.calib.model_dump(mode="json"), **c.calib})
+        raise KeyError(f"no condition named {condition!r}")
+
+    def base_of(self, model: str, seed: int) -> str:
+        """The name of the base model a run of `model` with RL seed `seed` starts from: `{model}/seed{b}`
+        for a per-seed base (b = `sft.base_seed(seed)`), `{model}` for a tier's shared scratch base, the
+        model's `source` for a pretrained one."""
+        source = self.model(model).source
+        if source != "scratch":
+            return source
+        b = self.sft.base_seed(seed)
+        return model if b is None else f"{model}/seed{b}"
+
     def algorithm(self, name: str) -> GRPOConfig | DAPOConfig:
         return getattr(self.algorithms, name)
 
@@ -156,15 +195,51 @@ class ExperimentConfig(Strict):
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
-    def section_digest(self, *sections: str, model: str | None = None, condition: str | None = None) -> str:
+    def section_digest(
+        self,
+        *sections: str,
+        model: str | None = None,
+        condition: str | None = None,
+        variant: str | None = None,
+    ) -> str:
         """A short hash of some top-level sections (plus one model's entry, plus the FP8 settings of one
-        condition of a study matrix): what a step's output depends on. The DAG reruns a rule when its
+        condition of a study matrix, and its calib settings when it overrides them and `variant`
+        calibrates or is not given): what a step's output depends on. The DAG reruns a rule when its
         digest changes; the trainer resumes a checkpoint only when its `TRAIN_SECTIONS` digest still
         matches."""
         full = self.model_dump(mode="json")
         picked = {s: full[s] for s in sections}
+        return self._digest_of(picked, model=model, condition=condition, variant=variant)
+
+    def base_digest(self, model: str) -> str:
+        """The digest a scratch model's base (its SFT) depends on: `numerics`, `task`, `sft` and the
+        model's entry, without `sft.bases` (which runs share a base does not change the base: bases
+        trained before `bases` was set are reused)."""
+        full = self.model_dump(mode="json")
+        picked = {s: full[s] for s in ("numerics", "task", "sft")}
+        picked["sft"] = {k: v for k, v in picked["sft"].items() if k != "bases"}
+        return self._digest_of(picked, model=model)
+
+    def _digest_of(
+        self,
+        picked: dict,
+        *,
+        model: str | None = None,
+        condition: str | None = None,
+        variant: str | None = None,
+    ) -> str:
         if model is not None:
             picked["model"] = self.model(model).model_dump(mode="json")
         if condition is not None and condition != NO_CONDITION:
             picked["condition"] = self.fp8_for(condition).model_dump(mode="json")
+            # only a condition that overrides calib adds the key: the others keep their digests
+            calibrates = variant is None or VARIANT_SPECS[variant].calib
+            if calibrates and self._condition(condition).calib:
+                picked["condition_calib"] = self.calib_for(condition).model_dump(mode="json")
         return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]
+
+    def _condition(self, name: str):
+        for c in self.matrix.conditions:
+            if c.name == name:
+                return c
+        raise KeyError(f"no condition named {name!r}")

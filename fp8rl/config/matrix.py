@@ -1,23 +1,34 @@
 """The `matrix` section: the axes whose product is the run matrix (algorithms, models, variants, FP8
-granularities, seeds) and a study tier's named FP8 conditions."""
+granularities, seeds) and a study tier's named FP8 conditions (overrides of `fp8` and, for calibrated
+variants, of `calib`)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from fp8rl.config.base import NAME_MAX, NAME_PATTERN, SEED_MAX, AlgoName, GranularityName, Strict, VariantName
-from fp8rl.config.precision import FP8Config
+from fp8rl.config.precision import CalibConfig, FP8Config
 from fp8rl.vocabulary import GRANULARITIES, NO_CONDITION, NO_GRANULARITY, VARIANT_SPECS
 
 
 class ConditionConfig(Strict):
     """A named FP8 setting of a study tier: overrides of the `fp8` section for the fp8 variants' runs
-    (e.g. `{name: e5m2_s2, fp8: {format: e5m2, noise_scale: 2}}`). bf16 runs have condition `none`."""
+    (e.g. `{name: e5m2_s2, fp8: {format: e5m2, noise_scale: 2}}`), and optionally of the `calib` section
+    for its calibrated variants' runs (e.g. `{name: s4_fixed, fp8: {noise_scale: 4}, calib: {upper:
+    fixed}, variants: [fp8_tis_calib]}`). bf16 runs have condition `none`."""
+
+    # `calib` came after conditions were published: left out of the dump while empty, so the digests
+    # of those configs stay as they were.
+    OMIT_AT_DEFAULT = ("calib",)
 
     name: str = Field(pattern=NAME_PATTERN, max_length=NAME_MAX)
-    fp8: dict[str, Any] = Field(min_length=1)
+    fp8: dict[str, Any] = Field({}, description="overrides of the `fp8` section")
+    calib: dict[str, Any] = Field(
+        {},
+        description="overrides of the `calib` section for this condition's calibrated (*_calib) runs",
+    )
     granularities: list[GranularityName] | None = Field(
         None, description="the granularities this condition applies to (default: all of the matrix's)"
     )
@@ -31,10 +42,29 @@ class ConditionConfig(Strict):
 
     @model_validator(mode="after")
     def _known_keys(self) -> ConditionConfig:
-        FP8Config.model_validate(self.fp8)  # unknown keys and bad values fail here, under this condition
+        if not self.fp8 and not self.calib:
+            raise ValueError(f"{self.name!r}: a condition overrides `fp8`, `calib` or both; it has neither")
+        # unknown keys and bad values fail here, under this condition (the error names the key)
+        FP8Config.model_validate(self.fp8)
+        _check_calib_keys(self.calib)
         if self.name == NO_CONDITION:
             raise ValueError(f"name: {NO_CONDITION!r} is reserved for the bf16 runs of a conditions matrix")
         return self
+
+
+def _check_calib_keys(calib: dict[str, Any]) -> None:
+    """ValueError naming `calib.<key>` for an unknown key or a bad value of a condition's override
+    (checked key by key: how the override combines with the tier's section is the experiment's check)."""
+    for key, value in calib.items():
+        if key not in CalibConfig.model_fields:
+            raise ValueError(
+                f"calib.{key}: unknown key; allowed keys here: {', '.join(CalibConfig.model_fields)}"
+            )
+        try:
+            CalibConfig.model_validate({key: value})
+        except ValidationError as exc:
+            msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise ValueError(f"calib.{key}: {msg}") from None
 
 
 class MatrixConfig(Strict):
@@ -101,6 +131,13 @@ class MatrixConfig(Strict):
                 raise ValueError(
                     f"conditions: {c.name!r} applies to granularities {c.granularities}, none of which an "
                     f"fp8 run of this matrix has ({', '.join(sorted(fp8_grans)) or 'no fp8 variant'})"
+                )
+            variants = [v for v in (c.variants or self.variants) if v in self.variants]
+            if c.calib and not any(VARIANT_SPECS[v].calib for v in variants):
+                raise ValueError(
+                    f"conditions: {c.name!r} overrides calib ({', '.join(c.calib)}), but none of its "
+                    f"variants ({', '.join(variants) or 'none of the matrix'}) calibrates; give it a "
+                    "*_calib variant or drop the override"
                 )
         return self
 

@@ -6,7 +6,8 @@ its settings from (config, run spec).
 What it holds: the cell (`spec`) and its variant's switches (`variant`), the algorithm's options
 (`algo`), the model entry, the FP8 settings with the run's condition applied and validated (`fp8`: the
 tier's `fp8` section for runs outside a condition), the fixed PPO clip interval (`bounds`), the
-calibration and mismatch-correction options, the bf16 run a `calib.reference: run` cell reads its
+calibration options (`calib`: the tier's section, with the run's condition's `calib` overrides for a
+calibrated variant) and the mismatch-correction options, the bf16 run a `calib.reference: run` cell reads its
 targets from (`reference`, None otherwise), the noise dose its FP8 operands carry (1 for non-FP8
 variants) and the digest of everything its training depends on (`train_digest`: the checkpoint and DAG
 key).
@@ -46,10 +47,12 @@ class ResolvedRun:
     @cached_property
     def train_digest(self) -> str:
         """The digest of everything the run's training depends on (`TRAIN_SECTIONS`, its model, its
-        condition's FP8 settings): the checkpoint's resume key and the DAG's rerun key."""
+        condition's FP8 settings and, for a calibrated run, its condition's calib overrides): the checkpoint's resume key and the DAG's rerun key."""
         from fp8rl.config.experiment import TRAIN_SECTIONS
 
-        return self.cfg.section_digest(*TRAIN_SECTIONS, model=self.spec.model, condition=self.spec.condition)
+        return self.cfg.section_digest(
+            *TRAIN_SECTIONS, model=self.spec.model, condition=self.spec.condition, variant=self.spec.variant
+        )
 
     @property
     def run_id(self) -> str:
@@ -91,14 +94,15 @@ def resolve_run(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> ResolvedR
         return spec
     algo = cfg.algorithm(spec.algo)
     variant = spec.spec
-    needs_reference = variant.calib and cfg.calib.reference.mode == "run"
+    calib = cfg.calib_for(spec.condition) if variant.calib else cfg.calib
+    needs_reference = variant.calib and calib.reference.mode == "run"
     return ResolvedRun(
         spec=spec,
         variant=variant,
         algo=algo,
         model=cfg.model(spec.model),
         fp8=cfg.fp8_for(spec.condition),
-        calib=cfg.calib,
+        calib=calib,
         tis=cfg.tis,
         reference=reference_run(spec) if needs_reference else None,
         cfg=cfg,

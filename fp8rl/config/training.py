@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fp8rl.config.base import SEED_MAX, Strict
 from fp8rl.vocabulary import ON_DIVERGENCE
@@ -49,7 +49,13 @@ class TaskConfig(Strict):
 
 
 class SFTConfig(Strict):
-    """BF16 warm start that produces the tier's base model (scratch models only)."""
+    """BF16 warm start that produces the tier's base model (scratch models only): one shared by every
+    run, one per RL seed (`per_seed`), or `bases` of them with several RL seeds each (run seed s starts
+    from base s % bases, and base b is the base `per_seed` trains for seed b: same SFT seed, same
+    directory, so per-seed bases are reused)."""
+
+    # Added after configs were published: left out of the dump at their defaults.
+    OMIT_AT_DEFAULT = ("bases", "stop_at_accuracy", "check_every", "check_prompts")
 
     steps: int = Field(300, ge=0)
     batch_size: int = Field(64, gt=0)
@@ -59,8 +65,6 @@ class SFTConfig(Strict):
         description="one base model per RL seed (its SFT seeded from the run's seed), so that intervals "
         "over seeds include the base model's variance; false: one base shared by every run",
     )
-    # Added after configs were published: left out of their digests at the default.
-    OMIT_AT_DEFAULT = ("stop_at_accuracy", "check_every", "check_prompts")
     stop_at_accuracy: float | None = Field(
         None,
         gt=0.0,
@@ -74,6 +78,29 @@ class SFTConfig(Strict):
     check_prompts: int = Field(
         256, gt=0, description="training prompts (a fixed random subset) each check samples once"
     )
+    bases: int | None = Field(
+        None,
+        ge=1,
+        description="with per_seed: train this many bases (seeds 0 .. bases-1) and start RL seed s from "
+        "base s % bases, so each base carries several RL seeds; None: one base per RL seed",
+    )
+
+    @model_validator(mode="after")
+    def _bases_need_per_seed(self) -> SFTConfig:
+        if self.bases is not None and not self.per_seed:
+            raise ValueError(
+                f"bases: {self.bases} needs per_seed: true (bases are the per-seed bases 0 .. "
+                f"{self.bases - 1}, shared among RL seeds); with per_seed: false every run shares one base"
+            )
+        return self
+
+    def base_seed(self, run_seed: int) -> int | None:
+        """The seed of the base RL seed `run_seed` starts from (the `--seed` of its `fp8rl sft`, its
+        directory `base/{model}/seed{b}`): None for the shared base, the run's seed with `per_seed`,
+        `run_seed % bases` with `bases`."""
+        if not self.per_seed:
+            return None
+        return run_seed if self.bases is None else run_seed % self.bases
 
 
 class StabilityConfig(Strict):

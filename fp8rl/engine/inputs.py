@@ -14,6 +14,9 @@ ValueError naming the file (and line, or key) and the command exits 2.
 - `check_train_data(cfg, base_dir, data_dir, config)`: every row of `train.jsonl` (fields and types:
   fp8rl.engine.data.row_problem), and its prompt, in the base model's tokenizer and chat template, plus
   `schedule.max_new_tokens` within the model's positions.
+- `check_base_seed(cfg, spec, base_dir)`: a scratch base's `sft.json` records the base seed the run
+  starts from (`sft.base_seed`: a per-seed base, or the shared one), so a run never trains from
+  another seed's base. Returns the base's record for the run's summary.
 - `check_sft_data(cfg, model, data_dir)`: the splits `fp8rl sft` reads, and every SFT example (prompt,
   target, `<eos>`) and test prompt plus `schedule.max_new_tokens` within `models[].arch`'s positions.
 """
@@ -26,7 +29,7 @@ import re
 import struct
 from pathlib import Path
 
-from fp8rl.config import ExperimentConfig
+from fp8rl.config import ExperimentConfig, RunSpec
 from fp8rl.engine.data import length_problem, load_split_lines
 
 BASE_INFO = "base.json"  # written by `fp8rl model` (fp8rl.engine.pretrained)
@@ -187,6 +190,30 @@ def check_base(cfg: ExperimentConfig, model: str, base_dir: str | Path) -> dict:
                 f"{list(tensor.shape)}"
             )
     return config
+
+
+def check_base_seed(cfg: ExperimentConfig, spec: RunSpec, base_dir: str | Path) -> dict:
+    """`{"name", "seed", "sft_seed"}` of the base `spec` starts from (`ExperimentConfig.base_of`; the
+    seeds as its `sft.json` recorded them, None for a pretrained model); ValueError when that file
+    records another base seed than the config gives the run's seed."""
+    base = Path(base_dir)
+    record = {"name": cfg.base_of(spec.model, spec.seed), "seed": None, "sft_seed": None}
+    info_path = base / "sft.json"
+    if cfg.model(spec.model).source != "scratch" or not info_path.is_file():
+        return record
+    info = _json_object(info_path, "the record `fp8rl sft` writes")
+    want = cfg.sft.base_seed(spec.seed)
+    if info.get("seed") != want:
+        how = (
+            "one base shared by every run (sft.per_seed: false)"
+            if want is None
+            else f"base seed {want}"
+            + (f" (seed {spec.seed} % sft.bases {cfg.sft.bases})" if cfg.sft.bases is not None else "")
+        )
+        raise ValueError(
+            f"{info_path}: the base of seed {info.get('seed')!r}, but run seed {spec.seed} starts from {how}"
+        )
+    return record | {"seed": info.get("seed"), "sft_seed": info.get("sft_seed")}
 
 
 def positions(config: dict) -> int | None:

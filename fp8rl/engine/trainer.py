@@ -52,6 +52,7 @@ from fp8rl.engine.data import load_split
 from fp8rl.engine.device import resolve_device
 from fp8rl.engine.divergence import Diverged, require_finite_weights
 from fp8rl.engine.heartbeat import Heartbeat
+from fp8rl.engine.inputs import check_base_seed
 from fp8rl.engine.loss_scale import DynamicLossScaler
 from fp8rl.engine.model import load_hf
 from fp8rl.engine.phase_timer import PhaseTimer, throughput_report
@@ -135,6 +136,8 @@ class Trainer:
         self.device = resolve_device(device, cfg.resources_for("train").gpus)
         self.algo = self.resolved.algo
         self.base_dir, self.data_dir = Path(base_dir), Path(data_dir)
+        # which base the run starts from (summary.json's `base`); another seed's base is refused here
+        self.base = check_base_seed(cfg, self.run_spec, self.base_dir)
         self.dir = RunDir(out_dir)
         self.progress = progress
         self.stop = stop if stop is not None else StopRequest()
@@ -326,6 +329,7 @@ class Trainer:
             final,
             provenance(self.cfg.digest()),
             divergence=self.stability.divergence.as_dict() if self.stability.divergence else None,
+            base=self.base,
         )
         self.dir.write_throughput(throughput_report(rows, self.prec))
         if self.shadow is not None:

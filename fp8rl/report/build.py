@@ -35,7 +35,7 @@ from fp8rl.report.comparison import comparison_table, has_conditions, zero_width
 from fp8rl.report.control import NOTES as CONTROL_NOTES
 from fp8rl.report.control import control_summary, control_table, control_view, void_notes
 from fp8rl.report.endpoints import FLOAT_FORMAT, endpoints_table, endpoints_view
-from fp8rl.report.endpoints import NOTES as ENDPOINT_NOTES
+from fp8rl.report.endpoints import notes as endpoint_notes
 from fp8rl.report.explainer import MECHANISM
 from fp8rl.report.figures import CAPTIONS
 from fp8rl.report.html import render_html
@@ -270,7 +270,9 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     _csv(endpoints, paths.table("endpoints", "csv"), FLOAT_FORMAT)
     atomic_write_text(
         paths.table("endpoints", "md"),
-        to_markdown(f"{title}: per-run endpoints", markdown_cells(endpoints_view(endpoints)), ENDPOINT_NOTES),
+        to_markdown(
+            f"{title}: per-run endpoints", markdown_cells(endpoints_view(endpoints)), endpoint_notes(cfg)
+        ),
     )
     c_view = control_view(control)
     c_notes = [control_info["statement"], *CONTROL_NOTES]
@@ -329,7 +331,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     if paths.study:  # the pre-registered study's answers come first (fp8rl.report.planned)
         sections[:0] = write_study_report(cfg, runset, paths, title, control_info)
     sections.insert(0, ("Did the bf16 control learn?", c_notes, c_view))  # before any comparison
-    sections.append(("Per-run endpoints", ENDPOINT_NOTES, endpoints_view(endpoints)))
+    sections.append(("Per-run endpoints", endpoint_notes(cfg), endpoints_view(endpoints)))
 
     numerics = runs_numerics(runs_dir)
     atomic_write_text(

@@ -7,9 +7,9 @@ whatever its status (a failed or missing run has blank numbers and is never impu
 
 Columns (`COLUMNS`, then one per eval score `{task}/{metric}`):
 
-- identity: `run_id`, `algo`, `model`, `base` (the base model the run started from: `{model}/seed{seed}`
-  with `sft.per_seed`, `{model}` for a tier's shared scratch base, the model's `source` for a pretrained
-  one), `variant`, `granularity`, `condition` (blank outside matrices with FP8 conditions), `seed`,
+- identity: `run_id`, `algo`, `model`, `base` (the base model the run started from: `{model}/seed{b}`
+  with `sft.per_seed`, b the run's seed, or its seed % `sft.bases`; `{model}` for a tier's shared
+  scratch base, the model's `source` for a pretrained one), `variant`, `granularity`, `condition` (blank outside matrices with FP8 conditions), `seed`,
   `noise` (the run's `fp8.noise_scale`: the dose; 1 for bf16), `arm` (the study arms the run belongs to,
   `;`-joined; blank without a `study` section);
 - status: `status`, `reason`, `last_step` (the last step summary.json records), `steps_planned`,
@@ -101,6 +101,18 @@ NOTES = [
     "`base`: the base model the run started from (one per seed with sft.per_seed).",
     "The CSV has every column at ten significant digits; this view shows the main ones.",
 ]
+BASES_NOTE = (
+    "`base`: the base model the run started from (sft.bases = {bases}: seed s starts from base s % {bases})."
+)
+
+
+def notes(cfg: ExperimentConfig) -> list[str]:
+    """`NOTES`, with the `base` line naming `sft.bases` where the config sets it (as published otherwise)."""
+    if cfg.sft.bases is None:
+        return NOTES
+    return [BASES_NOTE.format(bases=cfg.sft.bases) if n.startswith("`base`") else n for n in NOTES]
+
+
 VIEW_COLUMNS = [
     "run_id", "base", "status", "div_step", "div_kind", "reward_first", "reward_last", "reward_rise",
     "entropy_peak", "entropy_last", "gibberish_rate", "endpoint",
@@ -117,10 +129,7 @@ def windows(steps: int) -> tuple[int, int]:
 
 def base_of(cfg: ExperimentConfig, spec: RunSpec) -> str:
     """The base model a run starts from (module docstring)."""
-    source = cfg.model(spec.model).source
-    if source != "scratch":
-        return source
-    return f"{spec.model}/seed{spec.seed}" if cfg.sft.per_seed else spec.model
+    return cfg.base_of(spec.model, spec.seed)
 
 
 def _mean(values: pd.Series) -> float:

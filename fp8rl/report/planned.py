@@ -13,6 +13,11 @@ Three tables, written only for a config with a `study` section (docs/attribution
 - `exploratory`: the same numbers for the exploratory contrasts, unadjusted and with no decision: they
   were not planned as tests and are read as descriptions.
 
+With `study.unit: base` the unit is the base model instead of the run: each arm's endpoints are
+averaged within base first, the arms table's interval is over those base means, and a contrast is a
+paired t-test over bases with its exact power (fp8rl.report.paired; the contrast tables gain `bases`
+and `seeds_per_base`).
+
 The endpoint of a run is the mean of `study.endpoint.metric` over its steps after `from_frac` of the
 planned steps. Runs that are `failed` or `missing` have none (counted, never imputed); a `diverged`
 run keeps its endpoint (its collapse is what the endpoint measures), and one that stopped before the
@@ -26,11 +31,12 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from fp8rl.config import ContrastConfig, ExperimentConfig, StudyConfig, arm_cell
+from fp8rl.report import paired
 from fp8rl.report.load import RunSet
 from fp8rl.report.stats import t_interval, welch_interval
+from fp8rl.report.welch import finite, holm, welch_df, welch_power, welch_test
 from fp8rl.vocabulary import CLIP_LOW_NEG, MISMATCH_KL_K3
 
 STUDY_TABLES = ("arms", "planned", "exploratory")
@@ -44,6 +50,14 @@ CONTRAST_COLUMNS = [
     "contrast", "arm", "reference", "n_arm", "n_reference", "difference", "low", "high", "df", "p",
     "p_adjusted", "decision", "power_observed", "power_planned", "question",
 ]  # fmt: skip
+
+
+def contrast_columns(study: StudyConfig) -> list[str]:
+    """The contrast tables' columns: `CONTRAST_COLUMNS`, with `paired.BASE_COLUMNS` for `unit: base`."""
+    if study.unit == "run":
+        return CONTRAST_COLUMNS
+    at = CONTRAST_COLUMNS.index("n_reference") + 1
+    return [*CONTRAST_COLUMNS[:at], *paired.BASE_COLUMNS, *CONTRAST_COLUMNS[at:]]
 
 
 def _notes(study: StudyConfig) -> tuple[list[str], list[str], list[str]]:
@@ -61,7 +75,15 @@ def _notes(study: StudyConfig) -> tuple[list[str], list[str], list[str]]:
         "`clip_low_neg` and `excess_clip` (phantom/low_neg − phantom/missed_neg, paired against the run's own "
         "BF16 shadow; FP8 arms only) over all steps.",
     ]
+    if study.unit == "base":
+        arms[1] = (
+            "`endpoint` [low, high]: each base's mean over its seeds, then the mean over bases with a 95% "
+            "Student t-interval (study.unit: base); `sd`: SD of the base means; `bases`: bases with an "
+            "endpoint; `n`: runs with an endpoint of `runs`."
+        )
     adjust = "Holm over the planned family" if study.multiplicity == "holm" else "not adjusted"
+    if study.unit == "base":
+        return arms, paired.planned_notes(study, endpoint, adjust), _exploratory_notes(endpoint)
     planned = [
         endpoint,
         f"`difference` = mean endpoint of `arm` − that of `reference` (per-seed endpoints, unpaired), "
@@ -72,85 +94,18 @@ def _notes(study: StudyConfig) -> tuple[list[str], list[str], list[str]]:
         f"`power_planned`: the same with the SD assumed before the runs (study.planning_sd = "
         f"{study.planning_sd:g}). With Holm both use alpha / (number of planned contrasts), a lower bound.",
     ]
-    exploratory = [
+    return arms, planned, _exploratory_notes(endpoint)
+
+
+def _exploratory_notes(endpoint: str) -> list[str]:
+    return [
         endpoint,
         "Exploratory: not part of the pre-registered tests. Same estimates as the planned table, p "
         "unadjusted and no decision: read them as descriptions that suggest the next planned study.",
     ]
-    return arms, planned, exploratory
 
 
 # ------------------------------------------------------------------------------------------ statistics
-
-
-def welch_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
-    """(t, two-sided p) of Welch's t-test of mean(a) − mean(b); NaN unless both have two values and a
-    spread."""
-    a, b = _finite(a), _finite(b)
-    if a.size < 2 or b.size < 2:
-        return math.nan, math.nan
-    se2 = a.var(ddof=1) / a.size + b.var(ddof=1) / b.size
-    if se2 == 0.0:
-        return math.nan, math.nan
-    res = stats.ttest_ind(a, b, equal_var=False)
-    return float(res.statistic), float(res.pvalue)
-
-
-def welch_df(sd_a: float, n_a: int, sd_b: float, n_b: int) -> float:
-    """The Welch–Satterthwaite degrees of freedom."""
-    va, vb = sd_a**2 / n_a, sd_b**2 / n_b
-    if va + vb == 0.0:
-        return math.nan
-    return (va + vb) ** 2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
-
-
-POWER_DRAWS = 20_000
-POWER_SEED = 20250126
-
-
-def welch_power(
-    effect: float,
-    sd_a: float,
-    n_a: int,
-    sd_b: float,
-    n_b: int,
-    alpha: float,
-    *,
-    draws: int = POWER_DRAWS,
-    seed: int = POWER_SEED,
-) -> float:
-    """Power of the two-sided Welch t-test at level `alpha` to detect a true difference `effect` between
-    normal groups with SDs `sd_a`, `sd_b` and sizes `n_a`, `n_b`, by simulating the test itself (`draws`
-    pairs of samples, seeded: the same inputs give the same power, to about ±0.007). Simulated because
-    at 3-5 seeds the noncentral t with the expected Welch df overstates it (n = 3 per group, effect 3
-    SDs: 0.78 against the test's 0.68); the Welch df of each draw varies. NaN for fewer than two per
-    group or no spread."""
-    if n_a < 2 or n_b < 2 or not (math.isfinite(sd_a) and math.isfinite(sd_b)) or sd_a + sd_b == 0.0:
-        return math.nan
-    rng = np.random.default_rng(seed)
-    a = rng.normal(effect, sd_a, (draws, n_a)) if sd_a > 0 else np.full((draws, n_a), float(effect))
-    b = rng.normal(0.0, sd_b, (draws, n_b)) if sd_b > 0 else np.zeros((draws, n_b))
-    va, vb = a.var(axis=1, ddof=1) / n_a, b.var(axis=1, ddof=1) / n_b
-    t = (a.mean(axis=1) - b.mean(axis=1)) / np.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
-    return float(np.mean(np.abs(t) > stats.t.ppf(1 - alpha / 2, df)))
-
-
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (NaN stays NaN and is not counted in the family)."""
-    p = np.asarray(pvalues, dtype=float)
-    out = np.full(p.shape, math.nan)
-    idx = [i for i in np.argsort(p, kind="stable") if math.isfinite(p[i])]
-    m, running = len(idx), 0.0
-    for rank, i in enumerate(idx):
-        running = max(running, min(1.0, (m - rank) * p[i]))
-        out[i] = running
-    return out.tolist()
-
-
-def _finite(values: Sequence[float]) -> np.ndarray:
-    arr = np.asarray(list(values), dtype=float)
-    return arr[np.isfinite(arr)]
 
 
 def _sd(values: np.ndarray) -> float:
@@ -161,7 +116,7 @@ def contrast_row(
     c: ContrastConfig, arm: Sequence[float], reference: Sequence[float], study: StudyConfig, alpha: float
 ) -> dict:
     """The estimate, interval, test and power of one contrast (`alpha`: the level the power uses)."""
-    a, b = _finite(arm), _finite(reference)
+    a, b = finite(arm), finite(reference)
     diff = welch_interval(a, b)
     _, p = welch_test(a, b)
     sd_a, sd_b = _sd(a), _sd(b)
@@ -188,7 +143,8 @@ def contrast_row(
 
 
 def run_endpoints(runset: RunSet, cfg: ExperimentConfig) -> pd.DataFrame:
-    """One row per run of a study arm: `arm`, `run_id`, `seed`, `status`, `endpoint` (NaN when none)."""
+    """One row per run of a study arm: `arm`, `run_id`, `seed`, `base` (the base model it started from),
+    `status`, `endpoint` (NaN when none)."""
     study = cfg.study
     e = study.endpoint
     start = e.from_frac * cfg.schedule.steps
@@ -211,11 +167,12 @@ def run_endpoints(runset: RunSet, cfg: ExperimentConfig) -> pd.DataFrame:
                     "arm": arm,
                     "run_id": run.run_id,
                     "seed": run.seed,
+                    "base": cfg.base_of(run.model, int(run.seed)),
                     "status": run.status,
                     "endpoint": endpoint,
                 }
             )
-    return pd.DataFrame(rows, columns=["arm", "run_id", "seed", "status", "endpoint"])
+    return pd.DataFrame(rows, columns=["arm", "run_id", "seed", "base", "status", "endpoint"])
 
 
 def _metric_mean(runset: RunSet, run_ids: list[str], metric: str, step: int | None = None) -> float:
@@ -244,29 +201,39 @@ def _excess(runset: RunSet, run_ids: list[str]) -> float:
 
 
 def arms_table(runset: RunSet, cfg: ExperimentConfig, endpoints: pd.DataFrame) -> pd.DataFrame:
+    """One row per arm: the endpoint over its units (seeds, or base means with `unit: base`) and the
+    descriptive means."""
+    by_base = cfg.study.unit == "base"
     rows = []
     for arm, prefix in cfg.study.arms.items():
         sub = endpoints[endpoints["arm"] == arm]
         used = sub[sub["status"].isin(("ok", "diverged"))]["run_id"].tolist()
-        ci = t_interval(sub["endpoint"].to_numpy(dtype=float))
+        units = finite(sub["endpoint"])
+        bases = {}
+        if by_base:
+            units, n_bases = paired.arm_units(endpoints, arm)
+            bases = {"bases": n_bases}
+        ci = t_interval(units)
         rows.append(
             {
                 "arm": arm,
                 "cell": prefix,
                 "runs": len(sub),
-                "n": ci.n,
+                "n": int(np.isfinite(sub["endpoint"].to_numpy(dtype=float)).sum()),
+                **bases,
                 "diverged": int((sub["status"] == "diverged").sum()),
                 "endpoint": ci.estimate,
                 "low": ci.low,
                 "high": ci.high,
-                "sd": _sd(_finite(sub["endpoint"])),
+                "sd": _sd(units),
                 "mismatch_kl_step1": _metric_mean(runset, used, MISMATCH_KL_K3, step=1),
                 "entropy_step1": _metric_mean(runset, used, "entropy", step=1),
                 "clip_low_neg": _metric_mean(runset, used, CLIP_LOW_NEG),
                 "excess_clip": _excess(runset, used),
             }
         )
-    return pd.DataFrame(rows, columns=ARM_COLUMNS)
+    columns = [*ARM_COLUMNS[:4], "bases", *ARM_COLUMNS[4:]] if by_base else ARM_COLUMNS
+    return pd.DataFrame(rows, columns=columns)
 
 
 def contrasts_table(endpoints: pd.DataFrame, study: StudyConfig, *, planned: bool) -> pd.DataFrame:
@@ -278,7 +245,10 @@ def contrasts_table(endpoints: pd.DataFrame, study: StudyConfig, *, planned: boo
     def seeds(arm: str) -> np.ndarray:
         return endpoints[endpoints["arm"] == arm]["endpoint"].to_numpy(dtype=float)
 
-    rows = [contrast_row(c, seeds(c.arm), seeds(c.reference), study, alpha) for c in contrasts]
+    if study.unit == "base":
+        rows = [paired.paired_contrast_row(c, endpoints, study, alpha) for c in contrasts]
+    else:
+        rows = [contrast_row(c, seeds(c.arm), seeds(c.reference), study, alpha) for c in contrasts]
     if planned:
         p = [r["p"] for r in rows]
         adj = holm(p) if study.multiplicity == "holm" else p
@@ -291,7 +261,7 @@ def contrasts_table(endpoints: pd.DataFrame, study: StudyConfig, *, planned: boo
     else:
         for r in rows:
             r["p_adjusted"], r["decision"] = math.nan, "exploratory"
-    return pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
+    return pd.DataFrame(rows, columns=contrast_columns(study))
 
 
 def _f(x: float, digits: int = 3) -> str:
@@ -309,11 +279,13 @@ def _ci(est: float, low: float, high: float) -> str:
 
 
 def arms_view(table: pd.DataFrame) -> pd.DataFrame:
+    by_base = "bases" in table
     return pd.DataFrame(
         {
             "arm": table["arm"],
             "cell": table["cell"],
             "n/runs": [f"{n}/{r}" for n, r in zip(table["n"], table["runs"], strict=True)],
+            **({"bases": table["bases"].astype(str)} if by_base else {}),
             "diverged": table["diverged"].astype(str),
             "endpoint [95% CI]": [_ci(*x) for x in zip(table["endpoint"], table["low"], table["high"], strict=True)],
             "sd": table["sd"].map(_f),
@@ -326,19 +298,26 @@ def arms_view(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def contrasts_view(table: pd.DataFrame) -> pd.DataFrame:
+    by_base = "bases" in table
+    if by_base:
+        n = [f"{b} bases × {s} seeds" for b, s in zip(table["bases"], table["seeds_per_base"], strict=True)]
+    else:
+        n = [f"{a} vs {b}" for a, b in zip(table["n_arm"], table["n_reference"], strict=True)]
     return pd.DataFrame(
         {
             "contrast": table["contrast"],
             "arm − reference": [f"{a} − {b}" for a, b in zip(table["arm"], table["reference"], strict=True)],
-            "n": [f"{a} vs {b}" for a, b in zip(table["n_arm"], table["n_reference"], strict=True)],
+            "n": n,
             "difference [95% CI]": [
                 _ci(*x) for x in zip(table["difference"], table["low"], table["high"], strict=True)
             ],
-            "p (Welch)": table["p"].map(_f),
+            ("p (paired t)" if by_base else "p (Welch)"): table["p"].map(_f),
             "p adjusted": table["p_adjusted"].map(_f),
             "decision": table["decision"],
             "power (observed SD)": table["power_observed"].map(lambda v: _f(v, 2)),
-            "power (planned SD)": table["power_planned"].map(lambda v: _f(v, 2)),
+            ("power (planned SD of the per-base difference)" if by_base else "power (planned SD)"): table[
+                "power_planned"
+            ].map(lambda v: _f(v, 2)),
             "question": table["question"],
         }
     )

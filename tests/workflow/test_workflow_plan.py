@@ -37,10 +37,10 @@ def test_dry_run_plans_every_job_of_the_matrix(config, tmp_path):
     assert jobs.pop("eval_lm") == (n if cfg.eval.lm_eval_tasks else 0)
     assert jobs.pop("eval_agent", 0) == (n if cfg.eval.agent else 0)
     hf = [m for m in cfg.matrix.models if cfg.model(m).source == "hf" and cfg.backend == "verl"]
-    # scratch models are trained (sft: one per model, or per model and seed with sft.per_seed), verl's hub
-    # models fetched with the datasets (login node), other pretrained models loaded and re-saved (base_model)
+    # scratch models are trained (sft: one per model, or per model and base seed with sft.per_seed), verl's
+    # hub models fetched with the datasets (login node), other pretrained models loaded and re-saved
     scratch = [m for m in cfg.matrix.models if cfg.model(m).source == "scratch"]
-    bases = len(scratch) * (len(cfg.matrix.seeds) if cfg.sft.per_seed else 1)
+    bases = len(scratch) * len({cfg.sft.base_seed(s) for s in cfg.matrix.seeds})
     assert jobs.pop("sft", 0) == bases
     assert jobs.pop("base_model", 0) == len(cfg.matrix.models) - len(hf) - len(scratch)
     assert jobs.pop("fetch_model", 0) == len(hf) and jobs.pop("fetch_data", 0) == (1 if hf else 0)

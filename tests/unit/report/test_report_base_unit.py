@@ -1,0 +1,187 @@
+"""`study.unit: base`: on a synthetic tier of 3 bases x 2 RL seeds each (`sft.bases`), with the calib
+override as an arm, written by the real writers (RunDir, build_summary) and reported by `build_report`,
+every planned and exploratory contrast, and the arms table, recompute from `tables/endpoints.csv` alone:
+base means, a paired t-test over bases (scipy.stats.ttest_rel), Holm, and the power of that test
+(simulated here, computed exactly by the report)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from report_fixtures import REPO, metrics_row
+from scipy import stats
+
+from fp8rl.config_loader import load_config
+from fp8rl.report.build import build_report
+from fp8rl.report.paths import ReportPaths
+from fp8rl.rundir import RunDir, build_summary, runs_dir
+
+STEPS = 10
+SEEDS = [0, 1, 2, 3, 4, 5]
+BASES = 3
+CONDITIONS = [
+    {"name": "s4", "fp8": {"noise_scale": 4.0}},
+    {"name": "s4_fixed", "fp8": {"noise_scale": 4.0}, "calib": {"upper": "fixed"}, "variants": ["fp8_tis_calib"]},
+]  # fmt: skip
+STUDY = {
+    "unit": "base",
+    "arms": {
+        "bf16": "grpo/tiny/bf16/none/none",
+        "fp8": "grpo/tiny/fp8/tensorwise/s4",
+        "tis": "grpo/tiny/fp8_tis/tensorwise/s4",
+        "calib": "grpo/tiny/fp8_tis_calib/tensorwise/s4",
+        "calib_fixed": "grpo/tiny/fp8_tis_calib/tensorwise/s4_fixed",
+    },
+    "endpoint": {"metric": "reward/mean", "from_frac": 0.5},
+    "min_effect": 0.05,
+    "planning_sd": 0.03,
+    "min_seeds": BASES,
+    "planned": [
+        {"name": "calib_vs_tis", "arm": "calib", "reference": "tis"},
+        {"name": "fixed_vs_calib", "arm": "calib_fixed", "reference": "calib"},
+        {"name": "tis_vs_bf16", "arm": "tis", "reference": "bf16"},
+    ],
+    "exploratory": [{"name": "fp8_vs_bf16", "arm": "fp8", "reference": "bf16"}],
+}
+BASE_LEVEL = [0.2, 0.35, 0.5]  # the bases differ more than the arms: what pairing within base removes
+ARM_SHIFT = {("bf16", None): 0.0, ("fp8", "s4"): -0.15, ("fp8_tis", "s4"): -0.08,
+             ("fp8_tis_calib", "s4"): -0.02, ("fp8_tis_calib", "s4_fixed"): -0.03}  # fmt: skip
+FAILED = "grpo/tiny/fp8_tis_calib/tensorwise/s4/seed3"  # base 0 keeps one calib seed: 1-2 seeds per base
+
+
+def _reward(spec, step: int) -> float:
+    cond = spec.condition if spec.condition != "none" else None
+    jitter = 0.03 * math.sin(7 * spec.seed + 3 * len(spec.run_id))
+    return BASE_LEVEL[spec.seed % BASES] + ARM_SHIFT[(spec.variant, cond)] + jitter + 0.002 * step
+
+
+@pytest.fixture(scope="module")
+def tier(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("base_unit")
+    raw = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    raw |= {"results_dir": str(tmp / "results"), "study": STUDY, "eval": {"lm_eval_tasks": [], "agent": []}}
+    raw["schedule"]["steps"] = STEPS
+    raw["sft"]["bases"] = BASES
+    raw["matrix"] = {
+        "algorithms": ["grpo"],
+        "models": ["tiny"],
+        "variants": ["bf16", "fp8", "fp8_tis", "fp8_tis_calib"],
+        "granularities": ["tensorwise"],
+        "seeds": SEEDS,
+        "conditions": CONDITIONS,
+    }
+    path = tmp / "study.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    cfg = load_config(path)
+    for spec in cfg.runs():
+        run = RunDir.of(runs_dir(cfg.results_dir, cfg.tier), spec.run_id)
+        run.claim(spec.run_id)
+        run.write_config(cfg.model_dump(mode="json"))
+        failed = spec.run_id == FAILED
+        n = 2 if failed else STEPS
+        for step in range(1, n + 1):
+            run.append_metrics(metrics_row(spec, step) | {"reward/mean": _reward(spec, step)})
+        base = {"name": cfg.base_of(spec.model, spec.seed), "seed": spec.seed % BASES, "sft_seed": None}
+        summary = build_summary(
+            spec.run_id, "failed" if failed else "ok", "RuntimeError: boom" if failed else None, n, STEPS,
+            {"reward/mean": _reward(spec, n)}, {"git_commit": "abc123", "packages": {}, "machine": {}},
+            base=base,
+        )  # fmt: skip
+        run.write_summary(summary)
+    build_report(cfg)
+    return cfg, ReportPaths.for_config(cfg)
+
+
+def _close(got, want, what):
+    want = np.asarray(want, float)
+    assert np.isfinite(want).all(), what
+    np.testing.assert_allclose(np.asarray(got, float), want, rtol=2e-5, atol=1e-9, err_msg=what)
+
+
+def _base_means(ends: pd.DataFrame, arm: str) -> pd.DataFrame:
+    sub = ends[(ends["arm"] == arm) & ends["endpoint"].notna()]
+    return sub.groupby("base")["endpoint"].agg(["mean", "size"])
+
+
+def _paired_power(effect, sd, n, alpha, draws=40_000):
+    rng = np.random.default_rng(1)
+    d = rng.normal(effect, sd, (draws, n))
+    t = d.mean(axis=1) / (d.std(axis=1, ddof=1) / math.sqrt(n))
+    return float(np.mean(np.abs(t) > stats.t.ppf(1 - alpha / 2, n - 1)))
+
+
+def test_the_paired_contrasts_recompute_from_endpoints_csv(tier):
+    cfg, paths = tier
+    ends = pd.read_csv(paths.table("endpoints", "csv"))
+    assert sorted(ends["base"].unique()) == [f"tiny/seed{b}" for b in range(BASES)]
+    for r in ends.itertuples():
+        assert r.base == f"tiny/seed{r.seed % BASES}"
+    assert "sft.bases = 3: seed s starts from base s % 3" in paths.table("endpoints", "md").read_text()
+    ends = ends.assign(arm=ends["arm"].fillna("").str.split(";")).explode("arm")
+    planned = pd.read_csv(paths.table("planned", "csv")).set_index("contrast")
+    exploratory = pd.read_csv(paths.table("exploratory", "csv")).set_index("contrast")
+    alpha = cfg.study.alpha / len(STUDY["planned"])  # Holm: the power's level
+    p = {}
+    for c, table in [
+        *((c, planned) for c in STUDY["planned"]),
+        *((c, exploratory) for c in STUDY["exploratory"]),
+    ]:
+        a, b = _base_means(ends, c["arm"]), _base_means(ends, c["reference"])
+        assert list(a.index) == list(b.index) and len(a) == BASES
+        res = stats.ttest_rel(a["mean"], b["mean"])
+        ci = res.confidence_interval(0.95)
+        d = (a["mean"] - b["mean"]).to_numpy()
+        row = table.loc[c["name"]]
+        _close([row["difference"], row["low"], row["high"], row["p"], row["df"]],
+               [d.mean(), ci.low, ci.high, res.pvalue, BASES - 1], c["name"])  # fmt: skip
+        assert row["bases"] == BASES
+        assert row["n_arm"] == a["size"].sum() and row["n_reference"] == b["size"].sum()
+        spread = [
+            f"{s.min()}" if s.min() == s.max() else f"{s.min()}-{s.max()}" for s in (a["size"], b["size"])
+        ]
+        assert row["seeds_per_base"] == "/".join(spread)
+        if table is planned:
+            p[c["name"]] = res.pvalue
+            level = alpha
+            sd = d.std(ddof=1)
+            assert row["power_observed"] == pytest.approx(_paired_power(0.05, sd, BASES, level), abs=0.01)
+            assert row["power_planned"] == pytest.approx(_paired_power(0.05, 0.03, BASES, level), abs=0.01)
+    assert planned.loc["calib_vs_tis", "seeds_per_base"] == "1-2/2"  # the failed run is not imputed
+    order = sorted(p, key=p.get)
+    running = 0.0
+    for rank, name in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * p[name]))
+        _close(planned.loc[name, "p_adjusted"], running, f"{name} p_adjusted")
+    md = paths.table("planned", "md").read_text()
+    assert "paired t" in md and "SD of the per-base difference" in md and "3 bases × 2/2 seeds" in md
+
+
+def test_the_arms_are_intervals_over_base_means(tier):
+    _, paths = tier
+    ends = pd.read_csv(paths.table("endpoints", "csv"))
+    ends = ends.assign(arm=ends["arm"].fillna("").str.split(";")).explode("arm")
+    arms = pd.read_csv(paths.table("arms", "csv")).set_index("arm")
+    for arm in STUDY["arms"]:
+        means = _base_means(ends, arm)["mean"].to_numpy()
+        lo, hi = stats.t.interval(0.95, len(means) - 1, loc=means.mean(), scale=stats.sem(means))
+        _close(
+            arms.loc[arm, ["endpoint", "low", "high", "sd"]], [means.mean(), lo, hi, means.std(ddof=1)], arm
+        )
+        assert arms.loc[arm, "bases"] == BASES
+    assert arms.loc["calib", "n"] == len(SEEDS) - 1 and arms.loc["calib", "runs"] == len(SEEDS)
+
+
+def test_a_run_unit_study_keeps_its_columns():
+    """Studies written before `unit` keep their dumps and tables: no `unit` key, no base columns."""
+    from fp8rl.config import StudyConfig
+    from fp8rl.report.planned import CONTRAST_COLUMNS, contrast_columns
+
+    run = StudyConfig.model_validate({k: v for k, v in STUDY.items() if k != "unit"})
+    assert "unit" not in run.model_dump() and run.test == "welch_t"
+    assert contrast_columns(run) == CONTRAST_COLUMNS
+    base = StudyConfig.model_validate(STUDY)
+    assert base.test == "paired_t" and "bases" in contrast_columns(base)
