@@ -26,11 +26,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from fp8rl.config import ContrastConfig, ExperimentConfig, StudyConfig, arm_cell
 from fp8rl.report.load import RunSet
-from fp8rl.report.stats import t_interval, welch_interval
+from fp8rl.report.stats import finite, holm, t_interval, welch, welch_power
 from fp8rl.vocabulary import CLIP_LOW_NEG, MISMATCH_KL_K3
 
 STUDY_TABLES = ("arms", "planned", "exploratory")
@@ -83,76 +82,6 @@ def _notes(study: StudyConfig) -> tuple[list[str], list[str], list[str]]:
 # ------------------------------------------------------------------------------------------ statistics
 
 
-def welch_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
-    """(t, two-sided p) of Welch's t-test of mean(a) − mean(b); NaN unless both have two values and a
-    spread."""
-    a, b = _finite(a), _finite(b)
-    if a.size < 2 or b.size < 2:
-        return math.nan, math.nan
-    se2 = a.var(ddof=1) / a.size + b.var(ddof=1) / b.size
-    if se2 == 0.0:
-        return math.nan, math.nan
-    res = stats.ttest_ind(a, b, equal_var=False)
-    return float(res.statistic), float(res.pvalue)
-
-
-def welch_df(sd_a: float, n_a: int, sd_b: float, n_b: int) -> float:
-    """The Welch–Satterthwaite degrees of freedom."""
-    va, vb = sd_a**2 / n_a, sd_b**2 / n_b
-    if va + vb == 0.0:
-        return math.nan
-    return (va + vb) ** 2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
-
-
-POWER_DRAWS = 20_000
-POWER_SEED = 20250126
-
-
-def welch_power(
-    effect: float,
-    sd_a: float,
-    n_a: int,
-    sd_b: float,
-    n_b: int,
-    alpha: float,
-    *,
-    draws: int = POWER_DRAWS,
-    seed: int = POWER_SEED,
-) -> float:
-    """Power of the two-sided Welch t-test at level `alpha` to detect a true difference `effect` between
-    normal groups with SDs `sd_a`, `sd_b` and sizes `n_a`, `n_b`, by simulating the test itself (`draws`
-    pairs of samples, seeded: the same inputs give the same power, to about ±0.007). Simulated because
-    at 3-5 seeds the noncentral t with the expected Welch df overstates it (n = 3 per group, effect 3
-    SDs: 0.78 against the test's 0.68); the Welch df of each draw varies. NaN for fewer than two per
-    group or no spread."""
-    if n_a < 2 or n_b < 2 or not (math.isfinite(sd_a) and math.isfinite(sd_b)) or sd_a + sd_b == 0.0:
-        return math.nan
-    rng = np.random.default_rng(seed)
-    a = rng.normal(effect, sd_a, (draws, n_a)) if sd_a > 0 else np.full((draws, n_a), float(effect))
-    b = rng.normal(0.0, sd_b, (draws, n_b)) if sd_b > 0 else np.zeros((draws, n_b))
-    va, vb = a.var(axis=1, ddof=1) / n_a, b.var(axis=1, ddof=1) / n_b
-    t = (a.mean(axis=1) - b.mean(axis=1)) / np.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
-    return float(np.mean(np.abs(t) > stats.t.ppf(1 - alpha / 2, df)))
-
-
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (NaN stays NaN and is not counted in the family)."""
-    p = np.asarray(pvalues, dtype=float)
-    out = np.full(p.shape, math.nan)
-    idx = [i for i in np.argsort(p, kind="stable") if math.isfinite(p[i])]
-    m, running = len(idx), 0.0
-    for rank, i in enumerate(idx):
-        running = max(running, min(1.0, (m - rank) * p[i]))
-        out[i] = running
-    return out.tolist()
-
-
-def _finite(values: Sequence[float]) -> np.ndarray:
-    arr = np.asarray(list(values), dtype=float)
-    return arr[np.isfinite(arr)]
-
-
 def _sd(values: np.ndarray) -> float:
     return float(values.std(ddof=1)) if values.size >= 2 else math.nan
 
@@ -161,9 +90,8 @@ def contrast_row(
     c: ContrastConfig, arm: Sequence[float], reference: Sequence[float], study: StudyConfig, alpha: float
 ) -> dict:
     """The estimate, interval, test and power of one contrast (`alpha`: the level the power uses)."""
-    a, b = _finite(arm), _finite(reference)
-    diff = welch_interval(a, b)
-    _, p = welch_test(a, b)
+    a, b = finite(arm), finite(reference)
+    w = welch(a, b)
     sd_a, sd_b = _sd(a), _sd(b)
     return {
         "contrast": c.name,
@@ -171,11 +99,11 @@ def contrast_row(
         "reference": c.reference,
         "n_arm": int(a.size),
         "n_reference": int(b.size),
-        "difference": diff.estimate,
-        "low": diff.low,
-        "high": diff.high,
-        "df": welch_df(sd_a, a.size, sd_b, b.size) if a.size >= 2 and b.size >= 2 else math.nan,
-        "p": p,
+        "difference": w.delta.estimate,
+        "low": w.delta.low,
+        "high": w.delta.high,
+        "df": w.df,
+        "p": w.p,
         "power_observed": welch_power(study.min_effect, sd_a, a.size, sd_b, b.size, alpha),
         "power_planned": welch_power(
             study.min_effect, study.planning_sd, a.size, study.planning_sd, b.size, alpha
@@ -259,7 +187,7 @@ def arms_table(runset: RunSet, cfg: ExperimentConfig, endpoints: pd.DataFrame) -
                 "endpoint": ci.estimate,
                 "low": ci.low,
                 "high": ci.high,
-                "sd": _sd(_finite(sub["endpoint"])),
+                "sd": _sd(finite(sub["endpoint"])),
                 "mismatch_kl_step1": _metric_mean(runset, used, MISMATCH_KL_K3, step=1),
                 "entropy_step1": _metric_mean(runset, used, "entropy", step=1),
                 "clip_low_neg": _metric_mean(runset, used, CLIP_LOW_NEG),
