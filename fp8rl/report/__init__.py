@@ -31,7 +31,7 @@ from `{results_dir}/{tier}/runs/` and writes, with `R = {results_dir}/{tier}`:
                                              and their sha256 (`files`)
 
 The report is built in a temp folder and moved into place with report.json last (`build.py`).
-`fp8rl publish TIER [--config FILE]` copies tables/, plots/, report.html and a provenance.json into
+`fp8rl publish --config FILE` copies tables/, plots/, report.html and a provenance.json into
 `{results_dir}/published/{TIER}/` if every output has the hash report.json records, and swaps the copy
 in whole (see `publish.py`).
 
