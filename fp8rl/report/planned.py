@@ -79,7 +79,7 @@ def _notes(study: StudyConfig) -> tuple[list[str], list[str], list[str]]:
     return arms, planned, exploratory
 
 
-# ------------------------------------------------------------------------------------------ statistics
+# ------------------------------------------------------------------------------------------- contrasts
 
 
 def _sd(values: np.ndarray) -> float:

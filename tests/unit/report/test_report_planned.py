@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pandas as pd
 import pytest
@@ -51,6 +52,9 @@ def test_welch_power_limits():
     assert welch_power(0.1, 0.06, 5, 0.06, 5, 0.05) < welch_power(0.1, 0.06, 8, 0.06, 8, 0.05)
     assert welch_power(0.1, 0.06, 5, 0.06, 5, 0.05) == welch_power(0.1, 0.06, 5, 0.06, 5, 0.05)
     assert math.isnan(welch_power(0.3, 0.1, 1, 0.1, 3, 0.05))
+    with warnings.catch_warnings():  # one group without spread: no warning, a power all the same
+        warnings.simplefilter("error")
+        assert 0.0 < welch_power(0.3, 0.0, 3, 0.1, 3, 0.05) < 1.0
 
 
 def test_holm_by_hand():
