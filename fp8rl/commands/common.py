@@ -30,7 +30,7 @@ def add_command(
     return sub.add_parser(
         name,
         help=help,
-        description=f"{head}\n\n{inspect.cleandoc(doc)}",
+        description=f"{textwrap.fill(head, 100)}\n\n{inspect.cleandoc(doc)}",
         epilog=textwrap.fill(EXIT_CODES, 100),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
