@@ -17,7 +17,7 @@ import os
 import sys
 
 from fp8rl import numerics, quiet
-from fp8rl.commands.common import UsageError
+from fp8rl.commands.common import EXIT_CODES, UsageError, resolve_config_arg
 from fp8rl.config_loader import ConfigError
 
 # One module per area; each defines `register(subparsers)`.
@@ -45,7 +45,10 @@ def package_version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="fp8rl", description="Benchmark and reproducibility harness for fully-FP8 RL of LLMs."
+        prog="fp8rl",
+        description="Benchmark and reproducibility harness for fully-FP8 RL of LLMs. `fp8rl COMMAND --help` "
+        "says what a command does and its exit codes.",
+        epilog=EXIT_CODES,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -58,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet.install()
     args = build_parser().parse_args(argv)
     try:
+        resolve_config_arg(args)
         return int(args.func(args) or 0)
     except (ConfigError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """Read an experiment YAML into `ExperimentConfig`, with errors a person can act on.
 
-Every problem becomes a `ConfigError` whose lines name the file, the YAML line where known, the dotted
-key path and, for an unknown key or value, the allowed ones. The CLI prints it and exits 2. Every config
+Every problem becomes a `ConfigError` whose lines name the file, the YAML line where known (or, for a
+value a `--set KEY=VALUE` override put there, that override), the dotted key path and, for an unknown
+key or value, the allowed ones. The CLI prints it and exits 2. Every config
 read here is also held to the bounds of fp8rl.config.limits (a value past one names the key and the
 bound, and how to raise it).
 """
@@ -91,13 +92,15 @@ def validate_config(
     """Validate an already-parsed mapping (the Snakefile passes its `config` dict here)."""
     if not isinstance(data, dict):
         raise ConfigError(source, [f"the top level must be a mapping of keys, got {type(data).__name__}"])
+    overrides = list(overrides)
     data = apply_overrides(data, overrides, source)
+    where = _Where(lines or {}, override_keys(overrides))
     try:
         cfg = ExperimentConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(source, [_describe(err, lines or {}) for err in exc.errors()]) from None
+        raise ConfigError(source, [_describe(err, where) for err in exc.errors()]) from None
     problems = [
-        _describe({"loc": loc, "msg": msg, "type": "value_error"}, lines or {})
+        _describe({"loc": loc, "msg": msg, "type": "value_error"}, where)
         for check in (limit_problems, *checks)  # the bounds (fp8rl.config.limits): every config, always
         for loc, msg in check(cfg)
     ]
@@ -130,6 +133,12 @@ def apply_overrides(data: dict, overrides: Iterable[str], source: str = "<config
             node = nxt
         node[parts[-1]] = value
     return data
+
+
+def override_keys(overrides: Iterable[str]) -> dict[tuple[str, ...], str]:
+    """`{key path: the override that set it}` for `key.path=value` strings (the last one of a key wins,
+    as in `apply_overrides`)."""
+    return {tuple(item.partition("=")[0].split(".")): item for item in overrides if "=" in item}
 
 
 # ---------------------------------------------------------------------------------------- internals
@@ -203,12 +212,22 @@ def key_lines(node: yaml.Node, prefix: tuple = ()) -> dict[tuple, int]:
     return out
 
 
-def _line_for(loc: tuple, lines: Mapping[tuple, int]) -> int | None:
-    for n in range(len(loc), 0, -1):
-        key = tuple(str(p) if isinstance(p, str) else p for p in loc[:n])
-        if key in lines:
-            return lines[key]
-    return None
+class _Where:
+    """Where a problem at a key path comes from, as its message's prefix: the `--set` override that
+    wrote the key or one of its parents (`--set KEY=VALUE: `), else the YAML line of the key or of its
+    nearest parent in the file (`line N: `), else nothing."""
+
+    def __init__(self, lines: Mapping[tuple, int], overrides: Mapping[tuple[str, ...], str]):
+        self.lines, self.overrides = lines, overrides
+
+    def __call__(self, loc: tuple) -> str:
+        for n in range(len(loc), 0, -1):
+            if (item := self.overrides.get(tuple(str(p) for p in loc[:n]))) is not None:
+                return f"--set {item}: "
+        for n in range(len(loc), 0, -1):
+            if (line := self.lines.get(tuple(loc[:n]))) is not None:
+                return f"line {line}: "
+        return ""
 
 
 def _unwrap(annotation: Any) -> list[Any]:
@@ -237,7 +256,7 @@ def _model_at(loc: tuple) -> type[BaseModel] | None:
     return model
 
 
-def _describe(err: dict, lines: Mapping[tuple, int]) -> str:
+def _describe(err: dict, where: _Where) -> str:
     loc = tuple(p for p in err["loc"] if p not in ("function-after", "function-before"))
     msg = err["msg"].removeprefix("Value error, ")
     if not loc and ": " in msg and " " not in msg.split(": ", 1)[0]:
@@ -245,8 +264,7 @@ def _describe(err: dict, lines: Mapping[tuple, int]) -> str:
         head, msg = msg.split(": ", 1)
         loc = tuple(int(p) if p.isdigit() else p for p in head.split("."))
     key = ".".join(str(p) for p in loc) or "(top level)"
-    line = _line_for(loc, lines)
-    where = f"line {line}: " if line else ""
+    where = where(loc)
     kind = err["type"]
     if kind == "extra_forbidden":
         parent = _model_at(loc[:-1])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fp8rl.commands.common import UsageError
+from fp8rl.commands.common import UsageError, add_command
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -39,10 +39,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "check",
         help="compare a fresh tier run's per-variant metrics with a published report's, within bands from "
         "the published seeds; exit 1 naming what left its band",
+        doc=__doc__,
     )
     p.add_argument("results", help="the fresh tier's report directory (e.g. results/ci/smoke)")
     p.add_argument(

@@ -1,20 +1,54 @@
-"""Pieces shared by the subcommand modules."""
+"""Pieces shared by the subcommand modules: the parser of a subcommand (`add_command`: its --help
+says what it does and its exit codes), the config arguments every command names the same way
+(`add_config_args`), the errors and checks of run directories."""
 
 from __future__ import annotations
 
 import argparse
+import inspect
+import sys
+import textwrap
+
+EXIT_CODES = (
+    "exit status: 0 when the command did its work; 2 on bad input found before any work started (a config "
+    "or usage error, printed without a traceback); any other code is described in the command's help."
+)
+CONFIG_HELP = "experiment YAML, e.g. config/smoke.yaml"
 
 
 class UsageError(Exception):
     """Bad input found before any work started: printed as is, exit code 2."""
 
 
-def add_config_args(p: argparse.ArgumentParser, *, positional: bool = True) -> None:
-    """The experiment config argument (positional FILE, or --config FILE) and repeatable --set."""
-    if positional:
-        p.add_argument("file", help="experiment YAML, e.g. config/smoke.yaml")
+def add_command(
+    sub: argparse._SubParsersAction, name: str, *, help: str, doc: str, description: str | None = None
+) -> argparse.ArgumentParser:
+    """Subcommand `name` of `sub`. `help` is its line in the parent's list; its own --help shows
+    `description` (default: `help`), then `doc`, the docstring of the module that implements it (what
+    its commands do, their arguments and the exit codes particular to them), then `EXIT_CODES`."""
+    head = description or f"{help[0].upper()}{help[1:]}."
+    return sub.add_parser(
+        name,
+        help=help,
+        description=f"{textwrap.fill(head, 100)}\n\n{inspect.cleandoc(doc)}",
+        epilog=textwrap.fill(EXIT_CODES, 100),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def add_config_args(
+    p: argparse.ArgumentParser, *, required: bool = True, legacy_positional: bool = False
+) -> None:
+    """`--config FILE` (the experiment config; `args.file`) and repeatable `--set KEY=VALUE`, the same
+    in every command. `required`: the command needs a config. `legacy_positional`: the command's older
+    form took the config as a positional FILE; it still does, with a deprecation notice on stderr
+    (`resolve_config_arg`)."""
+    if legacy_positional:
+        p.add_argument("--config", dest="file", metavar="FILE", help=CONFIG_HELP)
+        p.add_argument("legacy_file", nargs="?", metavar="FILE", help="deprecated: use --config FILE")
+        p.set_defaults(config_command=p.prog, config_required=required)
     else:
-        p.add_argument("--config", dest="file", required=True, help="experiment YAML, e.g. config/smoke.yaml")
+        p.add_argument("--config", dest="file", metavar="FILE", required=required, help=CONFIG_HELP)
     p.add_argument(
         "--set",
         action="append",
@@ -22,6 +56,24 @@ def add_config_args(p: argparse.ArgumentParser, *, positional: bool = True) -> N
         metavar="KEY=VALUE",
         help="override a config value, e.g. --set schedule.steps=3 (repeatable)",
     )
+
+
+def resolve_config_arg(args: argparse.Namespace) -> None:
+    """Move a config given in a command's older positional form into `args.file`, with a deprecation
+    notice on stderr; UsageError when it is given both ways, or not at all where the command needs it."""
+    legacy = getattr(args, "legacy_file", None)
+    if legacy is not None:
+        if args.file is not None:
+            raise UsageError(
+                f"the config is given twice ({legacy} and --config {args.file}): give --config only"
+            )
+        print(
+            f"warning: `{args.config_command} FILE` is deprecated; use `{args.config_command} --config {legacy}`",
+            file=sys.stderr,
+        )
+        args.file = legacy
+    if getattr(args, "config_required", False) and args.file is None:
+        raise UsageError(f"{args.config_command}: --config FILE is required")
 
 
 def model_arg(cfg, args):

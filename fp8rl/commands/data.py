@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fp8rl.commands.common import UsageError, add_config_args, model_arg
+from fp8rl.commands.common import UsageError, add_command, add_config_args, model_arg
 from fp8rl.config_loader import load_config
 
 # One `fp8rl data` per --out at a time (fp8rl.rundir.hold_lock): two would mix their files.
@@ -113,20 +113,22 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("data", help="write the task splits (train/test/tool) of a tier")
-    add_config_args(p, positional=False)
+    p = add_command(sub, "data", help="write the task splits (train/test/tool) of a tier", doc=__doc__)
+    add_config_args(p)
     p.add_argument("--out", required=True, help="output directory, e.g. results/smoke/data")
     p.add_argument("--hub", help="the record `fetch data` wrote (hub datasets; default OUT/hub.json)")
     p.set_defaults(func=cmd_data)
 
-    p_f = sub.add_parser("fetch", help="download hub datasets or a model into hub.home (login node)")
+    p_f = add_command(
+        sub, "fetch", help="download hub datasets or a model into hub.home (login node)", doc=__doc__
+    )
     f_sub = p_f.add_subparsers(dest="fetch_command", required=True, metavar="WHAT")
-    p = f_sub.add_parser("data", help="the training set and lm-eval's eval sets -> a record")
-    add_config_args(p, positional=False)
+    p = add_command(f_sub, "data", help="the training set and lm-eval's eval sets -> a record", doc=__doc__)
+    add_config_args(p)
     p.add_argument("--out", required=True, help="record to write, e.g. results/paper/data/hub.json")
     p.set_defaults(func=cmd_fetch_data)
-    p = f_sub.add_parser("model", help="one hf model at its pinned revision -> a record")
-    add_config_args(p, positional=False)
+    p = add_command(f_sub, "model", help="one hf model at its pinned revision -> a record", doc=__doc__)
+    add_config_args(p)
     p.add_argument("--model", required=True, help="a model name of the config")
     p.add_argument("--out", required=True, help="record to write, e.g. results/paper/base/NAME/model.json")
     p.set_defaults(func=cmd_fetch_model)

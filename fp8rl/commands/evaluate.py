@@ -27,7 +27,7 @@ import traceback
 from pathlib import Path
 
 from fp8rl import numerics
-from fp8rl.commands.common import UsageError, add_config_args
+from fp8rl.commands.common import UsageError, add_command, add_config_args
 from fp8rl.config_loader import load_config
 
 SUITE_TASKS = {"lm_eval": "lm_eval_tasks", "agent": "agent"}
@@ -165,14 +165,16 @@ def _run_or_record(run, tasks: list[str], failed: list[dict], on_failure: str) -
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p_eval = sub.add_parser("eval", help="evaluate a checkpoint: lm-eval tasks or the agent benchmark")
+    p_eval = add_command(
+        sub, "eval", help="evaluate a checkpoint: lm-eval tasks or the agent benchmark", doc=__doc__
+    )
     eval_sub = p_eval.add_subparsers(dest="eval_command", required=True, metavar="SUITE")
     for name, suite, help_text in (
         ("lm-eval", "lm_eval", "lm-eval tasks of eval.lm_eval_tasks -> eval/lm_eval.json"),
         ("agent", "agent", "function-calling benchmark of eval.agent -> eval/agent.json"),
     ):
-        p = eval_sub.add_parser(name, help=help_text)
-        add_config_args(p, positional=False)
+        p = add_command(eval_sub, name, help=help_text, doc=__doc__)
+        add_config_args(p)
         p.add_argument("--checkpoint", required=True, help="Hugging Face model directory")
         p.add_argument(
             "--data", required=True, help="the tier's data directory (test.jsonl, tool_test.jsonl)"

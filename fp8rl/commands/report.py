@@ -1,4 +1,11 @@
-"""`fp8rl report --config FILE` and `fp8rl publish TIER [--config FILE]`: the DAG's last rules.
+"""`fp8rl report --config FILE` and `fp8rl publish --config FILE`: the DAG's last rules.
+
+`publish` copies the tier's report, checked against its manifest, with provenance into
+`{results_dir}/published/{tier}` (or `--out`); with the config it also checks that the report was built
+from it. Without a config it takes the tier as `fp8rl publish TIER` (results under `--results-dir`,
+default `results`); `fp8rl publish TIER --config FILE`, the older form, still works with a deprecation
+notice (the config names the tier). A report that is missing, incomplete or tampered with, or held by a
+running report, exits 2 with the problem.
 
 Output file names are listed in `fp8rl/report/__init__.py` and docs/interfaces.md.
 """
@@ -8,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fp8rl.commands.common import UsageError, add_config_args
+from fp8rl.commands.common import UsageError, add_command, add_config_args
 from fp8rl.config_loader import load_config
 
 
@@ -50,38 +57,51 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_publish(args: argparse.Namespace) -> int:
     from fp8rl.vocabulary import TIERS
 
-    if args.tier not in TIERS:
+    if args.tier is None and args.file is None:
+        raise UsageError("give the tier's config, --config FILE (or, without a config, the TIER)")
+    if args.tier is not None and args.tier not in TIERS:
         raise UsageError(f"TIER {args.tier!r} is not a tier; allowed: {', '.join(TIERS)}")
     if args.set and not args.file:
         raise UsageError("--set needs --config FILE")
     cfg = load_config(args.file, args.set) if args.file else None
+    tier = args.tier or cfg.tier
+    if cfg is not None and args.tier is not None:
+        print(
+            f"warning: `fp8rl publish TIER --config FILE` is deprecated; use `fp8rl publish --config {args.file}` "
+            "(the config names the tier)",
+            file=sys.stderr,
+        )
     results_dir = args.results_dir or (cfg.results_dir if cfg else "results")
 
     from fp8rl.report.publish import PublishError, publish_tier
     from fp8rl.rundir import RunDirLocked
 
     try:
-        dest = publish_tier(args.tier, results_dir, cfg, dest=args.out)
+        dest = publish_tier(tier, results_dir, cfg, dest=args.out)
     except (PublishError, RunDirLocked) as exc:
         raise UsageError(str(exc)) from None
-    print(f"published {args.tier} to {dest}/")
+    print(f"published {tier} to {dest}/")
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="tables, plots and an HTML report of every run of a tier")
-    add_config_args(p, positional=False)
+    p = add_command(
+        sub, "report", help="tables, plots and an HTML report of every run of a tier", doc=__doc__
+    )
+    add_config_args(p)
     p.add_argument("--runs-dir", help="read runs from here instead of {results_dir}/{tier}/runs")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("publish", help="copy a tier's report with provenance into results/published/TIER")
+    p = add_command(
+        sub, "publish", help="copy a tier's report with provenance into results/published/TIER", doc=__doc__
+    )
     p.add_argument(
         "tier",
+        nargs="?",
         metavar="TIER",
-        help="the tier to publish (its {results_dir}/TIER/ report), e.g. smoke, mechanism, stress",
+        help="without --config: the tier to publish (its {results_dir}/TIER/ report), e.g. smoke, mechanism",
     )
-    p.add_argument("--config", dest="file", help="the tier's config; checks the report was built from it")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    add_config_args(p, required=False)
     p.add_argument("--results-dir", help="default: the config's results_dir, else 'results'")
     p.add_argument(
         "--out",

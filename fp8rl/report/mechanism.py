@@ -37,7 +37,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from scipy import stats  # noqa: E402
 
 from fp8rl.config import ExperimentConfig  # noqa: E402
 from fp8rl.fp8.recipe import get_recipe  # noqa: E402
@@ -45,11 +44,12 @@ from fp8rl.report.comparison import USED_STATUSES  # noqa: E402
 from fp8rl.report.figures import MECHANISM  # noqa: E402
 from fp8rl.report.load import RunSet  # noqa: E402
 from fp8rl.report.markdown import fmt, fmt_ci  # noqa: E402
-from fp8rl.report.planned import holm  # noqa: E402
 from fp8rl.report.plots import save_figure  # noqa: E402
 from fp8rl.report.stats import (  # noqa: E402
     RANGE_METHOD,
     SEED_MEAN_METHOD,
+    holm,
+    one_sample_p,
     seed_interval,
     seed_means,
     value_range,
@@ -160,14 +160,6 @@ def mechanism_table(comparison: pd.DataFrame, runset: RunSet, cfg: ExperimentCon
             lambda p: holm(p.tolist())
         )
     return table
-
-
-def one_sample_p(values: np.ndarray) -> float:
-    """Two-sided p of the one-sample t-test of mean(values) = 0; NaN for fewer than two values or none
-    of spread."""
-    if values.size < 2 or float(values.std(ddof=1)) == 0.0:
-        return math.nan
-    return float(stats.ttest_1samp(values, 0.0).pvalue)
 
 
 def _ci(r: pd.Series, col: str, *, signed: bool = False) -> str:

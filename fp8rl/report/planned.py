@@ -35,8 +35,7 @@ import pandas as pd
 from fp8rl.config import ContrastConfig, ExperimentConfig, StudyConfig, arm_cell
 from fp8rl.report import paired
 from fp8rl.report.load import RunSet
-from fp8rl.report.stats import t_interval, welch_interval
-from fp8rl.report.welch import finite, holm, welch_df, welch_power, welch_test
+from fp8rl.report.stats import finite, holm, t_interval, welch, welch_power
 from fp8rl.vocabulary import CLIP_LOW_NEG, MISMATCH_KL_K3
 
 STUDY_TABLES = ("arms", "planned", "exploratory")
@@ -105,7 +104,7 @@ def _exploratory_notes(endpoint: str) -> list[str]:
     ]
 
 
-# ------------------------------------------------------------------------------------------ statistics
+# ------------------------------------------------------------------------------------------- contrasts
 
 
 def _sd(values: np.ndarray) -> float:
@@ -117,8 +116,7 @@ def contrast_row(
 ) -> dict:
     """The estimate, interval, test and power of one contrast (`alpha`: the level the power uses)."""
     a, b = finite(arm), finite(reference)
-    diff = welch_interval(a, b)
-    _, p = welch_test(a, b)
+    w = welch(a, b)
     sd_a, sd_b = _sd(a), _sd(b)
     return {
         "contrast": c.name,
@@ -126,11 +124,11 @@ def contrast_row(
         "reference": c.reference,
         "n_arm": int(a.size),
         "n_reference": int(b.size),
-        "difference": diff.estimate,
-        "low": diff.low,
-        "high": diff.high,
-        "df": welch_df(sd_a, a.size, sd_b, b.size) if a.size >= 2 and b.size >= 2 else math.nan,
-        "p": p,
+        "difference": w.delta.estimate,
+        "low": w.delta.low,
+        "high": w.delta.high,
+        "df": w.df,
+        "p": w.p,
         "power_observed": welch_power(study.min_effect, sd_a, a.size, sd_b, b.size, alpha),
         "power_planned": welch_power(
             study.min_effect, study.planning_sd, a.size, study.planning_sd, b.size, alpha

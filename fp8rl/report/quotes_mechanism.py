@@ -11,13 +11,10 @@ by the excess at the lower dose, so it is printed only where that excess's inter
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
-from scipy import stats
 
-from fp8rl.report.planned import holm
 from fp8rl.report.quote_format import (
     SIGNIFICANCE_NOTE,
     excludes_zero,
@@ -28,6 +25,7 @@ from fp8rl.report.quote_format import (
     published_table,
     void_line,
 )
+from fp8rl.report.stats import holm, p_from_interval
 
 ALPHA = 0.05
 
@@ -153,14 +151,6 @@ def growth(by_dose: pd.DataFrame) -> str:
     return f"{ratio} per doubling ({values}" + (
         f"; none from s = {', '.join(skipped)}: {gap})" if gap else ")"
     )
-
-
-def p_from_interval(est: float, low: float, high: float, n: int) -> float:
-    """The two-sided p of the one-sample t-test whose 95 % interval over `n` seeds is [low, high]."""
-    if n < 2 or not (math.isfinite(low) and math.isfinite(high)) or high <= low:
-        return math.nan
-    se = (high - low) / (2 * stats.t.ppf(0.975, n - 1))
-    return float(2 * stats.t.sf(abs(est) / se, n - 1))
 
 
 def shown(rows: pd.DataFrame) -> list[str]:

@@ -11,7 +11,7 @@ One row per run (`run_stability`), read from the tidy `RunSet` and each run's `s
 Per (algo, model, variant, granularity, dose) group (`stability_table`): runs diverged / total with an
 exact Clopper-Pearson 95 % interval of the fraction, and Fisher's exact test against the variant's
 reference at the same dose (`REFERENCE`: fp8 against bf16, a fixed FP8 variant against plain fp8;
-fp8rl.report.binomial); time to divergence as the Kaplan-Meier median (runs that did not diverge are
+fp8rl.report.stats); time to divergence as the Kaplan-Meier median (runs that did not diverge are
 censored at their last step; blank while fewer than half the runs have diverged) and the range of the
 divergence steps; final and best accuracy, peak relative entropy and gibberish as seed means with 95 %
 t-intervals (fp8rl.report.stats), those of proportions cut to [0, 1].
@@ -38,16 +38,18 @@ import numpy as np
 import pandas as pd
 
 from fp8rl.config import ExperimentConfig, RunSpec, resolve_run
-from fp8rl.report.binomial import (
-    BINOMIAL_METHOD,
-    ED50_METHOD,
-    FISHER_METHOD,
-    clopper_pearson,
-    dose_response,
-    fisher_p,
-)
+from fp8rl.report.binomial import ED50_METHOD, dose_response
 from fp8rl.report.load import RunSet
-from fp8rl.report.stats import CI_METHOD, RANGE_METHOD, t_interval, value_range
+from fp8rl.report.stats import (
+    BINOMIAL_METHOD,
+    CI_METHOD,
+    FISHER_METHOD,
+    RANGE_METHOD,
+    clopper_pearson,
+    fisher_p,
+    t_interval,
+    value_range,
+)
 from fp8rl.rundir import RunDir
 from fp8rl.vocabulary import ACC_MEAN, CLIP_LOW_NEG, GIBBERISH_RATE, REFERENCE_VARIANT, REWARD_MEAN
 

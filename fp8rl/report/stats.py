@@ -1,16 +1,34 @@
-"""Confidence intervals over seeds: the seed is the unit.
+"""The report's statistics, in one module: intervals and tests over seeds, multiplicity, counts.
 
-Every interval in the tables treats a seed (one run) as one observation. Eval scores have one value per
-seed; a per-step metric (steps nested in seeds) is first reduced to each seed's mean over its steps
-(`seed_means`: every seed weighs the same, whatever its number of steps), because the steps of one run
-are correlated and pooling them would overstate the sample size. Then:
+Every other module of the report calls these; where scipy has the method, it computes it.
 
-- one mean: Student t-interval over the n seed values, df = n - 1 (`t_interval`, `seed_interval`);
-- Δ vs bf16: Welch's t-interval on the two sets of seed values (`welch_interval`, `seed_delta`). bf16
-  and the variant are different runs; the report does not pair them by seed (a seed number fixes the
-  data order and initial sampling, not a shared run), so the comparison is unpaired.
+The seed is the unit: every interval in the tables treats a seed (one run) as one observation. Eval
+scores have one value per seed; a per-step metric (steps nested in seeds) is first reduced to each
+seed's mean over its steps (`seed_means`: every seed weighs the same, whatever its number of steps),
+because the steps of one run are correlated and pooling them would overstate the sample size. Then:
 
-With three seeds this is the interval whose coverage holds: the t-interval is exact for normal seed
+- one mean: Student t-interval over the n seed values, df = n - 1 (`t_interval`, `seed_interval`:
+  `scipy.stats.t.interval` about the mean with the standard error `scipy.stats.sem`);
+  `one_sample_p`: the two-sided one-sample t-test against 0 (`scipy.stats.ttest_1samp`), and
+  `p_from_interval` that p recovered from a published 95 % interval;
+- Δ vs bf16: Welch's t-interval on the two sets of seed values (`welch`, `welch_interval`,
+  `seed_delta`: `scipy.stats.ttest_ind(..., equal_var=False)` and its `confidence_interval`, which
+  also give Welch's t, two-sided p and Welch–Satterthwaite df). bf16 and the variant are different
+  runs; the report does not pair them by seed (a seed number fixes the data order and initial sampling,
+  not a shared run), so the comparison is unpaired. `welch_power` simulates that test's power;
+- `holm`: Holm's step-down adjustment of a family of p-values (scipy has none);
+- divergence counts (a run diverges or it does not; with 3 seeds per cell the counts are small, so
+  every figure is exact, never a normal approximation): `clopper_pearson(k, n)`, the exact interval of
+  a rate k/n (`scipy.stats.binomtest(k, n).proportion_ci(method="exact")`; it covers at least the
+  nominal level for every true rate), and `fisher_p`, the two-sided Fisher exact test of two rates
+  (`scipy.stats.fisher_exact`; with 3 runs each, 0/3 vs 3/3 gives p = 0.10: no pair of 3-run cells can
+  differ at the 5 % level). The dose-response fit of those counts is fp8rl.report.binomial.
+
+The one-sample interval is `t.interval` about the mean rather than `ttest_1samp(...).confidence_interval`
+because the latter takes the standard error as sqrt(var / n), which differs from sd / sqrt(n) in the last
+bit, and report.json carries the bf16 control's interval at full precision.
+
+With three seeds the t-interval is the interval whose coverage holds: it is exact for normal seed
 values, and a unit test (tests/unit/report/test_report_stats.py) simulates its coverage at n = 3 and
 n = 5 with correlated steps nested in seeds. The hierarchical bootstrap over seeds × steps used before
 covered 76-86 % at n = 3 and 84-91 % at n = 5 for a nominal 95 % in such simulations (at n = 3 its
@@ -27,11 +45,13 @@ shows; hence the intersection.
 
 With fewer than two seeds no interval exists: the bounds are NaN (a blank cell in the tables) and the
 tables carry a note. Values that are NaN (a metric missing from a run) are left out before counting n.
+A sample without spread gets a zero-width interval and no test (NaN t, p and df).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -66,6 +86,8 @@ RANGE_METHOD = (
     "the t-interval's coverage; a logit-scale interval would fail on seed means of exactly 0 or 1"
 )
 NO_CI_NOTE = "n = 1 seed gives no interval: its bounds are left blank (NaN)"
+BINOMIAL_METHOD = "exact Clopper-Pearson 95% interval of the fraction diverged"
+FISHER_METHOD = "two-sided Fisher exact test of the diverged fractions (3 vs 3 runs: p >= 0.10 always)"
 
 # The single declaration of which metrics are proportions (fractions in [0, 1]): metrics.jsonl names
 # (docs/architecture.md#metrics) and, for eval scores `{task}/{metric}`, the metric part (before any
@@ -141,7 +163,8 @@ class Interval:
         return not (math.isnan(self.low) or math.isnan(self.high))
 
 
-def _clean(values: Iterable[float]) -> np.ndarray:
+def finite(values: Iterable[float]) -> np.ndarray:
+    """The finite values, as a float array."""
     arr = np.asarray(list(values), dtype=float)
     return arr[np.isfinite(arr)]
 
@@ -158,18 +181,85 @@ def t_interval(
 ) -> Interval:
     """Mean of `values` with a two-sided Student t confidence interval (NaN bounds for n < 2),
     intersected with `bounds` when given (e.g. `value_range(metric)`)."""
-    x = _clean(values)
+    x = finite(values)
     n = int(x.size)
     if n == 0:
         return Interval(math.nan, math.nan, math.nan, 0)
     mean = float(x.mean())
     if n < 2:
         return Interval(mean, math.nan, math.nan, n)
-    sem = float(x.std(ddof=1)) / math.sqrt(n)
+    sem = float(stats.sem(x))
     if sem == 0.0:
         return _within(mean, mean, mean, n, bounds)
-    half = float(stats.t.ppf(0.5 + confidence / 2, df=n - 1)) * sem
-    return _within(mean, mean - half, mean + half, n, bounds)
+    low, high = stats.t.interval(confidence, n - 1, loc=mean, scale=sem)
+    return _within(mean, float(low), float(high), n, bounds)
+
+
+def one_sample_p(values: Iterable[float]) -> float:
+    """Two-sided p of the one-sample t-test of mean(values) = 0; NaN for fewer than two values or none
+    of spread."""
+    x = finite(values)
+    if x.size < 2 or float(x.std(ddof=1)) == 0.0:
+        return math.nan
+    return float(stats.ttest_1samp(x, 0.0).pvalue)
+
+
+def p_from_interval(est: float, low: float, high: float, n: int) -> float:
+    """The two-sided p of the one-sample t-test whose 95 % interval over `n` values is [low, high]
+    (for tables that publish the interval but not the p)."""
+    if n < 2 or not (math.isfinite(low) and math.isfinite(high)) or high <= low:
+        return math.nan
+    se = (high - low) / (2 * stats.t.ppf(0.975, n - 1))
+    return float(2 * stats.t.sf(abs(est) / se, n - 1))
+
+
+@dataclass(frozen=True)
+class Welch:
+    """Welch's comparison of two samples: the difference of means with its interval (`delta`), and the
+    test: t, two-sided p and the Welch–Satterthwaite df (NaN unless both samples have two values and
+    some spread)."""
+
+    delta: Interval
+    t: float
+    p: float
+    df: float
+
+
+def _welch_ttest(a: np.ndarray, b: np.ndarray, axis: int = 0):
+    """`scipy.stats.ttest_ind(a, b, equal_var=False)`. A group without spread (seeds that agree exactly,
+    a simulated group of SD 0) is no loss of precision: scipy's warning that the values are nearly
+    identical is silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
+        return stats.ttest_ind(a, b, axis=axis, equal_var=False)
+
+
+def welch(
+    values: Iterable[float],
+    reference: Iterable[float],
+    confidence: float = CONFIDENCE,
+    *,
+    bounds: tuple[float, float] | None = None,
+) -> Welch:
+    """mean(values) - mean(reference) with Welch's t-interval, intersected with `bounds` when given
+    (e.g. `delta_range(metric)`), and Welch's t-test (`scipy.stats.ttest_ind`, unequal variances).
+
+    The interval's `n` is the smaller of the two sample sizes; its bounds are NaN unless both have at
+    least two values, and zero-width when neither has spread (then the test is NaN)."""
+    a, b = finite(values), finite(reference)
+    n = int(min(a.size, b.size))
+    no_test = math.nan, math.nan, math.nan
+    if n == 0:
+        return Welch(Interval(math.nan, math.nan, math.nan, n), *no_test)
+    diff = float(a.mean() - b.mean())
+    if n < 2:
+        return Welch(Interval(diff, math.nan, math.nan, n), *no_test)
+    if float(a.var(ddof=1)) / a.size + float(b.var(ddof=1)) / b.size == 0.0:
+        return Welch(_within(diff, diff, diff, n, bounds), *no_test)
+    res = _welch_ttest(a, b)
+    ci = res.confidence_interval(confidence)
+    delta = _within(diff, float(ci.low), float(ci.high), n, bounds)
+    return Welch(delta, float(res.statistic), float(res.pvalue), float(res.df))
 
 
 def welch_interval(
@@ -179,30 +269,54 @@ def welch_interval(
     *,
     bounds: tuple[float, float] | None = None,
 ) -> Interval:
-    """mean(values) - mean(reference) with Welch's t-interval (Welch–Satterthwaite df), intersected
-    with `bounds` when given (e.g. `delta_range(metric)`).
+    """The interval of `welch(values, reference, confidence, bounds=bounds)`."""
+    return welch(values, reference, confidence, bounds=bounds).delta
 
-    `n` is the smaller of the two sample sizes; bounds are NaN unless both have at least two values.
-    """
-    a, b = _clean(values), _clean(reference)
-    if a.size == 0 or b.size == 0:
-        return Interval(math.nan, math.nan, math.nan, int(min(a.size, b.size)))
-    diff = float(a.mean() - b.mean())
-    n = int(min(a.size, b.size))
-    if n < 2:
-        return Interval(diff, math.nan, math.nan, n)
-    va, vb = float(a.var(ddof=1)) / a.size, float(b.var(ddof=1)) / b.size
-    se = math.sqrt(va + vb)
-    if se == 0.0:
-        return _within(diff, diff, diff, n, bounds)
-    df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
-    half = float(stats.t.ppf(0.5 + confidence / 2, df=df)) * se
-    return _within(diff, diff - half, diff + half, n, bounds)
+
+POWER_DRAWS = 20_000
+POWER_SEED = 20250126
+
+
+def welch_power(
+    effect: float,
+    sd_a: float,
+    n_a: int,
+    sd_b: float,
+    n_b: int,
+    alpha: float,
+    *,
+    draws: int = POWER_DRAWS,
+    seed: int = POWER_SEED,
+) -> float:
+    """Power of the two-sided Welch t-test at level `alpha` to detect a true difference `effect` between
+    normal groups with SDs `sd_a`, `sd_b` and sizes `n_a`, `n_b`, by simulating the test itself (`draws`
+    pairs of samples, seeded: the same inputs give the same power, to about ±0.007). Simulated because
+    at 3-5 seeds the noncentral t with the expected Welch df overstates it (n = 3 per group, effect 3
+    SDs: 0.78 against the test's 0.68); the Welch df of each draw varies. NaN for fewer than two per
+    group or no spread."""
+    if n_a < 2 or n_b < 2 or not (math.isfinite(sd_a) and math.isfinite(sd_b)) or sd_a + sd_b == 0.0:
+        return math.nan
+    rng = np.random.default_rng(seed)
+    a = rng.normal(effect, sd_a, (draws, n_a)) if sd_a > 0 else np.full((draws, n_a), float(effect))
+    b = rng.normal(0.0, sd_b, (draws, n_b)) if sd_b > 0 else np.zeros((draws, n_b))
+    return float(np.mean(_welch_ttest(a, b, axis=1).pvalue < alpha))
+
+
+def holm(pvalues: Iterable[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (NaN stays NaN and is not counted in the family)."""
+    p = np.asarray(list(pvalues), dtype=float)
+    out = np.full(p.shape, math.nan)
+    idx = [i for i in np.argsort(p, kind="stable") if math.isfinite(p[i])]
+    m, running = len(idx), 0.0
+    for rank, i in enumerate(idx):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out.tolist()
 
 
 def seed_means(groups: Iterable[Iterable[float]]) -> np.ndarray:
     """Each seed's mean over its finite per-step values; seeds with none are dropped."""
-    means = [g.mean() for g in (_clean(s) for s in groups) if g.size]
+    means = [g.mean() for g in (finite(s) for s in groups) if g.size]
     return np.asarray(means, dtype=float)
 
 
@@ -227,3 +341,18 @@ def seed_delta(
     """(mean of the seed means of `groups`) - (that of `reference`) with Welch's t-interval on the two
     sets of seed means; `n` is the smaller seed count, bounds NaN unless both have two seeds."""
     return welch_interval(seed_means(groups), seed_means(reference), confidence, bounds=bounds)
+
+
+def clopper_pearson(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) two-sided interval of a binomial proportion k/n (NaN for n = 0)."""
+    if n == 0:
+        return math.nan, math.nan
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def fisher_p(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Two-sided Fisher exact p-value of k1/n1 vs k2/n2 (NaN when a group is empty)."""
+    if n1 == 0 or n2 == 0:
+        return math.nan
+    return float(stats.fisher_exact([[k1, n1 - k1], [k2, n2 - k2]]).pvalue)

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fp8rl.report.planned import holm
 from fp8rl.report.quotes import within_20
-from fp8rl.report.quotes_mechanism import growth, p_from_interval, shown
+from fp8rl.report.quotes_mechanism import growth, shown
+from fp8rl.report.stats import holm, p_from_interval
 
 
 def _clip(delta_low: float, delta_high: float, bf16: float = 0.01) -> tuple[pd.Series, pd.Series]:

@@ -69,14 +69,16 @@ def test_tables_count_every_status_and_html_is_self_contained(built):
     assert manifest["status_counts"]["missing"] == 1
 
 
-def test_publish_copies_report_and_provenance(built):
+def test_publish_copies_report_and_provenance(built, capsys):
     results, pins = built
     (results / "containers").mkdir(exist_ok=True)
     atomic_write_json(results / "containers" / "cpu.json", {"image": "fp8rl/cpu", "digest": "sha256:abc"})
-    args = ["publish", "smoke", *report_args(results), *pins]
-    assert main(args) == 0
+    assert main(["publish", *report_args(results), *pins]) == 0  # the config names the tier
+    assert "deprecated" not in capsys.readouterr().err
     (results / "published" / ".smoke.tmp-killed").mkdir()  # what a killed publish leaves
-    assert main(args) == 0  # publishing again replaces the old copy
+    # publishing again replaces the old copy; the older form (TIER and the config) still works
+    assert main(["publish", "smoke", *report_args(results), *pins]) == 0
+    assert "`fp8rl publish TIER --config FILE` is deprecated" in capsys.readouterr().err
     dest = results / "published" / "smoke"
     prov = json.loads((dest / "provenance.json").read_text())
     assert prov["containers"]["cpu"]["digest"] == "sha256:abc"
@@ -101,6 +103,8 @@ def test_publish_refuses_bad_input_with_exit_2(built, tmp_path, capsys):
     assert main(["publish", "smoke", *report_args(results), *pins, *other]) == 2
     assert "config digest" in capsys.readouterr().err
     assert main(["publish", "bogus"]) == 2
+    assert main(["publish"]) == 2
+    assert "give the tier's config, --config FILE" in capsys.readouterr().err
     assert main(["publish", "smoke", "--set", "tier=smoke"]) == 2
     assert not (tmp_path / "published").exists()
 

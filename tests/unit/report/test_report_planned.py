@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pandas as pd
 import pytest
 
 from fp8rl.config import ContrastConfig, StudyConfig
-from fp8rl.report.planned import contrast_row, contrasts_table, holm, welch_power, welch_test
+from fp8rl.report.planned import contrast_row, contrasts_table
+from fp8rl.report.stats import holm, welch, welch_power
 
 STUDY = StudyConfig(
     arms={"a": "grpo/m/fp8/tensorwise/s4", "b": "grpo/m/bf16/none/none"},
@@ -28,7 +30,8 @@ def test_welch_contrast_by_hand():
     assert row["df"] == pytest.approx(4.0)
     assert row["low"] == pytest.approx(0.3 - 0.226696, abs=2e-6)
     assert row["high"] == pytest.approx(0.3 + 0.226696, abs=2e-6)
-    t, p = welch_test([0.5, 0.6, 0.7], [0.2, 0.3, 0.4])
+    w = welch([0.5, 0.6, 0.7], [0.2, 0.3, 0.4])
+    t, p = w.t, w.p
     assert t == pytest.approx(3.674235, abs=1e-6)
     assert p == pytest.approx(0.02131, abs=5e-5)
     assert row["p"] == pytest.approx(p)
@@ -49,6 +52,9 @@ def test_welch_power_limits():
     assert welch_power(0.1, 0.06, 5, 0.06, 5, 0.05) < welch_power(0.1, 0.06, 8, 0.06, 8, 0.05)
     assert welch_power(0.1, 0.06, 5, 0.06, 5, 0.05) == welch_power(0.1, 0.06, 5, 0.06, 5, 0.05)
     assert math.isnan(welch_power(0.3, 0.1, 1, 0.1, 3, 0.05))
+    with warnings.catch_warnings():  # one group without spread: no warning, a power all the same
+        warnings.simplefilter("error")
+        assert 0.0 < welch_power(0.3, 0.0, 3, 0.1, 3, 0.05) < 1.0
 
 
 def test_holm_by_hand():

@@ -18,6 +18,7 @@ from fp8rl.report.stats import (
     seed_means,
     t_interval,
     value_range,
+    welch,
     welch_interval,
 )
 
@@ -148,3 +149,22 @@ def test_proportions_are_declared_and_their_intervals_stay_in_0_1():
     assert unbounded.high > 1  # the cut is the range's, not the t-interval's
     d = welch_interval([1.0, 1.0, 0.9], [0.0, 0.1, 0.0], bounds=delta_range("arith_mc/acc"))
     assert 0 < d.low < d.estimate < d.high == 1.0  # unbounded, it would reach 1.1
+
+
+@pytest.mark.parametrize("x", SAMPLES)
+def test_t_interval_has_the_bits_of_mean_plus_minus_t_times_sd_over_sqrt_n(x):
+    """report.json carries the control's interval at full precision: the scipy route keeps its bits
+    (ttest_1samp's own interval, sqrt(var / n), differs in the last one)."""
+    a = np.asarray(x, dtype=float)
+    half = float(stats.t.ppf(0.975, a.size - 1)) * (float(a.std(ddof=1)) / math.sqrt(a.size))
+    ci = t_interval(a)
+    assert (ci.low, ci.high) == (float(a.mean()) - half, float(a.mean()) + half)
+
+
+def test_welch_against_a_group_without_spread_warns_nothing():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # scipy's "nearly identical" warning would fail here
+        w = welch([0.1, 0.1, 0.1], [0.3, 0.3, 0.31])
+    assert w.delta.has_ci and w.df == pytest.approx(2.0) and 0 < w.p < 0.01
