@@ -29,7 +29,8 @@ from fp8rl.adapters.hub import read_record
 from fp8rl.adapters.verl_data import write_parquet
 from fp8rl.adapters.verl_launch import DIVERGENCE_FILE, LOG_DIR, LOG_GLOB, OVERRIDES_FILE, render_script
 from fp8rl.adapters.verl_metrics import import_logs, import_rows, read_attempt_logs, run_status
-from fp8rl.adapters.verl_overrides import AdapterError, VerlPaths, deviations, loss_spec, verl_overrides
+from fp8rl.adapters.verl_model import AdapterError
+from fp8rl.adapters.verl_overrides import VerlPaths, deviations, loss_spec, verl_overrides
 from fp8rl.config import ExperimentConfig
 from fp8rl.config.runs import RunSpec
 from fp8rl.containers import apptainer_exec, image_env, image_location

@@ -21,7 +21,8 @@ from fp8rl.commands.common import UsageError, add_config_args, claim_run_dir, re
 
 
 def _setup(args: argparse.Namespace):
-    from fp8rl.adapters.verl_overrides import AdapterError, check_verl_support
+    from fp8rl.adapters.verl_model import AdapterError
+    from fp8rl.adapters.verl_overrides import check_verl_support
     from fp8rl.config.runs import find_run
     from fp8rl.config_loader import load_config
 
@@ -104,7 +105,8 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
     """Rehearse every job type of the config (or the `--run`s) up to its first GPU point."""
     import tempfile
 
-    from fp8rl.adapters.verl_overrides import AdapterError, check_verl_support
+    from fp8rl.adapters.verl_model import AdapterError
+    from fp8rl.adapters.verl_overrides import check_verl_support
     from fp8rl.adapters.verl_rehearse import job_types, rehearse_run
     from fp8rl.config.runs import find_run
     from fp8rl.config_loader import load_config

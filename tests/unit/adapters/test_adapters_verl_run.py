@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8rl.adapters.verl_overrides import AdapterError
+from fp8rl.adapters.verl_model import AdapterError
 from fp8rl.adapters.verl_run import (
     calib_targets,
     finish_run,
