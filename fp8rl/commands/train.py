@@ -123,8 +123,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     run_targets = None
     if run.needs_reference:
+        from fp8rl.calibration_targets import reference_targets_by_step
         from fp8rl.rl.calibration import centred_window
-        from fp8rl.rundir import reference_targets_by_step
 
         try:
             run_targets = centred_window(
@@ -133,7 +133,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(f"--reference {exc}") from None
     from fp8rl.engine.stop import Interrupted, StopRequest
-    from fp8rl.rundir import RunDir, RunDirLocked
+    from fp8rl.locks import RunDirLocked
+    from fp8rl.run_files import RunDir
 
     out = RunDir(args.out)
     stop = StopRequest()
@@ -157,7 +158,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def curves_command(cfg, run_root: Path) -> str:
     """The TensorBoard command that shows the run written to `run_root` (`--out`): every run of the tier
     when it lies in the config's runs folder, else that run's own folder."""
-    from fp8rl.rundir import runs_dir
+    from fp8rl.run_files import runs_dir
     from fp8rl.tracking import tensorboard_command
 
     runs = Path(runs_dir(cfg.results_dir, cfg.tier))

@@ -67,7 +67,8 @@ def cmd_import_metrics(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from fp8rl.rundir import RunDir, RunDirLocked
+    from fp8rl.locks import RunDirLocked
+    from fp8rl.run_files import RunDir
 
     cfg, spec = _setup(args)
     paths = _paths(cfg, spec, args)
@@ -81,7 +82,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _train_locked(args: argparse.Namespace, cfg, spec, paths) -> int:
     """Write verl's inputs, run the job script and import its log, with the run directory locked."""
     from fp8rl.adapters.verl_run import finish_run, run_script, write_run_files
-    from fp8rl.rundir import RunDir
+    from fp8rl.run_files import RunDir
 
     refuse_foreign_run_dir(RunDir(paths.out), spec.run_id)
     try:

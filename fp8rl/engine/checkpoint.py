@@ -32,7 +32,7 @@ import torch
 from fp8rl.checkpoint_files import CheckpointError, verify_files
 from fp8rl.engine.model import write_hf_files
 from fp8rl.io import fsync_dir, recover_dir, replace_dir, settle_dir, sha256_file
-from fp8rl.rundir import CHECKPOINT_STATE_FILE
+from fp8rl.run_files import CHECKPOINT_STATE_FILE
 
 STATE_FILE = CHECKPOINT_STATE_FILE
 TRAINER_FILE = "trainer_state.pt"

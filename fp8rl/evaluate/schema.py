@@ -7,7 +7,7 @@
      "failed": [{"tasks": ["bfcl_simple"], "reason": "CalledProcessError: ..."}],  # only when one crashed
      "provenance": {...}}
 
-`checkpoint_digest` (fp8rl.rundir.checkpoint_digest) ties the scores to the checkpoint they scored: the
+`checkpoint_digest` (fp8rl.checkpoint_files.checkpoint_digest) ties the scores to the checkpoint they scored: the
 report leaves them out when the run's checkpoint has another one (trained again since).
 
 `stderr` is null where the harness gives none. A metric computed after an lm-eval filter is named

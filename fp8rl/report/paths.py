@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fp8rl.report.figures import CORE, MECHANISM, STABILITY
-from fp8rl.rundir import RUNS_DIR
+from fp8rl.run_files import RUNS_DIR
 
 if TYPE_CHECKING:
     from fp8rl.config import ExperimentConfig

@@ -191,8 +191,8 @@ def publish_tier(
     """Publish the tier's report to `dest` (default `{results_dir}/published/{tier}`); returns it.
     PublishError (nothing written) when the report is not there whole; `RunDirLocked` while a report or
     publication of the tier runs."""
+    from fp8rl.locks import hold_lock
     from fp8rl.report.build import LOCK_HINT
-    from fp8rl.rundir import hold_lock
 
     results_dir = Path(results_dir)
     paths, _ = check_publishable(tier, results_dir, cfg)

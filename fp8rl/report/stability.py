@@ -48,7 +48,7 @@ from fp8rl.report.binomial import (
 )
 from fp8rl.report.load import RunSet
 from fp8rl.report.stats import CI_METHOD, RANGE_METHOD, t_interval, value_range
-from fp8rl.rundir import RunDir
+from fp8rl.run_files import RunDir
 from fp8rl.vocabulary import ACC_MEAN, CLIP_LOW_NEG, GIBBERISH_RATE, REFERENCE_VARIANT, REWARD_MEAN
 
 ACC_WINDOW = 5

@@ -1,19 +1,14 @@
-"""The run directory (fp8rl.rundir): its paths, the summary and throughput records, the metrics file
-and the two readings of a bf16 run's calibration targets."""
+"""The run directory (fp8rl.run_files), the summary and throughput records (fp8rl.run_records), the
+metrics file and the two readings of a bf16 run's calibration targets (fp8rl.calibration_targets)."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from fp8rl.rundir import (
-    PHASES,
-    RunDir,
-    build_summary,
-    reference_targets_by_step,
-    runs_dir,
-    throughput_record,
-)
+from fp8rl.calibration_targets import reference_targets_by_step
+from fp8rl.run_files import RunDir, runs_dir
+from fp8rl.run_records import PHASES, build_summary, throughput_record
 
 RUN_ID = "grpo/tiny/fp8/tensorwise/seed0"
 
