@@ -1,17 +1,17 @@
 """One verl training run's directory: what `fp8rl verl train` writes before and after verl runs.
 
-Before (`write_run_files`): the data splits as verl's parquet (`verl_data/{split}.parquet`), the loss
-spec (`verl_loss.json`; a `calib.reference: run` cell's targets are the bf16 run's clip fractions of
-each step, `fp8rl.calibration_targets.reference_targets_by_step`, as the reference trainer reads them), the overrides with the deviations and
-the image (`verl_overrides.json`) and the job script (`verl_launch.sh`). Bad input raises ValueError
-(AdapterError) before anything is written.
+Before (`write_run_files`): the data splits as verl's parquet (`verl_data/{split}.parquet`), the loss spec
+(`verl_loss.json`; a `calib.reference: run` cell's targets are the bf16 run's clip fractions of each step,
+`fp8rl.calibration_targets.reference_targets_by_step`, as the reference trainer reads them), the overrides
+with the deviations and the image (`verl_overrides.json`) and the job script (`verl_launch.sh`). Bad input
+raises ValueError (AdapterError) before anything is written.
 
-After (`finish_run`): the file-logger logs of every attempt so far (`verl_logs/attempt-NNN.jsonl`, one
-per start of the job script: a resubmitted job resumes from verl's checkpoint) are merged into the run's
-metrics and sent to the config's trackers (`track_rows`;
-TensorBoard in `{run}/tb/`), then `throughput.json` and `summary.json` are written through fp8rl.run_records, with the
-reference trainer's schema (plus `backend: verl` and the deviations in the summary). The stability
-check and a later `*_calib` run's targets read that merged history.
+After (`finish_run`): the file-logger logs of every attempt so far (`verl_logs/attempt-NNN.jsonl`, one per
+start of the job script: a resubmitted job resumes from verl's checkpoint) are merged into the run's metrics
+and sent to the config's trackers (`track_rows`; TensorBoard in `{run}/tb/`), then `throughput.json` and
+`summary.json` are written through fp8rl.run_records, with the reference trainer's schema (plus `backend:
+verl` and the deviations in the summary). The stability check and a later `*_calib` run's targets read that
+merged history.
 
 The base model is the directory `--base` names: a Hugging Face model directory, or one holding the
 `model.json` record of an `hf` model fetched into the hub cache (its snapshot path), else the model's
