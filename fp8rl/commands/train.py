@@ -29,6 +29,7 @@ from fp8rl.commands.common import (
     model_arg,
     refuse_foreign_run_dir,
 )
+from fp8rl.config import ExperimentConfig
 from fp8rl.config_loader import load_config
 from fp8rl.engine.tasks import config_problems
 
@@ -40,20 +41,42 @@ def _require_dir(path: str, what: str, flag: str) -> Path:
     return p
 
 
+def _config(args: argparse.Namespace) -> ExperimentConfig:
+    """The config of `--config`/`--set`, checked for the reference trainer, its numerics mode in force."""
+    cfg = load_config(args.file, args.set, checks=[config_problems])
+    numerics.ensure(cfg.numerics)
+    return cfg
+
+
+def _data_dir(args: argparse.Namespace) -> Path:
+    """`--data`: the directory `fp8rl data` wrote, with its train.jsonl."""
+    data = _require_dir(args.data, "data directory", "--data")
+    if not (data / "train.jsonl").is_file():
+        raise UsageError(f"--data {args.data}: no train.jsonl (run `fp8rl data` first)")
+    return data
+
+
+def _base_dir(args: argparse.Namespace) -> Path:
+    """`--base`: a model directory, as `fp8rl sft` or `fp8rl model` writes one."""
+    base = _require_dir(args.base, "base model directory", "--base")
+    if not (base / "config.json").is_file():
+        raise UsageError(
+            f"--base {args.base}: not a model directory (no config.json; run `fp8rl sft` or `fp8rl model` first)"
+        )
+    return base
+
+
 def cmd_sft(args: argparse.Namespace) -> int:
     from fp8rl.engine.sft import run_sft
 
-    cfg = load_config(args.file, args.set, checks=[config_problems])
-    numerics.ensure(cfg.numerics)
+    cfg = _config(args)
     mcfg = model_arg(cfg, args)
     if mcfg.source != "scratch":
         raise UsageError(
             f"--model {args.model}: source {mcfg.source!r}; fp8rl sft builds scratch models only "
             "(`fp8rl model` prepares pretrained ones)"
         )
-    data = _require_dir(args.data, "data directory", "--data")
-    if not (data / "train.jsonl").is_file():
-        raise UsageError(f"--data {args.data}: no train.jsonl (run `fp8rl data` first)")
+    data = _data_dir(args)
     if args.seed is not None and not cfg.sft.per_seed:
         raise UsageError(f"--seed {args.seed}: the config shares one base model (sft.per_seed: false)")
     if args.seed is None and cfg.sft.per_seed:
@@ -78,8 +101,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 def cmd_model(args: argparse.Namespace) -> int:
     from fp8rl.engine.pretrained import prepare_base
 
-    cfg = load_config(args.file, args.set, checks=[config_problems])
-    numerics.ensure(cfg.numerics)
+    cfg = _config(args)
     mcfg = model_arg(cfg, args)
     if mcfg.source == "scratch":
         raise UsageError(f"--model {args.model}: a scratch model; its base directory comes from `fp8rl sft`")
@@ -97,20 +119,13 @@ def cmd_model(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from fp8rl.config import find_run, resolve_run
 
-    cfg = load_config(args.file, args.set, checks=[config_problems])
-    numerics.ensure(cfg.numerics)
+    cfg = _config(args)
     try:
         run = resolve_run(cfg, find_run(cfg, args.run))
     except ValueError as exc:
         raise UsageError(f"--run: {exc}") from None
-    base = _require_dir(args.base, "base model directory", "--base")
-    if not (base / "config.json").is_file():
-        raise UsageError(
-            f"--base {args.base}: not a model directory (no config.json; run `fp8rl sft` or `fp8rl model` first)"
-        )
-    data = _require_dir(args.data, "data directory", "--data")
-    if not (data / "train.jsonl").is_file():
-        raise UsageError(f"--data {args.data}: no train.jsonl (run `fp8rl data` first)")
+    base = _base_dir(args)
+    data = _data_dir(args)
     from fp8rl.engine.inputs import check_base, check_train_data
 
     try:  # the base model and every data row, before anything is loaded or written
