@@ -31,6 +31,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 from fp8rl.io import atomic_write_json, atomic_write_text, read_jsonl
 from fp8rl.locks import hold_lock
@@ -50,6 +51,23 @@ EVAL_DIR = "eval"
 EVAL_FILES = {"lm_eval": f"{EVAL_DIR}/lm_eval.json", "agent": f"{EVAL_DIR}/agent.json"}
 
 
+class RootPath:
+    """A read-only attribute of an object with a `root` folder: the path `name` under that root (a run
+    directory's files here, a report's in fp8rl.report.paths)."""
+
+    def __init__(self, name: str, doc: str | None = None):
+        self.name = name
+        self.__doc__ = doc or f"`{name}` under the root folder"
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Path:
+        if obj is None:
+            return self  # type: ignore[return-value]  # the class's attribute: the descriptor itself
+        return obj.root / self.name
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        raise AttributeError(f"{self.name}: a path under the root folder, not to be set")
+
+
 def runs_dir(results_dir: str | Path, tier: str) -> Path:
     """`{results_dir}/{tier}/runs`: the folder holding every run directory of a tier."""
     return Path(results_dir) / tier / RUNS_DIR
@@ -66,37 +84,14 @@ class RunDir:
         """The run directory of `run_id` under a tier's runs folder (`runs_dir(...)`)."""
         return cls(Path(runs) / run_id)
 
-    @property
-    def config(self) -> Path:
-        return self.root / CONFIG_FILE
-
-    @property
-    def metrics(self) -> Path:
-        return self.root / METRICS_FILE
-
-    @property
-    def summary(self) -> Path:
-        return self.root / SUMMARY_FILE
-
-    @property
-    def throughput(self) -> Path:
-        return self.root / THROUGHPUT_FILE
-
-    @property
-    def ratio_hist(self) -> Path:
-        return self.root / RATIO_HIST_FILE
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.root / CHECKPOINT_DIR
-
-    @property
-    def lock_file(self) -> Path:
-        return self.root / LOCK_FILE
-
-    @property
-    def run_file(self) -> Path:
-        return self.root / RUN_FILE
+    config = RootPath(CONFIG_FILE)
+    metrics = RootPath(METRICS_FILE)
+    summary = RootPath(SUMMARY_FILE)
+    throughput = RootPath(THROUGHPUT_FILE)
+    ratio_hist = RootPath(RATIO_HIST_FILE)
+    checkpoint = RootPath(CHECKPOINT_DIR)
+    lock_file = RootPath(LOCK_FILE)
+    run_file = RootPath(RUN_FILE)
 
     def eval_file(self, suite: str) -> Path:
         """`eval/{suite}.json`; ValueError naming the known suites for another one."""
