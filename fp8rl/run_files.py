@@ -76,14 +76,6 @@ def runs_dir(results_dir: str | Path, tier: str) -> Path:
 class RunDir:
     """Paths, writers and strict readers of one run directory."""
 
-    def __init__(self, root: str | Path):
-        self.root = Path(root)
-
-    @classmethod
-    def of(cls, runs: str | Path, run_id: str) -> RunDir:
-        """The run directory of `run_id` under a tier's runs folder (`runs_dir(...)`)."""
-        return cls(Path(runs) / run_id)
-
     config = RootPath(CONFIG_FILE)
     metrics = RootPath(METRICS_FILE)
     summary = RootPath(SUMMARY_FILE)
@@ -92,6 +84,14 @@ class RunDir:
     checkpoint = RootPath(CHECKPOINT_DIR)
     lock_file = RootPath(LOCK_FILE)
     run_file = RootPath(RUN_FILE)
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    @classmethod
+    def of(cls, runs: str | Path, run_id: str) -> RunDir:
+        """The run directory of `run_id` under a tier's runs folder (`runs_dir(...)`)."""
+        return cls(Path(runs) / run_id)
 
     def eval_file(self, suite: str) -> Path:
         """`eval/{suite}.json`; ValueError naming the known suites for another one."""

@@ -33,6 +33,9 @@ def test_paths_of_a_run_directory():
         run.eval_file("bfcl")
     # a Snakemake wildcard pattern keeps its braces
     assert str(RunDir.of("R/runs", "{algo}/seed{seed}").summary) == "R/runs/{algo}/seed{seed}/summary.json"
+    assert (run.lock_file, run.run_file) == (base / "run.lock", base / "run.json")
+    with pytest.raises(AttributeError, match="config.yaml"):
+        run.config = Path("elsewhere.yaml")  # a path of the directory, never rebound
 
 
 def test_metrics_are_truncated_to_the_checkpoint_offset(tmp_path):
