@@ -7,15 +7,17 @@ other file of the checkpoint under `files`. `verify_files` re-hashes them: resum
 authenticate nothing. A checkpoint without `state.json` (a Hugging Face model made elsewhere, the verl
 backend's export) has no record to check against: `verify_files` returns None. `not_a_file` finds a
 Hugging Face file (`HF_FILES`) that is a directory, for the eval's and the trainer's loaders.
+`checkpoint_digest` fingerprints any checkpoint folder, the eval's record of what it scored.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 from fp8rl.io import sha256_file
-from fp8rl.rundir import CHECKPOINT_STATE_FILE
+from fp8rl.run_files import CHECKPOINT_STATE_FILE
 
 # The files of a Hugging Face model folder that transformers reads when they are there: each must be a
 # file (a directory in their place makes transformers blame a missing package, not the file).
@@ -64,3 +66,28 @@ def verify_files(ckpt_dir: str | Path, hint: str = "") -> dict | None:
         if actual != digest:
             raise CheckpointError(f"{path}: corrupt (sha256 differs from {state_path.name}){tail}")
     return meta
+
+
+def checkpoint_digest(ckpt_dir: str | Path) -> str | None:
+    """A fingerprint of a checkpoint directory's files (None when it does not exist): the sha256 over
+    every file's relative path, size and content, of the first and last MiB only for a file above 4 MiB
+    (weights: retraining changes them throughout). The reference trainer's `state.json`, hashed whole,
+    records the sha256 of every file, so its checkpoints are pinned byte for byte. The eval result
+    records it (`checkpoint_digest`); the report checks it against the run's checkpoint."""
+    root = Path(ckpt_dir)
+    if not root.is_dir():
+        return None
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if not p.is_file():
+            continue
+        size = p.stat().st_size
+        h.update(f"{p.relative_to(root).as_posix()}\0{size}\0".encode())
+        with open(p, "rb") as fh:
+            if size <= 4 << 20:
+                h.update(fh.read())
+            else:
+                h.update(fh.read(1 << 20))
+                fh.seek(size - (1 << 20))
+                h.update(fh.read())
+    return h.hexdigest()

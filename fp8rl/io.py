@@ -3,7 +3,7 @@
 Every writer puts its bytes in a temp file in the destination's folder, fsyncs it and renames it over
 the destination, so a reader (or a run restarted after SIGKILL) sees the old file or the new one. A
 directory (a checkpoint, a publication) is built beside its destination and swapped in whole
-(`replace_dir`); `recover_dir` undoes what a kill in the middle of that leaves. Temp files and folders
+(`staged_dir`, `replace_dir`); `recover_dir` undoes what a kill in the middle of that leaves. Temp files and folders
 are named `.{name}.*.tmp` after their destination, so a writer that holds its destination exclusively
 can remove those a killed writer left (`remove_stale_temps`).
 """
@@ -16,7 +16,8 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,24 @@ def replace_dir(src: Path, dst: Path) -> None:
         os.replace(dst, old)
     os.replace(src, dst)
     shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def staged_dir(dest: str | Path, *, settle: Callable[[Path], None] = settle_dir) -> Iterator[Path]:
+    """A temp folder beside `dest` (`.{name}.*.tmp`) in which the body builds the new `dest`. When the body
+    ends, `settle(tmp)` makes its content durable (`settle_dir`: the usual modes, every file and the
+    folder fsynced), `replace_dir` swaps it in and the parent is fsynced; on any error it is removed."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        yield tmp
+        settle(tmp)
+        replace_dir(tmp, dest)
+        fsync_dir(dest.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def recover_dir(dst: Path) -> None:

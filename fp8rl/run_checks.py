@@ -16,7 +16,7 @@ Two readers need the other checks:
   `metrics.jsonl` it had written; if that history is gone or damaged, resuming would silently lose it
   (or crash at the end, leaving no `summary.json`), so the command refuses and says what to do.
 
-The file formats are those of fp8rl.rundir and docs/interfaces.md.
+The file formats are those of fp8rl.run_files, fp8rl.run_records and docs/interfaces.md.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import os
 from collections import Counter
 from typing import Any
 
-from fp8rl.rundir import CHECKPOINT_STATE_FILE, STATUSES, SUMMARY_FILE, RunDir
+from fp8rl.run_files import CHECKPOINT_STATE_FILE, SUMMARY_FILE, RunDir
+from fp8rl.run_records import STATUSES
 
 AFRESH = "delete the run directory {root} to start the run afresh"
 

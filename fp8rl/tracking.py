@@ -56,7 +56,7 @@ def check_trackers(cfg: TrackingConfig) -> None:
 
 
 def tensorboard_command(runs: str | Path) -> str:
-    """The shell command that shows every run under a tier's runs folder (fp8rl.rundir.runs_dir)."""
+    """The shell command that shows every run under a tier's runs folder (fp8rl.run_files.runs_dir)."""
     return f"tensorboard --logdir {shlex.quote(str(runs))}"
 
 

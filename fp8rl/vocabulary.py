@@ -127,6 +127,9 @@ CLIP_LOW_NEG = "clip/low_neg"  # A<0 tokens with ratio r < L: the clipping calib
 CLIP_HIGH_POS = "clip/high_pos"  # A>0 tokens with r > U
 CLIP_LOW_ALL = "clip/low_all"  # every token with r < L
 CLIP_HIGH_ALL = "clip/high_all"  # every token with r > U
+CLIP_DUAL = "clip/dual"  # A<0 tokens with r > clip_c (the dual clip)
+# every clip/* metric of fp8rl.rl.clip_stats, in its order
+CLIP_METRICS = (CLIP_LOW_NEG, CLIP_HIGH_POS, CLIP_DUAL, CLIP_LOW_ALL, CLIP_HIGH_ALL)
 CALIB_LOW = "calib/low"  # the calibrated lower bound L of the step (mean over its updates)
 CALIB_HIGH = "calib/high"  # the calibrated upper bound U
 MISMATCH_KL_K1 = "mismatch/kl_k1"  # rollout/trainer mismatch, k1 estimator

@@ -12,7 +12,8 @@ from fp8rl.vocabulary import ALGORITHMS, GRANULARITIES, NO_CONDITION, NO_GRANULA
 from fp8rl.config_loader import ConfigError, key_lines, parse_yaml, validate_config
 from fp8rl.validation import CONFIG_CHECKS
 from fp8rl.io import atomic_write_text
-from fp8rl.rundir import RunDir, RunDirLocked, hold_lock, runs_dir
+from fp8rl.locks import RunDirLocked, hold_lock
+from fp8rl.run_files import RunDir, runs_dir
 
 # ------------------------------------------------------------------------------------------ config
 
@@ -49,7 +50,7 @@ RUN = (
     if CFG.matrix.conditions
     else "{algo}/{model}/{variant}/{granularity}/seed{seed}"
 )
-# The run directory of the wildcards' run (fp8rl.rundir names its files).
+# The run directory of the wildcards' run (fp8rl.run_files names its files).
 RUN_DIR = RunDir.of(runs_dir(CFG.results_dir, CFG.tier), RUN)
 
 
@@ -63,7 +64,7 @@ CONFIG_FILE = Path(R) / "config" / f"{CFG.digest()}.yaml"
 
 # One DAG per tier's results at a time: Snakemake's own lock lives in the working directory, so a second
 # DAG started from elsewhere on the same results_dir would run the same jobs over this one's outputs and
-# logs. `{R}/dag.lock` (fcntl.flock, fp8rl.rundir.hold_lock) is held from the first job to the end; the
+# logs. `{R}/dag.lock` (fcntl.flock, fp8rl.locks.hold_lock) is held from the first job to the end; the
 # second DAG exits 2 naming the first before any job. Jobs Snakemake spawns run without hooks.
 DAG_LOCK = contextlib.ExitStack()
 

@@ -1,6 +1,8 @@
 """The cluster path: run the paper matrix through verl (Ray, Megatron/Transformer Engine, vLLM).
 
 - `verl_overrides`: one matrix cell of the typed config -> verl's Hydra overrides (`ppo_megatron_trainer`).
+- `verl_model`: a model's size and its parallel layout on the GPUs; `AdapterError`, the backend's refusal.
+- `verl_sizing`: how long, how big and how often: the training jobs sized from the model and the schedule.
 - `verl_loss`: the `fp8rl_clip` and `calibrated_clip` policy losses, registered in verl's loss registry
   on import (every Ray worker imports it through `VERL_USE_EXTERNAL_MODULES`), built on `fp8rl.rl`.
 - `verl_metrics`: verl's file-logger JSONL -> `metrics.jsonl` with the names of docs/architecture.md#metrics.

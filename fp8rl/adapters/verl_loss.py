@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -147,6 +148,14 @@ def _metrics(m: dict[str, float]) -> dict[str, float]:
     return out
 
 
+def _ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> torch.Tensor:
+    """The importance ratio exp(log_prob - old_log_prob), the log-ratio clamped as `policy_loss` clamps it."""
+    with torch.no_grad():
+        return torch.exp(
+            torch.clamp(log_prob.detach() - old_log_prob.detach(), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        )
+
+
 def _run(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -158,9 +167,6 @@ def _run(
     bounds: ClipBounds | None,
     extra: dict[str, float],
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    check_finite_inputs(
-        log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, response_mask=response_mask
-    )
     mask = response_mask.bool()
     clip_low, clip_high = _clip_range(config)
     loss, m = policy_loss(
@@ -178,29 +184,63 @@ def _run(
     info = dict(_cfg(config, "global_batch_info", {}) or {})
     loss = loss * _global_scale(mask, loss_agg_mode, info)
     with torch.no_grad():
-        ratio = torch.exp(
-            torch.clamp(log_prob.detach() - old_log_prob.detach(), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        )
-        quantiles = ratio_quantiles(ratio, mask) if bool(mask.any()) else {}
+        quantiles = ratio_quantiles(_ratio(log_prob, old_log_prob), mask) if bool(mask.any()) else {}
     return loss, _metrics({**m, **quantiles, **extra})
 
 
-@register_policy_loss("fp8rl_clip")
-def fp8rl_clip_loss(
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    loss_agg_mode: str = "token-mean",
-    config: Any = None,
-    rollout_is_weights: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO-clip with fixed bounds through `fp8rl.rl.policy_loss` (verl's `vanilla` + fp8rl's clip diagnostics)."""
-    if config is None:
-        raise ValueError("fp8rl_clip: verl passes the actor config; got None")
-    return _run(
-        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights, None, {}
-    )
+# (config, old_log_prob, log_prob, advantages, response_mask) -> (bounds or None: the fixed ones, metrics)
+_Bounds = Callable[
+    [Any, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[ClipBounds | None, dict]
+]
+
+
+def _verl_policy_loss(name: str, bounds_of: _Bounds, doc: str) -> Callable[..., tuple[torch.Tensor, dict]]:
+    """The policy loss verl registers under `name`, with verl's signature: the inputs checked (a
+    non-finite one is a divergence), then `policy_loss` under the bounds and extra metrics that
+    `bounds_of(config, old_log_prob, log_prob, advantages, response_mask)` returns (None: the fixed ones)."""
+
+    def loss(
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        loss_agg_mode: str = "token-mean",
+        config: Any = None,
+        rollout_is_weights: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        if config is None:
+            raise ValueError(f"{name}: verl passes the actor config; got None")
+        check_finite_inputs(
+            log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, response_mask=response_mask
+        )
+        bounds, extra = bounds_of(config, old_log_prob, log_prob, advantages, response_mask)
+        return _run(
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            loss_agg_mode,
+            config,
+            rollout_is_weights,
+            bounds,
+            extra,
+        )
+
+    loss.__name__ = loss.__qualname__ = f"{name}_loss"
+    loss.__doc__ = doc
+    return register_policy_loss(name)(loss)
+
+
+def _fixed_bounds(config: Any, *_: torch.Tensor) -> tuple[None, dict]:
+    return None, {}
+
+
+fp8rl_clip_loss = _verl_policy_loss(
+    "fp8rl_clip",
+    _fixed_bounds,
+    "PPO-clip with fixed bounds through `fp8rl.rl.policy_loss` (verl's `vanilla` + fp8rl's clip "
+    "diagnostics).",
+)
 
 
 def calibrator(config: Any) -> Calibrator:
@@ -222,22 +262,14 @@ def calibrator(config: Any) -> Calibrator:
     return _calibrator
 
 
-@register_policy_loss("calibrated_clip")
-def calibrated_clip_loss(
+def _calibrated_bounds(
+    config: Any,
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    loss_agg_mode: str = "token-mean",
-    config: Any = None,
-    rollout_is_weights: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO-clip whose bounds come from calibrated clipping (docs/architecture.md#calibrated-clipping) on this micro-batch's ratios."""
-    if config is None:
-        raise ValueError("calibrated_clip: verl passes the actor config; got None")
-    check_finite_inputs(
-        log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, response_mask=response_mask
-    )
+) -> tuple[ClipBounds, dict[str, float]]:
+    """This micro-batch's calibrated bounds and their `calib/*` metrics, at the update verl is in."""
     cal = calibrator(config)
     calib = load_spec()["calib"]
     pos = verl_update.POSITION
@@ -252,25 +284,22 @@ def calibrated_clip_loss(
             raise RuntimeError(f"calibrated_clip: calib.reference is 'run' but {SPEC_ENV} holds no targets")
         targets = {int(k): (v[0], v[1]) for k, v in calib["targets"].items()}
         q, q_high = step_targets(targets, pos.step, int(calib["updates_per_step"]))
-    mask = response_mask.bool()
-    with torch.no_grad():
-        ratio = torch.exp(
-            torch.clamp(log_prob.detach() - old_log_prob.detach(), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        )
-    bounds, extra = cal.bounds(
-        ratio, advantages, mask, target_q=q, target_q_high=q_high, ref_unchanged=pos.first_update
-    )
-    return _run(
-        old_log_prob,
-        log_prob,
+    return cal.bounds(
+        _ratio(log_prob, old_log_prob),
         advantages,
-        response_mask,
-        loss_agg_mode,
-        config,
-        rollout_is_weights,
-        bounds,
-        extra,
+        response_mask.bool(),
+        target_q=q,
+        target_q_high=q_high,
+        ref_unchanged=pos.first_update,
     )
+
+
+calibrated_clip_loss = _verl_policy_loss(
+    "calibrated_clip",
+    _calibrated_bounds,
+    "PPO-clip whose bounds come from calibrated clipping (docs/architecture.md#calibrated-clipping) on "
+    "this micro-batch's ratios.",
+)
 
 
 verl_update.install()

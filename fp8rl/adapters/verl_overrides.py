@@ -21,18 +21,17 @@ pass to the loss; use `run`), and a model without a size or GPUs.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from fp8rl.adapters.verl_corrections import check_corrections, correction_overrides, precision_overrides
+from fp8rl.adapters.verl_model import AdapterError, parallelism
 from fp8rl.adapters.verl_sizing import MAX_CKPTS, esi_margin_s, save_every, sizing_problems
 from fp8rl.config import (
     DAPOConfig,
     ExperimentConfig,
     FP8Config,
-    ModelConfig,
     ResolvedRun,
     RunSpec,
     resolve_run,
@@ -71,15 +70,6 @@ VERL_KL_LOSS_TYPES = {"k1": "kl", "k3": "low_var_kl"}
 DATA_SOURCES = {"dapo-math-17k": "math_dapo", "gsm8k": "openai/gsm8k", "math": "lighteval/MATH"}
 
 
-class AdapterError(ValueError):
-    """A config or run the verl backend cannot execute; the message names the key to change, `key` is
-    its path in the config (for `verl_problems`), None when the message names no single key."""
-
-    def __init__(self, message: str, key: tuple | None = None):
-        super().__init__(message)
-        self.key = key
-
-
 @dataclass(frozen=True)
 class VerlPaths:
     """Where one run reads and writes: the base model, verl's parquet splits, the run directory."""
@@ -88,46 +78,6 @@ class VerlPaths:
     train_files: str
     val_files: str
     out: str
-
-
-@dataclass(frozen=True)
-class Parallelism:
-    """Megatron tensor/pipeline parallel sizes of the trainer and vLLM's tensor parallel size."""
-
-    tp: int
-    pp: int
-    rollout_tp: int
-
-
-def _pow2_at_least(x: float) -> int:
-    return 1 << max(0, math.ceil(math.log2(max(x, 1.0))))
-
-
-def params_billions(model: ModelConfig) -> float:
-    """`params: "8B"` -> 8.0; AdapterError when the size is missing or not of the form <number>B/M."""
-    m = re.fullmatch(r"\s*~?([0-9.]+)\s*([BbMm])\s*", model.params or "")
-    if not m:
-        raise AdapterError(f"models.{model.name}.params: need a size like '8B' for the verl backend")
-    value = float(m.group(1))
-    return value if m.group(2) in "Bb" else value / 1000.0
-
-
-def parallelism(model: ModelConfig) -> Parallelism:
-    """Megatron TP: the smallest power of two >= params/4B (8B -> 2, 14B -> 4, 32B -> 8), at most a node;
-    PP: the rest of what one node cannot hold; vLLM TP: the smallest power of two >= params/8B."""
-    if model.gpus_per_node < 1:
-        raise AdapterError(f"models.{model.name}.gpus_per_node: the verl backend needs GPUs (got 0)")
-    size = params_billions(model)
-    want_tp = _pow2_at_least(size / 4.0)
-    tp = min(want_tp, model.gpus_per_node)
-    pp = max(1, want_tp // tp)
-    rollout_tp = min(_pow2_at_least(size / 8.0), model.gpus_per_node)
-    if (model.nodes * model.gpus_per_node) % (tp * pp):
-        raise AdapterError(
-            f"models.{model.name}: {model.nodes}x{model.gpus_per_node} GPUs are not divisible by "
-            f"TP {tp} x PP {pp}"
-        )
-    return Parallelism(tp=tp, pp=pp, rollout_tp=rollout_tp)
 
 
 def fp8_transformer_overrides(fp8: FP8Config, granularity: str) -> dict[str, str | int]:

@@ -1,17 +1,17 @@
 """One verl training run's directory: what `fp8rl verl train` writes before and after verl runs.
 
-Before (`write_run_files`): the data splits as verl's parquet (`verl_data/{split}.parquet`), the loss
-spec (`verl_loss.json`; a `calib.reference: run` cell's targets are the bf16 run's clip fractions of
-each step, `fp8rl.rundir.reference_targets_by_step`, as the reference trainer reads them), the overrides with the deviations and
-the image (`verl_overrides.json`) and the job script (`verl_launch.sh`). Bad input raises ValueError
-(AdapterError) before anything is written.
+Before (`write_run_files`): the data splits as verl's parquet (`verl_data/{split}.parquet`), the loss spec
+(`verl_loss.json`; a `calib.reference: run` cell's targets are the bf16 run's clip fractions of each step,
+`fp8rl.calibration_targets.reference_targets_by_step`, as the reference trainer reads them), the overrides
+with the deviations and the image (`verl_overrides.json`) and the job script (`verl_launch.sh`). Bad input
+raises ValueError (AdapterError) before anything is written.
 
-After (`finish_run`): the file-logger logs of every attempt so far (`verl_logs/attempt-NNN.jsonl`, one
-per start of the job script: a resubmitted job resumes from verl's checkpoint) are merged into the run's
-metrics and sent to the config's trackers (`track_rows`;
-TensorBoard in `{run}/tb/`), then `throughput.json` and `summary.json` are written through fp8rl.rundir, with the
-reference trainer's schema (plus `backend: verl` and the deviations in the summary). The stability
-check and a later `*_calib` run's targets read that merged history.
+After (`finish_run`): the file-logger logs of every attempt so far (`verl_logs/attempt-NNN.jsonl`, one per
+start of the job script: a resubmitted job resumes from verl's checkpoint) are merged into the run's metrics
+and sent to the config's trackers (`track_rows`; TensorBoard in `{run}/tb/`), then `throughput.json` and
+`summary.json` are written through fp8rl.run_records, with the reference trainer's schema (plus `backend:
+verl` and the deviations in the summary). The stability check and a later `*_calib` run's targets read that
+merged history.
 
 The base model is the directory `--base` names: a Hugging Face model directory, or one holding the
 `model.json` record of an `hf` model fetched into the hub cache (its snapshot path), else the model's
@@ -29,14 +29,17 @@ from fp8rl.adapters.hub import read_record
 from fp8rl.adapters.verl_data import write_parquet
 from fp8rl.adapters.verl_launch import DIVERGENCE_FILE, LOG_DIR, LOG_GLOB, OVERRIDES_FILE, render_script
 from fp8rl.adapters.verl_metrics import import_logs, import_rows, read_attempt_logs, run_status
-from fp8rl.adapters.verl_overrides import AdapterError, VerlPaths, deviations, loss_spec, verl_overrides
+from fp8rl.adapters.verl_model import AdapterError
+from fp8rl.adapters.verl_overrides import VerlPaths, deviations, loss_spec, verl_overrides
+from fp8rl.calibration_targets import reference_targets_by_step
 from fp8rl.config import ExperimentConfig
 from fp8rl.config.runs import RunSpec
 from fp8rl.containers import apptainer_exec, image_env, image_location
 from fp8rl.io import atomic_write_json, atomic_write_text
 from fp8rl.provenance import provenance
 from fp8rl.rl.calibration import centred_window
-from fp8rl.rundir import RunDir, build_summary, reference_targets_by_step, throughput_record
+from fp8rl.run_files import RunDir
+from fp8rl.run_records import build_summary, throughput_record
 from fp8rl.tracking import TENSORBOARD_DIR, open_trackers
 
 VERL_DATA_DIR = "verl_data"

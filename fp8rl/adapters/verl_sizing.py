@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 
+from fp8rl.adapters.verl_model import params_billions
 from fp8rl.config import ExperimentConfig, ModelConfig
 
 STARTUP_MINUTES = 20  # Ray start, model load and resume, vLLM start (estimate, 8B-32B)
@@ -42,8 +43,6 @@ RAY_CPUS_PER_GPU = 3  # verl's ResourcePoolManager: a bundle of {"CPU": 3, "GPU"
 
 
 def _params(model: ModelConfig) -> float:
-    from fp8rl.adapters.verl_overrides import params_billions
-
     return params_billions(model) * 1e9
 
 

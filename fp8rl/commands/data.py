@@ -21,7 +21,7 @@ from pathlib import Path
 from fp8rl.commands.common import UsageError, add_command, add_config_args, model_arg
 from fp8rl.config_loader import load_config
 
-# One `fp8rl data` per --out at a time (fp8rl.rundir.hold_lock): two would mix their files.
+# One `fp8rl data` per --out at a time (fp8rl.locks.hold_lock): two would mix their files.
 DATA_LOCK = ".data.lock"
 
 
@@ -33,7 +33,7 @@ def _load(args: argparse.Namespace):
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    from fp8rl.rundir import RunDirLocked, hold_lock
+    from fp8rl.locks import RunDirLocked, hold_lock
 
     cfg = _load(args)
     try:

@@ -78,9 +78,10 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
     from fp8rl.provenance import provenance
 
     torch.set_num_threads(cfg.resources_for("eval").threads)
+    from fp8rl.checkpoint_files import checkpoint_digest
     from fp8rl.engine.data import load_split_lines
     from fp8rl.io import atomic_write_text, remove_stale_temps
-    from fp8rl.rundir import RunDirLocked, checkpoint_digest, hold_lock
+    from fp8rl.locks import RunDirLocked, hold_lock
 
     try:
         with hold_lock(out.with_name(f".{out.name}.lock"), "wait for that evaluation to end"):

@@ -23,7 +23,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     cfg = load_config(args.file, args.set)
-    from fp8rl.rundir import runs_dir as tier_runs_dir
+    from fp8rl.run_files import runs_dir as tier_runs_dir
 
     runs_dir = tier_runs_dir(cfg.results_dir, cfg.tier)
     if args.runs_dir is not None:
@@ -31,9 +31,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not runs_dir.is_dir():
             raise UsageError(f"--runs-dir {runs_dir}: not a directory")
 
+    from fp8rl.locks import RunDirLocked
     from fp8rl.report.build import ReportPathError, build_report
     from fp8rl.report.paths import ReportPaths
-    from fp8rl.rundir import RunDirLocked
 
     try:
         manifest = build_report(cfg, runs_dir)
@@ -73,8 +73,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
         )
     results_dir = args.results_dir or (cfg.results_dir if cfg else "results")
 
+    from fp8rl.locks import RunDirLocked
     from fp8rl.report.publish import PublishError, publish_tier
-    from fp8rl.rundir import RunDirLocked
 
     try:
         dest = publish_tier(tier, results_dir, cfg, dest=args.out)

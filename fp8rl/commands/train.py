@@ -30,6 +30,7 @@ from fp8rl.commands.common import (
     model_arg,
     refuse_foreign_run_dir,
 )
+from fp8rl.config import ExperimentConfig
 from fp8rl.config_loader import load_config
 from fp8rl.engine.tasks import config_problems
 
@@ -41,20 +42,42 @@ def _require_dir(path: str, what: str, flag: str) -> Path:
     return p
 
 
+def _config(args: argparse.Namespace) -> ExperimentConfig:
+    """The config of `--config`/`--set`, checked for the reference trainer, its numerics mode in force."""
+    cfg = load_config(args.file, args.set, checks=[config_problems])
+    numerics.ensure(cfg.numerics)
+    return cfg
+
+
+def _data_dir(args: argparse.Namespace) -> Path:
+    """`--data`: the directory `fp8rl data` wrote, with its train.jsonl."""
+    data = _require_dir(args.data, "data directory", "--data")
+    if not (data / "train.jsonl").is_file():
+        raise UsageError(f"--data {args.data}: no train.jsonl (run `fp8rl data` first)")
+    return data
+
+
+def _base_dir(args: argparse.Namespace) -> Path:
+    """`--base`: a model directory, as `fp8rl sft` or `fp8rl model` writes one."""
+    base = _require_dir(args.base, "base model directory", "--base")
+    if not (base / "config.json").is_file():
+        raise UsageError(
+            f"--base {args.base}: not a model directory (no config.json; run `fp8rl sft` or `fp8rl model` first)"
+        )
+    return base
+
+
 def cmd_sft(args: argparse.Namespace) -> int:
     from fp8rl.engine.sft import run_sft
 
-    cfg = load_config(args.file, args.set, checks=[config_problems])
-    numerics.ensure(cfg.numerics)
+    cfg = _config(args)
     mcfg = model_arg(cfg, args)
     if mcfg.source != "scratch":
         raise UsageError(
             f"--model {args.model}: source {mcfg.source!r}; fp8rl sft builds scratch models only "
             "(`fp8rl model` prepares pretrained ones)"
         )
-    data = _require_dir(args.data, "data directory", "--data")
-    if not (data / "train.jsonl").is_file():
-        raise UsageError(f"--data {args.data}: no train.jsonl (run `fp8rl data` first)")
+    data = _data_dir(args)
     if args.seed is not None and not cfg.sft.per_seed:
         raise UsageError(f"--seed {args.seed}: the config shares one base model (sft.per_seed: false)")
     if args.seed is None and cfg.sft.per_seed:
@@ -83,8 +106,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 def cmd_model(args: argparse.Namespace) -> int:
     from fp8rl.engine.pretrained import prepare_base
 
-    cfg = load_config(args.file, args.set, checks=[config_problems])
-    numerics.ensure(cfg.numerics)
+    cfg = _config(args)
     mcfg = model_arg(cfg, args)
     if mcfg.source == "scratch":
         raise UsageError(f"--model {args.model}: a scratch model; its base directory comes from `fp8rl sft`")
@@ -102,20 +124,13 @@ def cmd_model(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from fp8rl.config import find_run, resolve_run
 
-    cfg = load_config(args.file, args.set, checks=[config_problems])
-    numerics.ensure(cfg.numerics)
+    cfg = _config(args)
     try:
         run = resolve_run(cfg, find_run(cfg, args.run))
     except ValueError as exc:
         raise UsageError(f"--run: {exc}") from None
-    base = _require_dir(args.base, "base model directory", "--base")
-    if not (base / "config.json").is_file():
-        raise UsageError(
-            f"--base {args.base}: not a model directory (no config.json; run `fp8rl sft` or `fp8rl model` first)"
-        )
-    data = _require_dir(args.data, "data directory", "--data")
-    if not (data / "train.jsonl").is_file():
-        raise UsageError(f"--data {args.data}: no train.jsonl (run `fp8rl data` first)")
+    base = _base_dir(args)
+    data = _data_dir(args)
     from fp8rl.engine.inputs import check_base, check_base_seed, check_train_data
 
     try:  # the base model and every data row, before anything is loaded or written
@@ -129,8 +144,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     run_targets = None
     if run.needs_reference:
+        from fp8rl.calibration_targets import reference_targets_by_step
         from fp8rl.rl.calibration import centred_window
-        from fp8rl.rundir import reference_targets_by_step
 
         try:
             run_targets = centred_window(
@@ -139,7 +154,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(f"--reference {exc}") from None
     from fp8rl.engine.stop import Interrupted, StopRequest
-    from fp8rl.rundir import RunDir, RunDirLocked
+    from fp8rl.locks import RunDirLocked
+    from fp8rl.run_files import RunDir
 
     out = RunDir(args.out)
     stop = StopRequest()
@@ -163,7 +179,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def curves_command(cfg, run_root: Path) -> str:
     """The TensorBoard command that shows the run written to `run_root` (`--out`): every run of the tier
     when it lies in the config's runs folder, else that run's own folder."""
-    from fp8rl.rundir import runs_dir
+    from fp8rl.run_files import runs_dir
     from fp8rl.tracking import tensorboard_command
 
     runs = Path(runs_dir(cfg.results_dir, cfg.tier))

@@ -27,7 +27,8 @@ from fp8rl.commands.common import (
 
 
 def _setup(args: argparse.Namespace):
-    from fp8rl.adapters.verl_overrides import AdapterError, check_verl_support
+    from fp8rl.adapters.verl_model import AdapterError
+    from fp8rl.adapters.verl_overrides import check_verl_support
     from fp8rl.config.runs import find_run
     from fp8rl.config_loader import load_config
 
@@ -72,7 +73,8 @@ def cmd_import_metrics(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from fp8rl.rundir import RunDir, RunDirLocked
+    from fp8rl.locks import RunDirLocked
+    from fp8rl.run_files import RunDir
 
     cfg, spec = _setup(args)
     paths = _paths(cfg, spec, args)
@@ -86,7 +88,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _train_locked(args: argparse.Namespace, cfg, spec, paths) -> int:
     """Write verl's inputs, run the job script and import its log, with the run directory locked."""
     from fp8rl.adapters.verl_run import finish_run, run_script, write_run_files
-    from fp8rl.rundir import RunDir
+    from fp8rl.run_files import RunDir
 
     refuse_foreign_run_dir(RunDir(paths.out), spec.run_id)
     try:
@@ -110,7 +112,8 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
     """Rehearse every job type of the config (or the `--run`s) up to its first GPU point."""
     import tempfile
 
-    from fp8rl.adapters.verl_overrides import AdapterError, check_verl_support
+    from fp8rl.adapters.verl_model import AdapterError
+    from fp8rl.adapters.verl_overrides import check_verl_support
     from fp8rl.adapters.verl_rehearse import job_types, rehearse_run
     from fp8rl.config.runs import find_run
     from fp8rl.config_loader import load_config

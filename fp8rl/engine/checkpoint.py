@@ -21,9 +21,7 @@ import io
 import json
 import pickle
 import random
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +29,8 @@ import torch
 
 from fp8rl.checkpoint_files import CheckpointError, verify_files
 from fp8rl.engine.model import write_hf_files
-from fp8rl.io import fsync_dir, recover_dir, replace_dir, settle_dir, sha256_file
-from fp8rl.rundir import CHECKPOINT_STATE_FILE
+from fp8rl.io import recover_dir, sha256_file, staged_dir
+from fp8rl.run_files import CHECKPOINT_STATE_FILE
 
 STATE_FILE = CHECKPOINT_STATE_FILE
 TRAINER_FILE = "trainer_state.pt"
@@ -72,22 +70,13 @@ def save_checkpoint(
     ckpt_dir: str | Path, model: torch.nn.Module, tokenizer, trainer_state: dict, meta: dict
 ) -> None:
     """Write the checkpoint atomically; `meta` (json-able: step, metrics_offset, ...) goes to state.json."""
-    ckpt_dir = Path(ckpt_dir)
-    ckpt_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{ckpt_dir.name}.", suffix=".tmp", dir=ckpt_dir.parent))
-    try:
+    with staged_dir(ckpt_dir) as tmp:
         write_hf_files(model, tokenizer, tmp)
         buf = io.BytesIO()
         torch.save(_plain({**trainer_state, "rng": rng_state()}), buf)
         (tmp / TRAINER_FILE).write_bytes(buf.getvalue())
         files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         (tmp / STATE_FILE).write_text(json.dumps({**meta, "files": files}, indent=2) + "\n")
-        settle_dir(tmp)
-        replace_dir(tmp, ckpt_dir)
-        fsync_dir(ckpt_dir.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def has_checkpoint(ckpt_dir: str | Path) -> bool:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from fp8rl.engine.device import synchronize
-from fp8rl.rundir import PHASES, throughput_record
+from fp8rl.run_records import PHASES, throughput_record
 
 
 @dataclass
@@ -65,7 +65,7 @@ def peak_mem_mb(device: torch.device | None = None) -> float:
 
 
 def throughput_report(rows: list[dict], prec) -> dict:
-    """The `throughput.json` content (fp8rl.rundir.throughput_record) from the run's metrics rows and
+    """The `throughput.json` content (fp8rl.run_records.throughput_record) from the run's metrics rows and
     its precision set-up, with this process's peak memory, thread count, FP8 GEMM counts, and `gemms`:
     how the policy's, the rollout copy's and the shadow pass's linear GEMMs ran (real or emulated)."""
     record = throughput_record(

@@ -77,7 +77,8 @@ from fp8rl.rl import (
     ratio_quantiles,
 )
 from fp8rl.rl.corrections import ICEPOP_BAND, MIS_BAND, mismatch_aliases, rollout_correction
-from fp8rl.rundir import PHASES, RunDir, build_summary
+from fp8rl.run_files import RunDir
+from fp8rl.run_records import PHASES, build_summary
 from fp8rl.tracking import Trackers, check_trackers, open_trackers
 from fp8rl.vocabulary import ACC_MEAN, GIBBERISH_RATE, MISMATCH_KL_K3, RESP_LEN_MEAN, REWARD_MEAN
 

@@ -30,7 +30,7 @@ from fp8rl.config import EvalConfig, ExperimentConfig, ModelConfig
 from fp8rl.config.runs import RunSpec
 from fp8rl.evaluate.answer_format import dapo_task
 from fp8rl.evaluate.eval_tasks import EvalInputError
-from fp8rl.rundir import RunDir
+from fp8rl.run_files import RunDir
 
 # Tokens reserved for the prompt (chat template, few-shot turns) on top of eval.max_gen_toks.
 PROMPT_TOKENS = 4096

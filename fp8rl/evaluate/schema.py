@@ -7,8 +7,8 @@
      "failed": [{"tasks": ["bfcl_simple"], "reason": "CalledProcessError: ..."}],  # only when one crashed
      "provenance": {...}}
 
-`checkpoint_digest` (fp8rl.rundir.checkpoint_digest) ties the scores to the checkpoint they scored: the
-report leaves them out when the run's checkpoint has another one (trained again since).
+`checkpoint_digest` (fp8rl.checkpoint_files.checkpoint_digest) ties the scores to the checkpoint they
+scored: the report leaves them out when the run's checkpoint has another one (trained again since).
 
 `stderr` is null where the harness gives none. A metric computed after an lm-eval filter is named
 `metric` when the task has one filter for it and `metric,filter` (lm-eval's own notation) when it has
@@ -86,6 +86,8 @@ def eval_document(
     checkpoint_digest: str | None = None,
     failed: list[dict] | None = None,
 ) -> dict:
+    """One suite's result document (`failed`: the tasks whose harness crashed, with the reason);
+    ValueError naming the allowed suites for another one."""
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; allowed: {', '.join(SUITES)}")
     doc = {"checkpoint": str(checkpoint)}
@@ -99,19 +101,9 @@ def eval_document(
     }
 
 
-def write_eval(
-    path: str | Path,
-    checkpoint: str | Path,
-    suite: str,
-    results: list[TaskResult],
-    provenance: dict,
-    checkpoint_digest: str | None = None,
-    failed: list[dict] | None = None,
-) -> Path:
-    """Write one suite's results atomically (`failed`: the tasks whose harness crashed, with the reason)."""
-    return atomic_write_json(
-        path, eval_document(checkpoint, suite, results, provenance, checkpoint_digest, failed)
-    )
+def write_eval(path: str | Path, *document: Any, **fields: Any) -> Path:
+    """Write one suite's results atomically: `eval_document(*document, **fields)` at `path`."""
+    return atomic_write_json(path, eval_document(*document, **fields))
 
 
 def samples_path(result_file: str | Path) -> Path:

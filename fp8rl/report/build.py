@@ -212,7 +212,7 @@ LOCK_HINT = "wait for that report or publication of the tier to end"
 def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> dict:
     """Write every report output for `cfg`'s tier; returns the manifest written to report.json.
     `RunDirLocked` (nothing written) while another report or publication of the tier holds its lock."""
-    from fp8rl.rundir import hold_lock
+    from fp8rl.locks import hold_lock
 
     final = ReportPaths.for_config(cfg)
     runs_dir = Path(runs_dir) if runs_dir is not None else final.runs_dir

@@ -1,6 +1,6 @@
 """Load every run of a tier into tidy pandas frames, with each run's status.
 
-For every cell of the config's matrix, `load_tier` reads its run directory (fp8rl.rundir,
+For every cell of the config's matrix, `load_tier` reads its run directory (fp8rl.run_files,
 docs/interfaces.md): `summary.json`, `metrics.jsonl`, `throughput.json`, `eval/lm_eval.json`,
 `eval/agent.json`, and `ratio_hist.json` where an FP8 run wrote one. The result is a `RunSet`:
 
@@ -42,15 +42,15 @@ from typing import Any
 
 import pandas as pd
 
-from fp8rl.checkpoint_files import CheckpointError, verify_files
+from fp8rl.checkpoint_files import CheckpointError, checkpoint_digest, verify_files
 from fp8rl.config import ExperimentConfig
 from fp8rl.config.runs import RunSpec
 from fp8rl.report.stats import is_proportion
 from fp8rl.rl.ratio_hist import KEYS as HIST_KEYS
 from fp8rl.run_checks import history_problems, owner_problems, summary_problems
-from fp8rl.rundir import EVAL_FILES, RunDir, checkpoint_digest
-from fp8rl.rundir import STATUSES as RUN_STATUSES
-from fp8rl.rundir import runs_dir as tier_runs_dir
+from fp8rl.run_files import EVAL_FILES, RunDir
+from fp8rl.run_files import runs_dir as tier_runs_dir
+from fp8rl.run_records import STATUSES as RUN_STATUSES
 
 # `condition` is None in matrices without FP8 conditions (fp8rl.config.runs.RunSpec)
 ID_COLUMNS = ["run_id", "algo", "model", "variant", "granularity", "condition", "seed"]

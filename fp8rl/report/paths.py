@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fp8rl.report.figures import CORE, MECHANISM, STABILITY
-from fp8rl.rundir import RUNS_DIR
+from fp8rl.run_files import RUNS_DIR, RootPath
 
 if TYPE_CHECKING:
     from fp8rl.config import ExperimentConfig
@@ -60,36 +60,18 @@ class ReportPaths:
     def for_config(cls, cfg: ExperimentConfig) -> ReportPaths:
         return cls.for_tier(cfg.results_dir, cfg.tier, **report_flags(cfg))
 
-    @property
-    def runs_dir(self) -> Path:
-        return self.root / RUNS_DIR
-
-    @property
-    def tables_dir(self) -> Path:
-        return self.root / "tables"
-
-    @property
-    def plots_dir(self) -> Path:
-        return self.root / "plots"
-
-    @property
-    def html(self) -> Path:
-        return self.root / "report.html"
-
-    @property
-    def summary(self) -> Path:
-        """SUMMARY.md: the tier on one page (fp8rl.report.summary_page)."""
-        return self.root / "SUMMARY.md"
-
-    @property
-    def manifest(self) -> Path:
-        """report.json: run counts, data problems, config digest and the list of outputs."""
-        return self.root / "report.json"
-
-    @property
-    def lock_file(self) -> Path:
-        """report.lock: held by `fp8rl report` and `fp8rl publish` while they read or write the report."""
-        return self.root / "report.lock"
+    runs_dir = RootPath(RUNS_DIR)
+    tables_dir = RootPath("tables")
+    plots_dir = RootPath("plots")
+    html = RootPath("report.html")
+    summary = RootPath("SUMMARY.md", "SUMMARY.md: the tier on one page (fp8rl.report.summary_page)")
+    manifest = RootPath(
+        "report.json", "report.json: run counts, data problems, config digest and the outputs"
+    )
+    lock_file = RootPath(
+        "report.lock",
+        "report.lock: held by `fp8rl report` and `fp8rl publish` while they read or write the report",
+    )
 
     def table(self, name: str, ext: str) -> Path:
         return self.tables_dir / f"{name}.{ext}"

@@ -27,13 +27,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
 from fp8rl import numerics
 from fp8rl.config import ExperimentConfig
-from fp8rl.io import atomic_write_json, fsync_dir, recover_dir, replace_dir, sha256_file
+from fp8rl.io import atomic_write_json, fsync_dir, recover_dir, sha256_file, staged_dir
 from fp8rl.provenance import git_commit, machine, package_versions
 from fp8rl.report.paths import ReportPaths, report_flags
 
@@ -191,8 +190,8 @@ def publish_tier(
     """Publish the tier's report to `dest` (default `{results_dir}/published/{tier}`); returns it.
     PublishError (nothing written) when the report is not there whole; `RunDirLocked` while a report or
     publication of the tier runs."""
+    from fp8rl.locks import hold_lock
     from fp8rl.report.build import LOCK_HINT
-    from fp8rl.rundir import hold_lock
 
     results_dir = Path(results_dir)
     paths, _ = check_publishable(tier, results_dir, cfg)
@@ -203,11 +202,10 @@ def publish_tier(
         dest.parent.mkdir(parents=True, exist_ok=True)
         _recover_legacy(dest)
         recover_dir(dest)  # what a killed publication left
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; the publication is for everyone to read
-        try:
+        with staged_dir(dest, settle=_fsync_tree) as tmp:
+            umask = os.umask(0)
+            os.umask(umask)
+            tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; the publication is for everyone to read
             for src in paths.outputs():
                 target = tmp / src.relative_to(paths.root)
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -228,10 +226,4 @@ def publish_tier(
                     "report_generated": manifest.get("generated"),
                 },
             )
-            _fsync_tree(tmp)
-            replace_dir(tmp, dest)
-            fsync_dir(dest.parent)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     return dest

@@ -50,7 +50,7 @@ from fp8rl.report.stats import (
     t_interval,
     value_range,
 )
-from fp8rl.rundir import RunDir
+from fp8rl.run_files import RunDir
 from fp8rl.vocabulary import ACC_MEAN, CLIP_LOW_NEG, GIBBERISH_RATE, REFERENCE_VARIANT, REWARD_MEAN
 
 ACC_WINDOW = 5

@@ -10,10 +10,10 @@ from fp8rl.rl.bounds import ClipBounds
 from fp8rl.rl.calibration import (
     CalibOptions,
     Calibrator,
+    ReferenceCounts,
     bounds_from_quantiles,
     calibrated_bounds,
     reference_counts,
-    target_quantiles,
 )
 from fp8rl.rl.corrections import Correction, icepop_weights, mis_keep, mismatch_aliases, rollout_correction
 from fp8rl.rl.diagnostics import clip_stats, mismatch_kl, phantom_low_neg, ratio_quantiles
@@ -22,7 +22,7 @@ from fp8rl.rl.gibberish import GibberishRules, gibberish_rate, gibberish_reason
 from fp8rl.rl.losses import agg_loss, kl_penalty, policy_loss
 from fp8rl.rl.ratio_hist import RatioHistogram
 from fp8rl.rl.stability import DIVERGENCE_KINDS, Divergence, StabilityMonitor
-from fp8rl.rl.tis import tis_stats, tis_weights
+from fp8rl.rl.tis import tis_ratio, tis_stats, tis_weights
 
 __all__ = [
     "CalibOptions",
@@ -44,8 +44,8 @@ __all__ = [
     "rollout_correction",
     "bounds_from_quantiles",
     "calibrated_bounds",
+    "ReferenceCounts",
     "reference_counts",
-    "target_quantiles",
     "agg_loss",
     "clip_stats",
     "dynamic_sampling_mask",
@@ -57,6 +57,7 @@ __all__ = [
     "policy_loss",
     "masked_ratio",
     "ratio_quantiles",
+    "tis_ratio",
     "tis_stats",
     "tis_weights",
 ]

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -101,6 +101,21 @@ class CalibOptions:
         return ClipBounds.fixed(self.clip_low, self.clip_high)
 
 
+class ReferenceCounts(NamedTuple):
+    """The reference's clip counts: `k` tokens with `R_ref < 1 - clip_low` among the `n` of the lower
+    population, `k_hi` with `R_ref > 1 + clip_high` among the `n_hi` of the upper one."""
+
+    k: int
+    n: int
+    k_hi: int
+    n_hi: int
+
+    def fractions(self) -> tuple[float | None, float | None]:
+        """The clip fractions `(q, q_hi)`: `q = mean(R_ref < 1 - clip_low)` over the lower population,
+        `q_hi = mean(R_ref > 1 + clip_high)` over the upper one; None where a population is empty."""
+        return (self.k / self.n if self.n else None), (self.k_hi / self.n_hi if self.n_hi else None)
+
+
 def reference_counts(
     ref_ratio: torch.Tensor,
     advantages: torch.Tensor,
@@ -109,9 +124,8 @@ def reference_counts(
     clip_low: float,
     clip_high: float,
     population: str = "neg",
-) -> tuple[int, int, int, int]:
-    """The reference's clip counts `(k, n, k_hi, n_hi)`: `k` tokens with `R_ref < 1 - clip_low` among the
-    `n` of the lower population, `k_hi` with `R_ref > 1 + clip_high` among the `n_hi` of the upper one."""
+) -> ReferenceCounts:
+    """The reference's clip counts `(k, n, k_hi, n_hi)` (`ReferenceCounts`; `.fractions()` the targets)."""
     m = check_mask(mask, "reference_counts", "mask")
     check_same_shape("reference_counts", "mask", m, ref_ratio=ref_ratio)
     adv = per_token("reference_counts", "advantages", advantages, m)
@@ -120,25 +134,7 @@ def reference_counts(
     fixed, r = ClipBounds.fixed(clip_low, clip_high), ref_ratio.detach()
     k = int(((r < fixed.low) & pop_lo).sum())
     k_hi = int(((r > fixed.high) & pop_hi).sum())
-    return k, int(pop_lo.sum()), k_hi, int(pop_hi.sum())
-
-
-def target_quantiles(
-    ref_ratio: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    population: str = "neg",
-) -> tuple[float | None, float | None]:
-    """The reference's clip fractions `(q, q_hi)`: `q = mean(R_ref < 1 - clip_low)` over the lower
-    population, `q_hi = mean(R_ref > 1 + clip_high)` over the upper one; None where a population is empty.
-    """
-    k, n, k_hi, n_hi = reference_counts(
-        ref_ratio, advantages, mask, clip_low=clip_low, clip_high=clip_high, population=population
-    )
-    return (k / n if n else None), (k_hi / n_hi if n_hi else None)
+    return ReferenceCounts(k, int(pop_lo.sum()), k_hi, int(pop_hi.sum()))
 
 
 def _lower_bound(s: torch.Tensor, k: int, target: float, low_range: tuple[float, float]) -> float:
@@ -269,9 +265,9 @@ def calibrated_bounds(
     m = check_mask(response_mask, "calibrated_bounds")
     rm = m if ref_mask is None else check_mask(ref_mask, "calibrated_bounds", "ref_mask")
     check_same_shape("calibrated_bounds", "response_mask", m, ratio=ratio, ref_ratio=ref_ratio, ref_mask=rm)
-    q, q_hi = target_quantiles(
+    q, q_hi = reference_counts(
         ref_ratio, advantages, rm, clip_low=clip_low, clip_high=clip_high, population=population
-    )
+    ).fractions()
     return bounds_from_quantiles(
         ratio, advantages, m, q, q_high=q_hi, clip_low=clip_low, clip_high=clip_high,
         population=population, upper=upper, low_range=low_range,

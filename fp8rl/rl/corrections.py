@@ -25,7 +25,7 @@ import torch
 
 from fp8rl.rl._checks import LOG_RATIO_CLAMP, check_finite, check_mask, check_same_shape, masked_mean
 from fp8rl.rl.diagnostics import masked_log_ratio
-from fp8rl.rl.tis import tis_stats, tis_weights
+from fp8rl.rl.tis import tis_ratio, tis_stats, tis_weights
 from fp8rl.vocabulary import CORRECTIONS, ICEPOP_BAND, MIS_BAND, TIS_LEVELS
 
 
@@ -118,7 +118,8 @@ def rollout_correction(
     if kind in ("tis", "seq_tis"):
         lvl = "sequence" if kind == "seq_tis" else level
         w = tis_weights(old_log_prob, rollout_log_prob, m, cap=cap, level=lvl)
-        return Correction(w, None, tis_stats(old_log_prob, rollout_log_prob, m, cap=cap, level=lvl))
+        raw = tis_ratio(old_log_prob, rollout_log_prob, m, level=lvl)
+        return Correction(w, None, tis_stats(raw, m, cap=cap))
     if kind == "icepop":
         w = icepop_weights(old_log_prob, rollout_log_prob, m, band=icepop)
         metrics = {}
@@ -133,7 +134,11 @@ def rollout_correction(
     kept = m & keep[:, None]
     metrics = {}
     if int(m.sum()):
-        metrics = tis_stats(old_log_prob, rollout_log_prob, kept, cap=cap) if int(kept.sum()) else {}
+        metrics = (
+            tis_stats(tis_ratio(old_log_prob, rollout_log_prob, kept), kept, cap=cap)
+            if int(kept.sum())
+            else {}
+        )
         metrics["tis/masked"] = float(masked_mean((~kept).float(), m))
         rows = m.any(dim=-1)
         metrics["tis/seq_masked"] = float((~keep[rows]).float().mean())

@@ -23,6 +23,7 @@ from fp8rl.rl._checks import (
     per_token,
 )
 from fp8rl.vocabulary import (
+    CLIP_DUAL,
     CLIP_HIGH_ALL,
     CLIP_HIGH_POS,
     CLIP_LOW_ALL,
@@ -73,7 +74,7 @@ def clip_stats(
         _put(out, CLIP_LOW_NEG, _frac(r < low_f, neg))
         _put(out, CLIP_HIGH_POS, _frac(r > high_f, pos))
         if clip_c is not None:
-            _put(out, "clip/dual", _frac(r > float(clip_c), neg))
+            _put(out, CLIP_DUAL, _frac(r > float(clip_c), neg))
         _put(out, CLIP_LOW_ALL, _frac(r < low_f, m))
         _put(out, CLIP_HIGH_ALL, _frac(r > high_f, m))
     return out

@@ -17,8 +17,7 @@ from fp8rl.vocabulary import TIS_LEVELS
 def _raw_ratio(
     old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, m: torch.Tensor, level: str, fn: str
 ) -> torch.Tensor:
-    """Untruncated IS ratio [B, T] (0 at padding): per token, or one per sequence (the product of its
-    token ratios, i.e. exp of the summed log-ratio) broadcast over its tokens."""
+    """`tis_ratio` of the checked mask `m`; `fn` names the caller in the errors."""
     if level not in TIS_LEVELS:
         raise ValueError(f"{fn}: unknown level {level!r}; allowed: {', '.join(TIS_LEVELS)}")
     check_same_shape(fn, "response_mask", m, old_log_prob=old_log_prob, rollout_log_prob=rollout_log_prob)
@@ -30,6 +29,20 @@ def _raw_ratio(
         d = d.sum(dim=-1, keepdim=True).expand_as(d)
     ratio = torch.exp(d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     return torch.where(m, ratio, torch.zeros_like(ratio))
+
+
+def tis_ratio(
+    old_log_prob: torch.Tensor,
+    rollout_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    level: str = "token",
+) -> torch.Tensor:
+    """The untruncated IS ratio [B, T] `exp(old - rollout)`, detached, 0 at padding: per token, or one per
+    sequence (the product of its token ratios, i.e. exp of the summed log-ratio) broadcast over its tokens."""
+    return _raw_ratio(
+        old_log_prob, rollout_log_prob, check_mask(response_mask, "tis_ratio"), level, "tis_ratio"
+    )
 
 
 def _check_options(cap: float, fn: str) -> None:
@@ -54,24 +67,16 @@ def tis_weights(
     return torch.clamp(raw, max=cap)
 
 
-def tis_stats(
-    old_log_prob: torch.Tensor,
-    rollout_log_prob: torch.Tensor,
-    response_mask: torch.Tensor,
-    *,
-    cap: float = 2.0,
-    level: str = "token",
-) -> dict[str, float]:
-    """`tis/mean` (mean weight over valid tokens) and `tis/clipped` (fraction of valid tokens whose ratio
-    exceeded `cap` and was truncated). Empty when there is no valid token."""
+def tis_stats(ratio: torch.Tensor, response_mask: torch.Tensor, *, cap: float = 2.0) -> dict[str, float]:
+    """`tis/mean` (mean weight `min(ratio, cap)` over valid tokens) and `tis/clipped` (fraction of valid
+    tokens whose ratio exceeded `cap` and was truncated), from the untruncated `tis_ratio`. Empty when
+    there is no valid token."""
     fn = "tis_stats"
     m = check_mask(response_mask, fn)
     if int(m.sum()) == 0:
         return {}
     _check_options(cap, fn)
-    raw = _raw_ratio(old_log_prob, rollout_log_prob, m, level, fn)
-    w = tis_weights(old_log_prob, rollout_log_prob, m, cap=cap, level=level)
     return {
-        "tis/mean": float(masked_mean(w, m)),
-        "tis/clipped": float(masked_mean((raw > cap).float(), m)),
+        "tis/mean": float(masked_mean(torch.clamp(ratio, max=cap), m)),
+        "tis/clipped": float(masked_mean((ratio > cap).float(), m)),
     }

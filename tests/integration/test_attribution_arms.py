@@ -34,7 +34,7 @@ def test_every_attribution_arm_trains_two_steps_and_the_report_answers(tier, tmp
     from fp8rl.engine.trainer import Trainer
     from fp8rl.report.build import build_report
     from fp8rl.report.paths import ReportPaths
-    from fp8rl.rundir import RunDir, runs_dir
+    from fp8rl.run_files import RunDir, runs_dir
 
     root, _, _ = tier
     cfg = load_config(_config(tmp_path, [0, 1]))

@@ -153,7 +153,7 @@ def test_short_bf16_run_raises_reward(tier, train, tmp_path, restore_torch_globa
 
 
 def test_calibration_against_a_bf16_run_uses_its_clip_fractions(tier, train, tmp_path, restore_torch_globals):
-    from fp8rl.rundir import reference_targets_by_step
+    from fp8rl.calibration_targets import reference_targets_by_step
 
     _, _, ref_rows = train("grpo/tiny/bf16/none/seed0", tmp_path / "bf16", {"schedule.steps": 2})
     targets = reference_targets_by_step(tmp_path / "bf16", "neg")

@@ -56,7 +56,7 @@ def study_tier(tier, tmp_path_factory):
     from fp8rl.engine.trainer import Trainer
     from fp8rl.report.build import build_report
     from fp8rl.report.paths import ReportPaths
-    from fp8rl.rundir import runs_dir
+    from fp8rl.run_files import runs_dir
 
     root, _, write_config = tier
     tmp = tmp_path_factory.mktemp("study")

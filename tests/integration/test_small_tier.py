@@ -160,7 +160,7 @@ STEP_METRICS = (
 
 
 def test_two_grpo_steps_of_fp8_calib(small_run):
-    from fp8rl.rundir import RunDir
+    from fp8rl.run_files import RunDir
 
     out, summary = small_run
     assert summary["status"] == "ok", summary["reason"]
@@ -182,7 +182,7 @@ def test_lm_eval_hf_scores_the_checkpoint(small_run, small_base, small_cfg, tmp_
 
     from fp8rl.evaluate.eval_tasks import plan_tasks
     from fp8rl.evaluate.lm_eval_runner import run_lm_eval
-    from fp8rl.rundir import RunDir
+    from fp8rl.run_files import RunDir
 
     out, _ = small_run
     root, _ = small_base

@@ -14,8 +14,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "fp8rl"
 
-BOTTOM = {"vocabulary", "io", "quiet"}  # import nothing from fp8rl
+BOTTOM = {"vocabulary", "io", "quiet", "locks"}  # import nothing from fp8rl
 CORE = {"vocabulary", "io", "numerics"}
+# the run directory: its files, its summary and throughput records, its lock, a bf16 run's targets
+RUN_DIR = {"run_files", "run_records", "locks", "calibration_targets"}
 ALLOWED: dict[str, set[str]] = {
     "vocabulary": set(),
     "io": set(),
@@ -25,17 +27,20 @@ ALLOWED: dict[str, set[str]] = {
     "provenance": {"numerics"},
     "config": {"vocabulary", "rl"},  # rl.bounds: a resolved run's fixed clip interval
     "config_loader": {"config"},
-    "rundir": CORE,
-    "run_checks": {"rundir", *CORE},
-    "checkpoint_files": {"rundir", *CORE},
+    "locks": set(),
+    "run_files": {"locks", *CORE},
+    "run_records": CORE,
+    "calibration_targets": {"run_files", *CORE},
+    "run_checks": {"run_files", "run_records", *CORE},
+    "checkpoint_files": {"run_files", *CORE},
     "tracking": {"config"},
     "containers": {"config"},
     "fp8": {"vocabulary", "numerics"},  # never rl; numerics: fast-mode kernels only where asked
     "rl": {"vocabulary"},  # never fp8
-    "engine": {"config", "fp8", "rl", "provenance", "rundir", "checkpoint_files", "tracking", *CORE},
+    "engine": {"config", "fp8", "rl", "provenance", *RUN_DIR, "checkpoint_files", "tracking", *CORE},
     "evaluate": {
         "config",
-        "rundir",
+        *RUN_DIR,
         "checkpoint_files",
         "provenance",
         "adapters",
@@ -48,7 +53,7 @@ ALLOWED: dict[str, set[str]] = {
         "engine",
         "containers",
         "provenance",
-        "rundir",
+        *RUN_DIR,
         "tracking",
         "validation",
         *CORE,
@@ -59,7 +64,7 @@ ALLOWED: dict[str, set[str]] = {
         "fp8",
         "rl",
         "provenance",
-        "rundir",
+        *RUN_DIR,
         "run_checks",
         "checkpoint_files",
         *CORE,
@@ -77,7 +82,7 @@ ALLOWED: dict[str, set[str]] = {
         "report",
         "rl",
         "run_checks",
-        "rundir",
+        *RUN_DIR,
         "tracking",
         "validation",
         *CORE,

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from fp8rl.run_checks import resume_problem
-from fp8rl.rundir import RunDir
+from fp8rl.run_files import RunDir
 
 
 def _run(tmp_path, steps: int, tail: bytes = b"") -> tuple[RunDir, dict]:

@@ -13,7 +13,7 @@ import yaml
 from workflow_helpers import snakemake, write_config
 
 HOLD = (
-    "import sys; from fp8rl.rundir import hold_lock\n"
+    "import sys; from fp8rl.locks import hold_lock\n"
     "with hold_lock(sys.argv[1], 'the first DAG'):\n"
     "    print('held', flush=True); sys.stdin.read()\n"
 )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8rl.adapters.verl_overrides import AdapterError
+from fp8rl.adapters.verl_model import AdapterError
 from fp8rl.adapters.verl_run import (
     calib_targets,
     finish_run,
@@ -20,7 +20,8 @@ from fp8rl.adapters.verl_run import (
 from fp8rl.cli import main
 from fp8rl.config.runs import RunSpec
 from fp8rl.config_loader import load_config
-from fp8rl.rundir import RunDir, build_summary
+from fp8rl.run_files import RunDir
+from fp8rl.run_records import build_summary
 from fp8rl.tracking import read_tensorboard
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,7 +38,7 @@ def _reference(tmp_path: Path, rows: list[dict]) -> Path:
 
 
 def test_calib_targets_are_the_bf16_runs_clip_fractions_of_each_step(tmp_path):
-    """As the reference trainer reads them (fp8rl.rundir.reference_targets_by_step), not their mean."""
+    """As the reference trainer reads them (fp8rl.calibration_targets.reference_targets_by_step), not their mean."""
     ref = _reference(tmp_path, [{"step": 1, "clip/low_neg": 0.02, "clip/high_pos": 0.01},
                                 {"step": 2, "clip/low_neg": 0.04}])  # fmt: skip
     cfg = load_config(PAPER, ["calib.reference=run", "calib.population=neg"])
@@ -261,7 +262,7 @@ def test_cli_train_refuses_a_run_directory_another_process_holds(tmp_path, capsy
     import sys
 
     out = tmp_path / "run"
-    hold = "import sys; from fp8rl.rundir import RunDir\nwith RunDir(sys.argv[1]).lock():\n print('held', flush=True); sys.stdin.read()"
+    hold = "import sys; from fp8rl.run_files import RunDir\nwith RunDir(sys.argv[1]).lock():\n print('held', flush=True); sys.stdin.read()"
     holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:

@@ -11,15 +11,8 @@ import pytest
 from fp8rl.adapters.verl_data import verl_rows, write_parquet
 from fp8rl.adapters.verl_launch import render_script
 from fp8rl.adapters.verl_metrics import convert_row, import_log, import_rows, run_status
-from fp8rl.adapters.verl_overrides import (
-    AdapterError,
-    VerlPaths,
-    check_verl_support,
-    deviations,
-    loss_spec,
-    parallelism,
-    verl_overrides,
-)
+from fp8rl.adapters.verl_model import AdapterError, parallelism
+from fp8rl.adapters.verl_overrides import VerlPaths, check_verl_support, deviations, loss_spec, verl_overrides
 from fp8rl.commands.config import CONFIG_CHECKS
 from fp8rl.config import StabilityConfig
 from fp8rl.config.runs import RunSpec

@@ -18,7 +18,7 @@ import pytest
 
 from fp8rl.config_loader import load_config
 from fp8rl.evaluate import bfcl
-from fp8rl.rundir import RunDir
+from fp8rl.run_files import RunDir
 
 ROOT = Path(__file__).resolve().parents[3]
 UPSTREAM = Path(os.environ.get("FP8RL_UPSTREAM_SRC", ROOT / "build" / "upstream"))

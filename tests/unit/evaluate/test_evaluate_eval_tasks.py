@@ -94,7 +94,7 @@ def test_bfcl_handler_per_model_from_the_config(tmp_path, monkeypatch):
     """bfcl-eval has no handler under Qwen2.5-32B's hub id: the config names one per model."""
     from fp8rl.config_loader import load_config
     from fp8rl.evaluate.bfcl import bfcl_model_name
-    from fp8rl.rundir import RunDir
+    from fp8rl.run_files import RunDir
 
     monkeypatch.delenv("FP8RL_BFCL_MODEL", raising=False)
     paper = load_config(Path(__file__).resolve().parents[3] / "config" / "paper.yaml")

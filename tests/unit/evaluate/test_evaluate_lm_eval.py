@@ -7,12 +7,12 @@ import json
 import pytest
 from lm_eval.api.model import LM
 
+from fp8rl.checkpoint_files import checkpoint_digest
 from fp8rl.cli import main
 from fp8rl.config_loader import validate_config
 from fp8rl.evaluate.eval_tasks import plan_tasks
 from fp8rl.evaluate.lm_eval_runner import run_lm_eval
 from fp8rl.evaluate.schema import SUITES
-from fp8rl.rundir import checkpoint_digest
 
 CFG = validate_config(
     {

@@ -19,7 +19,7 @@ from fp8rl.evaluate.protocol import (
     vllm_parallelism,
 )
 from fp8rl.evaluate.schema import samples_path
-from fp8rl.rundir import RunDir
+from fp8rl.run_files import RunDir
 from tests.lm_stubs import GenerateOnlyLM
 
 CONFIG = Path(__file__).resolve().parents[3] / "config"

@@ -171,7 +171,7 @@ def test_lm_evals_vllm_model_takes_the_eval_jobs_arguments(lm_eval_vllm, tmp_pat
     from fp8rl.adapters.verl_rehearse import stand_in_model
     from fp8rl.config_loader import load_config
     from fp8rl.evaluate.protocol import vllm_model_args
-    from fp8rl.rundir import RunDir
+    from fp8rl.run_files import RunDir
 
     cfg = load_config(Path(__file__).resolve().parents[3] / "config" / f"{config}.yaml")
     run = RunDir(tmp_path / "run")

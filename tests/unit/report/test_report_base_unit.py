@@ -18,7 +18,8 @@ from scipy import stats
 from fp8rl.config_loader import load_config
 from fp8rl.report.build import build_report
 from fp8rl.report.paths import ReportPaths
-from fp8rl.rundir import RunDir, build_summary, runs_dir
+from fp8rl.run_files import RunDir, runs_dir
+from fp8rl.run_records import build_summary
 
 STEPS = 10
 SEEDS = [0, 1, 2, 3, 4, 5]

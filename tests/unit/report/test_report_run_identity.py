@@ -9,10 +9,11 @@ import shutil
 import pytest
 from report_fixtures import write_tier
 
+from fp8rl.checkpoint_files import checkpoint_digest
 from fp8rl.io import atomic_write_json
 from fp8rl.report.comparison import comparison_table
 from fp8rl.report.load import load_tier
-from fp8rl.rundir import RunDir, checkpoint_digest
+from fp8rl.run_files import RunDir
 
 SEED0 = "grpo/tiny/fp8/tensorwise/seed0"
 SEED1 = "grpo/tiny/fp8/tensorwise/seed1"

@@ -106,7 +106,7 @@ def test_a_dose_tier_report_writes_the_stability_files(tmp_path):
     from fp8rl.config import ExperimentConfig
     from fp8rl.report.build import build_report
     from fp8rl.report.paths import ReportPaths
-    from fp8rl.rundir import RunDir
+    from fp8rl.run_files import RunDir
 
     cfg = ExperimentConfig.model_validate(
         {

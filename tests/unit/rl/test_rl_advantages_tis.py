@@ -7,7 +7,14 @@ import math
 import pytest
 import torch
 
-from fp8rl.rl import dynamic_sampling_mask, grpo_advantages, overlong_penalty, tis_stats, tis_weights
+from fp8rl.rl import (
+    dynamic_sampling_mask,
+    grpo_advantages,
+    overlong_penalty,
+    tis_ratio,
+    tis_stats,
+    tis_weights,
+)
 
 
 def test_grpo_by_hand():
@@ -93,4 +100,4 @@ def test_tis_bad_input():
     rollout[0, 0] = float("nan")
     with pytest.raises(ValueError, match="rollout_log_prob has 1 non-finite"):
         tis_weights(old, rollout, mask)
-    assert tis_stats(old, rollout, torch.zeros(2, 3)) == {}
+    assert tis_stats(tis_ratio(old, rollout, torch.zeros(2, 3)), torch.zeros(2, 3)) == {}

@@ -19,6 +19,7 @@ from fp8rl.rl import (
     phantom_low_neg,
     ratio_quantiles,
 )
+from fp8rl.vocabulary import CLIP_METRICS
 
 
 def test_clip_stats_by_hand_and_absent_when_not_applicable():
@@ -33,6 +34,7 @@ def test_clip_stats_by_hand_and_absent_when_not_applicable():
         "clip/low_all": 2 / 7,
         "clip/high_all": 3 / 7,
     }
+    assert tuple(s) == CLIP_METRICS  # the verl import passes these through by that list
     s = clip_stats(ratio[:1], torch.tensor([-1.0]), mask[:1], 0.8, 1.2)
     assert "clip/high_pos" not in s and "clip/dual" not in s and s["clip/low_neg"] == 1 / 4
     assert clip_stats(ratio, adv, torch.zeros(2, 4), 0.8, 1.2) == {}

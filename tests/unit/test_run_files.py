@@ -1,19 +1,14 @@
-"""The run directory (fp8rl.rundir): its paths, the summary and throughput records, the metrics file
-and the two readings of a bf16 run's calibration targets."""
+"""The run directory (fp8rl.run_files), the summary and throughput records (fp8rl.run_records), the
+metrics file and the two readings of a bf16 run's calibration targets (fp8rl.calibration_targets)."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from fp8rl.rundir import (
-    PHASES,
-    RunDir,
-    build_summary,
-    reference_targets_by_step,
-    runs_dir,
-    throughput_record,
-)
+from fp8rl.calibration_targets import reference_targets_by_step
+from fp8rl.run_files import RunDir, runs_dir
+from fp8rl.run_records import PHASES, build_summary, throughput_record
 
 RUN_ID = "grpo/tiny/fp8/tensorwise/seed0"
 
@@ -38,6 +33,9 @@ def test_paths_of_a_run_directory():
         run.eval_file("bfcl")
     # a Snakemake wildcard pattern keeps its braces
     assert str(RunDir.of("R/runs", "{algo}/seed{seed}").summary) == "R/runs/{algo}/seed{seed}/summary.json"
+    assert (run.lock_file, run.run_file) == (base / "run.lock", base / "run.json")
+    with pytest.raises(AttributeError, match="config.yaml"):
+        run.config = Path("elsewhere.yaml")  # a path of the directory, never rebound
 
 
 def test_metrics_are_truncated_to_the_checkpoint_offset(tmp_path):

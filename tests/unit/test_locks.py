@@ -1,4 +1,4 @@
-"""`RunDir.lock()`: one writer per run directory, held by a real second process."""
+"""`RunDir.lock()` and `hold_lock` (fp8rl.locks): one writer per run directory, held by a second process."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from fp8rl.rundir import RunDir, RunDirLocked
+from fp8rl.locks import RunDirLocked
+from fp8rl.run_files import RunDir
 
 HOLD = (
-    "import sys; from fp8rl.rundir import RunDir\n"
+    "import sys; from fp8rl.run_files import RunDir\n"
     "with RunDir(sys.argv[1]).lock():\n"
     "    print('held', flush=True); sys.stdin.read()\n"
 )
@@ -73,13 +74,14 @@ def test_a_filesystem_without_flock_is_named_with_the_way_out(tmp_path, monkeypa
     FP8RL_NO_FLOCK; with that set the body runs unlocked and the holder file is still written and removed."""
     import errno
 
-    from fp8rl import rundir
-    from fp8rl.rundir import NO_FLOCK_ENV, LockUnsupported, RunDir, RunDirLocked
+    from fp8rl import locks
+    from fp8rl.locks import NO_FLOCK_ENV, LockUnsupported, RunDirLocked
+    from fp8rl.run_files import RunDir
 
     def no_flock(fd, op):
         raise OSError(errno.ENOSYS, "Function not implemented")
 
-    monkeypatch.setattr(rundir.fcntl, "flock", no_flock)
+    monkeypatch.setattr(locks.fcntl, "flock", no_flock)
     run = RunDir(tmp_path / "run")
     with (
         pytest.raises(
@@ -101,7 +103,7 @@ def test_two_data_commands_on_one_out_never_mix_their_files(tmp_path, capsys):
     holder, and the first leaves no lock behind."""
     from fp8rl.cli import main
     from fp8rl.commands.data import DATA_LOCK
-    from fp8rl.rundir import hold_lock
+    from fp8rl.locks import hold_lock
 
     smoke = Path(__file__).resolve().parents[2] / "config" / "smoke.yaml"
     out = tmp_path / "data"
