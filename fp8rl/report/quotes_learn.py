@@ -13,9 +13,14 @@ from fp8rl.report.quote_format import QuoteError, interval, markdown_table, num,
 TIER = "learn"
 
 
+def _p(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"= {num(p, 3)}"
+
+
 def learn_findings(published: Path) -> str:
     """A few bullets: the control's reward rise with its interval and verdict, each planned contrast with
-    its interval, Holm p and decision, and where runs diverged, of which kind."""
+    its interval, Holm p and decision, each exploratory contrast marked as such, the highest relative
+    entropy peak of any arm, and where runs diverged, of which kind."""
     control = published_table(published, TIER, "control")
     if control.empty:
         raise QuoteError(f"{published / TIER}: control.csv has no bf16 group")
@@ -35,7 +40,20 @@ def learn_findings(published: Path) -> str:
             f"{interval(r['difference'], r['low'], r['high'], 3)}, p (Holm) = {num(r['p_adjusted'], 3)}: "
             f"{r['decision']}" + (" (void: the control did not learn)" if void else "") + "."
         )
+    if (published / TIER / "tables" / "exploratory.csv").is_file():
+        for r in published_table(published, TIER, "exploratory").to_dict("records"):
+            lines.append(
+                f"- Exploratory, not a planned test: {r['arm']} − {r['reference']}: "
+                f"{interval(r['difference'], r['low'], r['high'], 3)} (Welch p {_p(r['p'])}, unadjusted)."
+            )
     stab = published_table(published, TIER, "stability")
+    if "peak_rel_entropy" in stab:
+        top = stab.loc[stab["peak_rel_entropy"].idxmax()]
+        lines.append(
+            f"- Entropy: the highest peak over its early baseline of any arm is "
+            f"{interval(top['peak_rel_entropy'], top['peak_rel_entropy_low'], top['peak_rel_entropy_high'])}"
+            f" ({top['variant']} at dose {num(top['noise'], 0)}; a surge would be several times the baseline)."
+        )
     broke = stab[stab["diverged"] > 0]
     if broke.empty:
         lines.append(f"- Divergences: none in {int(stab['runs'].sum())} runs.")

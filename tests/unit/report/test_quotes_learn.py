@@ -31,6 +31,28 @@ def _publish(root, rise=(0.30, 0.22, 0.38), diverged=0):
     return root
 
 
+def test_exploratory_contrasts_and_the_entropy_peak_are_quoted_as_such(tmp_path):
+    root = _publish(tmp_path)
+    tables = root / "learn" / "tables"
+    explo = {**PLANNED, "contrast": "tis_vs_bf16", "arm": "fp8_tis_s4", "p_adjusted": None,
+             "decision": "exploratory", "difference": -0.148, "low": -0.231, "high": -0.064, "p": 0.0089}  # fmt: skip
+    pd.DataFrame([explo]).to_csv(tables / "exploratory.csv", index=False)
+    stab = pd.read_csv(tables / "stability.csv")
+    stab = pd.concat([stab, stab.assign(noise=8.0)], ignore_index=True)
+    stab["peak_rel_entropy"], stab["peak_rel_entropy_low"], stab["peak_rel_entropy_high"] = (
+        [1.05, 1.9],
+        [1.0, 1.5],
+        [1.1, 2.3],
+    )
+    stab.to_csv(tables / "stability.csv", index=False)
+    text = learn_findings(root)
+    assert (
+        "- Exploratory, not a planned test: fp8_tis_s4 − bf16: −0.148 [−0.231, −0.064] (Welch p = 0.009"
+        in text
+    )
+    assert "highest peak over its early baseline of any arm is 1.90 [1.50, 2.30] (fp8 at dose 8;" in text
+
+
 def test_a_learning_control_and_its_contrasts(tmp_path):
     text = learn_findings(_publish(tmp_path))
     assert "a rise of 0.30 [0.22, 0.38] over 3 bases: **learned**" in text
