@@ -14,7 +14,7 @@ from dataclasses import dataclass
 # How the math libraries pick kernels (fp8rl.numerics): one pinned path, or the machine's best.
 NUMERICS_MODES = ("reproducible", "fast")
 
-TIERS = ("smoke", "mechanism", "stress", "attribution", "learn", "small", "paper")
+TIERS = ("smoke", "mechanism", "stress", "attribution", "learn", "clipping", "small", "paper")
 ALGORITHMS = ("grpo", "dapo")
 VARIANTS = (
     "bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib",
