@@ -45,7 +45,8 @@ def _what_ran(cfg, runs: pd.DataFrame, bases: pd.DataFrame | None, numerics: dic
     status = ", ".join(f"{n} {k}" for k, n in runs["status"].value_counts().sort_index().items())
     conditions = ", ".join(c.name for c in m.conditions) or "none"
     n_bases = 0 if bases is None else len(bases)
-    base = f"{n_bases} SFT bases (one per seed)" if n_bases > 1 else "one base shared by every run"
+    per_base = "several RL seeds on each" if cfg.sft.bases is not None else "one per seed"
+    base = f"{n_bases} SFT bases ({per_base})" if n_bases > 1 else "one base shared by every run"
     return [
         f"- {len(runs)} runs ({status}): algorithms {', '.join(m.algorithms)}; models "
         f"{', '.join(m.models)}; variants {', '.join(m.variants)}; FP8 conditions {conditions}; seeds "
