@@ -44,7 +44,7 @@ from verl.trainer.ppo.core_algos import register_policy_loss
 from fp8rl.adapters import verl_update
 from fp8rl.adapters.verl_launch import DIVERGENCE_FILE
 from fp8rl.config import CalibConfig
-from fp8rl.rl import LOG_RATIO_CLAMP, ClipBounds, policy_loss, ratio_quantiles
+from fp8rl.rl import LOG_RATIO_CLAMP, ClipBounds, LossTerms, policy_loss, ratio_quantiles
 from fp8rl.rl.calibration import Calibrator, step_targets
 
 SPEC_ENV = "FP8RL_VERL_LOSS"
@@ -174,12 +174,9 @@ def _run(
         old_log_prob,
         advantages,
         mask,
-        clip_low=clip_low,
-        clip_high=clip_high,
-        clip_c=_clip_c(config, load_spec()),
-        loss_agg_mode=loss_agg_mode,
+        bounds if bounds is not None else ClipBounds.fixed(clip_low, clip_high),
+        LossTerms(clip_c=_clip_c(config, load_spec()), loss_agg_mode=loss_agg_mode),
         is_weights=rollout_is_weights,
-        bounds=bounds,
     )
     info = dict(_cfg(config, "global_batch_info", {}) or {})
     loss = loss * _global_scale(mask, loss_agg_mode, info)

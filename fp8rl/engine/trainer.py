@@ -47,7 +47,7 @@ from tqdm import tqdm
 from fp8rl.config import ExperimentConfig, ResolvedRun, RunSpec, resolve_run
 from fp8rl.engine import tasks
 from fp8rl.engine.checkpoint import has_checkpoint, resumable_checkpoint, save_checkpoint, set_rng_state
-from fp8rl.engine.collect import StepRollout, collect_rollouts
+from fp8rl.engine.collect import collect_rollouts
 from fp8rl.engine.data import load_split
 from fp8rl.engine.device import resolve_device
 from fp8rl.engine.divergence import Diverged, require_finite_weights
@@ -69,6 +69,8 @@ from fp8rl.fp8 import fp8_state_dict, load_fp8_state_dict
 from fp8rl.provenance import provenance
 from fp8rl.rl import (
     Calibrator,
+    ClipBounds,
+    LossTerms,
     StabilityMonitor,
     entropy_from_logits,
     masked_ratio,
@@ -189,6 +191,7 @@ class Trainer:
             updates_per_step=cfg.schedule.ppo_epochs * cfg.schedule.mini_batches,
             timer=self.timer,
         )
+        self.loss_terms = LossTerms.from_algo(self.algo)  # checked once, here
         self.stability = StabilityMonitor.from_config(cfg.stability)
         # synthetic phantom clipping (fp8.ratio_noise, attribution tier); level 0 elsewhere
         self.ratio_noise = RatioNoise(self.resolved.ratio_noise)
@@ -341,8 +344,11 @@ class Trainer:
     # ------------------------------------------------------------------------------------- one step
 
     def train_step(self, step: int) -> dict:
+        """One optimizer step, top to bottom: rollout -> score -> shadow -> (bounds -> update) per
+        mini-batch; returns the step's line of metrics.jsonl."""
         seed, sch = self.run_spec.seed, self.cfg.schedule
         t_step = time.perf_counter()
+        # 1. rollout: refresh the rollout copy from the policy, sample, reward, advantages
         with self.timer.phase("rollout") as ph:
             self.prec.refresh_rollout()
             ro = collect_rollouts(
@@ -352,9 +358,38 @@ class Trainer:
             )  # fmt: skip
             ph.tokens = ro.metrics["tok/rollout"]
         metrics: dict[str, float] = {"step": step, **ro.metrics}
-        if ro.batch is not None:
-            metrics.update(self._learn(step, ro))
-        for g in PHASES:  # a phase that did not run this step is absent, never 0
+        if ro.batch is not None:  # None: dynamic sampling kept no group this step
+            batch = ro.batch
+            # 2. score: the trainer's old log-probs, entropy, mismatch and its correction (TIS, ...)
+            scores, score_metrics = self._score_step(batch)
+            metrics.update(score_metrics)
+            single_update = scores.reused_forward is not None
+            # 3. shadow: the BF16 re-score of a sample of the sequences (fp8 variants)
+            if self.shadow is not None:
+                self.shadow.start_step(batch, _gen(seed, step, "shadow"), single_update=single_update)
+            # 4. ppo_epochs x mini_batches updates in a seeded order, each under its own clip bounds
+            n = len(batch.response_mask)
+            mb_size = math.ceil(n / sch.mini_batches)
+            order_gen = _gen(seed, step, "minibatch")
+            self.ratio_noise.start_step(seed, step)
+            set_lr(self.prec.optimizer, self._lr(step))
+            means, ratios, masks = StepMeans(), [], []
+            for epoch in range(sch.ppo_epochs):
+                order = torch.arange(n) if single_update else torch.randperm(n, generator=order_gen)
+                for k, idx in enumerate(order.to(self.device).split(mb_size)):
+                    mb = MiniBatch.select(batch, ro.advantages, scores, idx, first_update=epoch == k == 0)
+                    lp, logits, ratio = self._forward(mb, scores.reused_forward)
+                    bounds, bound_metrics = self.bounds.for_update(step, mb, ratio)
+                    update_metrics = self._apply_update(lp, logits, mb, bounds)
+                    means.add({**update_metrics, **bound_metrics})
+                    ratios.append(ratio)
+                    masks.append(mb.mask)
+            update_means = means.means()
+            update_means.pop("loss/tokens", None)
+            metrics.update(update_means)
+            metrics.update(ratio_quantiles(torch.cat(ratios), torch.cat(masks)))
+        # 5. the step's time per phase (a phase that did not run this step is absent, never 0)
+        for g in PHASES:
             got = self.timer.pop(g)
             if got is not None:
                 metrics[f"time/{g}_s"], metrics[f"tok/{g}"] = got
@@ -366,18 +401,6 @@ class Trainer:
         sch = self.cfg.schedule
         return sch.lr * min(1.0, step / sch.warmup_steps) if sch.warmup_steps else sch.lr
 
-    def _learn(self, step: int, ro: StepRollout) -> dict[str, float]:
-        """Score the step's batch (old log-probs, entropy, mismatch, TIS), then run its PPO updates."""
-        scores, out = self._score_step(ro.batch)
-        if self.shadow is not None:
-            self.shadow.start_step(
-                ro.batch,
-                _gen(self.run_spec.seed, step, "shadow"),
-                single_update=scores.reused_forward is not None,
-            )
-        out.update(self._update(step, ro, scores))
-        return out
-
     def _score(self, model: torch.nn.Module, batch: RolloutBatch, *, return_logits: bool = False):
         """`score` at the run's temperature, on its token layout (padded, or real tokens only)."""
         sch = self.cfg.schedule
@@ -386,10 +409,11 @@ class Trainer:
         )
 
     def _score_step(self, batch: RolloutBatch) -> tuple[StepScores, dict[str, float]]:
+        """The trainer's scoring of the step's batch, shared by its updates: old log-probs (with a single
+        update per step, the update's own forward, detached, as TRL and verl do), entropy, the KL
+        policy's log-probs, the rollout/trainer mismatch and the variant's correction."""
         sch, mask = self.cfg.schedule, batch.response_mask
         out: dict[str, float] = {}
-        # With a single update per step (1 epoch x 1 mini-batch) the policy is still the rollout-time one
-        # when it is trained: old log-probs are the update's own forward, detached (as TRL and verl do).
         reused = None
         if sch.ppo_epochs * sch.mini_batches == 1:
             with self.timer.phase("train") as ph:
@@ -417,49 +441,34 @@ class Trainer:
         out.update(corr.metrics)
         return StepScores(old_lp, corr.weights, kl_ref_lp, reused, corr.keep), out
 
-    def _update(self, step: int, ro: StepRollout, scores: StepScores) -> dict[str, float]:
-        """`ppo_epochs` x `mini_batches` PPO updates over the step's batch, in a seeded random order."""
-        sch, batch = self.cfg.schedule, ro.batch
-        n = len(batch.response_mask)
-        mb_size = math.ceil(n / sch.mini_batches)
-        gen = _gen(self.run_spec.seed, step, "minibatch")
-        self.ratio_noise.start_step(self.run_spec.seed, step)
-        set_lr(self.prec.optimizer, self._lr(step))
-        means = StepMeans()
-        ratios = []
-        for epoch in range(sch.ppo_epochs):
-            reuse = scores.reused_forward is not None
-            order = torch.arange(n) if reuse else torch.randperm(n, generator=gen)
-            for k, idx in enumerate(order.to(self.device).split(mb_size)):
-                mb = MiniBatch.select(batch, ro.advantages, scores, idx, first_update=epoch == k == 0)
-                metrics, ratio = self._update_one(step, mb, scores.reused_forward)
-                means.add(metrics)
-                ratios.append((ratio, mb.mask))
-        out = means.means()
-        out.pop("loss/tokens", None)
-        out.update(ratio_quantiles(torch.cat([r for r, _ in ratios]), torch.cat([m for _, m in ratios])))
-        return out
-
-    def _update_one(self, step: int, mb: MiniBatch, reused_forward) -> tuple[dict[str, float], torch.Tensor]:
-        """One optimizer update on a mini-batch; returns its metrics and its detached FP8 ratios."""
-        sch, algo = self.cfg.schedule, self.algo
+    def _forward(
+        self, mb: MiniBatch, reused_forward
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """The mini-batch's log-probs under the current policy (with grad; the step's own forward when
+        it has a single update), its logits when the entropy bonus needs them, and its detached ratios
+        to the old log-probs (after any synthetic ratio noise, fp8rl.engine.ratio_noise)."""
         with self.timer.phase("train") as ph:
             if reused_forward is not None:
                 lp, logits = reused_forward
             else:
-                lp, logits = self._score(self.policy, mb.batch, return_logits=algo.entropy_coef > 0)
+                lp, logits = self._score(self.policy, mb.batch, return_logits=self.algo.entropy_coef > 0)
                 ph.tokens = float(mb.batch.attention_mask.sum())
             _finite("log-probs in the update", lp.detach(), mb.mask)
             lp = self.ratio_noise.apply(lp, mb.old_log_prob)
             ratio = masked_ratio(lp.detach(), mb.old_log_prob, mb.mask)
-        bounds, metrics = self.bounds.for_update(step, mb, ratio)
+        return lp, logits, ratio
+
+    def _apply_update(self, lp, logits, mb: MiniBatch, bounds: ClipBounds) -> dict[str, float]:
+        """The policy loss under `bounds`, backward, gradient clipping and one optimizer step (with the
+        fp16 loss scaler, an overflowed step is skipped); returns the loss's metrics and `grad_norm`.
+        The log-probs were checked finite by `_forward`; a non-finite loss, gradient norm or weight is a
+        divergence."""
+        sch, algo = self.cfg.schedule, self.algo
         with self.timer.phase("train"):
             entropy = entropy_from_logits(logits, mb.mask) if algo.entropy_coef > 0 else None
             loss, lm = policy_loss(
-                lp, mb.old_log_prob, mb.advantages, mb.mask,
-                clip_c=algo.clip_c, loss_agg_mode=algo.loss_agg_mode, is_weights=mb.is_weights,
-                bounds=bounds, ref_log_prob=mb.kl_ref_log_prob, kl_coef=algo.kl_coef, kl_type=algo.kl_type,
-                entropy=entropy, entropy_coef=algo.entropy_coef,
+                lp, mb.old_log_prob, mb.advantages, mb.mask, bounds, self.loss_terms,
+                is_weights=mb.is_weights, ref_log_prob=mb.kl_ref_log_prob, entropy=entropy, check_values=False,
             )  # fmt: skip
             if not bool(torch.isfinite(loss)):
                 raise Diverged("non-finite loss")
@@ -477,4 +486,4 @@ class Trainer:
         require_finite_weights(self.policy, "after the optimizer step")
         if math.isfinite(gnorm):
             lm["grad_norm"] = gnorm
-        return {**lm, **metrics}, ratio
+        return lm

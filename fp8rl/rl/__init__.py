@@ -19,7 +19,7 @@ from fp8rl.rl.corrections import Correction, icepop_weights, mis_keep, mismatch_
 from fp8rl.rl.diagnostics import clip_stats, mismatch_kl, phantom_low_neg, ratio_quantiles
 from fp8rl.rl.entropy import entropy_from_logits
 from fp8rl.rl.gibberish import GibberishRules, gibberish_rate, gibberish_reason
-from fp8rl.rl.losses import agg_loss, kl_penalty, policy_loss
+from fp8rl.rl.losses import LossTerms, agg_loss, kl_penalty, policy_loss
 from fp8rl.rl.ratio_hist import RatioHistogram
 from fp8rl.rl.stability import DIVERGENCE_KINDS, Divergence, StabilityMonitor
 from fp8rl.rl.tis import tis_ratio, tis_stats, tis_weights
@@ -46,6 +46,7 @@ __all__ = [
     "calibrated_bounds",
     "ReferenceCounts",
     "reference_counts",
+    "LossTerms",
     "agg_loss",
     "clip_stats",
     "dynamic_sampling_mask",

@@ -1,10 +1,9 @@
 """PPO-clip's ratio interval as one value: `ClipBounds(low, high)` is (L, U) in `clip(r, L, U)`.
 
 Made once per run from the config (`ClipBounds.fixed(clip_low, clip_high)` = (1 - clip_low,
-1 + clip_high)) or per update by calibrated clipping, and passed to `policy_loss(bounds=...)`, the
-clip diagnostics and the phantom-clipping metrics, so no caller recomputes `1 - clip_low`.
-It is a named `(low, high)` pair: it unpacks and compares like the tuple `policy_loss` has always
-accepted and `calibrated_bounds` has always returned.
+1 + clip_high)) or per update by calibrated clipping, and passed to `policy_loss` (the only form of
+bounds it takes), the clip diagnostics and the phantom-clipping metrics, so no caller recomputes
+`1 - clip_low`. It is a named `(low, high)` pair: it unpacks and compares like a tuple.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ class _LowHigh(NamedTuple):
 
 class ClipBounds(_LowHigh):
     """The lower and upper ratio bounds (L, U): finite, 0 <= L <= U. A named pair, so it compares and
-    unpacks like the `(low, high)` tuple of `calibrated_bounds` and `policy_loss(bounds=...)`."""
+    unpacks like a `(low, high)` tuple."""
 
     __slots__ = ()
 
@@ -38,14 +37,3 @@ class ClipBounds(_LowHigh):
         if not clip_high > 0.0:
             raise ValueError(f"clip_high must be > 0, got {clip_high}")
         return cls(1.0 - clip_low, 1.0 + clip_high)
-
-    @classmethod
-    def coerce(cls, bounds: ClipBounds | tuple[float, float]) -> ClipBounds:
-        """A ClipBounds from itself or a `(low, high)` pair of numbers or 0-d tensors."""
-        if isinstance(bounds, ClipBounds):
-            return bounds
-        try:
-            low, high = (float(b) for b in bounds)
-        except (TypeError, ValueError):
-            raise ValueError(f"bounds must be a pair (low, high), got {bounds!r}") from None
-        return cls(low, high)

@@ -9,6 +9,8 @@ mask gives a loss of exactly 0 that still backpropagates (zero gradients).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from fp8rl.rl._checks import (
@@ -64,15 +66,36 @@ def kl_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kl_type: str 
     raise ValueError(f"kl_penalty: unknown kl_type {kl_type!r}; allowed: {', '.join(KL_TYPES)}")
 
 
-def _resolve_bounds(
-    bounds: ClipBounds | tuple[float | torch.Tensor, float | torch.Tensor] | None,
-    clip_low: float,
-    clip_high: float,
-) -> ClipBounds:
-    try:
-        return ClipBounds.fixed(clip_low, clip_high) if bounds is None else ClipBounds.coerce(bounds)
-    except ValueError as exc:
-        raise ValueError(f"policy_loss: {exc}") from None
+@dataclass(frozen=True)
+class LossTerms:
+    """The policy loss's settings a run fixes once (from its algorithm config, `LossTerms.from_algo`):
+    the dual-clip constant, the aggregation, the KL and entropy terms. Checked here, when made, not on
+    every `policy_loss` call."""
+
+    clip_c: float | None = None  # dual clip for A < 0 tokens (> 1), None: off
+    loss_agg_mode: str = "token-mean"
+    kl_coef: float = 0.0
+    kl_type: str = "k3"
+    entropy_coef: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise ValueError(
+                f"policy_loss: unknown loss_agg_mode {self.loss_agg_mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}"
+            )
+        if self.clip_c is not None and self.clip_c <= 1.0:
+            raise ValueError(f"policy_loss: clip_c (dual clip) must be > 1, got {self.clip_c}")
+        if self.kl_coef < 0 or self.entropy_coef < 0:
+            raise ValueError(
+                f"policy_loss: kl_coef and entropy_coef must be >= 0, got {self.kl_coef}, {self.entropy_coef}"
+            )
+        if self.kl_type not in KL_TYPES:
+            raise ValueError(f"policy_loss: unknown kl_type {self.kl_type!r}; allowed: {', '.join(KL_TYPES)}")
+
+    @classmethod
+    def from_algo(cls, algo) -> LossTerms:
+        """The terms of an algorithm config (fp8rl.config.algorithms: GRPO, DAPO)."""
+        return cls(algo.clip_c, algo.loss_agg_mode, algo.kl_coef, algo.kl_type, algo.entropy_coef)
 
 
 def policy_loss(
@@ -80,36 +103,42 @@ def policy_loss(
     old_log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
+    bounds: ClipBounds,
+    terms: LossTerms = LossTerms(),
     *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    clip_c: float | None = None,
-    loss_agg_mode: str = "token-mean",
     is_weights: torch.Tensor | None = None,
-    bounds: ClipBounds | tuple[float | torch.Tensor, float | torch.Tensor] | None = None,
     ref_log_prob: torch.Tensor | None = None,
-    kl_coef: float = 0.0,
-    kl_type: str = "k3",
     entropy: torch.Tensor | None = None,
-    entropy_coef: float = 0.0,
+    check_values: bool = True,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip loss of the current policy; returns `(loss, metrics)`.
 
-    Per token, with `r = exp(clamp(log_prob - old_log_prob, -20, 20))` and `(L, U) = bounds` (a
-    `ClipBounds`, or a `(low, high)` pair) or, without bounds, `ClipBounds.fixed(clip_low, clip_high)`
-    = (1 - clip_low, 1 + clip_high): `max(-A r, -A clip(r, L, U))`; for A < 0 and `clip_c` given, that is
+    Per token, with `r = exp(clamp(log_prob - old_log_prob, -20, 20))` and `(L, U) = bounds`
+    (`ClipBounds.fixed(clip_low, clip_high)` = (1 - clip_low, 1 + clip_high) for PPO's fixed interval,
+    or calibrated ones): `max(-A r, -A clip(r, L, U))`; for A < 0 and `terms.clip_c` given, that is
     capped at `-A clip_c` (dual clip). `is_weights` [B, T] (detached) multiply the per-token loss; the
-    result is aggregated with `loss_agg_mode`. With `kl_coef > 0`, `kl_coef * agg(kl_penalty(log_prob,
-    ref_log_prob, kl_type))` is added; with `entropy` [B, T] and `entropy_coef > 0`,
+    result is aggregated with `terms.loss_agg_mode`. With `kl_coef > 0`, `kl_coef * agg(kl_penalty(
+    log_prob, ref_log_prob, kl_type))` is added; with `entropy` [B, T] and `entropy_coef > 0`,
     `entropy_coef * agg(entropy)` is subtracted (an entropy bonus), as verl's actor does.
 
-    `advantages` is [B] (broadcast over tokens) or [B, T]. Non-finite values at valid tokens raise
-    ValueError. `metrics` (python floats): `loss/pg`, `loss/ppo_kl` (mean of old - new log-prob),
-    `loss/tokens`, `loss/kl` and `loss/entropy` when those terms are present, plus the `clip/*` of
-    `clip_stats` under the bounds used; with no valid token only `loss/tokens` (= 0).
+    `advantages` is [B] (broadcast over tokens) or [B, T]. Shapes are always checked; with
+    `check_values` the mask must hold only 0/1 and non-finite values at valid tokens raise ValueError
+    (each check reads the tensor back to the host: a caller that checks its log-probs itself and the
+    loss after, as the reference trainer does, passes False). `metrics` (python floats): `loss/pg`,
+    `loss/ppo_kl` (mean of old - new log-prob), `loss/tokens`, `loss/kl` and `loss/entropy` when those
+    terms are present, plus the `clip/*` of `clip_stats` under `bounds`; with no valid token only
+    `loss/tokens` (= 0).
     """
     fn = "policy_loss"
-    m = check_mask(response_mask, fn)
+    if not isinstance(bounds, ClipBounds):
+        raise TypeError(
+            f"{fn}: bounds must be a ClipBounds (ClipBounds.fixed(clip_low, clip_high) for PPO's), "
+            f"got {type(bounds).__name__}"
+        )
+    if check_values:
+        m = check_mask(response_mask, fn)
+    else:
+        m = response_mask if response_mask.dtype == torch.bool else response_mask != 0
     check_same_shape(
         fn, "response_mask", m, log_prob=log_prob, old_log_prob=old_log_prob, is_weights=is_weights,
         ref_log_prob=ref_log_prob, entropy=entropy,
@@ -117,26 +146,17 @@ def policy_loss(
     if not isinstance(advantages, torch.Tensor):
         raise TypeError(f"{fn}: advantages must be a torch.Tensor")
     adv = per_token(fn, "advantages", advantages, m).detach()
-    if loss_agg_mode not in LOSS_AGG_MODES:
-        raise ValueError(
-            f"{fn}: unknown loss_agg_mode {loss_agg_mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}"
-        )
-    if clip_c is not None and clip_c <= 1.0:
-        raise ValueError(f"{fn}: clip_c (dual clip) must be > 1, got {clip_c}")
-    if kl_coef < 0 or entropy_coef < 0:
-        raise ValueError(f"{fn}: kl_coef and entropy_coef must be >= 0, got {kl_coef}, {entropy_coef}")
-    if kl_coef > 0 and ref_log_prob is None:
+    if terms.kl_coef > 0 and ref_log_prob is None:
         raise ValueError(f"{fn}: kl_coef > 0 needs ref_log_prob")
-    if entropy_coef > 0 and entropy is None:
+    if terms.entropy_coef > 0 and entropy is None:
         raise ValueError(f"{fn}: entropy_coef > 0 needs entropy")
-    if kl_type not in KL_TYPES:
-        raise ValueError(f"{fn}: unknown kl_type {kl_type!r}; allowed: {', '.join(KL_TYPES)}")
-    low, high = _resolve_bounds(bounds, clip_low, clip_high)
-    named = {"log_prob": log_prob, "old_log_prob": old_log_prob, "advantages": adv}
-    named |= {"is_weights": is_weights, "ref_log_prob": ref_log_prob, "entropy": entropy}
-    for name, t in named.items():
-        if t is not None:
-            check_finite(fn, name, t, m)
+    low, high = bounds
+    if check_values:
+        named = {"log_prob": log_prob, "old_log_prob": old_log_prob, "advantages": adv}
+        named |= {"is_weights": is_weights, "ref_log_prob": ref_log_prob, "entropy": entropy}
+        for name, t in named.items():
+            if t is not None:
+                check_finite(fn, name, t, m)
 
     n_tok = int(m.sum())
     lp = masked_fill_padding(log_prob, m)
@@ -148,11 +168,11 @@ def policy_loss(
     pg1 = -adv * ratio
     pg2 = -adv * torch.clamp(ratio, low, high)
     pg = torch.maximum(pg1, pg2)
-    if clip_c is not None:
-        pg = torch.where(adv < 0, torch.minimum(pg, -adv * clip_c), pg)
+    if terms.clip_c is not None:
+        pg = torch.where(adv < 0, torch.minimum(pg, -adv * terms.clip_c), pg)
     if is_weights is not None:
         pg = pg * masked_fill_padding(is_weights.detach(), m)
-    pg_loss = agg_loss(pg, m, loss_agg_mode)
+    pg_loss = agg_loss(pg, m, terms.loss_agg_mode)
     loss = pg_loss
     if n_tok == 0:
         return loss, {"loss/tokens": 0.0}
@@ -160,15 +180,15 @@ def policy_loss(
     metrics: dict[str, float] = {"loss/pg": float(pg_loss.detach()), "loss/tokens": float(n_tok)}
     with torch.no_grad():
         metrics["loss/ppo_kl"] = float(masked_mean(-log_ratio, m))
-    if ref_log_prob is not None and kl_coef > 0:
-        kl = kl_penalty(lp, masked_fill_padding(ref_log_prob.detach(), m), kl_type)
-        kl_loss = agg_loss(kl, m, loss_agg_mode)
-        loss = loss + kl_coef * kl_loss
+    if ref_log_prob is not None and terms.kl_coef > 0:
+        kl = kl_penalty(lp, masked_fill_padding(ref_log_prob.detach(), m), terms.kl_type)
+        kl_loss = agg_loss(kl, m, terms.loss_agg_mode)
+        loss = loss + terms.kl_coef * kl_loss
         metrics["loss/kl"] = float(kl_loss.detach())
     if entropy is not None:
-        ent_loss = agg_loss(masked_fill_padding(entropy, m), m, loss_agg_mode)
-        if entropy_coef > 0:
-            loss = loss - entropy_coef * ent_loss
+        ent_loss = agg_loss(masked_fill_padding(entropy, m), m, terms.loss_agg_mode)
+        if terms.entropy_coef > 0:
+            loss = loss - terms.entropy_coef * ent_loss
         metrics["loss/entropy"] = float(ent_loss.detach())
-    metrics.update(clip_stats(ratio.detach(), adv, m, low, high, clip_c=clip_c))
+    metrics.update(clip_stats(ratio.detach(), adv, m, low, high, clip_c=terms.clip_c))
     return loss, metrics

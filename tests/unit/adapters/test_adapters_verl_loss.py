@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from fp8rl.rl import calibrated_bounds, policy_loss
+from fp8rl.rl import ClipBounds, LossTerms, calibrated_bounds, policy_loss
 
 
 def _batch(seed: int = 0, b: int = 8, t: int = 12, noise: float = 0.15):
@@ -150,11 +150,9 @@ def test_calibrated_clip_through_registry_equals_fp8rl(registry):
         old,
         adv,
         mask.bool(),
-        clip_low=0.2,
-        clip_high=0.28,
-        clip_c=10.0,
+        ClipBounds(low, high),
+        LossTerms(clip_c=10.0),
         is_weights=w,
-        bounds=(low, high),
     )
     torch.testing.assert_close(loss, expect)
     assert metrics["calib/low"] == pytest.approx(float(low))

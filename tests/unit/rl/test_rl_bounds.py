@@ -1,4 +1,4 @@
-"""ClipBounds: PPO-clip's (L, U) as one value, accepted by policy_loss like the (low, high) pair."""
+"""ClipBounds: PPO-clip's (L, U) as one value, the one form of bounds policy_loss takes."""
 
 import pytest
 import torch
@@ -15,22 +15,17 @@ def test_fixed_bounds_and_validation():
     for bad in [(1.2, 1.0), (-0.1, 1.0), (0.8, float("inf")), (float("nan"), 1.2)]:
         with pytest.raises(ValueError, match="0 <= low <= high"):
             ClipBounds(*bad)
-    assert ClipBounds.coerce((torch.tensor(0.75), 1.3)) == ClipBounds(0.75, 1.3)
-    with pytest.raises(ValueError, match="pair"):
-        ClipBounds.coerce(0.8)
 
 
-def test_policy_loss_takes_clip_bounds_like_the_pair_and_the_ratios():
+def test_policy_loss_takes_clip_bounds_only_and_clips_with_them():
     g = torch.Generator().manual_seed(0)
     lp, old = torch.randn(4, 6, generator=g) * 0.3, torch.randn(4, 6, generator=g) * 0.3
     adv, mask = torch.tensor([1.0, -1.0, 0.5, -2.0]), torch.ones(4, 6)
     mask[1, 4:] = 0
-    fixed_loss, fixed_m = policy_loss(lp, old, adv, mask, clip_low=0.2, clip_high=0.28)
-    b_loss, b_m = policy_loss(lp, old, adv, mask, bounds=ClipBounds.fixed(0.2, 0.28))
-    t_loss, t_m = policy_loss(lp, old, adv, mask, bounds=(0.8, 1.28))
-    assert torch.equal(fixed_loss, b_loss) and torch.equal(b_loss, t_loss)
-    assert fixed_m == b_m == t_m
-    wide_loss, wide_m = policy_loss(lp, old, adv, mask, bounds=ClipBounds(0.5, 1.5))
-    assert wide_m["clip/low_neg"] <= b_m["clip/low_neg"] and not torch.equal(wide_loss, b_loss)
-    with pytest.raises(ValueError, match="policy_loss: clip bounds"):
-        policy_loss(lp, old, adv, mask, bounds=(1.2, 1.0))
+    b_loss, b_m = policy_loss(lp, old, adv, mask, ClipBounds.fixed(0.2, 0.28))
+    same_loss, same_m = policy_loss(lp, old, adv, mask, ClipBounds(0.8, 1.28))
+    assert torch.equal(b_loss, same_loss) and b_m == same_m
+    wide_loss, wide_m = policy_loss(lp, old, adv, mask, ClipBounds(0.5, 1.5))
+    assert wide_m["clip/low_neg"] < b_m["clip/low_neg"] and not torch.equal(wide_loss, b_loss)
+    with pytest.raises(TypeError, match="policy_loss: bounds must be a ClipBounds"):
+        policy_loss(lp, old, adv, mask, (0.8, 1.28))

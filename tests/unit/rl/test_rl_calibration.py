@@ -258,7 +258,7 @@ def test_calibrated_bounds_feed_policy_loss():
     r = (r_ref.log() * 2).exp()
     bounds = calibrated_bounds(r, r_ref, adv, mask, clip_low=CL, clip_high=CH)
     lp = r.log().requires_grad_(True)
-    loss, metrics = policy_loss(lp, torch.zeros_like(lp), adv, mask, bounds=bounds)
+    loss, metrics = policy_loss(lp, torch.zeros_like(lp), adv, mask, bounds)
     loss.backward()
     clipped = ((r < bounds[0]) & (adv[:, None] < 0)) | ((r > bounds[1]) & (adv[:, None] > 0))
     assert torch.equal((lp.grad == 0) & mask, clipped & mask)

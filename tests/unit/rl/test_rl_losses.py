@@ -9,7 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fp8rl.rl import agg_loss, kl_penalty, policy_loss
+from fp8rl.rl import ClipBounds, LossTerms, agg_loss, kl_penalty, policy_loss
+
+PPO = ClipBounds.fixed(0.2, 0.2)
 
 L, U, C = 0.8, 1.2, 3.0
 
@@ -35,7 +37,8 @@ BRANCHES = [
 def test_every_branch_by_hand(adv, ratio, clip_c, want_loss, want_grad):
     old = torch.tensor([[-1.3]], dtype=torch.float64)
     lp = (old + math.log(ratio)).requires_grad_(True)
-    loss, _ = policy_loss(lp, old, torch.tensor([adv], dtype=torch.float64), torch.ones(1, 1), clip_c=clip_c)
+    adv_t = torch.tensor([adv], dtype=torch.float64)
+    loss, _ = policy_loss(lp, old, adv_t, torch.ones(1, 1), PPO, LossTerms(clip_c=clip_c))
     loss.backward()
     assert loss.item() == pytest.approx(want_loss, abs=1e-12)
     assert lp.grad.item() == pytest.approx(want_grad, abs=1e-12)
@@ -49,7 +52,7 @@ def test_explicit_bounds_override_clip_eps_and_gradient_zero_only_where_clipped(
     lp = ratios.log().requires_grad_(True)
     adv = torch.tensor([[-1.0, -1.0, 1.0, 1.0]], dtype=torch.float64)
     # default bounds 0.8/1.2 clip all four; calibrated (0.6, 1.4) clips only the 1st and 4th
-    loss, metrics = policy_loss(lp, old, adv, torch.ones(1, 4), bounds=(0.6, 1.4))
+    loss, metrics = policy_loss(lp, old, adv, torch.ones(1, 4), ClipBounds(0.6, 1.4))
     loss.backward()
     assert lp.grad[0].tolist() == pytest.approx([0.0, 0.65 / 4, -1.3 / 4, 0.0], abs=1e-12)
     assert loss.item() == pytest.approx((0.6 + 0.65 - 1.3 - 1.4) / 4)
@@ -61,7 +64,7 @@ def test_is_weights_scale_per_token_and_are_detached():
     old = torch.zeros(1, 2)
     lp = torch.zeros(1, 2, requires_grad=True)  # r = 1
     w = torch.tensor([[0.5, 2.0]], requires_grad=True)
-    loss, _ = policy_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2), is_weights=w)
+    loss, _ = policy_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2), PPO, is_weights=w)
     loss.backward()
     assert loss.item() == pytest.approx(-(0.5 + 2.0) / 2)
     assert lp.grad[0].tolist() == pytest.approx([-0.25, -1.0])
@@ -74,16 +77,16 @@ def test_kl_and_entropy_terms():
     ref = torch.full((2, 3), -0.3)
     ent = torch.full((2, 3), 1.5)
     mask = torch.ones(2, 3)
-    base, _ = policy_loss(lp, old, torch.tensor([1.0, -1.0]), mask)
+    base, _ = policy_loss(lp, old, torch.tensor([1.0, -1.0]), mask, PPO)
     loss, metrics = policy_loss(
         lp,
         old,
         torch.tensor([1.0, -1.0]),
         mask,
+        PPO,
+        LossTerms(kl_coef=0.1, entropy_coef=0.01),
         ref_log_prob=ref,
-        kl_coef=0.1,
         entropy=ent,
-        entropy_coef=0.01,
     )
     k3 = math.exp(-0.2) + 0.2 - 1.0
     assert metrics["loss/kl"] == pytest.approx(k3)
@@ -120,7 +123,7 @@ def test_padding_never_changes_the_loss(lengths, extra_cols, extra_rows, mode, c
 
     def run(lp_, old_, adv_, mask_, w_):
         lp_ = lp_.clone().requires_grad_(True)
-        loss, _ = policy_loss(lp_, old_, adv_, mask_, loss_agg_mode=mode, clip_c=clip_c, is_weights=w_)
+        loss, _ = policy_loss(lp_, old_, adv_, mask_, PPO, LossTerms(clip_c, mode), is_weights=w_)
         loss.backward()
         return loss.item(), lp_.grad
 
@@ -144,7 +147,7 @@ def test_padding_never_changes_the_loss(lengths, extra_cols, extra_rows, mode, c
 
 def test_all_zero_mask_gives_zero_loss_that_backpropagates():
     lp = torch.randn(2, 3, requires_grad=True)
-    loss, metrics = policy_loss(lp, torch.randn(2, 3), torch.tensor([1.0, -1.0]), torch.zeros(2, 3))
+    loss, metrics = policy_loss(lp, torch.randn(2, 3), torch.tensor([1.0, -1.0]), torch.zeros(2, 3), PPO)
     loss.backward()
     assert loss.item() == 0.0 and torch.all(lp.grad == 0)
     assert metrics == {"loss/tokens": 0.0}
@@ -162,12 +165,8 @@ def test_all_zero_mask_gives_zero_loss_that_backpropagates():
             "log_prob has 1 non-finite",
         ),
         ({"advantages": torch.tensor([float("nan"), 1.0])}, "advantages has 3 non-finite"),
-        ({"loss_agg_mode": "token-sum"}, "unknown loss_agg_mode"),
-        ({"clip_c": 0.9}, "clip_c"),
-        ({"bounds": (1.2, 0.8)}, "0 <= low <= high"),
-        ({"kl_coef": 0.1}, "needs ref_log_prob"),
-        ({"entropy_coef": 0.1}, "needs entropy"),
-        ({"kl_type": "k2", "ref_log_prob": torch.zeros(2, 3), "kl_coef": 0.1}, "unknown kl_type"),
+        ({"terms": LossTerms(kl_coef=0.1)}, "needs ref_log_prob"),
+        ({"terms": LossTerms(entropy_coef=0.1)}, "needs entropy"),
     ],
 )
 def test_bad_input_is_a_clear_error(kwargs, match):
@@ -184,14 +183,46 @@ def test_bad_input_is_a_clear_error(kwargs, match):
             args.pop("old_log_prob"),
             args.pop("advantages"),
             args.pop("response_mask"),
+            PPO,
             **args,
         )
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"loss_agg_mode": "token-sum"}, "unknown loss_agg_mode"),
+        ({"clip_c": 0.9}, "clip_c"),
+        ({"kl_coef": -0.1}, "kl_coef and entropy_coef must be >= 0"),
+        ({"kl_type": "k2"}, "unknown kl_type"),
+    ],
+)
+def test_a_runs_loss_settings_are_checked_once_when_made(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        LossTerms(**kwargs)
+
+
+def test_unchecked_values_give_the_same_loss_and_skip_only_the_value_checks():
+    g = torch.Generator().manual_seed(3)
+    lp, old = torch.randn(3, 5, generator=g), torch.randn(3, 5, generator=g)
+    adv, mask = torch.tensor([1.0, -0.5, 2.0]), torch.tensor([[1.0] * 5, [1.0] * 3 + [0.0] * 2, [1.0] * 5])
+    checked, cm = policy_loss(lp, old, adv, mask, PPO, LossTerms(clip_c=3.0))
+    unchecked, um = policy_loss(lp, old, adv, mask, PPO, LossTerms(clip_c=3.0), check_values=False)
+    assert torch.equal(checked, unchecked) and cm == um
+    w = torch.ones(3, 5)
+    w[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="is_weights has 1 non-finite"):
+        policy_loss(lp, old, adv, mask, PPO, is_weights=w)
+    unchecked_nan, _ = policy_loss(lp, old, adv, mask, PPO, is_weights=w, check_values=False)
+    assert not torch.isfinite(unchecked_nan)  # left to the caller's check of the loss
+    with pytest.raises(ValueError, match="log_prob has shape"):  # shapes are checked either way
+        policy_loss(lp[:, :4], old, adv, mask, PPO, check_values=False)
 
 
 def test_nan_in_padding_is_fine():
     lp = torch.tensor([[-0.5, float("nan")]], requires_grad=True)
     loss, _ = policy_loss(
-        lp, torch.tensor([[-0.5, float("nan")]]), torch.tensor([1.0]), torch.tensor([[1, 0]])
+        lp, torch.tensor([[-0.5, float("nan")]]), torch.tensor([1.0]), torch.tensor([[1, 0]]), PPO
     )
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(lp.grad).all()

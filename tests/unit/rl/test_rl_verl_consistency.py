@@ -14,7 +14,7 @@ import statistics
 import pytest
 import torch
 
-from fp8rl.rl import grpo_advantages, policy_loss, tis_weights
+from fp8rl.rl import ClipBounds, LossTerms, grpo_advantages, policy_loss, tis_weights
 
 
 def verl_grpo(scores: list[float], index: list[int], eps: float, norm_by_std: bool) -> list[float]:
@@ -95,7 +95,7 @@ def test_vanilla_loss_with_dual_clip_matches_verl(mode, seed):
         mask.tolist(),
         mode,
     )
-    got, _ = policy_loss(lp, old, adv, mask, clip_low=0.2, clip_high=0.28, clip_c=3.0, loss_agg_mode=mode)
+    got, _ = policy_loss(lp, old, adv, mask, ClipBounds.fixed(0.2, 0.28), LossTerms(3.0, mode))
     assert got.item() == pytest.approx(want, abs=1e-6)
 
 
@@ -118,5 +118,5 @@ def test_token_tis_weights_and_weighted_loss_match_verl(seed):
         mask.tolist(),
         "token-mean",
     )
-    got, _ = policy_loss(lp, old, adv, mask, clip_c=3.0, is_weights=w)
+    got, _ = policy_loss(lp, old, adv, mask, ClipBounds.fixed(0.2, 0.2), LossTerms(clip_c=3.0), is_weights=w)
     assert got.item() == pytest.approx(want, abs=1e-6)
