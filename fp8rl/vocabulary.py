@@ -130,7 +130,10 @@ CLIP_HIGH_ALL = "clip/high_all"  # every token with r > U
 CLIP_DUAL = "clip/dual"  # A<0 tokens with r > clip_c (the dual clip)
 # every clip/* metric of fp8rl.rl.clip_stats, in its order
 CLIP_METRICS = (CLIP_LOW_NEG, CLIP_HIGH_POS, CLIP_DUAL, CLIP_LOW_ALL, CLIP_HIGH_ALL)
-CALIB_LOW = "calib/low"  # the calibrated lower bound L of the step (mean over its updates)
+# the calibrated lower bound L of the step (mean over its updates). An update with a target q of 0 (the
+# step's first, whose reference ratio is identically 1) clips nothing below: its L sits just under the
+# smallest ratio, below low_range's floor when that ratio is (docs/clipping.md), so the mean may be too.
+CALIB_LOW = "calib/low"
 CALIB_HIGH = "calib/high"  # the calibrated upper bound U
 MISMATCH_KL_K1 = "mismatch/kl_k1"  # rollout/trainer mismatch, k1 estimator
 MISMATCH_KL_K3 = "mismatch/kl_k3"  # rollout/trainer mismatch, k3 estimator

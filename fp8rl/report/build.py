@@ -8,7 +8,8 @@ so a report killed half-way has no `report.json` and a mix of two reports never 
 time, and what a killed report left (temp folders and files) is removed before the next one starts.
 Missing, diverged and failed runs are counted in every table and never stop the report; unusable data
 (malformed metrics lines, unreadable JSON) is listed in the report and in `report.json`. A matrix with
-FP8 conditions also gets the mechanism table and figures (mechanism.py). Every report has the per-run
+FP8 conditions also gets the mechanism table and figures (mechanism.py), a study without a noise-dose
+axis its time to divergence per arm (study_survival.py). Every report has the per-run
 endpoints (endpoints.py) and the bf16 control check (control.py): a control that did not learn is said
 in a banner at the top of report.html, first in the notes of every table that compares variants, and in
 report.json's `control`.
@@ -206,6 +207,24 @@ def study_report_tables(cfg: ExperimentConfig, runset: RunSet, control: dict) ->
     return out
 
 
+def study_survival_tables(
+    cfg: ExperimentConfig, runset: RunSet, paths: ReportPaths, runs_dir: Path
+) -> tuple[list[ReportTable], list[tuple[Path, str]]]:
+    """The time to divergence per arm of a study without a dose axis (fp8rl.report.study_survival), and
+    its figure's (file, caption) pair (the figure is written here)."""
+    from fp8rl.report.stability import run_stability
+    from fp8rl.report.stability_plots import write_study_survival_plot
+    from fp8rl.report.study_survival import NOTES, arm_runs, survival_table, survival_view
+
+    per_arm = arm_runs(run_stability(runset, runs_dir, cfg), cfg)
+    table = survival_table(runset, per_arm, cfg)
+    title = "Study arms: time to divergence"
+    tables = [ReportTable("study_survival", title, "study arms, time to divergence", survival_view(table),
+                          NOTES, table)]  # fmt: skip
+    figures = write_study_survival_plot(per_arm, list(cfg.study.arms), paths.plots_dir)
+    return tables, [(files[0], CAPTIONS[name]) for name, files in figures.items()]
+
+
 LOCK_HINT = "wait for that report or publication of the tier to end"
 
 
@@ -306,6 +325,9 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     if paths.study:
         tables += study_report_tables(cfg, runset, control_info)
     stability_captions = []
+    if paths.survival:
+        survival, stability_captions = study_survival_tables(cfg, runset, paths, runs_dir)
+        tables += survival
     if paths.stability:
         stability, stability_captions = stability_tables(cfg, runset, paths, runs_dir, control_info)
         tables += stability

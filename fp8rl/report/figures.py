@@ -3,7 +3,8 @@ part of the report that has it and its caption in report.html.
 
 `CORE` figures are in every report (fp8rl.report.plots draws them), `MECHANISM` ones in tiers with FP8
 conditions (fp8rl.report.mechanism), `STABILITY` ones in tiers with a noise-dose axis
-(fp8rl.report.stability_plots). `ReportPaths` lists the files from here and the HTML report takes the
+(fp8rl.report.stability_plots), `STUDY_SURVIVAL` in study tiers without one (a survival curve per arm,
+fp8rl.report.study_survival). `ReportPaths` lists the files from here and the HTML report takes the
 captions from here; the drawing modules key their builders by these names. No matplotlib: the DAG reads
 this to know a report's outputs.
 """
@@ -35,4 +36,8 @@ STABILITY = {
     "breaking_dose": "Fraction of runs diverged vs fp8.noise_scale dose, exact 95% intervals (dashed: one "
     "half; the horizontal bar at one half: the ED50's 95% interval, its dot the estimate)",
 }
-CAPTIONS = {**CORE, **MECHANISM, **STABILITY}
+STUDY_SURVIVAL = {
+    "study_survival": "Runs not yet diverged vs step (Kaplan-Meier; runs that did not diverge censored at "
+    "their last step), per arm of the pre-registered study",
+}
+CAPTIONS = {**CORE, **MECHANISM, **STABILITY, **STUDY_SURVIVAL}

@@ -2,8 +2,10 @@
 
 The Snakemake report rule lists these as its outputs (`report_outputs(...)`), and `fp8rl publish`
 copies them; docs/interfaces.md repeats the list. A matrix with FP8 conditions (`matrix.conditions`)
-also gets the mechanism study's table and figures (`MECHANISM_TABLES`, `MECHANISM_PLOTS`): build the
-paths with `ReportPaths.for_config(cfg)`, or pass `mechanism=` explicitly.
+also gets the mechanism study's table and figures (`MECHANISM_TABLES`, `MECHANISM_PLOTS`), a noise-dose
+axis the stability report, a `study` section its tables, and a study without a dose axis its survival
+per arm (`SURVIVAL_TABLES`, `SURVIVAL_PLOTS`): build the paths with `ReportPaths.for_config(cfg)`, or
+pass the flags explicitly.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fp8rl.report.figures import CORE, MECHANISM, STABILITY
+from fp8rl.report.figures import CORE, MECHANISM, STABILITY, STUDY_SURVIVAL
 from fp8rl.run_files import RUNS_DIR, RootPath
 
 if TYPE_CHECKING:
@@ -33,6 +35,10 @@ STABILITY_TABLES = ("stability", "breaking_dose")
 STABILITY_PLOTS = tuple(STABILITY)
 # only for configs with a `study` section (a pre-registered study tier: fp8rl.report.planned)
 STUDY_TABLES = ("arms", "planned", "exploratory")
+# only for a study without a noise-dose axis (a dose axis has the stability report's survival curves):
+# time to divergence per arm (fp8rl.report.study_survival)
+SURVIVAL_TABLES = ("study_survival",)
+SURVIVAL_PLOTS = tuple(STUDY_SURVIVAL)
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,11 @@ class ReportPaths:
         "report.lock: held by `fp8rl report` and `fp8rl publish` while they read or write the report",
     )
 
+    @property
+    def survival(self) -> bool:
+        """A study without a dose axis: its time to divergence per arm (`SURVIVAL_TABLES`/`_PLOTS`)."""
+        return self.study and not self.stability
+
     def table(self, name: str, ext: str) -> Path:
         return self.tables_dir / f"{name}.{ext}"
 
@@ -86,9 +97,13 @@ class ReportPaths:
             + (MECHANISM_TABLES if self.mechanism else ())
             + (STABILITY_TABLES if self.stability else ())
             + (STUDY_TABLES if self.study else ())
+            + (SURVIVAL_TABLES if self.survival else ())
         )
         plots = (
-            PLOTS + (MECHANISM_PLOTS if self.mechanism else ()) + (STABILITY_PLOTS if self.stability else ())
+            PLOTS
+            + (MECHANISM_PLOTS if self.mechanism else ())
+            + (STABILITY_PLOTS if self.stability else ())
+            + (SURVIVAL_PLOTS if self.survival else ())
         )
         out = [self.table(t, ext) for t in tables for ext in ("csv", "md")]
         out += [self.plot(p, ext) for p in plots for ext in PLOT_FORMATS]
@@ -124,6 +139,7 @@ def report_outputs(
 ) -> list[str]:
     """The report rule's output paths as strings (for a Snakefile); `mechanism`: the matrix has FP8
     conditions; `stability`: they are a noise-dose axis (`has_dose_axis`); `study`: the config has a
-    `study` section (`report_flags` gives all three for a config)."""
+    `study` section (`report_flags` gives all three for a config; a study without a dose axis also gets
+    its survival per arm)."""
     paths = ReportPaths.for_tier(results_dir, tier, mechanism=mechanism, stability=stability, study=study)
     return [str(p) for p in paths.outputs()]

@@ -1,4 +1,5 @@
-"""The stability report's figures (fp8rl.report.stability describes them), PNG and SVG each."""
+"""The stability report's figures (fp8rl.report.stability describes them), and a study tier's survival
+figure per arm (fp8rl.report.study_survival), PNG and SVG each."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fp8rl.report.figures import STABILITY
+from fp8rl.report.figures import STABILITY, STUDY_SURVIVAL
 from fp8rl.report.load import RunSet
 from fp8rl.report.plots import PANEL, distinct_colors, plt, save_figure
 from fp8rl.report.stability import CURVES, GROUP, _group_times, breaking_dose_table, kaplan_meier
@@ -105,5 +106,34 @@ def write_stability_plots(
         "breaking_dose": lambda: _breaking(table, out_dir),
     }
     out = {name: builders[name]() for name in STABILITY}
+    plt.close("all")
+    return out
+
+
+def write_study_survival_plot(per_arm: pd.DataFrame, arms: list[str], out_dir: Path) -> dict[str, list[Path]]:
+    """The figure of `figures.STUDY_SURVIVAL`: one Kaplan-Meier curve per arm of `arms` that has trained
+    runs (`per_arm`: study_survival.arm_runs), labelled with the arm's name and its runs; returns name ->
+    files."""
+    fig, axes = _figure(1)
+    ax = axes[0, 0]
+    ax.set_prop_cycle(color=distinct_colors(max(len(arms), 1)))
+    for arm in arms:
+        g = per_arm[per_arm["arm"] == arm]
+        if g.empty:
+            ax.plot([], [])  # keeps each arm's colour when an arm has no run yet
+            continue
+        t, s = kaplan_meier(*_group_times(g))
+        end = float(g["last_step"].max())
+        ax.step(
+            [*t, end],
+            [*s, s[-1]],
+            where="post",
+            label=f"{arm} ({int(g['diverged'].sum())}/{len(g)} diverged)",
+        )
+    ax.set(xlabel="step", ylabel="fraction not diverged", ylim=(-0.03, 1.03))
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    (name,) = STUDY_SURVIVAL
+    out = {name: save_figure(fig, out_dir, name)}
     plt.close("all")
     return out

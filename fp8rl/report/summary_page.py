@@ -3,7 +3,7 @@ found (with intervals) and what it does not show, written by `fp8rl report` from
 written and copied by `fp8rl publish` with them (report.json hashes it like every other output).
 
 Every figure on the page is read from the tier's own tables (`control.csv`, `planned.csv`,
-`stability.csv`, `comparison.csv`, `runs.csv`); nothing is typed by hand, so the page of a publication
+`study_survival.csv`, `stability.csv`, `comparison.csv`, `runs.csv`); nothing is typed by hand, so the page of a publication
 says what its tables say. The caveats are generated from the same data: a void comparison, one shared
 base, single seeds, CPU emulation of FP8 on a small scratch model.
 """
@@ -24,6 +24,10 @@ TABLE_GUIDE = (
     ("control", "did the bf16 control learn (reward rise per base, with its interval)"),
     ("planned", "the pre-registered contrasts, their test, Holm-adjusted p and power"),
     ("exploratory", "contrasts outside the plan (no claim is drawn from them)"),
+    (
+        "study_survival",
+        "time to divergence per arm: runs diverged (exact intervals), Kaplan-Meier median step",
+    ),
     ("stability", "divergences per variant and dose, with exact intervals"),
     ("breaking_dose", "the dose at which half the runs diverge (logistic fit)"),
     ("mechanism", "excess clipping of FP8 over its BF16 shadow, per FP8 condition"),
@@ -96,6 +100,21 @@ def _stability(stability: pd.DataFrame | None) -> list[str]:
     return [f"- Divergences (runs flagged / runs): {cells}."]
 
 
+def _survival(survival: pd.DataFrame | None) -> list[str]:
+    """Divergences per study arm (study_survival.csv; tiers with a study and no dose axis)."""
+    if survival is None or survival.empty:
+        return []
+    if not survival["diverged"].any():
+        return [f"- Divergences: none in {int(survival['trained'].sum())} runs that trained."]
+    cells = "; ".join(
+        f"{r['arm']} {int(r['diverged'])}/{int(r['trained'])}"
+        + (f" ({r['kinds']})" if isinstance(r["kinds"], str) and r["kinds"] else "")
+        + (f", median step {num(r['median_div_step'], 0)}" if math.isfinite(r["median_div_step"]) else "")
+        for r in survival.to_dict("records")
+    )
+    return [f"- Divergences per arm (runs flagged / runs that trained; Kaplan-Meier median step): {cells}."]
+
+
 def _rewards(comparison: pd.DataFrame | None) -> list[str]:
     """Final reward per variant (mean over seeds), for tiers without a pre-registered study."""
     if comparison is None or comparison.empty or "final_reward" not in comparison:
@@ -132,7 +151,8 @@ def _caveats(cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame 
 
 def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
     """The page's markdown, from the tables already written under `tables`."""
-    read = {name: _read(tables, name) for name in ("runs", "control", "planned", "stability", "comparison")}
+    names = ("runs", "control", "planned", "study_survival", "stability", "comparison")
+    read = {name: _read(tables, name) for name in names}
     bases = _read(tables, "base_models")
     questions = [p.question for p in cfg.study.planned] if cfg.study is not None else []
     ask = (
@@ -141,7 +161,9 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
         if questions
         else f"**The question**: how the FP8 variants compare with {REFERENCE_VARIANT} in this tier."
     )
-    findings = _planned(read["planned"], void) + _stability(read["stability"])
+    findings = (
+        _planned(read["planned"], void) + _survival(read["study_survival"]) + _stability(read["stability"])
+    )
     if read["planned"] is None:
         findings += _rewards(read["comparison"])
     guide = [

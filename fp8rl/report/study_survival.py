@@ -1,0 +1,124 @@
+"""Time to divergence per arm of a pre-registered study tier without a noise-dose axis (the clipping
+tier): the table `study_survival` and the figure `study_survival`.
+
+A dose-axis tier has the stability report (fp8rl.report.stability) with a survival curve per variant and
+dose; a study tier whose arms share one dose would otherwise show divergence only as a count in the arms
+table. Built from the same per-run rows (`stability.run_stability`: `diverged`, `div_step` and `div_kind`
+from each run's summary.json `divergence`, `last_step` from its metrics), each run assigned to the arm
+whose cell it belongs to (`config.arm_cell`), with the study's arm names as row labels:
+
+- `runs`: the arm's runs in the matrix; `trained`: those that trained (status ok or diverged; failed and
+  missing runs are not in the curve);
+- `diverged` of `trained` with an exact Clopper-Pearson 95 % interval of the fraction;
+- `median_div_step`: the Kaplan-Meier median step of the first divergence (`stability.km_median`; runs
+  that did not diverge are censored at their last step); blank while fewer than half the runs diverged;
+  `div_step_min`/`div_step_max`: the range of the divergence steps;
+- `kinds`: how the runs first diverged, with counts (fp8rl.rl.stability kinds);
+- `censored`: runs that did not diverge, censored at `censored_at_min`..`censored_at_max` (their last
+  steps: the planned steps for runs that finished).
+
+A run that goes on after its first divergence (`stability.on_divergence: continue`) counts once, at that
+first detection. The figure (fp8rl.report.stability_plots) draws the Kaplan-Meier curve of each arm.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from fp8rl.config import ExperimentConfig, arm_cell
+from fp8rl.report.load import RunSet
+from fp8rl.report.stability import _group_times, km_median
+from fp8rl.report.stats import BINOMIAL_METHOD, clopper_pearson
+
+COLUMNS = [
+    "arm", "cell", "runs", "trained", "diverged", "diverged_frac", "diverged_low", "diverged_high",
+    "median_div_step", "div_step_min", "div_step_max", "kinds", "censored", "censored_at_min",
+    "censored_at_max",
+]  # fmt: skip
+NOTES = [
+    "Time to divergence per study arm (`study.arms`): a run diverges at its first detection (an entropy "
+    "spike or collapse, gibberish, reward collapse, NaN/inf; summary.json `divergence`), and counts once "
+    "even when it trained on after it.",
+    f"`diverged/trained`: runs diverged of the arm's runs that trained (status ok or diverged), "
+    f"`= fraction [low, high]`: {BINOMIAL_METHOD}. `runs`: the arm's runs in the matrix (failed and "
+    "missing runs did not train and are not in the curve).",
+    "`median step to divergence`: Kaplan-Meier median step of the first divergence (runs that did not "
+    "diverge are censored at their last step); blank while fewer than half the runs diverged. "
+    "`divergence steps`: their range.",
+    "`kinds`: how the runs first diverged (fp8rl.rl.stability kinds), with counts. `censored at`: the "
+    "last step of the runs that did not diverge (their number first).",
+]
+
+
+def arm_runs(per_run: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
+    """`per_run` (stability.run_stability's rows) with each arm's runs under its name in `arm`, in the
+    order of `study.arms` (a run of no arm is left out)."""
+    parts = [per_run[per_run["run_id"].map(lambda r, p=p: arm_cell(p, r))].assign(arm=arm)
+             for arm, p in cfg.study.arms.items()]  # fmt: skip
+    return pd.concat(parts, ignore_index=True) if parts else per_run.assign(arm=[])
+
+
+def survival_table(runset: RunSet, per_arm: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
+    """One row per arm of `cfg.study` (module docstring); `per_arm` from `arm_runs`."""
+    rows = []
+    for arm, prefix in cfg.study.arms.items():
+        g = per_arm[per_arm["arm"] == arm]
+        k, n = int(g["diverged"].sum()), len(g)
+        lo, hi = clopper_pearson(k, n)
+        steps = g.loc[g["diverged"], "div_step"]
+        censored = g.loc[~g["diverged"].astype(bool), "last_step"]
+        times, events = _group_times(g)
+        rows.append(
+            {
+                "arm": arm,
+                "cell": prefix,
+                "runs": int(sum(arm_cell(prefix, r) for r in runset.runs["run_id"])),
+                "trained": n,
+                "diverged": k,
+                "diverged_frac": k / n if n else math.nan,
+                "diverged_low": lo,
+                "diverged_high": hi,
+                "median_div_step": km_median(times, events) if n else math.nan,
+                "div_step_min": float(steps.min()) if k else math.nan,
+                "div_step_max": float(steps.max()) if k else math.nan,
+                "kinds": ", ".join(
+                    f"{kind}: {c}" for kind, c in g.loc[g["diverged"], "div_kind"].value_counts().items()
+                ),
+                "censored": len(censored),
+                "censored_at_min": float(censored.min()) if len(censored) else math.nan,
+                "censored_at_max": float(censored.max()) if len(censored) else math.nan,
+            }
+        )
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _steps(low: float, high: float) -> str:
+    if math.isnan(low):
+        return ""
+    return f"{low:.0f}" if low == high else f"{low:.0f}-{high:.0f}"
+
+
+def survival_view(table: pd.DataFrame) -> pd.DataFrame:
+    """The table with the interval and the step ranges folded into cells, for Markdown and HTML."""
+    from fp8rl.report.markdown import fmt, fmt_ci
+
+    rows = []
+    for _, r in table.iterrows():
+        frac = fmt_ci(r["diverged_frac"], r["diverged_low"], r["diverged_high"], "no runs")
+        censored = _steps(r["censored_at_min"], r["censored_at_max"])
+        rows.append(
+            {
+                "arm": r["arm"],
+                "cell": r["cell"],
+                "runs": str(r["runs"]),
+                "diverged/trained": f"{r['diverged']}/{r['trained']}" + (f" = {frac}" if frac else ""),
+                "median step to divergence": fmt(r["median_div_step"], 0),
+                "divergence steps": _steps(r["div_step_min"], r["div_step_max"]),
+                "kinds": r["kinds"],
+                "censored at": f"{r['censored']} at {censored}" if censored else "",
+            }
+        )
+    cols = ["arm", "cell", "runs", "diverged/trained", "median step to divergence", "divergence steps"]
+    return pd.DataFrame(rows, columns=[*cols, "kinds", "censored at"])
