@@ -115,15 +115,42 @@ def _survival(survival: pd.DataFrame | None) -> list[str]:
     return [f"- Divergences per arm (runs flagged / runs that trained; Kaplan-Meier median step): {cells}."]
 
 
+MAX_LISTED_REWARDS = 10  # more cells than this: a table, one row per setting and a column per variant
+
+
 def _rewards(comparison: pd.DataFrame | None) -> list[str]:
-    """Final reward per variant (mean over seeds), for tiers without a pre-registered study."""
+    """Final reward per variant (mean over seeds), for tiers without a pre-registered study: a list,
+    or a table (one row per algorithm, model, granularity and condition the tier varies; one column
+    per variant) when there are more than `MAX_LISTED_REWARDS` cells."""
     if comparison is None or comparison.empty or "final_reward" not in comparison:
         return []
-    cells = []
-    for r in comparison.to_dict("records"):
-        name = "/".join(str(r[k]) for k in ("algo", "condition", "variant") if k in r and r[k] != "none")
-        cells.append(f"{name} {num(r['final_reward'], 3)}")
-    return ["- Final sampled reward (last step, mean over seeds; no interval): " + "; ".join(cells) + "."]
+    what = "Final sampled reward (last step, mean over seeds; no interval)"
+    if len(comparison) <= MAX_LISTED_REWARDS:
+        cells = []
+        for r in comparison.to_dict("records"):
+            name = "/".join(str(r[k]) for k in ("algo", "condition", "variant") if k in r and r[k] != "none")
+            cells.append(f"{name} {num(r['final_reward'], 3)}")
+        return [f"- {what}: " + "; ".join(cells) + "."]
+    # the settings the tier varies (bf16's "none" granularity and condition are not a setting)
+    keys = [
+        k for k in ("algo", "model", "granularity", "condition")
+        if k in comparison and comparison.loc[comparison[k].astype(str) != "none", k].nunique() > 1
+    ] or ["algo"]  # fmt: skip
+    wide = comparison.pivot_table(
+        index=keys, columns="variant", values="final_reward", aggfunc="first", sort=False
+    )
+    # rows that hold only the variants every row repeats (bf16, fp16: no FP8 setting) say nothing new
+    present = wide.notna()
+    new = (present & ~present.all(axis=0)).any(axis=1)
+    wide = wide[new] if new.any() else wide
+    variants = list(dict.fromkeys(comparison["variant"]))
+    head = "| " + " | ".join([*keys, *variants]) + " |"
+    rows = [head, "|" + "---|" * (len(keys) + len(variants))]
+    for idx, r in wide.iterrows():
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        vals = [num(r[v], 3) if pd.notna(r.get(v)) else "" for v in variants]
+        rows.append("| " + " | ".join([*map(str, idx), *vals]) + " |")
+    return [f"- {what}:", "", *rows, ""]
 
 
 def _caveats(cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame | None) -> list[str]:
