@@ -36,7 +36,7 @@ from fp8rl.report.quote_format import (
     void_line,
 )
 from fp8rl.report.quotes_dag import performance_dag
-from fp8rl.report.quotes_learn import learn_divergence, learn_findings
+from fp8rl.report.quotes_learn import clipping_findings, learn_divergence, learn_findings
 from fp8rl.report.quotes_mechanism import mechanism_excess, mechanism_verdicts
 from fp8rl.report.quotes_numerics import numerics_pins, performance_gemm_paths
 from fp8rl.report.quotes_performance import performance_grid, performance_packing, performance_summary
@@ -196,6 +196,7 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "mechanism-verdicts": mechanism_verdicts,
     "learn-divergence": learn_divergence,
     "learn-findings": learn_findings,
+    "clipping-findings": clipping_findings,
     "smoke-unpinned": smoke_unpinned,
     "performance-summary": performance_summary,
     "performance-grid": performance_grid,

@@ -1,6 +1,7 @@
-"""The learning tier's figures that README.md and docs/learn.md quote (fp8rl.report.quotes), from its
-published tables: whether the bf16 control learned (`control.csv`), the pre-registered contrasts
-(`planned.csv`), and divergence per variant and noise dose (`stability.csv`, `breaking_dose.csv`)."""
+"""The figures of the pre-registered study tiers that README.md and docs/ quote (fp8rl.report.quotes),
+from their published tables: whether the bf16 control learned (`control.csv`), the pre-registered
+contrasts (`planned.csv`, `exploratory.csv`), and divergence per variant and noise dose (`stability.csv`,
+`breaking_dose.csv`: the learning tier) or per study arm (`study_survival.csv`: the clipping tier)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,23 @@ def _p(p: float) -> str:
 
 
 def learn_findings(published: Path) -> str:
-    """A few bullets: the control's reward rise with its interval and verdict, each planned contrast with
-    its interval, Holm p and decision, each exploratory contrast marked as such, the highest relative
-    entropy peak of any arm, and where runs diverged, of which kind."""
-    control = published_table(published, TIER, "control")
+    return study_findings(published, TIER)
+
+
+def clipping_findings(published: Path) -> str:
+    return study_findings(published, "clipping")
+
+
+def study_findings(published: Path, tier: str) -> str:
+    """A few bullets for a pre-registered study tier: the control's reward rise with its interval and
+    verdict, each planned contrast with its interval, Holm p and decision (Welch t over seeds, or the
+    paired t over bases of `study.unit: base`), each exploratory contrast marked as such, the highest
+    relative entropy peak (of any arm from `stability.csv`, else of any run: `peak_entropy_rel` of `endpoints.csv`), and
+    where runs diverged, of which kind (`stability.csv`, or `study_survival.csv` for a study without a
+    dose axis)."""
+    control = published_table(published, tier, "control")
     if control.empty:
-        raise QuoteError(f"{published / TIER}: control.csv has no bf16 group")
+        raise QuoteError(f"{published / tier}: control.csv has no bf16 group")
     lines = []
     for r in control.to_dict("records"):
         lines.append(
@@ -33,38 +45,66 @@ def learn_findings(published: Path) -> str:
             f"**{r['verdict']}**."
         )
     void = not (control["verdict"] == "learned").all()
-    planned = published_table(published, TIER, "planned")
+    planned = published_table(published, tier, "planned")
+    paired = "bases" in planned  # study.unit: base (fp8rl.report.paired)
+    test = "paired t over bases" if paired else "Welch t"
     for r in planned.to_dict("records"):
         lines.append(
-            f"- {r['arm']} − {r['reference']} (final-window reward, Welch t, Holm): "
+            f"- {r['arm']} − {r['reference']} (final-window reward, {test}, Holm): "
             f"{interval(r['difference'], r['low'], r['high'], 3)}, p (Holm) = {num(r['p_adjusted'], 3)}: "
             f"{r['decision']}" + (" (void: the control did not learn)" if void else "") + "."
         )
-    if (published / TIER / "tables" / "exploratory.csv").is_file():
-        for r in published_table(published, TIER, "exploratory").to_dict("records"):
+    if (published / tier / "tables" / "exploratory.csv").is_file():
+        for r in published_table(published, tier, "exploratory").to_dict("records"):
             lines.append(
                 f"- Exploratory, not a planned test: {r['arm']} − {r['reference']}: "
-                f"{interval(r['difference'], r['low'], r['high'], 3)} (Welch p {_p(r['p'])}, unadjusted)."
+                f"{interval(r['difference'], r['low'], r['high'], 3)} ({'paired t' if paired else 'Welch'} "
+                f"p {_p(r['p'])}, unadjusted)."
             )
-    stab = published_table(published, TIER, "stability")
-    if "peak_rel_entropy" in stab:
+    tables = published / tier / "tables"
+    stab = published_table(published, tier, "stability") if (tables / "stability.csv").is_file() else None
+    if stab is not None and "peak_rel_entropy" in stab:
         top = stab.loc[stab["peak_rel_entropy"].idxmax()]
         lines.append(
             f"- Entropy: the highest peak over its early baseline of any arm is "
             f"{interval(top['peak_rel_entropy'], top['peak_rel_entropy_low'], top['peak_rel_entropy_high'])}"
             f" ({top['variant']} at dose {num(top['noise'], 0)}; a surge would be several times the baseline)."
         )
-    broke = stab[stab["diverged"] > 0]
-    if broke.empty:
-        lines.append(f"- Divergences: none in {int(stab['runs'].sum())} runs.")
-    else:
+    else:  # the comparison's per-run value: the highest entropy after the baseline window / the baseline
+        ends = published_table(published, tier, "endpoints").dropna(subset=["peak_entropy_rel"])
+        if not ends.empty:
+            top = ends.loc[ends["peak_entropy_rel"].idxmax()]
+            lines.append(
+                f"- Entropy: the highest peak over its early baseline of any of {len(ends)} runs is "
+                f"{num(top['peak_entropy_rel'])} ({top['arm']}, seed {int(top['seed'])}; a surge would be "
+                "several times the baseline)."
+            )
+    lines.append(_divergences(published, tier, stab))
+    return "\n".join(lines)
+
+
+def _divergences(published: Path, tier: str, stab: pd.DataFrame | None) -> str:
+    """Runs flagged per variant and dose (`stability.csv`) or per study arm (`study_survival.csv`)."""
+    if stab is None:
+        surv = published_table(published, tier, "study_survival")
+        broke = surv[surv["diverged"] > 0]
+        if broke.empty:
+            return f"- Divergences: none in {int(surv['trained'].sum())} runs."
         cells = "; ".join(
-            f"{r['variant']} at dose {num(r['noise'], 0)}: {int(r['diverged'])}/{int(r['runs'])}"
+            f"{r['arm']}: {int(r['diverged'])}/{int(r['trained'])}"
             + (f" ({r['kinds']})" if isinstance(r.get("kinds"), str) and r["kinds"] else "")
             for r in broke.to_dict("records")
         )
-        lines.append(f"- Divergences (runs flagged / runs): {cells}.")
-    return "\n".join(lines)
+        return f"- Divergences (runs flagged / runs that trained): {cells}."
+    broke = stab[stab["diverged"] > 0]
+    if broke.empty:
+        return f"- Divergences: none in {int(stab['runs'].sum())} runs."
+    cells = "; ".join(
+        f"{r['variant']} at dose {num(r['noise'], 0)}: {int(r['diverged'])}/{int(r['runs'])}"
+        + (f" ({r['kinds']})" if isinstance(r.get("kinds"), str) and r["kinds"] else "")
+        for r in broke.to_dict("records")
+    )
+    return f"- Divergences (runs flagged / runs): {cells}."
 
 
 def learn_divergence(published: Path) -> str:

@@ -186,3 +186,32 @@ def test_a_run_unit_study_keeps_its_columns():
     assert contrast_columns(run) == CONTRAST_COLUMNS
     base = StudyConfig.model_validate(STUDY)
     assert base.test == "paired_t" and "bases" in contrast_columns(base)
+
+
+def test_the_study_findings_quote_reads_the_paired_tables(tier):
+    """The README/docs block of a base-unit study without a dose axis (the clipping tier's
+    `clipping-findings`): every figure is the one its table holds, and its test is named as run."""
+    from fp8rl.report.quote_format import interval, num
+    from fp8rl.report.quotes_learn import study_findings
+
+    cfg, paths = tier
+    text = study_findings(paths.root.parent, cfg.tier)
+    lines = text.splitlines()
+    control = pd.read_csv(paths.table("control", "csv")).iloc[0]
+    assert lines[0].endswith(f"{interval(control['rise'], control['low'], control['high'])} over 3 bases: "
+                             f"**{control['verdict']}**.")  # fmt: skip
+    planned = pd.read_csv(paths.table("planned", "csv"))
+    for r in planned.to_dict("records"):
+        want = (
+            f"- {r['arm']} − {r['reference']} (final-window reward, paired t over bases, Holm): "
+            f"{interval(r['difference'], r['low'], r['high'], 3)}, p (Holm) = {num(r['p_adjusted'], 3)}"
+        )
+        assert any(line.startswith(want) for line in lines), want
+    (explo,) = [line for line in lines if line.startswith("- Exploratory")]
+    assert "fp8 − bf16" in explo and "paired t p" in explo
+    ends = pd.read_csv(paths.table("endpoints", "csv"))
+    top = ends["peak_entropy_rel"].max()
+    assert f"of any of {ends['peak_entropy_rel'].notna().sum()} runs is {num(top)}" in text
+    surv = pd.read_csv(paths.table("study_survival", "csv"))
+    assert lines[-1] == f"- Divergences: none in {int(surv['trained'].sum())} runs."
+    assert int(surv["trained"].sum()) == len(ends) - 1  # the failed run did not train
