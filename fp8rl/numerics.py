@@ -21,6 +21,13 @@ AMX. A few hundred training steps amplify those bits into different base models 
   several times faster than MKL's COMPATIBLE branch; MKL's pin stays for the products ATen computes
   inside other kernels (the CPU attention kernel's).
 
+Not a pin, because no result depends on it, but set with it (`REPRODUCIBLE_RUNTIME_ENV`; a value already
+in the environment is kept): `OPENBLAS_THREAD_TIMEOUT=4`, so OpenBLAS's worker threads sleep as soon as
+a product ends instead of spinning for about 2^28 cycles. With more than one thread, the products
+alternate with torch's own OpenMP regions, whose threads spin too: both pools spinning on the same cores
+made the reproducible step 12-21x slower than the fast one at two threads, against 1.1-1.6x at one
+(`benchmarks/vs_trl.py --runs bf16 bf16-repro`; docs/performance.md).
+
 These libraries read the variables once, when they first run, so the pin must be in the environment
 before torch computes anything. `import fp8rl` applies it (the `fp8rl` command, the DAG's rules, the
 tests and the benchmarks all import fp8rl before torch runs a kernel); `FP8RL_NUMERICS=fast` in the
@@ -46,6 +53,8 @@ PINNED_ENV = {
     "MKL_DYNAMIC": "FALSE",
     "OPENBLAS_CORETYPE": "Haswell",
 }
+# Set in reproducible mode for speed only (module docstring): results do not depend on them.
+REPRODUCIBLE_RUNTIME_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4"}
 # CPU flags that decide the libraries' choices, recorded in provenance.
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "amx_int8")
 
@@ -75,7 +84,8 @@ def requested_mode(environ=os.environ) -> str:
 
 def environment(mode: str, environ) -> dict[str, str]:
     """`environ` with `mode` applied: the pin set (overriding whatever the machine had) for
-    `reproducible`; for `fast`, the pin's own values removed so the libraries choose."""
+    `reproducible`, with `REPRODUCIBLE_RUNTIME_ENV` where the environment does not set it; for `fast`,
+    the pin's own values removed so the libraries choose."""
     env = dict(environ)
     env[ENV_MODE] = mode
     for key, value in PINNED_ENV.items():
@@ -83,6 +93,9 @@ def environment(mode: str, environ) -> dict[str, str]:
             env[key] = value
         elif env.get(key) == value:
             del env[key]
+    if mode == "reproducible":
+        for key, value in REPRODUCIBLE_RUNTIME_ENV.items():
+            env.setdefault(key, value)
     return env
 
 
@@ -90,7 +103,7 @@ def export(mode: str, environ=os.environ) -> None:
     """Apply `environment(mode, ...)` to `environ` in place (the process's own environment by default:
     what its children inherit)."""
     env = environment(mode, environ)
-    for key in (ENV_MODE, *PINNED_ENV):
+    for key in (ENV_MODE, *PINNED_ENV, *REPRODUCIBLE_RUNTIME_ENV):
         if key in env:
             environ[key] = env[key]
         else:

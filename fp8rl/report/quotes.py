@@ -39,7 +39,12 @@ from fp8rl.report.quotes_dag import performance_dag
 from fp8rl.report.quotes_learn import clipping_findings, learn_divergence, learn_findings
 from fp8rl.report.quotes_mechanism import mechanism_excess, mechanism_verdicts
 from fp8rl.report.quotes_numerics import numerics_pins, performance_gemm_paths
-from fp8rl.report.quotes_performance import performance_grid, performance_packing, performance_summary
+from fp8rl.report.quotes_performance import (
+    performance_grid,
+    performance_packing,
+    performance_repro,
+    performance_summary,
+)
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
 BEGIN = re.compile(r"<!-- fp8rl:results (?P<name>[a-z0-9-]+) -->\n")
@@ -201,6 +206,7 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "performance-summary": performance_summary,
     "performance-grid": performance_grid,
     "performance-packing": performance_packing,
+    "performance-repro": performance_repro,
     "performance-dag": performance_dag,
     "numerics-pins": numerics_pins,
     "performance-gemm-paths": performance_gemm_paths,

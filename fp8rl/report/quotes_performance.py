@@ -1,6 +1,7 @@
 """The speed figures README.md and docs/performance.md quote (fp8rl.report.quotes), generated from the
 published benchmark records `results/published/benchmarks/vs_trl.json` (the grid against TRL) and
-`vs_trl_packing.json` (the packed against the padded layout), each written by `benchmarks/vs_trl.py
+`vs_trl_packing.json` (the packed against the padded layout) and `vs_trl_repro.json` (the reproducible
+against the fast bf16 step, on the current pin), each written by `benchmarks/vs_trl.py
 --json`: per shape, the median step seconds of every run and their ratios, with the provenance (commit,
 CPU and its ISA) and the load average at the start and end of the grid."""
 
@@ -13,7 +14,8 @@ from fp8rl.report.quote_format import QuoteError, markdown_table, num
 
 RECORD = Path("benchmarks") / "vs_trl.json"
 PACKING_RECORD = Path("benchmarks") / "vs_trl_packing.json"
-TARGETS = {"trl/bf16": 2.0, "fp8/bf16": 1.2, "fp8-block/bf16": 1.2}
+REPRO_RECORD = Path("benchmarks") / "vs_trl_repro.json"
+TARGETS = {"trl/bf16": 2.0, "fp8/bf16": 1.2, "fp8-block/bf16": 1.2, "bf16-repro/bf16": 1.5}
 
 
 def benchmark_record(published: Path, name: Path, script: str, required: str) -> dict:
@@ -139,4 +141,31 @@ def performance_packing(published: Path) -> str:
     return (
         f"Over {vs_trl_shapes(found[2])}, the bf16 step on the padded layout takes {spread(found)} the "
         "step on real tokens only. " + measured_on(r)
+    )
+
+
+def performance_repro(published: Path) -> str:
+    """A table and a sentence: the reproducible bf16 step against the fast one per shape of the repro
+    record, with the 1.5x target."""
+    r = vs_trl_record(published, REPRO_RECORD)
+    found = ratio_range(r, "bf16-repro/bf16")
+    if found is None:
+        raise QuoteError(f"{published / REPRO_RECORD}: no shape ran both `bf16` and `bf16-repro`")
+    rows = [
+        [
+            s["shape"],
+            num(s["step_s"]["bf16"], 3),
+            num(s["step_s"]["bf16-repro"], 3),
+            num(s["ratios"]["bf16-repro/bf16"]),
+        ]
+        for s in r["shapes"]
+        if "bf16-repro/bf16" in s["ratios"]
+    ]
+    met = found[1] <= TARGETS["bf16-repro/bf16"]
+    return (
+        markdown_table(["shape", "fast bf16 (s)", "reproducible bf16 (s)", "reproducible / fast"], rows)
+        + f"\n\nOver {vs_trl_shapes(found[2])}, the reproducible bf16 step costs {spread(found)} the fast "
+        f"one (target ≤ {num(TARGETS['bf16-repro/bf16'], 1)} on every shape: {'met' if met else 'not met'}). "
+        + "Shape: L layers, h hidden, t threads, n new tokens (16 prompts × 8 samples, one update per step). "
+        + measured_on(r)
     )

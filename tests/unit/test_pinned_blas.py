@@ -153,3 +153,39 @@ def test_numpy_loaded_on_another_core_is_refused():
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "numpy was loaded before fp8rl set OPENBLAS_CORETYPE" in proc.stderr
+
+
+THREADS_PROBE = """
+import fp8rl, hashlib, json, os, torch
+fp8rl.numerics.pin_gemms(); torch.set_num_threads(2)
+g = torch.Generator().manual_seed(0)
+a = torch.randn(300, 344, generator=g, requires_grad=True)
+w = torch.randn(200, 344, generator=g, requires_grad=True)
+out = torch.nn.functional.linear(a, w)
+out.square().sum().backward()
+h = hashlib.sha256()
+for t in (out, a.grad, w.grad):
+    h.update(t.detach().numpy().tobytes())
+print(json.dumps({"hash": h.hexdigest(), "timeout": os.environ.get("OPENBLAS_THREAD_TIMEOUT")}))
+"""
+
+
+def test_openblas_idle_threads_sleep_in_reproducible_mode_without_changing_a_bit():
+    """Reproducible mode sets OPENBLAS_THREAD_TIMEOUT (OpenBLAS's workers sleep instead of spinning
+    against torch's OpenMP threads) unless the environment sets it; the products at two threads, forward
+    and backward, are the same bits whatever the timeout."""
+    base = {k: v for k, v in os.environ.items() if k not in (numerics.ENV_MODE, *numerics.PINNED_ENV)}
+    base.pop("OPENBLAS_THREAD_TIMEOUT", None)
+    runs = {}
+    for timeout in (None, "28"):
+        env = {**base, numerics.ENV_MODE: "reproducible"}
+        if timeout:
+            env["OPENBLAS_THREAD_TIMEOUT"] = timeout
+        proc = subprocess.run([sys.executable, "-c", THREADS_PROBE], env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-1500:]
+        runs[timeout] = json.loads(proc.stdout)
+    assert runs[None]["timeout"] == numerics.REPRODUCIBLE_RUNTIME_ENV["OPENBLAS_THREAD_TIMEOUT"]
+    assert runs["28"]["timeout"] == "28"  # a value the user set is kept
+    assert runs[None]["hash"] == runs["28"]["hash"]
+    fast = numerics.environment("fast", {})
+    assert "OPENBLAS_THREAD_TIMEOUT" not in fast
