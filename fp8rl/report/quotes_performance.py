@@ -15,6 +15,7 @@ from fp8rl.report.quote_format import QuoteError, markdown_table, num
 RECORD = Path("benchmarks") / "vs_trl.json"
 PACKING_RECORD = Path("benchmarks") / "vs_trl_packing.json"
 REPRO_RECORD = Path("benchmarks") / "vs_trl_repro.json"
+SPINNING_RECORD = Path("benchmarks") / "vs_trl_repro_spinning.json"
 TARGETS = {"trl/bf16": 2.0, "fp8/bf16": 1.2, "fp8-block/bf16": 1.2, "bf16-repro/bf16": 1.5}
 
 
@@ -144,9 +145,21 @@ def performance_packing(published: Path) -> str:
     )
 
 
+def _by_threads(record: dict, key: str) -> str:
+    """`at 1 thread a–b×, at 2 threads c–d×` for one ratio of a record."""
+    parts = []
+    for t in sorted({s["threads"] for s in record["shapes"]}):
+        values = [s["ratios"][key] for s in record["shapes"] if s["threads"] == t and key in s["ratios"]]
+        if values:
+            found = (min(values), max(values), len(values))
+            parts.append(f"at {t} thread{'s' if t > 1 else ''} {spread(found)}")
+    return ", ".join(parts)
+
+
 def performance_repro(published: Path) -> str:
-    """A table and a sentence: the reproducible bf16 step against the fast one per shape of the repro
-    record, with the 1.5x target."""
+    """A table and a paragraph: the reproducible bf16 step against the fast one per shape of the repro
+    record, with the 1.5x target, and, when published, the same grid before OpenBLAS's idle threads were
+    put to sleep (`vs_trl_repro_spinning.json`)."""
     r = vs_trl_record(published, REPRO_RECORD)
     found = ratio_range(r, "bf16-repro/bf16")
     if found is None:
@@ -162,10 +175,19 @@ def performance_repro(published: Path) -> str:
         if "bf16-repro/bf16" in s["ratios"]
     ]
     met = found[1] <= TARGETS["bf16-repro/bf16"]
-    return (
+    out = (
         markdown_table(["shape", "fast bf16 (s)", "reproducible bf16 (s)", "reproducible / fast"], rows)
         + f"\n\nOver {vs_trl_shapes(found[2])}, the reproducible bf16 step costs {spread(found)} the fast "
-        f"one (target ≤ {num(TARGETS['bf16-repro/bf16'], 1)} on every shape: {'met' if met else 'not met'}). "
+        f"one ({_by_threads(r, 'bf16-repro/bf16')}; target ≤ {num(TARGETS['bf16-repro/bf16'], 1)} on every "
+        f"shape: {'met' if met else 'not met'}). "
         + "Shape: L layers, h hidden, t threads, n new tokens (16 prompts × 8 samples, one update per step). "
         + measured_on(r)
     )
+    if (published / SPINNING_RECORD).is_file():
+        before = vs_trl_record(published, SPINNING_RECORD)
+        out += (
+            f"\n\nBefore (OpenBLAS's threads spinning between products), over "
+            f"{vs_trl_shapes(len(before['shapes']))}: {_by_threads(before, 'bf16-repro/bf16')}. "
+            + measured_on(before)
+        )
+    return out

@@ -83,3 +83,27 @@ def test_the_packing_figure_is_the_padded_over_the_packed_bf16_step(tmp_path):
     vt.write_record(tmp_path / "benchmarks" / "vs_trl_packing.json", record)
     with pytest.raises(QuoteError, match="no shape ran both"):
         performance_packing(tmp_path)
+
+
+def test_the_repro_figure_is_the_reproducible_over_the_fast_step_per_thread_count(tmp_path):
+    from fp8rl.report.quotes_performance import performance_repro
+
+    vt = _vs_trl()
+
+    def write(name, medians):
+        record = {"benchmark": "vs_trl", "command": ["benchmarks/vs_trl.py"], "steps": 5, "repeats": 2,
+                  "runs": ["bf16", "bf16-repro"], "load_average_start": (0.5, 0.4, 0.3),
+                  "shapes": [vt.shape_record(s, m) for s, m in medians.items()]}  # fmt: skip
+        vt.write_record(tmp_path / "benchmarks" / name, record)
+
+    write("vs_trl_repro.json", {vt.Shape(2, 128, 1, 8): {"bf16": 0.10, "bf16-repro": 0.12},
+                                vt.Shape(2, 128, 2, 8): {"bf16": 0.08, "bf16-repro": 0.14}})  # fmt: skip
+    text = performance_repro(tmp_path)
+    assert "| L2 h128 t2 n8 | 0.080 | 0.140 | 1.75 |" in text
+    assert "costs 1.20–1.75× the fast one (at 1 thread 1.20×, at 2 threads 1.75×; target ≤ 1.5" in text
+    assert "on every shape: not met)" in text and "Before" not in text
+    write("vs_trl_repro_spinning.json", {vt.Shape(2, 128, 2, 8): {"bf16": 0.10, "bf16-repro": 1.80}})
+    assert "Before (OpenBLAS's threads spinning between products), over 1 shape of" in performance_repro(
+        tmp_path
+    )
+    assert "at 2 threads 18.00×" in performance_repro(tmp_path)
