@@ -27,13 +27,24 @@ import sys
 import time
 from pathlib import Path
 
-# The modules each job kind imports before its work starts (its command's lazy imports included).
+# The modules each job kind imports before its work starts, its command's lazy imports included (read
+# from `python -X importtime` of each command): training imports the trainer (torch, transformers,
+# torchao); both evaluations import torch, transformers and lm-eval's task machinery (the agent
+# benchmark plans its tasks with it), lm-eval's runs also its evaluator and `hf` model.
+_EVAL = ["fp8rl.commands.evaluate", "torch", "transformers", "fp8rl.engine.model", "fp8rl.evaluate.eval_tasks",
+         "lm_eval.tasks", "lm_eval.config.task"]  # fmt: skip
 KINDS = {
     "python": [],
     "train": ["fp8rl.commands.train", "fp8rl.engine.trainer"],
-    "eval_lm": ["fp8rl.commands.evaluate", "fp8rl.evaluate.lm_eval_runner", "lm_eval", "lm_eval.tasks"],
-    "eval_agent": ["fp8rl.commands.evaluate", "fp8rl.evaluate.bfcl", "fp8rl.evaluate.lm_eval_runner"],
     "sft": ["fp8rl.commands.train", "fp8rl.engine.sft"],
+    "eval_lm": [
+        *_EVAL,
+        "fp8rl.evaluate.lm_eval_runner",
+        "lm_eval",
+        "lm_eval.evaluator",
+        "lm_eval.models.huggingface",
+    ],
+    "eval_agent": [*_EVAL, "fp8rl.evaluate.bfcl"],
 }
 TIMER = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)"
 

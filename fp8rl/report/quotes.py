@@ -35,7 +35,7 @@ from fp8rl.report.quote_format import (
     published_table,
     void_line,
 )
-from fp8rl.report.quotes_dag import performance_dag
+from fp8rl.report.quotes_dag import performance_dag, performance_startup
 from fp8rl.report.quotes_learn import clipping_findings, learn_divergence, learn_findings
 from fp8rl.report.quotes_mechanism import mechanism_excess, mechanism_verdicts
 from fp8rl.report.quotes_numerics import numerics_pins, performance_gemm_paths
@@ -208,6 +208,7 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "performance-packing": performance_packing,
     "performance-repro": performance_repro,
     "performance-dag": performance_dag,
+    "performance-startup": performance_startup,
     "numerics-pins": numerics_pins,
     "performance-gemm-paths": performance_gemm_paths,
 }

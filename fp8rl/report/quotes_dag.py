@@ -1,18 +1,20 @@
 """How long whole tiers take, as docs/performance.md quotes it (fp8rl.report.quotes): generated from the
 records `benchmarks/dag_time.py --json` writes from a tier's Snakemake job records, published as
 `results/published/benchmarks/smoke_dag.json` (the smoke DAG from a clean clone) and `stress_dag.json`
-(the stress tier). Each holds, per rule, the jobs, their wall and CPU seconds summed and the rule's span
+(the stress tier), and what a job's process pays in imports before its work starts
+(`benchmarks/process_startup.py --json`: `process_startup.json`). Each DAG record holds, per rule, the jobs, their wall and CPU seconds summed and the rule's span
 (first job's start to last job's end), the whole DAG's span, and the provenance of the machine."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fp8rl.report.quote_format import QuoteError, num
+from fp8rl.report.quote_format import QuoteError, markdown_table, num
 from fp8rl.report.quotes_performance import benchmark_record, commit_and_machine
 
 SMOKE_DAG = Path("benchmarks") / "smoke_dag.json"
 STRESS_DAG = Path("benchmarks") / "stress_dag.json"
+STARTUP = Path("benchmarks") / "process_startup.json"
 SMOKE_TARGET_MIN = 5.0  # the whole smoke DAG, first job's start to last job's end
 STRESS_TARGET_MIN = 20.0  # the stress tier's training: the `train` rule's span
 
@@ -59,4 +61,27 @@ def performance_dag(published: Path) -> str:
         f"); {num(train['seconds_summed'] / train['jobs'], 0)} s of wall time per run on average, "
         f"{num(train['cpu_seconds_summed'] / train['seconds_summed'], 2)} CPU seconds per wall second. "
         f"The whole tier: {_per_rule(stress)}. {_measured(stress)}"
+    )
+
+
+def performance_startup(published: Path) -> str:
+    """A table and a sentence: per job kind of the smoke DAG, the median seconds a fresh process spends
+    importing what that job imports, its mean job time in the smoke DAG record, and the share; then the
+    imports summed over the DAG's jobs against all its job seconds."""
+    startup = benchmark_record(published, STARTUP, "process_startup.py", "median_s")
+    smoke = benchmark_record(published, SMOKE_DAG, "dag_time.py", "rules")
+    rows, imports, total = [], 0.0, 0.0
+    for kind, seconds in startup["median_s"].items():
+        rule = smoke["rules"].get(kind)
+        if rule is None:
+            continue
+        job = rule["seconds_summed"] / rule["jobs"]
+        rows.append([kind, str(rule["jobs"]), num(seconds), num(job, 1), f"{num(100 * seconds / job, 0)} %"])
+        imports += seconds * rule["jobs"]
+    total = sum(r["seconds_summed"] for r in smoke["rules"].values())
+    return (
+        markdown_table(["job", "jobs in the smoke DAG", "imports (s)", "mean job (s)", "imports / job"], rows)
+        + f"\n\nThe imports alone, summed over the smoke DAG's jobs: {num(imports, 0)} s of its {num(total, 0)} "
+        f"job seconds ({num(100 * imports / total, 0)} %). Imports: the median of {startup['repeats']} fresh "
+        f"processes per job kind, interleaved, {startup['threads']} thread each. {_measured(startup)}"
     )

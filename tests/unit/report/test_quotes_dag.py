@@ -51,3 +51,35 @@ def test_a_missing_or_foreign_record_is_named(published):
     (published / "benchmarks" / "stress_dag.json").write_text(json.dumps({"wall_seconds": 445.4}))
     with pytest.raises(QuoteError, match="not a benchmarks/dag_time.py record"):
         performance_dag(published)
+
+
+def test_the_startup_table_sets_each_job_kind_s_imports_against_its_job_time(published):
+    """process_startup.json as benchmarks/process_startup.py writes it (its own main, with the process
+    timing replaced), against the smoke DAG record built above."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from fp8rl.report.quotes_dag import performance_startup
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "process_startup.py"
+    spec = importlib.util.spec_from_file_location("process_startup", path)
+    ps = importlib.util.module_from_spec(spec)
+    sys.modules["process_startup"] = ps
+    spec.loader.exec_module(ps)
+    seconds = {"train": 4.0, "eval_lm": 6.0, "sft": 2.0}
+    ps.time_imports = lambda modules, threads: next(
+        (v for k, v in seconds.items() if ps.KINDS[k] == modules), 0.1
+    )
+    out = published / "benchmarks" / "process_startup.json"
+    assert ps.main(["--repeats", "3", "--json", str(out)]) == 0
+    text = performance_startup(published)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| job")]
+    # jobs and mean job seconds from the smoke record: train 2 jobs of 15 and 16 s, eval_lm 1 of 8 s
+    assert "| train | 2 | 4.00 | 15.5 | 26 % |" in rows and "| eval_lm | 1 | 6.00 | 8.0 | 75 % |" in rows
+    assert "| sft | 1 | 2.00 | 40.0 | 5 % |" in rows and not any("eval_agent" in r for r in rows)
+    # summed: 2 x 4 + 6 + 2 = 16 s of the record's 40 + 31 + 8 + 20 = 99 job seconds
+    assert "16 s of its 99 job seconds (16 %)" in text and "median of 3 fresh processes" in text
+    out.unlink()
+    with pytest.raises(QuoteError, match="process_startup.json: not published"):
+        performance_startup(published)
