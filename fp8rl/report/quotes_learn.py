@@ -70,7 +70,7 @@ def study_findings(published: Path, tier: str) -> str:
             f"{interval(top['peak_rel_entropy'], top['peak_rel_entropy_low'], top['peak_rel_entropy_high'])}"
             f" ({top['variant']} at dose {num(top['noise'], 0)}; a surge would be several times the baseline)."
         )
-    else:  # the comparison's per-run value: the highest entropy after the baseline window / the baseline
+    elif stab is None:  # the comparison's per-run value: highest entropy after the baseline window / baseline
         ends = published_table(published, tier, "endpoints").dropna(subset=["peak_entropy_rel"])
         if not ends.empty:
             top = ends.loc[ends["peak_entropy_rel"].idxmax()]
@@ -86,25 +86,25 @@ def study_findings(published: Path, tier: str) -> str:
 def _divergences(published: Path, tier: str, stab: pd.DataFrame | None) -> str:
     """Runs flagged per variant and dose (`stability.csv`) or per study arm (`study_survival.csv`)."""
     if stab is None:
-        surv = published_table(published, tier, "study_survival")
-        broke = surv[surv["diverged"] > 0]
-        if broke.empty:
-            return f"- Divergences: none in {int(surv['trained'].sum())} runs."
-        cells = "; ".join(
-            f"{r['arm']}: {int(r['diverged'])}/{int(r['trained'])}"
-            + (f" ({r['kinds']})" if isinstance(r.get("kinds"), str) and r["kinds"] else "")
-            for r in broke.to_dict("records")
-        )
-        return f"- Divergences (runs flagged / runs that trained): {cells}."
-    broke = stab[stab["diverged"] > 0]
+        table, of, among = published_table(published, tier, "study_survival"), "trained", "runs that trained"
+
+        def label(r: dict) -> str:
+            return r["arm"]
+    else:
+        table, of, among = stab, "runs", "runs"
+
+        def label(r: dict) -> str:
+            return f"{r['variant']} at dose {num(r['noise'], 0)}"
+
+    broke = table[table["diverged"] > 0]
     if broke.empty:
-        return f"- Divergences: none in {int(stab['runs'].sum())} runs."
+        return f"- Divergences: none in {int(table[of].sum())} runs."
     cells = "; ".join(
-        f"{r['variant']} at dose {num(r['noise'], 0)}: {int(r['diverged'])}/{int(r['runs'])}"
+        f"{label(r)}: {int(r['diverged'])}/{int(r[of])}"
         + (f" ({r['kinds']})" if isinstance(r.get("kinds"), str) and r["kinds"] else "")
         for r in broke.to_dict("records")
     )
-    return f"- Divergences (runs flagged / runs): {cells}."
+    return f"- Divergences (runs flagged / {among}): {cells}."
 
 
 def learn_divergence(published: Path) -> str:
