@@ -116,7 +116,15 @@ def write_study_survival_plot(per_arm: pd.DataFrame, arms: list[str], out_dir: P
     files."""
     fig, axes = _figure(1)
     ax = axes[0, 0]
-    ax.set_prop_cycle(color=distinct_colors(max(len(arms), 1)))
+    n = max(len(arms), 1)
+    # arms that never diverge share the line at 1: each has its own dash and a width that narrows from
+    # the first arm to the last, so every one stays visible where they overlap
+    styles = ["-", "--", "-.", ":"] * (n // 4 + 1)
+    ax.set_prop_cycle(
+        color=distinct_colors(n),
+        linestyle=styles[:n],
+        linewidth=[3.5 - 2.5 * i / max(n - 1, 1) for i in range(n)],
+    )
     for arm in arms:
         g = per_arm[per_arm["arm"] == arm]
         if g.empty:
@@ -130,7 +138,7 @@ def write_study_survival_plot(per_arm: pd.DataFrame, arms: list[str], out_dir: P
             where="post",
             label=f"{arm} ({int(g['diverged'].sum())}/{len(g)} diverged)",
         )
-    ax.set(xlabel="step", ylabel="fraction not diverged", ylim=(-0.03, 1.03))
+    ax.set(xlabel="step", ylabel="fraction not diverged", ylim=(-0.03, 1.1))
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     (name,) = STUDY_SURVIVAL
