@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from fp8rl.report.control import VOID
-from fp8rl.report.quote_format import interval, num
+from fp8rl.report.quote_format import interval, markdown_table, num
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
 # The tables the page links to, in reading order, with what each answers.
@@ -144,13 +144,11 @@ def _rewards(comparison: pd.DataFrame | None) -> list[str]:
     new = (present & ~present.all(axis=0)).any(axis=1)
     wide = wide[new] if new.any() else wide
     variants = list(dict.fromkeys(comparison["variant"]))
-    head = "| " + " | ".join([*keys, *variants]) + " |"
-    rows = [head, "|" + "---|" * (len(keys) + len(variants))]
+    rows = []
     for idx, r in wide.iterrows():
         idx = idx if isinstance(idx, tuple) else (idx,)
-        vals = [num(r[v], 3) if pd.notna(r.get(v)) else "" for v in variants]
-        rows.append("| " + " | ".join([*map(str, idx), *vals]) + " |")
-    return [f"- {what}:", "", *rows, ""]
+        rows.append([*map(str, idx), *(num(r[v], 3) if pd.notna(r.get(v)) else "" for v in variants)])
+    return [f"- {what}:", "", *markdown_table([*keys, *variants], rows).splitlines(), ""]
 
 
 def _caveats(cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame | None) -> list[str]:
