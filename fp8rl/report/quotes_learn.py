@@ -30,7 +30,8 @@ def study_findings(published: Path, tier: str) -> str:
     """A few bullets for a pre-registered study tier: the control's reward rise with its interval and
     verdict, each planned contrast with its interval, Holm p and decision (Welch t over seeds, or the
     paired t over bases of `study.unit: base`), each exploratory contrast marked as such, the highest
-    relative entropy peak (of any arm from `stability.csv`, else of any run: `peak_entropy_rel` of `endpoints.csv`), and
+    relative entropy peak (of any arm from `stability.csv`, else of any run with each arm's median from
+    `study_survival.csv`), and
     where runs diverged, of which kind (`stability.csv`, or `study_survival.csv` for a study without a
     dose axis)."""
     control = published_table(published, tier, "control")
@@ -70,14 +71,17 @@ def study_findings(published: Path, tier: str) -> str:
             f"{interval(top['peak_rel_entropy'], top['peak_rel_entropy_low'], top['peak_rel_entropy_high'])}"
             f" ({top['variant']} at dose {num(top['noise'], 0)}; a surge would be several times the baseline)."
         )
-    elif stab is None:  # the comparison's per-run value: highest entropy after the baseline window / baseline
-        ends = published_table(published, tier, "endpoints").dropna(subset=["peak_entropy_rel"])
-        if not ends.empty:
-            top = ends.loc[ends["peak_entropy_rel"].idxmax()]
+    elif stab is None:  # a study without a dose axis: the same per-run peak, summarised per arm
+        surv = published_table(published, tier, "study_survival").dropna(subset=["peak_rel_entropy_max"])
+        if not surv.empty:
+            top = surv.loc[surv["peak_rel_entropy_max"].idxmax()]
+            medians = ", ".join(
+                f"{r['arm']} {num(r['peak_rel_entropy_median'])}" for r in surv.to_dict("records")
+            )
             lines.append(
-                f"- Entropy: the highest peak over its early baseline of any of {len(ends)} runs is "
-                f"{num(top['peak_entropy_rel'])} ({top['arm']}, seed {int(top['seed'])}; a surge would be "
-                "several times the baseline)."
+                f"- Entropy: the highest peak over its early baseline of any run is "
+                f"{num(top['peak_rel_entropy_max'])} ({top['arm']}); the median run's per arm: {medians} "
+                "(a surge would be several times the baseline)."
             )
     lines.append(_divergences(published, tier, stab))
     return "\n".join(lines)

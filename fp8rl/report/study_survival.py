@@ -15,7 +15,11 @@ whose cell it belongs to (`config.arm_cell`), with the study's arm names as row 
   `div_step_min`/`div_step_max`: the range of the divergence steps;
 - `kinds`: how the runs first diverged, with counts (fp8rl.rl.stability kinds);
 - `censored`: runs that did not diverge, censored at `censored_at_min`..`censored_at_max` (their last
-  steps: the planned steps for runs that finished).
+  steps: the planned steps for runs that finished);
+- `peak_rel_entropy_median`, `peak_rel_entropy_max`: the median and the highest over the arm's runs of
+  each run's entropy peak over its early baseline (the stability table's `peak_rel_entropy`: max entropy
+  ÷ the median of the first `stability.baseline_steps` steps; the paper's failure is a surge, several
+  times the baseline). Descriptive: no interval, no test.
 
 A run that goes on after its first divergence (`stability.on_divergence: continue`) counts once, at that
 first detection. The figure (fp8rl.report.stability_plots) draws the Kaplan-Meier curve of each arm.
@@ -35,7 +39,7 @@ from fp8rl.report.stats import BINOMIAL_METHOD, clopper_pearson
 COLUMNS = [
     "arm", "cell", "runs", "trained", "diverged", "diverged_frac", "diverged_low", "diverged_high",
     "median_div_step", "div_step_min", "div_step_max", "kinds", "censored", "censored_at_min",
-    "censored_at_max",
+    "censored_at_max", "peak_rel_entropy_median", "peak_rel_entropy_max",
 ]  # fmt: skip
 NOTES = [
     "Time to divergence per study arm (`study.arms`): a run diverges at its first detection (an entropy "
@@ -49,6 +53,8 @@ NOTES = [
     "`divergence steps`: their range.",
     "`kinds`: how the runs first diverged (fp8rl.rl.stability kinds), with counts. `censored at`: the "
     "last step of the runs that did not diverge (their number first).",
+    "`entropy peak`: each run's highest entropy ÷ the median of its first stability.baseline_steps steps; "
+    "the median and the highest over the arm's runs (descriptive; a surge would be several times 1).",
 ]
 
 
@@ -70,6 +76,7 @@ def survival_table(runset: RunSet, per_arm: pd.DataFrame, cfg: ExperimentConfig)
         steps = g.loc[g["diverged"], "div_step"]
         censored = g.loc[~g["diverged"].astype(bool), "last_step"]
         times, events = _group_times(g)
+        peaks = g["peak_rel_entropy"].dropna()
         rows.append(
             {
                 "arm": arm,
@@ -89,6 +96,8 @@ def survival_table(runset: RunSet, per_arm: pd.DataFrame, cfg: ExperimentConfig)
                 "censored": len(censored),
                 "censored_at_min": float(censored.min()) if len(censored) else math.nan,
                 "censored_at_max": float(censored.max()) if len(censored) else math.nan,
+                "peak_rel_entropy_median": float(peaks.median()) if len(peaks) else math.nan,
+                "peak_rel_entropy_max": float(peaks.max()) if len(peaks) else math.nan,
             }
         )
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -118,7 +127,12 @@ def survival_view(table: pd.DataFrame) -> pd.DataFrame:
                 "divergence steps": _steps(r["div_step_min"], r["div_step_max"]),
                 "kinds": r["kinds"],
                 "censored at": f"{r['censored']} at {censored}" if censored else "",
+                "entropy peak (median, max)": _peaks(r["peak_rel_entropy_median"], r["peak_rel_entropy_max"]),
             }
         )
     cols = ["arm", "cell", "runs", "diverged/trained", "median step to divergence", "divergence steps"]
-    return pd.DataFrame(rows, columns=[*cols, "kinds", "censored at"])
+    return pd.DataFrame(rows, columns=[*cols, "kinds", "censored at", "entropy peak (median, max)"])
+
+
+def _peaks(median: float, top: float) -> str:
+    return "" if math.isnan(median) else f"{median:.2f}, {top:.2f}"

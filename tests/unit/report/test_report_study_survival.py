@@ -132,13 +132,22 @@ def test_a_study_tier_report_has_time_to_divergence_per_arm(tmp_path):
     )
     assert t.loc["control", "diverged_low"] == 0.0 and math.isnan(t.loc["control", "div_step_min"])
     assert t.loc["control", "censored_at_min"] == t.loc["control", "censored_at_max"] == 10.0
+    # entropy 1 until the divergence step, 9 from it; baseline: the median of the first 5 steps. plain's
+    # peaks: the spike at step 3 is inside its own baseline (median 9: peak 1), the two at step 5 are not
+    # (median 1: peak 9), the survivor 1 -> median 5, max 9
+    assert (t.loc["plain", "peak_rel_entropy_median"], t.loc["plain", "peak_rel_entropy_max"]) == (5.0, 9.0)
+    assert (t.loc["with_tis", "peak_rel_entropy_median"], t.loc["with_tis", "peak_rel_entropy_max"]) == (
+        1.0,
+        9.0,
+    )
+    assert t.loc["control", "peak_rel_entropy_max"] == 1.0
 
     md = paths.table("study_survival", "md").read_text()
     rows = {cells[0]: cells[1:] for cells in _md_rows(md)}
     low, high = _exact(3, 4)
     assert rows["plain"] == ["grpo/m/fp8/tensorwise/s4", "4", f"3/4 = 0.750 [{low:.3f}, {high:.3f}]", "5", "3-5",
-                             "gibberish: 2, entropy_spike: 1", "1 at 10"]  # fmt: skip
-    assert rows["control"][2:] == ["0/3 = 0.000 [0.000, 0.708]", "", "", "", "3 at 10"]
+                             "gibberish: 2, entropy_spike: 1", "1 at 10", "5.00, 9.00"]  # fmt: skip
+    assert rows["control"][2:] == ["0/3 = 0.000 [0.000, 0.708]", "", "", "", "3 at 10", "1.00, 1.00"]
     assert rows["with_tis"][2:4] == ["1/3 = 0.333 [0.008, 0.906]", ""]
     assert "Study arms: time to divergence" in paths.html.read_text()
     summary = paths.summary.read_text()
