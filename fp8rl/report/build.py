@@ -53,6 +53,7 @@ from fp8rl.report.markdown import (
     to_markdown,
 )
 from fp8rl.report.mechanism import MECHANISM_NOTES, mechanism_plots, mechanism_table, mechanism_view
+from fp8rl.report.paired import seed_unit_notes
 from fp8rl.report.paths import ReportPaths
 from fp8rl.report.plots import write_plots
 from fp8rl.report.summaries import eval_keys
@@ -313,7 +314,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     control_info = control_summary(control)
     view = comparison_view(comparison, keys)
     paired = paired_view(comparison)
-    comparison_notes = void_notes(control_info, COMPARISON_NOTES)
+    comparison_notes = seed_unit_notes(cfg.study, void_notes(control_info, COMPARISON_NOTES))
     bases = base_model_table(final.root, runset.problems)
     status_note = [", ".join(f"{s}: {n}" for s, n in counts.items())]
 
@@ -348,7 +349,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
         mechanism = mechanism_table(comparison, runset, cfg)
         tables.append(ReportTable(
             "mechanism", "Mechanism: excess clipping vs FP8 condition", "mechanism", mechanism_view(mechanism),
-            void_notes(control_info, MECHANISM_NOTES), mechanism,
+            seed_unit_notes(cfg.study, void_notes(control_info, MECHANISM_NOTES)), mechanism,
         ))  # fmt: skip
         plots |= mechanism_plots(mechanism, paths.plots_dir)
     tables += [

@@ -29,6 +29,18 @@ from fp8rl.config import ContrastConfig, StudyConfig
 
 # The columns the base-unit contrast tables add after `n_reference`.
 BASE_COLUMNS = ["bases", "seeds_per_base"]
+# Said in the notes of the per-variant tables (comparison, mechanism) of a `unit: base` tier, whose
+# intervals and tests take the seed as the unit.
+NESTED_SEEDS_NOTE = (
+    "This tier's seeds are nested in base models (study.unit: base): the intervals and tests of this "
+    "table take each seed as an independent unit, which seeds of one base are not; read them as "
+    "descriptions. The study's tests, paired over bases, are in the planned and exploratory tables."
+)
+
+
+def seed_unit_notes(study: StudyConfig | None, notes: list[str]) -> list[str]:
+    """`notes` with `NESTED_SEEDS_NOTE` added where the study's unit is the base."""
+    return [*notes, NESTED_SEEDS_NOTE] if study is not None and study.unit == "base" else notes
 
 
 def base_means(endpoints: pd.DataFrame, arm: str) -> pd.DataFrame:

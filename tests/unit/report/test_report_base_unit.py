@@ -176,6 +176,17 @@ def test_the_arms_are_intervals_over_base_means(tier):
     assert arms.loc["calib", "n"] == len(SEEDS) - 1 and arms.loc["calib", "runs"] == len(SEEDS)
 
 
+def test_the_seed_unit_tables_say_their_seeds_are_nested_in_bases(tier):
+    """The comparison and mechanism tables of a base-unit tier keep seed-unit intervals (descriptive), and
+    their notes say so; the planned table's tests are the paired ones."""
+    from fp8rl.report.paired import NESTED_SEEDS_NOTE
+
+    _, paths = tier
+    for name in ("comparison", "mechanism"):
+        assert NESTED_SEEDS_NOTE in paths.table(name, "md").read_text(), name
+    assert NESTED_SEEDS_NOTE not in paths.table("planned", "md").read_text()
+
+
 def test_a_run_unit_study_keeps_its_columns():
     """Studies written before `unit` keep their dumps and tables: no `unit` key, no base columns."""
     from fp8rl.config import StudyConfig

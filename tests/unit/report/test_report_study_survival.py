@@ -150,6 +150,7 @@ def test_a_study_tier_report_has_time_to_divergence_per_arm(tmp_path):
     assert rows["control"][2:] == ["0/3 = 0.000 [0.000, 0.708]", "", "", "", "3 at 10", "1.00, 1.00"]
     assert rows["with_tis"][2:4] == ["1/3 = 0.333 [0.008, 0.906]", ""]
     assert "Study arms: time to divergence" in paths.html.read_text()
+    assert "nested in base models" not in paths.table("comparison", "md").read_text()  # the seed is the unit
     summary = paths.summary.read_text()
     assert "(tables/study_survival.md)" in summary
     assert "plain 3/4 (gibberish: 2, entropy_spike: 1), median step 5" in summary
