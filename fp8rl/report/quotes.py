@@ -51,7 +51,8 @@ BEGIN = re.compile(r"<!-- fp8rl:results (?P<name>[a-z0-9-]+) -->\n")
 END = "<!-- /fp8rl:results -->"
 # The markdown files that hold quoted blocks, relative to the repository root.
 QUOTING_FILES = (
-    "README.md", "docs/smoke.md", "docs/learn.md", "docs/mechanism.md", "docs/numerics.md", "docs/performance.md"
+    "README.md", "docs/smoke.md", "docs/learn.md", "docs/clipping.md", "docs/mechanism.md", "docs/numerics.md",
+    "docs/performance.md",
 )  # fmt: skip
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fp8rl.report.quote_format import QuoteError, interval, markdown_table, num, published_table
+from fp8rl.report.quote_format import QuoteError, interval, markdown_table, num, pp_point, published_table
 
 TIER = "learn"
 
@@ -23,17 +23,43 @@ def learn_findings(published: Path) -> str:
 
 
 def clipping_findings(published: Path) -> str:
-    return study_findings(published, "clipping")
+    """The study's findings and, after the contrasts, what calibration did to the clipping itself."""
+    return study_findings(published, "clipping", after_contrasts=[clipping_per_arm(published, "clipping")])
 
 
-def study_findings(published: Path, tier: str) -> str:
+def clipping_per_arm(published: Path, tier: str) -> str:
+    """Each arm's negative-advantage clip fraction, its excess over the run's own BF16 shadow and, for
+    calibrated arms, the bounds calibration set: seed means over all steps (`arms.csv`, `endpoints.csv`),
+    descriptive."""
+    arms = published_table(published, tier, "arms")
+    ends = published_table(published, tier, "endpoints")
+    ends = ends[ends["arm"].notna()].assign(arm=lambda f: f["arm"].str.split(";")).explode("arm")
+    bounds = ends.groupby("arm")[["calib_low", "calib_high"]].mean()
+    clip = ", ".join(f"{r['arm']} {num(100 * r['clip_low_neg'])} %" for r in arms.to_dict("records"))
+    excess = ", ".join(
+        f"{r['arm']} {pp_point(r['excess_clip'])}"
+        for r in arms.to_dict("records")
+        if pd.notna(r["excess_clip"])
+    )
+    calib = ", ".join(
+        f"{arm} [{num(r['calib_low'])}, {num(r['calib_high'])}]"
+        for arm, r in bounds.iterrows()
+        if pd.notna(r["calib_low"])
+    )
+    return (
+        f"- Clipping (seed means over all steps, descriptive): `clip/low_neg` {clip}; its excess over each "
+        f"run's own BF16 shadow {excess}; calibrated bounds (lower, upper) {calib}."
+    )
+
+
+def study_findings(published: Path, tier: str, after_contrasts: tuple[str, ...] | list[str] = ()) -> str:
     """A few bullets for a pre-registered study tier: the control's reward rise with its interval and
     verdict, each planned contrast with its interval, Holm p and decision (Welch t over seeds, or the
     paired t over bases of `study.unit: base`), each exploratory contrast marked as such, the highest
     relative entropy peak (of any arm from `stability.csv`, else of any run with each arm's median from
     `study_survival.csv`), and
     where runs diverged, of which kind (`stability.csv`, or `study_survival.csv` for a study without a
-    dose axis)."""
+    dose axis). `after_contrasts`: a tier's own lines, placed after the contrasts."""
     control = published_table(published, tier, "control")
     if control.empty:
         raise QuoteError(f"{published / tier}: control.csv has no bf16 group")
@@ -62,6 +88,7 @@ def study_findings(published: Path, tier: str) -> str:
                 f"{interval(r['difference'], r['low'], r['high'], 3)} ({'paired t' if paired else 'Welch'} "
                 f"p {_p(r['p'])}, unadjusted)."
             )
+    lines += after_contrasts
     tables = published / tier / "tables"
     stab = published_table(published, tier, "stability") if (tables / "stability.csv").is_file() else None
     if stab is not None and "peak_rel_entropy" in stab:
