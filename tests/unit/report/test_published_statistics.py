@@ -3,7 +3,9 @@
 `endpoints.csv` carries the one value per run that every interval and test aggregates (fp8rl.report.
 endpoints). Recomputing from it with today's fp8rl.report.stats gives the same bytes as the published
 `planned.csv`, `exploratory.csv`, `control.csv`, the arms' intervals and the stability table's exact
-count intervals and Fisher tests: moving a statistic onto scipy did not move a published number."""
+count intervals and Fisher tests: moving a statistic onto scipy did not move a published number. The
+clipping tier's contrasts (the base as the unit) are also recomputed without fp8rl: base means from
+endpoints.csv, scipy's paired t-test, Holm by hand."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from scipy import stats
 
 from fp8rl.config_loader import load_config
 from fp8rl.report.control import control_table
@@ -36,23 +39,59 @@ def study_endpoints(tier: str) -> pd.DataFrame:
     """endpoints.csv with one row per (arm, run): a run in several arms (`;`-joined) counts in each."""
     ep = published(tier, "endpoints")
     ep = ep[ep["arm"].notna()].assign(arm=lambda f: f["arm"].str.split(";")).explode("arm")
-    return ep[["arm", "run_id", "status", "endpoint"]].reset_index(drop=True)
+    return ep[["arm", "run_id", "base", "status", "endpoint"]].reset_index(drop=True)
+
+
+def tier_config(tier: str):
+    cfg = load_config(str(REPO / "config" / f"{tier}.yaml"), [])
+    provenance = json.loads((PUBLISHED / tier / "provenance.json").read_text())
+    if cfg.digest() != provenance["config_digest"]:
+        pytest.skip(f"config/{tier}.yaml changed since results/published/{tier} was published")
+    return cfg
 
 
 @pytest.fixture(scope="module")
 def learn_config():
-    cfg = load_config(str(REPO / "config" / "learn.yaml"), [])
-    provenance = json.loads((PUBLISHED / "learn" / "provenance.json").read_text())
-    if cfg.digest() != provenance["config_digest"]:
-        pytest.skip("config/learn.yaml changed since results/published/learn was published")
-    return cfg
+    return tier_config("learn")
 
 
+@pytest.mark.parametrize("tier", ["learn", "clipping"])
 @pytest.mark.parametrize("planned", [True, False], ids=["planned", "exploratory"])
-def test_contrasts_rebuild_from_the_published_endpoints(learn_config, planned):
-    table = contrasts_table(study_endpoints("learn"), learn_config.study, planned=planned)
+def test_contrasts_rebuild_from_the_published_endpoints(tier, planned):
+    table = contrasts_table(study_endpoints(tier), tier_config(tier).study, planned=planned)
     name = "planned" if planned else "exploratory"
-    assert csv_bytes(table) == (PUBLISHED / "learn" / "tables" / f"{name}.csv").read_text()
+    assert csv_bytes(table) == (PUBLISHED / tier / "tables" / f"{name}.csv").read_text()
+
+
+def test_the_clipping_contrasts_are_paired_t_tests_over_base_means():
+    """Without fp8rl's statistics: each arm's base means, scipy's paired t-test between two arms over the
+    six bases, Holm over the planned pair; every published figure matches to the written precision."""
+    study = tier_config("clipping").study
+    ep = study_endpoints("clipping")
+    ep = ep[ep["endpoint"].notna()]
+    means = ep.groupby(["base", "arm"])["endpoint"].mean().unstack("arm")
+    assert len(means) == 6 and not means.isna().any().any()  # six bases, every arm on each
+    p = {}
+    for planned, contrasts in ((True, study.planned), (False, study.exploratory)):
+        table = published("clipping", "planned" if planned else "exploratory").set_index("contrast")
+        assert sorted(table.index) == sorted(c.name for c in contrasts)
+        for c in contrasts:
+            res = stats.ttest_rel(means[c.arm], means[c.reference])
+            ci = res.confidence_interval(0.95)
+            diff = (means[c.arm] - means[c.reference]).mean()
+            row = table.loc[c.name]
+            assert row["bases"] == 6 and row["df"] == 5
+            ours = [diff, ci.low, ci.high, res.pvalue]
+            assert [FLOAT % v for v in ours] == [FLOAT % row[k] for k in ("difference", "low", "high", "p")]
+            if planned:
+                p[c.name] = res.pvalue
+    running = 0.0
+    for rank, name in enumerate(sorted(p, key=p.get)):
+        running = max(running, min(1.0, (len(p) - rank) * p[name]))
+        assert (
+            FLOAT % running
+            == FLOAT % published("clipping", "planned").set_index("contrast").loc[name, "p_adjusted"]
+        )
 
 
 def test_arm_intervals_rebuild_from_the_published_endpoints():
@@ -65,7 +104,7 @@ def test_arm_intervals_rebuild_from_the_published_endpoints():
             assert FLOAT % ours == FLOAT % theirs
 
 
-@pytest.mark.parametrize("tier", ["smoke", "ci", "learn", "mechanism"])
+@pytest.mark.parametrize("tier", ["smoke", "ci", "learn", "mechanism", "clipping"])
 def test_control_rebuilds_from_the_published_endpoints(tier):
     ep = published(tier, "endpoints")
     text = (PUBLISHED / tier / "tables" / "control.csv").read_text()

@@ -1,0 +1,98 @@
+"""What README.md and docs/ (clipping, learn, attribution) say in words about the published clipping
+study holds for its tables. The figures themselves are generated blocks (`clipping-findings`, checked by `fp8rl quotes
+--check`); the sentences around them are not, so each claim is checked here against
+results/published/clipping/: a re-publication that changes an answer fails this test until the words
+are rewritten."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fp8rl.config_loader import load_config
+
+REPO = Path(__file__).resolve().parents[3]
+TABLES = REPO / "results" / "published" / "clipping" / "tables"
+
+
+def fold(name: str) -> str:
+    """A page's prose with line breaks and quote markers folded, so that a claim is found wherever the
+    text wraps."""
+    text = (REPO / name).read_text(encoding="utf-8")
+    return " ".join(re.sub(r"^> ?", "", text, flags=re.M).split())
+
+
+README, PAGE = fold("README.md"), fold("docs/clipping.md")
+LEARN, ATTRIBUTION = fold("docs/learn.md"), fold("docs/attribution.md")
+
+
+def table(name: str) -> pd.DataFrame:
+    return pd.read_csv(TABLES / f"{name}.csv", keep_default_na=False, na_values=[""])
+
+
+@pytest.fixture(scope="module")
+def min_effect() -> float:
+    return load_config(str(REPO / "config" / "clipping.yaml"), []).study.min_effect
+
+
+def test_the_control_learned_on_the_base_means():
+    (control,) = table("control").to_dict("records")
+    assert control["unit"] == "base" and control["n"] == 6 and control["verdict"] == "learned"
+    assert "Its control learned" in README and "**The control learned**" in PAGE
+
+
+def test_both_planned_contrasts_are_not_rejected_and_exclude_the_minimum_effect(min_effect):
+    planned = table("planned")
+    assert sorted(planned["contrast"]) == ["tis_calib_fixed_vs_tis", "tis_calib_vs_tis"]
+    for r in planned.to_dict("records"):
+        assert r["decision"] == "not rejected", r["contrast"]
+        assert -min_effect < r["low"] and r["high"] < min_effect, r["contrast"]  # "far narrower"
+        assert r["high"] - r["low"] < min_effect / 2, r["contrast"]
+    assert "an effect of that size is excluded here, not merely undetected" in README
+    assert "an effect of that size is excluded" in PAGE
+    assert "whether calibrated clipping wins it back: it did not" in LEARN
+    assert "calibrated clipping neither raised nor lowered the final reward against TIS" in ATTRIBUTION
+
+
+def test_calibration_removed_most_of_the_excess_clipping_and_none_of_the_gap():
+    arms = table("arms").set_index("arm")
+    for calibrated in ("tis_calib", "tis_calib_fixed"):
+        assert arms.loc[calibrated, "excess_clip"] < arms.loc["tis", "excess_clip"] / 2  # "most of"
+        assert arms.loc["bf16", "clip_low_neg"] < arms.loc[calibrated, "clip_low_neg"]  # "toward bf16's"
+        assert arms.loc[calibrated, "clip_low_neg"] < arms.loc["tis", "clip_low_neg"]
+    explo = table("exploratory").set_index("contrast")
+    for gap in ("tis_vs_bf16", "tis_calib_vs_bf16"):  # "stays as far below bf16"
+        assert explo.loc[gap, "high"] < 0, gap
+    assert explo.loc["proportional_vs_fixed", "low"] < 0 < explo.loc["proportional_vs_fixed", "high"]
+    assert "removed most of FP8's excess clipping" in README and "**The gap stays.**" in PAGE
+
+
+def test_no_arm_had_an_entropy_surge_and_only_plain_fp8_diverged():
+    surv = table("study_survival").set_index("arm")
+    assert (surv["peak_rel_entropy_max"] < 2).all()  # a surge is several times the baseline
+    assert surv["diverged"].sum() == surv.loc["fp8", "diverged"] == 1
+    assert surv.loc["fp8", "kinds"] == "reward_collapse: 1"
+    assert "No run showed an entropy surge" in README and "**No entropy surge, no garbled output.**" in PAGE
+    gibberish = table("endpoints")["gibberish_rate"].max()
+    assert gibberish < 0.05, gibberish  # "no garbled output"
+
+
+def test_the_clipping_line_quotes_the_arms_and_the_mechanism_tables():
+    """The findings' clipping line: each arm's clip fraction and excess from arms.csv, and the calibrated
+    bounds, computed from endpoints.csv, equal to the mechanism table's seed means of the same runs."""
+    from fp8rl.report.quote_format import num, pp_point
+    from fp8rl.report.quotes_learn import clipping_per_arm
+
+    line = clipping_per_arm(REPO / "results" / "published", "clipping")
+    for r in table("arms").to_dict("records"):
+        assert f"{r['arm']} {num(100 * r['clip_low_neg'])} %" in line
+        if r["arm"] != "bf16":
+            assert f"{r['arm']} {pp_point(r['excess_clip'])}" in line
+    mech = table("mechanism").set_index(["variant", "condition"])
+    for arm, condition in (("tis_calib", "s4"), ("tis_calib_fixed", "s4_fixed")):
+        low, high = mech.loc[("fp8_tis_calib", condition), ["calib_low", "calib_high"]]
+        assert f"{arm} [{num(low)}, {num(high)}]" in line
+    assert "fixed" in line and mech.loc[("fp8_tis_calib", "s4_fixed"), "calib_high"] == pytest.approx(1.2)
