@@ -127,7 +127,8 @@ def step_curves(
             if (line := (bounds or {}).get(algo, {}).get(metric)) is not None:
                 ax.axhline(line[0], color="black", lw=1, ls="--", label=line[1])
     place_legends(fig, axes, len(colors))
-    fig.suptitle(f"{title}\n(mean over seeds, band = min–max; x = a diverged run's last step)", fontsize=10)
+    # the note on two lines: one line is wider than a one-panel figure, and its ends were cut off
+    fig.suptitle(f"{title}\n(mean over seeds, band = min–max;\nx = a diverged run's last step)", fontsize=10)
     return fig
 
 
