@@ -1,7 +1,8 @@
 """The figures of the pre-registered study tiers that README.md and docs/ quote (fp8rl.report.quotes),
 from their published tables: whether the bf16 control learned (`control.csv`), the pre-registered
-contrasts (`planned.csv`, `exploratory.csv`), and divergence per variant and noise dose (`stability.csv`,
-`breaking_dose.csv`: the learning tier) or per study arm (`study_survival.csv`: the clipping tier)."""
+contrasts (`planned.csv`, `exploratory.csv`), divergence per variant and noise dose (`stability.csv`,
+`breaking_dose.csv`: the learning tier) or per study arm (`study_survival.csv`: the clipping tier), and
+for the clipping tier what calibration did to the clipping itself (`arms.csv`, `endpoints.csv`)."""
 
 from __future__ import annotations
 
@@ -57,9 +58,9 @@ def study_findings(published: Path, tier: str, after_contrasts: tuple[str, ...] 
     verdict, each planned contrast with its interval, Holm p and decision (Welch t over seeds, or the
     paired t over bases of `study.unit: base`), each exploratory contrast marked as such, the highest
     relative entropy peak (of any arm from `stability.csv`, else of any run with each arm's median from
-    `study_survival.csv`), and
-    where runs diverged, of which kind (`stability.csv`, or `study_survival.csv` for a study without a
-    dose axis). `after_contrasts`: a tier's own lines, placed after the contrasts."""
+    `study_survival.csv`), and where runs diverged, of which kind (`stability.csv`, or
+    `study_survival.csv` for a study without a dose axis). `after_contrasts`: a tier's own lines,
+    placed after the contrasts."""
     control = published_table(published, tier, "control")
     if control.empty:
         raise QuoteError(f"{published / tier}: control.csv has no bf16 group")
@@ -107,7 +108,7 @@ def study_findings(published: Path, tier: str, after_contrasts: tuple[str, ...] 
             )
             lines.append(
                 f"- Entropy: the highest peak over its early baseline of any run is "
-                f"{num(top['peak_rel_entropy_max'])} ({top['arm']}); the median run's per arm: {medians} "
+                f"{num(top['peak_rel_entropy_max'])} ({top['arm']}); each arm's median run: {medians} "
                 "(a surge would be several times the baseline)."
             )
     lines.append(_divergences(published, tier, stab))
