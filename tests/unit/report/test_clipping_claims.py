@@ -42,6 +42,9 @@ def test_the_control_learned_on_the_base_means():
     (control,) = table("control").to_dict("records")
     assert control["unit"] == "base" and control["n"] == 6 and control["verdict"] == "learned"
     assert "Its control learned" in README and "**The control learned**" in PAGE
+    bf16 = table("endpoints").query("variant == 'bf16'")
+    assert len(bf16) == 18 and (bf16["reward_rise"] > 0).all()  # "rose on every base, and in every run"
+    assert "bf16's reward rose on every base, and in every run" in PAGE
 
 
 def test_both_planned_contrasts_are_not_rejected_and_exclude_the_minimum_effect(min_effect):
