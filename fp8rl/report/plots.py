@@ -90,13 +90,24 @@ def _no_data(ax: plt.Axes) -> None:
     ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="grey")
 
 
+# What makes a figure file the same bytes for the same data: the SVG without its creation date and with
+# element ids hashed from a fixed salt (matplotlib draws them at random otherwise); the PNG has no date.
+SAVE_METADATA = {"svg": {"Date": None}, "png": {}}
+SVG_SALT = {"svg.hashsalt": "fp8rl"}
+
+
 def save_figure(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
-    """Write `name.png` and `name.svg` atomically; returns their paths."""
+    """Write `name.png` and `name.svg` atomically, byte for byte the same for the same figure; returns
+    their paths."""
     paths = []
-    for ext in PLOT_FORMATS:
-        path = out_dir / f"{name}.{ext}"
-        atomic_write(path, lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=100))
-        paths.append(path)
+    with matplotlib.rc_context(SVG_SALT):
+        for ext in PLOT_FORMATS:
+            path = out_dir / f"{name}.{ext}"
+            meta = SAVE_METADATA.get(ext, {})
+            atomic_write(
+                path, lambda tmp, ext=ext, meta=meta: fig.savefig(tmp, format=ext, dpi=100, metadata=meta)
+            )
+            paths.append(path)
     plt.close(fig)
     return paths
 
