@@ -212,9 +212,11 @@ def study_survival_tables(
     cfg: ExperimentConfig, runset: RunSet, paths: ReportPaths, runs_dir: Path
 ) -> tuple[list[ReportTable], list[tuple[Path, str]]]:
     """The time to divergence per arm of a study without a dose axis (fp8rl.report.study_survival), and
-    its figure's (file, caption) pair (the figure is written here)."""
+    the (file, caption) pairs of its figure and of the reward-gap figure (fp8rl.report.study_gap; both
+    written here)."""
     from fp8rl.report.stability import run_stability
     from fp8rl.report.stability_plots import write_study_survival_plot
+    from fp8rl.report.study_gap import reward_gaps, write_study_gap_plot
     from fp8rl.report.study_survival import NOTES, arm_runs, survival_table, survival_view
 
     per_arm = arm_runs(run_stability(runset, runs_dir, cfg), cfg)
@@ -223,6 +225,7 @@ def study_survival_tables(
     tables = [ReportTable("study_survival", title, "study arms, time to divergence", survival_view(table),
                           NOTES, table)]  # fmt: skip
     figures = write_study_survival_plot(per_arm, list(cfg.study.arms), paths.plots_dir)
+    figures |= write_study_gap_plot(reward_gaps(runset, cfg), cfg, paths.plots_dir)
     return tables, [(files[0], CAPTIONS[name]) for name, files in figures.items()]
 
 

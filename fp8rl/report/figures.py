@@ -3,8 +3,9 @@ part of the report that has it and its caption in report.html.
 
 `CORE` figures are in every report (fp8rl.report.plots draws them), `MECHANISM` ones in tiers with FP8
 conditions (fp8rl.report.mechanism), `STABILITY` ones in tiers with a noise-dose axis
-(fp8rl.report.stability_plots), `STUDY_SURVIVAL` in study tiers without one (a survival curve per arm,
-fp8rl.report.study_survival). `ReportPaths` lists the files from here and the HTML report takes the
+(fp8rl.report.stability_plots), `STUDY_SURVIVAL` and `STUDY_GAP` in study tiers without one (a survival
+curve per arm, fp8rl.report.study_survival; each arm's reward gap to the control per step,
+fp8rl.report.study_gap). `ReportPaths` lists the files from here and the HTML report takes the
 captions from here; the drawing modules key their builders by these names. No matplotlib: the DAG reads
 this to know a report's outputs.
 """
@@ -40,4 +41,8 @@ STUDY_SURVIVAL = {
     "study_survival": "Runs not yet diverged vs step (Kaplan-Meier; runs that did not diverge censored at "
     "their last step), per arm of the pre-registered study",
 }
-CAPTIONS = {**CORE, **MECHANISM, **STABILITY, **STUDY_SURVIVAL}
+STUDY_GAP = {
+    "study_reward_gap": "Each arm's reward minus the bf16 control's vs step, paired the way the planned "
+    "test pairs (within base for study.unit: base), with its 95% interval; shaded: the endpoint's window",
+}
+CAPTIONS = {**CORE, **MECHANISM, **STABILITY, **STUDY_SURVIVAL, **STUDY_GAP}

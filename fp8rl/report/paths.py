@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fp8rl.report.figures import CORE, MECHANISM, STABILITY, STUDY_SURVIVAL
+from fp8rl.report.figures import CORE, MECHANISM, STABILITY, STUDY_GAP, STUDY_SURVIVAL
 from fp8rl.run_files import RUNS_DIR, RootPath
 
 if TYPE_CHECKING:
@@ -36,9 +36,10 @@ STABILITY_PLOTS = tuple(STABILITY)
 # only for configs with a `study` section (a pre-registered study tier: fp8rl.report.planned)
 STUDY_TABLES = ("arms", "planned", "exploratory")
 # only for a study without a noise-dose axis (a dose axis has the stability report's survival curves):
-# time to divergence per arm (fp8rl.report.study_survival)
+# time to divergence per arm (fp8rl.report.study_survival) and each arm's reward gap to the control per
+# step (fp8rl.report.study_gap)
 SURVIVAL_TABLES = ("study_survival",)
-SURVIVAL_PLOTS = tuple(STUDY_SURVIVAL)
+SURVIVAL_PLOTS = (*STUDY_SURVIVAL, *STUDY_GAP)
 
 
 @dataclass(frozen=True)

@@ -187,6 +187,42 @@ def test_the_seed_unit_tables_say_their_seeds_are_nested_in_bases(tier):
     assert NESTED_SEEDS_NOTE not in paths.table("planned", "md").read_text()
 
 
+def test_the_reward_gap_is_paired_within_base_at_every_step(tier):
+    """`study_gap.reward_gaps`: per step, each base's seed mean of the arm minus the control's, then a
+    t-interval over bases, recomputed here from the rewards the runs logged (the failed run left out);
+    over the endpoint's window its mean is the contrast the table tests."""
+    from fp8rl.report.load import load_tier
+    from fp8rl.report.study_gap import reward_gaps
+
+    cfg, paths = tier
+    gaps = reward_gaps(load_tier(cfg, paths.runs_dir), cfg).set_index(["arm", "step"])
+    assert sorted(set(gaps.index.get_level_values("arm"))) == sorted(a for a in STUDY["arms"] if a != "bf16")
+    used = [s for s in cfg.runs() if s.run_id != FAILED]
+
+    def base_mean(cell: str, base: int, step: int) -> float:
+        return float(
+            np.mean(
+                [_reward(s, step) for s in used if s.run_id.startswith(f"{cell}/") and s.seed % BASES == base]
+            )
+        )
+
+    for arm, cell in STUDY["arms"].items():
+        if arm == "bf16":
+            continue
+        for step in (1, 7, STEPS):
+            d = [base_mean(cell, b, step) - base_mean(STUDY["arms"]["bf16"], b, step) for b in range(BASES)]
+            ci = stats.ttest_1samp(d, 0.0).confidence_interval(0.95)
+            _close(
+                gaps.loc[(arm, step), ["gap", "low", "high"]], [np.mean(d), ci.low, ci.high], f"{arm} {step}"
+            )
+            assert gaps.loc[(arm, step), "units"] == BASES
+    window = gaps.loc["fp8"]
+    window = window[window.index > STUDY["endpoint"]["from_frac"] * STEPS]
+    explo = pd.read_csv(paths.table("exploratory", "csv")).set_index("contrast")
+    _close(window["gap"].mean(), explo.loc["fp8_vs_bf16", "difference"], "the window's mean gap")
+    assert paths.plot("study_reward_gap", "png").stat().st_size > 1000
+
+
 def test_a_run_unit_study_keeps_its_columns():
     """Studies written before `unit` keep their dumps and tables: no `unit` key, no base columns."""
     from fp8rl.config import StudyConfig

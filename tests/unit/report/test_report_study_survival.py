@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
@@ -59,13 +60,20 @@ def _config(tmp_path: Path) -> ExperimentConfig:
     )  # fmt: skip
 
 
+def _reward(run_id: str, step: int) -> float:
+    """A reward that differs by arm and seed: the reward-gap figure's input."""
+    seed = int(run_id.rsplit("seed", 1)[1])
+    return 0.3 + 0.02 * seed + (0.0 if "/bf16/" in run_id else -0.1) + 0.001 * step
+
+
 def _write_runs(paths: ReportPaths) -> None:
     """Each run's metrics.jsonl and summary.json as the trainer writes them (fp8rl.run_records)."""
     for run_id, (status, div, last) in RUNS.items():
         root = paths.runs_dir / run_id
         root.mkdir(parents=True)
         lines = [
-            {"step": s, "reward/mean": 0.3, "acc/mean": 0.3, "entropy": 9.0 if div and s >= div[1] else 1.0,
+            {"step": s, "reward/mean": _reward(run_id, s), "acc/mean": 0.3,
+             "entropy": 9.0 if div and s >= div[1] else 1.0,
              "gibberish/rate": 0.0, "clip/low_neg": 0.01}
             for s in range(1, last + 1)
         ]  # fmt: skip
@@ -154,6 +162,29 @@ def test_a_study_tier_report_has_time_to_divergence_per_arm(tmp_path):
     summary = paths.summary.read_text()
     assert "(tables/study_survival.md)" in summary
     assert "plain 3/4 (gibberish: 2, entropy_spike: 1), median step 5" in summary
+
+
+def test_the_reward_gap_of_a_run_unit_study_is_welch_over_the_runs_that_trained(tmp_path):
+    from fp8rl.report.load import load_tier
+    from fp8rl.report.study_gap import reward_gaps
+
+    cfg = _config(tmp_path)
+    paths = ReportPaths.for_config(cfg)
+    _write_runs(paths)
+    gaps = reward_gaps(load_tier(cfg, paths.runs_dir), cfg).set_index(["arm", "step"])
+    assert sorted(set(gaps.index.get_level_values("arm"))) == ["plain", "with_tis"]  # control left out
+    trained = {r: v for r, v in RUNS.items() if v[0] != "failed"}
+    for arm, cell in (("plain", "grpo/m/fp8/tensorwise/s4"), ("with_tis", "grpo/m/fp8_tis/tensorwise/s4")):
+        for step in (1, STEPS):
+            own = [_reward(r, step) for r in trained if r.startswith(f"{cell}/")]
+            ref = [_reward(r, step) for r in trained if r.startswith("grpo/m/bf16/")]
+            res = stats.ttest_ind(own, ref, equal_var=False)
+            ci = res.confidence_interval(0.95)
+            row = gaps.loc[(arm, step)]
+            assert [row["gap"], row["low"], row["high"]] == pytest.approx(
+                [np.mean(own) - np.mean(ref), ci.low, ci.high]
+            )
+            assert row["units"] == min(len(own), len(ref)) == 3  # with_tis: the failed run is not in it
 
 
 def test_only_a_study_without_a_dose_axis_has_the_survival_outputs(tmp_path):
