@@ -24,12 +24,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from fp8rl.config import ExperimentConfig, arm_cell
+from fp8rl.config import ExperimentConfig
 from fp8rl.config.runs import RunSpec
 from fp8rl.report.comparison import USED_STATUSES
 from fp8rl.report.figures import STUDY_GAP
 from fp8rl.report.load import RunSet
 from fp8rl.report.stats import t_interval, welch_interval
+from fp8rl.report.study_survival import arm_runs
 from fp8rl.vocabulary import REWARD_MEAN
 
 COLUMNS = ["arm", "step", "gap", "low", "high", "units"]
@@ -47,18 +48,14 @@ def _arm_rewards(runset: RunSet, cfg: ExperimentConfig) -> pd.DataFrame:
     """`reward/mean` per (arm, run, step) of the runs that trained, with the run's `unit` (its base with
     `unit: base`, else its run id)."""
     data = runset.metric("train", REWARD_MEAN)
-    data = data[data["status"].isin(USED_STATUSES)]
-    by_base = cfg.study.unit == "base"
-    parts = []
-    for arm, cell in cfg.study.arms.items():
-        sub = data[data["run_id"].map(lambda r, c=cell: arm_cell(c, r))]
-        units = [
-            cfg.base_of(m, int(s)) if by_base else r
-            for r, m, s in zip(sub["run_id"], sub["model"], sub["seed"], strict=True)
-        ]
-        parts.append(sub[["run_id", "step", "value"]].assign(arm=arm, unit=units))
-    cols = ["run_id", "step", "value", "arm", "unit"]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
+    data = arm_runs(data[data["status"].isin(USED_STATUSES)], cfg)
+    if cfg.study.unit == "base":  # one base per run, looked up once
+        runs = data[["run_id", "model", "seed"]].drop_duplicates("run_id")
+        base = {r: cfg.base_of(m, int(s)) for r, m, s in runs.itertuples(index=False)}
+        unit = data["run_id"].map(base)
+    else:
+        unit = data["run_id"]
+    return data[["run_id", "step", "value", "arm"]].assign(unit=unit)
 
 
 def reward_gaps(runset: RunSet, cfg: ExperimentConfig) -> pd.DataFrame:
