@@ -25,7 +25,8 @@ from workflow_helpers import REPO, SNAKEFILE, snakemake, write_config
 PARTITION = os.environ.get("FP8RL_SLURM_PARTITION", "cpu")
 ACCOUNT = os.environ.get("FP8RL_SLURM_ACCOUNT", "fp8rl")
 RUN_ID = "grpo/tiny/bf16/none/seed0"
-STEPS = 200  # 0.5-1.2 s a step on a 2-core Xeon: 2-4 min of training against a 1-minute limit
+STEPS = 400  # 0.5-1.2 s a step on a 2-core Xeon: 3-8 min of training against a 1-minute limit, which
+# slurmctld enforces up to a minute or so late: at 200 steps an idle machine once finished before the kill
 
 
 def _cluster_problem() -> str | None:
