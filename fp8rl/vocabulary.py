@@ -137,6 +137,12 @@ CALIB_LOW = "calib/low"
 CALIB_HIGH = "calib/high"  # the calibrated upper bound U
 MISMATCH_KL_K1 = "mismatch/kl_k1"  # rollout/trainer mismatch, k1 estimator
 MISMATCH_KL_K3 = "mismatch/kl_k3"  # rollout/trainer mismatch, k3 estimator
+# The mismatch in the units real stacks report (fp8rl.rl.mismatch), `{prefix}/{unit}` per step: k3 KL,
+# mean |Δlogp|, tmpe (mean exp|Δlogp|, NeMo-RL's token_mult_prob_error) and the signed mean Δlogp, for
+# the trainer vs the rollout engine (`mismatch/`) and the FP8 trainer vs its BF16 shadow (`shadow_mismatch/`).
+MISMATCH_UNITS = ("kl_k3", "abs_dlogp", "tmpe", "dlogp")
+MISMATCH_ROLLOUT = "mismatch"
+MISMATCH_SHADOW = "shadow_mismatch"
 # The variant every comparison is made against.
 REFERENCE_VARIANT = "bf16"
 

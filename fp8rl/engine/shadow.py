@@ -6,7 +6,8 @@ variant (`Precision.as_bf16`): once for the old policy, right after the trainer'
 and once per mini-batch update for the current policy (no grad). Their ratio `π_θ / π_old` in BF16 is
 the reference ratio of those tokens: `*_calib` variants calibrate their clip bounds against it
 (`calib.reference: shadow`), and every fp8 variant derives `phantom/low_neg` and `phantom/missed_neg`
-from it and counts both ratios in the run's `RatioHistogram`. In the first update of a step the policy
+from it and counts both ratios in the run's `RatioHistogram`; the old policy's BF16 log-probs against the
+FP8 trainer's are the step's `shadow_mismatch/*` (fp8rl.rl.mismatch). In the first update of a step the policy
 is still the old one: the reference ratios are exactly 1 and no pass runs (nor does any when a step
 has a single update). Its time is the `calib` phase.
 """
@@ -21,6 +22,7 @@ from fp8rl.engine.phase_timer import PhaseTimer
 from fp8rl.engine.sampler import RolloutBatch
 from fp8rl.engine.scoring import score
 from fp8rl.rl import RatioHistogram, masked_ratio
+from fp8rl.rl.mismatch import SHADOW, mismatch_units
 
 
 class ShadowPass:
@@ -43,6 +45,7 @@ class ShadowPass:
         self.hist = RatioHistogram()
         self.pos: torch.Tensor | None = None  # [B]: row -> index among the shadow rows, -1 elsewhere
         self.ref_old: torch.Tensor | None = None  # [n_shadow, T] old-policy BF16 log-probs
+        self.rows: torch.Tensor | None = None  # [n_shadow] this step's shadow rows
 
     def _score(self, batch: RolloutBatch) -> torch.Tensor:
         with self.timer.phase("calib") as ph, torch.no_grad(), self.as_bf16():
@@ -59,7 +62,18 @@ class ShadowPass:
         rows = torch.randperm(n_rows, generator=generator)[:n].sort().values.to(device)
         self.pos = torch.full((n_rows,), -1, dtype=torch.long, device=device)
         self.pos[rows] = torch.arange(len(rows), device=device)
+        self.rows = rows
         self.ref_old = None if single_update else self._score(batch.select(rows))
+
+    def mismatch(self, old_log_prob: torch.Tensor, response_mask: torch.Tensor) -> dict[str, float]:
+        """The FP8 trainer's old log-probs `old_log_prob` [B, T] against this step's BF16 re-score of
+        the shadow rows, in the field's units (`shadow_mismatch/*`, fp8rl.rl.mismatch): what FP8 alone
+        changes in the trainer's log-probs. Empty when the step has a single update (no BF16 re-score of
+        the old policy is made then)."""
+        if self.ref_old is None:
+            return {}
+        rows = self.rows
+        return mismatch_units(old_log_prob[rows], self.ref_old, response_mask[rows], SHADOW)
 
     def ref_ratios(
         self,

@@ -79,6 +79,7 @@ from fp8rl.rl import (
     ratio_quantiles,
 )
 from fp8rl.rl.corrections import ICEPOP_BAND, MIS_BAND, mismatch_aliases, rollout_correction
+from fp8rl.rl.mismatch import ROLLOUT, mismatch_units
 from fp8rl.run_files import RunDir
 from fp8rl.run_records import PHASES, build_summary
 from fp8rl.tracking import Trackers, check_trackers, open_trackers
@@ -367,6 +368,7 @@ class Trainer:
             # 3. shadow: the BF16 re-score of a sample of the sequences (fp8 variants)
             if self.shadow is not None:
                 self.shadow.start_step(batch, _gen(seed, step, "shadow"), single_update=single_update)
+                metrics.update(self.shadow.mismatch(scores.old_log_prob, batch.response_mask))
             # 4. ppo_epochs x mini_batches updates in a seeded order, each under its own clip bounds
             n = len(batch.response_mask)
             mb_size = math.ceil(n / sch.mini_batches)
@@ -432,6 +434,7 @@ class Trainer:
             if self.kl_policy is not None:
                 kl_ref_lp, _ = self._score(self.kl_policy, batch)
         out.update(mismatch_kl(old_lp, batch.log_probs, mask))
+        out.update(mismatch_units(old_lp, batch.log_probs, mask, ROLLOUT))
         out.update(mismatch_aliases(old_lp, batch.log_probs, mask))
         t = self.resolved.tis
         corr = rollout_correction(
