@@ -16,7 +16,9 @@ fsynced, and swapped in whole (`fp8rl.io.replace_dir`): where the filesystem can
 one step a reader sees the old publication or the new one at every instant, never none and never a
 mix; elsewhere the old one is renamed to `{tier}.old` first, and a publication killed between the two
 renames is put back by the next `fp8rl publish` (`fp8rl.io.recover_dir`, as for checkpoints). The
-tier's `report.lock` is held throughout, so no report is rebuilt under the copy.
+tier's `report.lock` is held throughout, so no report is rebuilt under the copy. The destination (and its
+`.old`) must be absent or a publication, and no results folder may be at, in or above it
+(`check_destination`): publishing replaces it whole.
 
 `verify_publication` checks a publication against its own `report.json` (every hashed file unchanged,
 no file added); `fp8rl quotes` and `fp8rl check` run it before they read one.
@@ -159,6 +161,56 @@ def verify_publication(root: str | Path, *, publication: bool = True) -> dict:
     return manifest
 
 
+def _publication_names() -> frozenset[str]:
+    """Every file name a publication of any tier can hold, relative to its folder."""
+    names = set(UNHASHED)
+    for stability in (False, True):  # a study has survival tables without a dose axis, stability with one
+        paths = ReportPaths(Path(), mechanism=True, stability=stability, study=True)
+        names.update(p.as_posix() for p in paths.outputs())
+    return frozenset(names)
+
+
+def is_publication(folder: Path) -> bool:
+    """`folder` is a directory (not a link) holding nothing but a publication's files, by name: a report's
+    outputs and `UNHASHED`. Neither the hashes nor completeness are checked: an edited publication, or
+    the `.old` copy of one whose removal was killed half-way, is still one that publishing may replace."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    names = _publication_names()
+    for path in folder.rglob("*"):
+        if path.is_symlink() or (not path.is_dir() and path.relative_to(folder).as_posix() not in names):
+            return False
+    return True
+
+
+# A folder holding one of these is a tier's results (runs, digest records), never a place to publish to.
+RESULTS_MARKERS = ("runs", "digests")
+
+
+def check_destination(dest: Path, results_dir: Path, tier: str) -> None:
+    """PublishError, before anything is touched, when publishing to `dest` could remove what is not a
+    publication: `dest` (or the `dest.old` a publication moves aside) exists and is not a publication,
+    or `dest` is, holds or lies inside a results folder (the tier's `{results_dir}/{tier}`, or any folder
+    with `runs/` or `digests/`). Publishing replaces `dest` whole and removes `dest.old`."""
+    hint = "publish to a new folder or to an earlier publication (default {results_dir}/published/TIER)"
+    for path in (dest, dest.with_name(dest.name + ".old")):
+        if (path.exists() or path.is_symlink()) and not is_publication(path):
+            raise PublishError(
+                f"{path}: exists and is not a publication (it holds files other than a report's); "
+                f"publishing would remove what it holds. Move it away, or {hint}"
+            )
+    real = dest.resolve()
+    tier_root = (results_dir / tier).resolve()
+    for results in (tier_root, results_dir.resolve()):
+        if real == results or results.is_relative_to(real):
+            raise PublishError(f"{dest}: is or holds the results folder {results}; {hint}")
+    for folder in (real, *real.parents):
+        if folder == tier_root or any((folder / m).is_dir() for m in RESULTS_MARKERS):
+            raise PublishError(
+                f"{dest}: lies inside the results folder {folder} (it holds runs or digest records); {hint}"
+            )
+
+
 def _fsync_tree(root: Path) -> None:
     for p in sorted(root.rglob("*"), reverse=True):
         if p.is_file():
@@ -199,6 +251,7 @@ def publish_tier(
     with hold_lock(paths.lock_file, LOCK_HINT):
         paths, manifest = check_publishable(tier, results_dir, cfg)  # again, now that no report can run
         verify_outputs(paths, manifest)
+        check_destination(dest, results_dir, tier)
         dest.parent.mkdir(parents=True, exist_ok=True)
         _recover_legacy(dest)
         recover_dir(dest)  # what a killed publication left
