@@ -6,14 +6,17 @@ what to do about it. The kernel releases the lock when the holder's process ends
 file left by a killed holder is simply taken over. A run directory (`RunDir.lock`, fp8rl.run_files), a
 tier's report, an `fp8rl data` output and the workflow's DAG each hold one. A filesystem without flock
 (Lustre without `-o flock`, some NFS) raises `LockUnsupported`; `FP8RL_NO_FLOCK=1` runs without the lock
-where the scheduler alone keeps one writer.
+where the scheduler alone keeps one writer. A lock path that is a link (symbolic or hard) or not a plain
+file is refused (`LockNotAFile`), never written through.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +31,11 @@ class RunDirLocked(Exception):
 class LockUnsupported(RunDirLocked):
     """The filesystem refuses `flock` (Lustre mounted without `-o flock`, some NFS setups): the message
     names the file and the two ways out."""
+
+
+class LockNotAFile(RunDirLocked):
+    """The lock path is a link, or not a plain file of its own (a hard link, a fifo, a device): locking
+    it would write through to what it points at, so it is refused; the message names it."""
 
 
 # Set to 1 where the results filesystem has no flock and the scheduler alone keeps one writer per run.
@@ -82,10 +90,32 @@ def hold_lock(lock_file: str | Path, hint: str) -> Iterator[None]:
             _remove_empty(lock_file.parent, up_to=first_new)
 
 
+def _open_own(path: Path) -> int:
+    """`path` opened read-write (created if absent), never through a link: `LockNotAFile` when it is a
+    symbolic link, a hard link to another name, or not a regular file, since the holder truncates and
+    writes it."""
+    why = "a symbolic link"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+    else:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            return fd
+        os.close(fd)
+        why = "a hard link to another file" if stat.S_ISREG(st.st_mode) else "not a regular file"
+    raise LockNotAFile(
+        f"{path}: the lock file is {why}; a lock never writes through one (it would overwrite what it "
+        "points at). Remove it (no fp8rl process makes one) and run again"
+    )
+
+
 def _acquire(path: Path, hint: str) -> int:
     """An open descriptor of `path` holding its exclusive flock; `RunDirLocked` if another process has it."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_own(path)
         if os.environ.get(NO_FLOCK_ENV) == "1":
             return fd  # no lock: the holder file is still written, for whoever looks
         try:

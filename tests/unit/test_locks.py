@@ -114,3 +114,48 @@ def test_two_data_commands_on_one_out_never_mix_their_files(tmp_path, capsys):
     assert f"--out {out}:" in err and "pid " in err
     assert not (out / "train.jsonl").exists()
     assert main(args) == 0 and (out / "train.jsonl").is_file() and not (out / DATA_LOCK).exists()
+
+
+def _planted(kind: str, lock: Path, victim: Path) -> None:
+    victim.write_text("precious\n")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "symlink":
+        lock.symlink_to(victim)
+    elif kind == "dangling symlink":
+        victim.unlink()
+        lock.symlink_to(victim)
+    elif kind == "hard link":
+        os.link(victim, lock)
+    else:
+        os.mkfifo(lock)
+
+
+@pytest.mark.parametrize("kind", ["symlink", "dangling symlink", "hard link", "fifo"])
+def test_a_lock_never_writes_through_a_planted_link(tmp_path, kind):
+    """A link planted at a lock path would have the next holder truncate and overwrite its target: the
+    lock is refused (a RunDirLocked, so commands exit 2) naming the path, and the target is untouched."""
+    from fp8rl.locks import LockNotAFile, hold_lock
+
+    lock, victim = tmp_path / "run" / "run.lock", tmp_path / "victim.txt"
+    _planted(kind, lock, victim)
+    with pytest.raises(LockNotAFile, match=r"run\.lock: the lock file is") as exc, hold_lock(lock, "hint"):
+        pass
+    assert isinstance(exc.value, RunDirLocked)
+    if kind == "dangling symlink":
+        assert not victim.exists()  # not created through the link
+    elif kind != "fifo":
+        assert victim.read_text() == "precious\n"
+    assert lock.is_symlink() or lock.exists()  # left for the user to look at
+
+
+def test_data_refuses_a_link_at_its_lock(tmp_path, capsys):
+    from fp8rl.cli import main
+    from fp8rl.commands.data import DATA_LOCK
+
+    smoke = Path(__file__).resolve().parents[2] / "config" / "smoke.yaml"
+    out = tmp_path / "data"
+    _planted("symlink", out / DATA_LOCK, tmp_path / "victim.txt")
+    assert main(["data", "--config", str(smoke), "--out", str(out), "--set", "task.n_train=50"]) == 2
+    assert f"{out / DATA_LOCK}: the lock file is a symbolic link" in capsys.readouterr().err
+    assert (tmp_path / "victim.txt").read_text() == "precious\n"
+    assert not (out / "train.jsonl").exists()
