@@ -214,10 +214,14 @@ def _q(value: object) -> str:
 
 
 def _q_str(value: object) -> str:
-    """A Hydra override value that stays a string: single-quoted whatever it reads as (a bare `123` or
-    `true` would be an int or a bool)."""
-    s = str(value)
-    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """A Hydra override value that stays the string it is: single-quoted whatever it reads as (a bare
+    `123` or `true` would be an int or a bool), with every `${` escaped, since Hydra resolves
+    interpolations inside quoted strings too (`${oc.env:HF_TOKEN}` in a tracking URI would put the secret
+    into verl's printed config). Two layers read the value: OmegaConf takes `\\${` as a literal `${`, the
+    backslashes before it escaping each other; Hydra's quoted string takes backslashes before a quote or
+    at its end as escaping each other, and every other backslash as itself."""
+    s = re.sub(r"(\\*)\$\{", lambda m: 2 * m.group(1) + "\\${", str(value))
+    return "'" + re.sub(r"(\\*)('|\Z)", lambda m: 2 * m.group(1) + ("\\'" if m.group(2) else ""), s) + "'"
 
 
 # verl's live logger writes its TensorBoard events here, under verl's metric names (`{run}/tb/` holds

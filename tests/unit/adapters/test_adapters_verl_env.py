@@ -21,6 +21,7 @@ VERL_TESTS = [
     "test_adapters_verl_upstream.py",
     "test_adapters_verl_rehearse.py",
     "test_adapters_verl_sizing.py",
+    "test_adapters_verl_quoting.py",
 ]
 
 
