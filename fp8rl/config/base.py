@@ -36,6 +36,16 @@ CalibReferenceField = Annotated[
 SAFE_PATH = re.compile(r"/?[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*/?")
 
 
+# The folder of a results_dir that `fp8rl publish` writes publications into (`{results_dir}/published/
+# {tier}`): committed tables, never a results_dir itself.
+PUBLISHED_DIR = "published"
+
+
+def in_published(path: str) -> bool:
+    """True when `path` is a `PUBLISHED_DIR` folder or lies inside one."""
+    return PUBLISHED_DIR in path.split("/")
+
+
 # The longest name of one file or folder most filesystems take (ext4, xfs, btrfs: 255 bytes).
 PATH_PART_MAX = 255
 

@@ -11,7 +11,14 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from fp8rl.config.algorithms import AlgorithmsConfig, DAPOConfig, GRPOConfig
-from fp8rl.config.base import PATH_PART_MAX, Strict, is_safe_path, long_path_part
+from fp8rl.config.base import (
+    PATH_PART_MAX,
+    PUBLISHED_DIR,
+    Strict,
+    in_published,
+    is_safe_path,
+    long_path_part,
+)
 from fp8rl.config.evaluation import EvalConfig
 from fp8rl.config.infrastructure import ContainersConfig, HubConfig, Resources, TrackingConfig
 from fp8rl.config.limits import LIMITS
@@ -97,6 +104,12 @@ class ExperimentConfig(Strict):
                 f"{v!r} is not a safe path: use letters, digits, '_', '.', '-' and '/' between parts "
                 "(no spaces, quotes, '$' or '..'; each part starts with a letter, digit or '_'), "
                 "relative to the project or absolute"
+            )
+        if in_published(v):
+            raise ValueError(
+                f"{v!r} is or lies inside a {PUBLISHED_DIR!r} folder, where `fp8rl publish` keeps the "
+                "committed publications: a tier there would read them as its own outputs; use a folder of "
+                "its own, e.g. results or results/ci"
             )
         return v
 

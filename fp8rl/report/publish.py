@@ -34,6 +34,7 @@ from pathlib import Path
 
 from fp8rl import numerics
 from fp8rl.config import ExperimentConfig
+from fp8rl.config.base import PUBLISHED_DIR
 from fp8rl.io import atomic_write_json, fsync_dir, recover_dir, sha256_file, staged_dir
 from fp8rl.provenance import git_commit, machine, package_versions
 from fp8rl.report.paths import ReportPaths, report_flags
@@ -247,7 +248,7 @@ def publish_tier(
 
     results_dir = Path(results_dir)
     paths, _ = check_publishable(tier, results_dir, cfg)
-    dest = Path(dest) if dest is not None else results_dir / "published" / tier
+    dest = Path(dest) if dest is not None else results_dir / PUBLISHED_DIR / tier
     with hold_lock(paths.lock_file, LOCK_HINT):
         paths, manifest = check_publishable(tier, results_dir, cfg)  # again, now that no report can run
         verify_outputs(paths, manifest)
