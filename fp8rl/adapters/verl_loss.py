@@ -14,8 +14,11 @@ weights as `is_weights`:
   correction), and the step's first update clipping nothing below (`ref_unchanged`). The step and
   update come from fp8rl.adapters.verl_update (installed here, in every worker).
 
-Both log the `clip/*` and `ratio/p01|p50|p99` of each micro-batch (verl averages them over the
-micro-batches of an update, so the quantiles are means of per-micro-batch quantiles).
+Both log the `clip/*` and `ratio/p01|p50|p99` of each micro-batch, every one as a weighted pair
+(`LOSS_METRICS`): verl gathers each key over the DP ranks and requires every rank to have logged it
+equally often, and fp8rl.adapters.verl_update.fold turns the pairs into the update's values: the clip
+fractions and `loss/ppo_kl` over the update's pooled population (all micro-batches, all ranks), the
+quantiles and bounds as means of per-micro-batch values.
 
 The dual clip `clip_c` and the calibration options come from the JSON file named by the
 `FP8RL_VERL_LOSS` environment variable (`verl_overrides.loss_spec`); without it, `clip_c` falls back to
@@ -46,8 +49,38 @@ from fp8rl.adapters.verl_launch import DIVERGENCE_FILE
 from fp8rl.config import CalibConfig
 from fp8rl.rl import LOG_RATIO_CLAMP, ClipBounds, LossTerms, policy_loss, ratio_quantiles
 from fp8rl.rl.calibration import Calibrator, step_targets
+from fp8rl.vocabulary import (
+    CALIB_HIGH,
+    CALIB_LOW,
+    CLIP_DUAL,
+    CLIP_HIGH_ALL,
+    CLIP_HIGH_POS,
+    CLIP_LOW_ALL,
+    CLIP_LOW_NEG,
+)
 
 SPEC_ENV = "FP8RL_VERL_LOSS"
+
+# Every metric the losses log, as a weighted pair on every micro-batch (verl_update.fold): name -> the
+# population its value is a fraction or mean over (its weight), or None: one per micro-batch that has it.
+LOSS_METRICS: dict[str, str | None] = {
+    CLIP_LOW_NEG: "neg",
+    CLIP_DUAL: "neg",
+    CLIP_HIGH_POS: "pos",
+    CLIP_LOW_ALL: "tokens",
+    CLIP_HIGH_ALL: "tokens",
+    "loss/ppo_kl": "tokens",
+    "actor/ppo_kl": "tokens",
+    "loss/pg": None,
+    "ratio/p01": None,
+    "ratio/p50": None,
+    "ratio/p99": None,
+    CALIB_LOW: None,
+    CALIB_HIGH: None,
+    "calib/target_q": None,
+    "calib/target_q_high": None,
+}
+PLAIN_METRICS = ("loss/tokens",)  # logged by every micro-batch as it is
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -140,11 +173,32 @@ def _global_scale(mask: torch.Tensor, loss_agg_mode: str, info: dict[str, Any]) 
     return 0.0 if total == 0 else local / total * dp_size
 
 
-def _metrics(m: dict[str, float]) -> dict[str, float]:
-    """fp8rl metrics plus verl's own names for the same quantities, so verl's dashboards keep working."""
-    out = dict(m)
+def _metrics(m: dict[str, float], advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """The same keys for every micro-batch (module docstring): `PLAIN_METRICS` as they are, each of
+    `LOSS_METRICS` as `WEIGHTED_SUM + name` (value x weight) and `WEIGHTED_N + name` (weight: its
+    population's size, or 1; both 0 when the micro-batch has no value), with `actor/ppo_kl` (verl's name
+    for `loss/ppo_kl`, so verl's dashboards keep working). RuntimeError on a metric outside both lists:
+    one logged by some micro-batches only would stop verl's DP aggregation."""
+    m = dict(m)
     if "loss/ppo_kl" in m:
-        out["actor/ppo_kl"] = m["loss/ppo_kl"]
+        m["actor/ppo_kl"] = m["loss/ppo_kl"]
+    unknown = sorted(set(m) - set(LOSS_METRICS) - set(PLAIN_METRICS))
+    if unknown:
+        raise RuntimeError(
+            f"fp8rl verl loss: metrics {unknown} are in neither LOSS_METRICS nor PLAIN_METRICS"
+        )
+    with torch.no_grad():
+        adv = advantages.detach() if advantages.dim() == mask.dim() else advantages.detach().unsqueeze(-1)
+        sizes = {
+            "tokens": float(mask.sum()),
+            "neg": float((mask & (adv < 0)).sum()),
+            "pos": float((mask & (adv > 0)).sum()),
+        }
+    out = {name: float(m[name]) for name in PLAIN_METRICS if name in m}
+    for name, population in LOSS_METRICS.items():
+        weight = 0.0 if name not in m else 1.0 if population is None else sizes[population]
+        out[verl_update.WEIGHTED_SUM + name] = float(m[name]) * weight if weight else 0.0
+        out[verl_update.WEIGHTED_N + name] = weight
     return out
 
 
@@ -182,7 +236,7 @@ def _run(
     loss = loss * _global_scale(mask, loss_agg_mode, info)
     with torch.no_grad():
         quantiles = ratio_quantiles(_ratio(log_prob, old_log_prob), mask) if bool(mask.any()) else {}
-    return loss, _metrics({**m, **quantiles, **extra})
+    return loss, _metrics({**m, **quantiles, **extra}, advantages, mask)
 
 
 # (config, old_log_prob, log_prob, advantages, response_mask) -> (bounds or None: the fixed ones, metrics)

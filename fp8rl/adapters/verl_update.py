@@ -9,6 +9,17 @@ resumed run's actor first loads `.../global_step_N/actor` through `TrainingWorke
 `install` wraps those three methods to keep `POSITION`: `step` (the last loaded save's step, plus one
 per `train_mini_batch`) and `update` (1 for the step's first mini-batch, 2 for the next, ...).
 
+The `train_batch` wrapper also turns the loss's weighted metrics into the update's values (`fold`).
+verl wraps each micro-batch's loss metrics in a one-value `Metric`, all-gathers them over the DP group
+and calls `Metric.aggregate_dp`, which raises unless every rank logged every key equally often. A
+fraction whose population can be empty in a micro-batch (`clip/low_neg` without an A<0 token,
+`ratio/p50` without a valid token) therefore reaches verl as two keys that every micro-batch logs:
+`WEIGHTED_SUM + name` (its value times its population, 0 when empty) and `WEIGHTED_N + name` (the
+population). Once verl has gathered one mini-batch's micro-batches over the DP ranks, `fold` replaces
+each pair by `sum / n` over all of them, the update's fraction as the reference trainer computes it,
+or drops it when the update had no population ("absent, never 0"); verl's step value is then the mean
+over the step's updates that have it, as the reference trainer's `StepMeans`.
+
 fp8rl.adapters.verl_loss installs it when verl imports it (every worker), patching
 `verl.workers.engine_workers` as soon as that module is loaded.
 """
@@ -20,8 +31,11 @@ import importlib.util
 import re
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 MODULE = "verl.workers.engine_workers"
+WEIGHTED_SUM = "fp8rl_sum/"  # + metric name: value x population, summed by fold
+WEIGHTED_N = "fp8rl_n/"  # + metric name: the population
 CLASS = "TrainingWorker"
 _STEP_DIR = re.compile(r"global_step_(\d+)")
 
@@ -41,6 +55,42 @@ class UpdatePosition:
 
 
 POSITION = UpdatePosition()
+
+
+def _total(value: Any) -> float:
+    """The sum of every value verl holds for one key of one mini-batch: a `Metric` (one rank), a list of
+    them (all-gathered over DP ranks), or plain numbers."""
+    if isinstance(value, list | tuple):
+        return float(sum(_total(v) for v in value))
+    values = getattr(value, "values", None)
+    if isinstance(values, list):
+        return float(sum(float(v) for v in values))
+    return float(value)
+
+
+def fold(metrics: dict[str, Any]) -> dict[str, Any]:
+    """One mini-batch's metrics with each `WEIGHTED_SUM`/`WEIGHTED_N` pair replaced by the fraction
+    `sum / n` under the metric's name (absent when `n` is 0); every other key unchanged."""
+    out = {k: v for k, v in metrics.items() if not k.startswith((WEIGHTED_SUM, WEIGHTED_N))}
+    for key, value in metrics.items():
+        if key.startswith(WEIGHTED_SUM):
+            name = key.removeprefix(WEIGHTED_SUM)
+            n = _total(metrics.get(WEIGHTED_N + name, 0.0))
+            if n > 0:
+                out[name] = _total(value) / n
+    return out
+
+
+def _fold_output(output: Any) -> Any:
+    """`train_batch`'s output (a TensorDict on the ranks that return metrics, else None), folded."""
+    if output is None:
+        return output
+    from verl.utils import tensordict_utils as tu
+
+    metrics = tu.get(output, "metrics", default=None)
+    if isinstance(metrics, dict) and any(k.startswith(WEIGHTED_SUM) for k in metrics):
+        tu.assign_non_tensor(output, metrics=fold(metrics))
+    return output
 
 
 def wrap(cls: type) -> type:
@@ -65,7 +115,7 @@ def wrap(cls: type) -> type:
     @functools.wraps(batch)
     def train_batch(self, *args, **kwargs):
         POSITION.update += 1
-        return batch(self, *args, **kwargs)
+        return _fold_output(batch(self, *args, **kwargs))
 
     cls.load_checkpoint, cls.train_mini_batch, cls.train_batch = (
         load_checkpoint,

@@ -46,6 +46,13 @@ def _actor_config(clip_low=0.2, clip_high=0.28, clip_c=3.0, agg="token-mean", ty
     )
 
 
+def _fold(metrics: dict) -> dict:
+    """One micro-batch's metrics as verl's update logs them (fp8rl.adapters.verl_update.fold)."""
+    from fp8rl.adapters import verl_update
+
+    return verl_update.fold(metrics)
+
+
 @pytest.fixture
 def registry(verl_site, monkeypatch, tmp_path):
     """verl's registry with fp8rl's losses registered; the loss spec read from a temp file."""
@@ -91,6 +98,7 @@ def test_fp8rl_clip_equals_verl_vanilla(registry, agg, typed):
         old_log_prob=old, log_prob=new, advantages=adv, response_mask=mask.bool(), loss_agg_mode=agg,
         config=cfg, rollout_is_weights=w,
     )  # fmt: skip
+    metrics = _fold(metrics)
     (g_ours,) = torch.autograd.grad(ours, new)
     ref, ref_metrics = core_algos.get_policy_loss_fn("vanilla")(
         old_log_prob=old, log_prob=new, advantages=adv, response_mask=mask, loss_agg_mode=agg, config=cfg,
@@ -134,6 +142,7 @@ def test_calibrated_clip_through_registry_equals_fp8rl(registry):
     cfg = _actor_config(clip_low=0.2, clip_high=0.28, clip_c=10.0)
     fn = core_algos.get_policy_loss_fn("calibrated_clip")
     loss, metrics = fn(old, new, adv, mask.bool(), "token-mean", cfg, w)
+    metrics = _fold(metrics)
 
     ratio = torch.exp(new.detach() - old)
     # With a static target quantile q, the bounds are calibrated_bounds' with a reference whose clip
@@ -234,6 +243,7 @@ def test_calibrated_clip_sets_the_reference_trainers_bounds_for_each_update(regi
     _, metrics = core_algos.get_policy_loss_fn("calibrated_clip")(
         old, new, adv, mask.bool(), "token-mean", _actor_config(clip_low=0.2, clip_high=0.28, clip_c=10.0), w
     )
+    metrics = _fold(metrics)
     reference = UpdateBounds(
         ClipBounds.fixed(0.2, 0.28), calibrator=Calibrator.from_config(CalibConfig.model_validate(options),
                                                                        clip_low=0.2, clip_high=0.28),
@@ -282,3 +292,25 @@ def test_the_update_position_follows_verls_actor_worker(verl_site):
     w.load_checkpoint("/run/verl_checkpoints/global_step_40/actor")
     assert w.train_mini_batch(3) == [(41, 1), (41, 2), (41, 3)]
     assert w.train_mini_batch(2) == [(42, 1), (42, 2)]
+
+
+@pytest.mark.parametrize("loss", ["fp8rl_clip", "calibrated_clip"])
+def test_every_micro_batch_logs_the_same_metric_keys(registry, loss):
+    """verl's DP aggregation needs every rank to log every key equally often: a micro-batch without A<0
+    or A>0 tokens, or without any token, logs the keys of a full one (with zero weights)."""
+    core_algos, set_spec = registry
+    set_spec(
+        {"clip_c": 3.0, "calib": {"reference": "static:0.05", "population": "neg", "upper": "proportional"}}
+    )
+    old, new, adv, mask, w = _batch()
+    fn = core_algos.get_policy_loss_fn(loss)
+    keys = []
+    for a, m in [
+        (adv, mask),
+        (torch.zeros_like(adv), mask),
+        (adv.abs(), mask),
+        (adv, torch.zeros_like(mask)),
+    ]:
+        _, metrics = fn(old, new, a, m.bool(), "token-mean", _actor_config(), w)
+        keys.append(sorted(metrics))
+    assert all(k == keys[0] for k in keys)

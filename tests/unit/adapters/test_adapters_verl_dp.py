@@ -1,0 +1,151 @@
+"""fp8rl's verl losses through verl's own actor update over two data-parallel ranks (gloo, CPU).
+
+verl gathers each micro-batch's loss metrics over the DP group and `Metric.aggregate_dp` raises unless
+every rank logged every key equally often; GRPO groups whose advantages are all 0 leave micro-batches
+without an A<0 or A>0 token. The update must go through and log the fractions the reference trainer
+would: pooled over each mini-batch, all ranks, then averaged over the step's mini-batches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fp8rl.rl import ClipBounds, LossTerms, policy_loss
+
+HERE = Path(__file__).resolve().parent
+WORLD, MINI, MICRO, T = 2, 4, 2, 6
+
+# per rank, per sequence: its advantage (GRPO: one per sequence). Micro-batches are pairs of sequences,
+# mini-batches quadruples. Rank 0's first micro-batch has no A != 0 token, rank 1's has A<0 ones: in
+# the first mini-batch rank 0 logs `clip/low_neg` once, rank 1 twice. Rank 1's third micro-batch has
+# no A<0 token, rank 0's fourth no token with A != 0.
+ADVANTAGES = [
+    [0.0, 0.0, 1.0, -1.0, -0.5, -0.5, 0.0, 0.0],
+    [1.0, -1.0, -1.0, 0.0, 1.0, 1.0, -1.0, 0.5],
+]
+
+
+def _case(loss: str) -> dict:
+    g = torch.Generator().manual_seed(7)
+    ranks = []
+    for adv in ADVANTAGES:
+        b = len(adv)
+        old = -torch.rand(b, T, generator=g) * 2.0
+        new = old + 0.5 * torch.randn(b, T, generator=g)
+        mask = torch.ones(b, T)
+        for i in range(b):
+            mask[i, 2 + (i % 4) :] = 0.0
+        ranks.append(
+            {
+                "old_log_probs": old.tolist(),
+                "new_log_probs": new.tolist(),
+                "response_mask": mask.tolist(),
+                "advantages": torch.tensor(adv).unsqueeze(1).expand(b, T).tolist(),
+            }
+        )
+    return {"loss": loss, "mini": MINI, "micro": MICRO, "ranks": ranks}
+
+
+def _run_ranks(case: dict, tmp: Path, spec: dict | None) -> list[dict]:
+    (tmp / "case.json").write_text(json.dumps(case))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    if spec is not None:
+        (tmp / "verl_loss.json").write_text(json.dumps(spec))
+        env["FP8RL_VERL_LOSS"] = str(tmp / "verl_loss.json")
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "verl_dp_rank.py"),
+                str(rank),
+                str(WORLD),
+                str(tmp / "store"),
+                str(tmp / "case.json"),
+                str(tmp / f"rank{rank}.json"),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        for rank in range(WORLD)
+    ]
+    logs = [p.communicate(timeout=300)[0] for p in procs]
+    results = []
+    for rank, log in enumerate(logs):
+        path = tmp / f"rank{rank}.json"
+        assert path.is_file(), f"rank {rank} wrote nothing:\n{log[-3000:]}"
+        results.append(json.loads(path.read_text()))
+    return results
+
+
+def _mini_batches(case: dict):
+    """Each mini-batch's tensors, both ranks' sequences together (what verl's DP ranks trained on)."""
+    for j in range(len(ADVANTAGES[0]) // MINI):
+        rows = slice(j * MINI, (j + 1) * MINI)
+        yield {
+            k: torch.cat([torch.tensor(r[k])[rows] for r in case["ranks"]])
+            for k in ("old_log_probs", "new_log_probs", "response_mask", "advantages")
+        }
+
+
+def _micro_batches(case: dict, j: int):
+    for r in case["ranks"]:
+        for start in range(j * MINI, (j + 1) * MINI, MICRO):
+            yield {k: torch.tensor(v)[start : start + MICRO] for k, v in r.items()}
+
+
+@pytest.mark.parametrize("loss", ["fp8rl_clip", "calibrated_clip"])
+def test_the_update_aggregates_fp8rls_loss_metrics_over_dp_ranks(verl_site, tmp_path, loss):
+    from fp8rl.rl import ratio_quantiles
+
+    case = _case(loss)
+    spec = {"clip_c": 3.0, "calib": None}
+    if loss == "calibrated_clip":
+        spec["calib"] = {"reference": "static:0.05", "population": "neg", "upper": "proportional"}
+    results = _run_ranks(case, tmp_path, spec)
+    for rank, res in enumerate(results):
+        assert "error" not in res, f"rank {rank}: {res.get('traceback', res)}"
+    metrics = results[0]["metrics"]
+    same = [{k: v for k, v in r["metrics"].items() if not k.startswith("perf/")} for r in results]
+    assert same[1] == same[0]  # every rank returns the gathered metrics
+    assert not [k for k in metrics if k.startswith(("fp8rl_sum/", "fp8rl_n/"))]
+
+    # the fractions of each mini-batch over both ranks' tokens, as the reference trainer's update has them
+    want: dict[str, list[float]] = {}
+    for j, mb in enumerate(_mini_batches(case)):
+        mask = mb["response_mask"].bool()
+        bounds = ClipBounds.fixed(0.2, 0.28)
+        if loss == "calibrated_clip":
+            bounds = ClipBounds(metrics["calib/low"][j], metrics["calib/high"][j])
+        _, m = policy_loss(mb["new_log_probs"], mb["old_log_probs"], mb["advantages"], mask, bounds,
+                           LossTerms(clip_c=3.0))  # fmt: skip
+        for k in (
+            "clip/low_neg",
+            "clip/high_pos",
+            "clip/dual",
+            "clip/low_all",
+            "clip/high_all",
+            "loss/ppo_kl",
+        ):
+            if k in m:
+                want.setdefault(k, []).append(m[k])
+        micro = [
+            ratio_quantiles(torch.exp(u["new_log_probs"] - u["old_log_probs"]), u["response_mask"].bool())
+            for u in _micro_batches(case, j)
+        ]
+        want.setdefault("ratio/p50", []).append(sum(q["ratio/p50"] for q in micro) / len(micro))
+    for k, values in want.items():
+        if loss == "calibrated_clip" and k.startswith("clip/"):
+            continue  # per-micro-batch bounds: the fractions are not those of one pooled bound
+        assert metrics[k] == pytest.approx(values, rel=1e-6), k
+    assert metrics["actor/ppo_kl"] == pytest.approx(want["loss/ppo_kl"], rel=1e-6)
+    for k in ("clip/low_neg", "clip/high_pos", "clip/low_all", "loss/tokens", "actor/pg_loss"):
+        assert len(metrics[k]) == len(ADVANTAGES[0]) // MINI, k

@@ -1,0 +1,155 @@
+"""One data-parallel rank of verl 0.9.1's actor update on CPU, for test_adapters_verl_dp.py.
+
+    python verl_dp_rank.py RANK WORLD INIT_FILE CASE_JSON OUT_JSON
+
+Runs verl's own `TrainingWorker.train_mini_batch` (mini-batches, `train_batch`, `_postprocess_output`: the
+all-gather of every metric over the DP group, `Metric.aggregate_dp`) with verl's `ppo_loss` calling the
+policy loss named in the case through verl's registry, in a gloo process group. Only the engine is a
+stand-in (`Engine`): it splits a mini-batch into micro-batches, sets the global batch counts verl's
+engines set, and returns the case's log-probs as the model's, flattened as verl's no-padding layout holds
+them. Writes `{"metrics": ...}` (the ranks that return metrics) or `{"error": ...}` to OUT_JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import traceback
+
+
+class Engine:
+    """The parts of verl's engine (`BaseEngine`) that `TrainingWorker.train_mini_batch` calls."""
+
+    def __init__(self, group, micro: int) -> None:
+        self.group, self.micro = group, micro
+
+    def get_data_parallel_size(self) -> int:
+        import torch.distributed as dist
+
+        return dist.get_world_size(self.group)
+
+    def get_data_parallel_rank(self) -> int:
+        import torch.distributed as dist
+
+        return dist.get_rank(self.group)
+
+    def get_data_parallel_group(self):
+        return self.group
+
+    def is_mp_src_rank_with_outputs(self) -> bool:
+        return True
+
+    @contextlib.contextmanager
+    def train_mode(self, disable_auto_offload: bool = False):
+        yield
+
+    def lr_scheduler_step(self) -> float:
+        return 1e-6
+
+    def train_batch(self, data, loss_function):
+        import torch.distributed as dist
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.engine.utils import postprocess_batch_func
+
+        mask = data["response_mask"].bool()
+        tokens = mask.sum().clone()
+        dist.all_reduce(tokens, group=self.group)
+        world = self.get_data_parallel_size()
+        outputs = []
+        for start in range(0, data.shape[0], self.micro):
+            mb = data[start : start + self.micro]
+            tu.assign_non_tensor(
+                mb, dp_size=world, batch_num_tokens=int(tokens), global_batch_size=data.shape[0] * world
+            )
+            loss, metrics = loss_function(model_output={"log_probs": _flat(mb)}, data=mb, dp_group=self.group)
+            outputs.append({"loss": float(loss.detach()), "metrics": metrics})
+        return postprocess_batch_func(outputs, None, data)
+
+
+def _flat(mb):
+    """The micro-batch's current log-probs in verl's no-padding layout: one row per sequence of prompt +
+    response tokens, the response's log-probs one position left (verl.workers.utils.padding)."""
+    import torch
+
+    prompt_len = mb["prompts"].shape[1]
+    parts = []
+    for lp, n in zip(mb["new_log_probs"], mb["response_mask"].sum(-1).tolist(), strict=True):
+        n = int(n)
+        parts += [torch.zeros(prompt_len - 1), lp[:n], torch.zeros(1)]
+    return torch.cat(parts)
+
+
+def main(rank: int, world: int, init_file: str, case_path: str, out_path: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    with open(case_path) as fh:
+        case = json.load(fh)
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+        from functools import partial
+        from types import SimpleNamespace
+
+        from omegaconf import OmegaConf
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.engine_workers import TrainingWorker
+        from verl.workers.utils.losses import ppo_loss
+
+        import fp8rl.adapters.verl_loss  # noqa: F401  (registers the losses, wraps TrainingWorker)
+
+        config = OmegaConf.create(
+            {
+                "clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "clip_ratio_c": 3.0,
+                "loss_agg_mode": "token-mean", "loss_scale_factor": None, "use_kl_loss": False,
+                "entropy_coeff": 0.0, "global_batch_info": {}, "policy_loss": {"loss_mode": case["loss"]},
+            }
+        )  # fmt: skip
+        worker = TrainingWorker.__new__(TrainingWorker)
+        worker.engine = Engine(dist.group.WORLD, case["micro"])
+        worker.engine_config = SimpleNamespace(
+            use_dynamic_bsz=False, max_token_len_per_gpu=None, micro_batch_size_per_gpu=case["micro"],
+            use_fused_kernels=False, forward_only=False,
+        )  # fmt: skip
+        worker.model_config = {}
+        worker.loss_fn = partial(ppo_loss, config=config)
+        worker.profiler = SimpleNamespace(
+            step=lambda: None,
+            rank=rank,
+            check_enable=lambda: False,
+            check_this_step=lambda: False,
+            check_this_rank=lambda: False,
+        )
+        worker.flops_counter = None
+        worker.device_name = "cpu"
+
+        r = case["ranks"][rank]
+        tensors = {k: torch.tensor(v, dtype=torch.float32) for k, v in r.items()}
+        b, t = tensors["old_log_probs"].shape
+        prompt_len = 3
+        data = tu.get_tensordict(
+            tensor_dict={
+                "prompts": torch.ones(b, prompt_len, dtype=torch.long),
+                "responses": torch.ones(b, t, dtype=torch.long),
+                "attention_mask": torch.cat([torch.ones(b, prompt_len), tensors["response_mask"]], 1).long(),
+                "response_mask": tensors["response_mask"].long(),
+                "old_log_probs": tensors["old_log_probs"],
+                "new_log_probs": tensors["new_log_probs"],
+                "advantages": tensors["advantages"],
+            },
+            non_tensor_dict={"mini_batch_size": case["mini"] * world, "epochs": 1, "seed": 1},
+        )
+        output = worker.train_mini_batch(data)
+        metrics = tu.get(output, "metrics") if output is not None else None
+        result = {"metrics": {k: [float(x) for x in v] if isinstance(v, list) else repr(v)
+                              for k, v in (metrics or {}).items()}}  # fmt: skip
+    except Exception as exc:  # the test reads what went wrong on which rank
+        result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    with open(out_path, "w") as fh:
+        json.dump(result, fh)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5])
