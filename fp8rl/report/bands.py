@@ -7,7 +7,8 @@ its per-seed means: fp8rl.report.stats) has a band: that interval, widened about
 published cell missing from the fresh table fails too. The published folder is checked against its
 `report.json` first (a table edited since it was published is refused: ValueError), and so are the
 report files of the fresh tier folder when it has a `report.json` (its runs, bases and logs beside them
-are not part of the report).
+are not part of the report). A publication that gives no band at all (one seed: no interval) checks
+nothing, and is refused (ValueError) rather than passed.
 """
 
 from __future__ import annotations
@@ -93,6 +94,12 @@ def check(
                 failures.append(
                     f"{metric} of {name} left its band: {got_s} not in [{band[0]:.6g}, {band[1]:.6g}]"
                 )
+    if not failures and len(lines) == 1:
+        raise ValueError(
+            f"{against}: nothing to check: none of its {len(published)} cells has a metric with a 95 % "
+            "interval (a single-seed publication has none: n = 1 gives no t-interval), so no band exists; "
+            "check against a publication of two or more seeds"
+        )
     extra = sorted(set(fresh) - set(published))
     if extra:
         lines.append(f"not published (not checked): {', '.join('/'.join(c) for c in extra)}")

@@ -121,3 +121,35 @@ def test_a_fresh_tier_folder_is_checked_on_its_report_files_only(tmp_path, capsy
     (published / "base" / "tiny" / "config.json").write_text("{}\n")
     assert main(["check", str(fresh), "--against", str(published)]) == 2
     assert "config.json: not one of the files report.json records" in capsys.readouterr().err
+
+
+def test_a_publication_without_a_single_band_checks_nothing_and_says_so(tmp_path, capsys):
+    """A single-seed publication has no interval (n = 1), so no band: that is not a pass."""
+    import json
+
+    from fp8rl.io import sha256_file
+
+    published = tmp_path / "published"
+    (published / "tables").mkdir(parents=True)
+    table = published / "tables" / "comparison.csv"
+    with (PUBLISHED / "tables" / "comparison.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for row in rows:
+        for col in row:
+            if col.endswith((" ci_low", " ci_high")):
+                row[col] = ""
+            elif col.endswith(" n"):
+                row[col] = "1"
+    with table.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    (published / "report.json").write_text(
+        json.dumps({"files": {"tables/comparison.csv": sha256_file(table)}})
+    )
+    fresh = tmp_path / "fresh"
+    (fresh / "tables").mkdir(parents=True)
+    shutil.copy(table, fresh / "tables" / "comparison.csv")
+    assert main(["check", str(fresh), "--against", str(published)]) == 2
+    err = capsys.readouterr().err
+    assert f"{published}: nothing to check" in err and "every metric" not in err
