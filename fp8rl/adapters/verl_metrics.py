@@ -6,7 +6,8 @@ keeps the ones fp8rl's own losses already log under fp8rl's metric names (with o
 and drops everything else. A metric verl did not log is absent, never 0; one logged as NaN/inf is absent
 from `metrics.jsonl` (strict JSON) but reaches the run's status (`import_rows(keep_non_finite=True)`):
 verl's own computations train through a NaN, so a non-finite entropy, reward, policy loss or gradient
-norm (`NON_FINITE_WATCH`) is the run's divergence, as in the reference trainer.
+norm (`NON_FINITE_WATCH`) is the run's divergence, as in the reference trainer. verl 0.9.1's file logger
+writes with orjson, which serializes NaN and inf as `null`: a metric logged as `null` is read as NaN.
 """
 
 from __future__ import annotations
@@ -59,9 +60,17 @@ PASSTHROUGH = (
 )
 
 
+def _logged(data: dict[str, Any], key: str, keep_non_finite: bool) -> float | None:
+    """The number `data` logged under `key` (`_number`); with `keep_non_finite`, NaN for a `null` (how
+    orjson, verl's file logger's serializer, writes NaN and inf)."""
+    if keep_non_finite and key in data and data[key] is None:
+        return math.nan
+    return _number(data.get(key), keep_non_finite)
+
+
 def _number(value: Any, keep_non_finite: bool = False) -> float | None:
     """A logged number as a float; None for anything else, and for NaN/inf unless `keep_non_finite`
-    (verl's file logger writes them as JSON's NaN / Infinity, or as the strings "nan" / "inf")."""
+    (JSON's NaN / Infinity, or the strings "nan" / "inf"; orjson's `null`: `_logged`)."""
     if (
         isinstance(value, str)
         and keep_non_finite
@@ -79,16 +88,16 @@ def convert_row(step: int, data: dict[str, Any], keep_non_finite: bool = False) 
     `keep_non_finite`, NaN/inf values too, and the `NON_FINITE_WATCH` metrics only when non-finite."""
     out: dict[str, float | int] = {"step": int(step)}
     for src, dst in VERL_TO_FP8RL.items():
-        if (v := _number(data.get(src), keep_non_finite)) is not None:
+        if (v := _logged(data, src, keep_non_finite)) is not None:
             out[dst] = v
     for name in PASSTHROUGH:
         for src in (name, f"actor/{name}"):
-            if (v := _number(data.get(src), keep_non_finite)) is not None:
+            if (v := _logged(data, src, keep_non_finite)) is not None:
                 out[name] = v
                 break
     if keep_non_finite:
         for src in NON_FINITE_WATCH:
-            if (v := _number(data.get(src), True)) is not None and not math.isfinite(v):
+            if (v := _logged(data, src, True)) is not None and not math.isfinite(v):
                 out[src] = v
     return out
 
