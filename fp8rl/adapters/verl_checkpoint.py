@@ -9,7 +9,13 @@ Hugging Face tree, or runs verl's model merger on Megatron shards when a run did
 run's `checkpoint/` (written beside it and renamed into place, so a half-written export is never taken
 for a checkpoint), then normalises config.json for older readers (`compat_config`).
 
-    python -m fp8rl.adapters.verl_checkpoint export ACTOR_DIR TARGET_DIR
+The tokenizer is the base model's: RL never changes it, and the one verl saves is written by the train
+image's transformers 5, whose `tokenizer_config.json` (`extra_special_tokens` as a list) the bfcl
+image's transformers 4.51.3 cannot load. With `--tokenizer BASE_DIR` (the job script passes the base
+snapshot) its `TOKENIZER_FILES` replace verl's; without one, verl's config is converted
+(`compat_tokenizer_config`).
+
+    python -m fp8rl.adapters.verl_checkpoint export ACTOR_DIR TARGET_DIR [--tokenizer BASE_DIR]
 """
 
 from __future__ import annotations
@@ -23,6 +29,19 @@ from pathlib import Path
 MANIFEST = "ckpt_contents.json"
 HF_SUBDIR = Path("model") / "huggingface"  # verl.utils.megatron_utils.get_hf_model_checkpoint_path
 DIST_SUBDIR = Path("model") / "dist_ckpt"  # get_model_dist_checkpoint_path
+TOKENIZER_CONFIG = "tokenizer_config.json"
+# what `save_pretrained` of a tokenizer writes (transformers 4 and 5, slow and fast)
+TOKENIZER_FILES = (
+    TOKENIZER_CONFIG,
+    "tokenizer.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
 
 
 class CheckpointError(RuntimeError):
@@ -62,8 +81,38 @@ def compat_config(config: dict) -> dict:
     return out
 
 
-def export(actor: Path, target: Path, *, python: str = sys.executable) -> Path:
-    """Write the Hugging Face checkpoint of the verl save `actor` to `target` (replacing it)."""
+def compat_tokenizer_config(config: dict) -> dict:
+    """tokenizer_config.json readable by transformers 4.x too: transformers 5 writes the additional
+    special tokens as an `extra_special_tokens` list, which 4.x reads as a name -> token mapping
+    (`'list' object has no attribute 'keys'`). The list goes back to `additional_special_tokens`."""
+    out = dict(config)
+    extra = out.get("extra_special_tokens")
+    if isinstance(extra, list):
+        del out["extra_special_tokens"]
+        known = list(out.get("additional_special_tokens") or [])
+        out["additional_special_tokens"] = known + [t for t in extra if t not in known]
+    return out
+
+
+def use_tokenizer(model: Path, tokenizer: Path | None) -> None:
+    """Give the exported model `model` the tokenizer of `tokenizer` (the base snapshot): its
+    `TOKENIZER_FILES` replace the ones verl saved. Without a directory that has a tokenizer config,
+    verl's config is made readable by transformers 4 (`compat_tokenizer_config`)."""
+    if tokenizer is not None and (Path(tokenizer) / TOKENIZER_CONFIG).is_file():
+        for name in TOKENIZER_FILES:
+            (model / name).unlink(missing_ok=True)
+            if (Path(tokenizer) / name).is_file():
+                shutil.copyfile(Path(tokenizer) / name, model / name)
+        return
+    config = model / TOKENIZER_CONFIG
+    if config.is_file():
+        text = json.dumps(compat_tokenizer_config(json.loads(config.read_text())), indent=2)
+        config.write_text(text + "\n")
+
+
+def export(actor: Path, target: Path, *, python: str = sys.executable, tokenizer: Path | None = None) -> Path:
+    """Write the Hugging Face checkpoint of the verl save `actor` to `target` (replacing it), with the
+    tokenizer of `tokenizer` (module docstring)."""
     actor, target = Path(actor), Path(target)
     kind, src = model_source(actor)
     tmp = target.with_name(f".{target.name}.partial")
@@ -78,6 +127,7 @@ def export(actor: Path, target: Path, *, python: str = sys.executable) -> Path:
         subprocess.run(merge, check=True)
     config = tmp / "config.json"
     config.write_text(json.dumps(compat_config(json.loads(config.read_text())), indent=2) + "\n")
+    use_tokenizer(tmp, tokenizer)
     if not any(tmp.glob("*.safetensors")):
         raise CheckpointError(f"{src}: no *.safetensors weights")
     shutil.rmtree(target, ignore_errors=True)
@@ -85,13 +135,19 @@ def export(actor: Path, target: Path, *, python: str = sys.executable) -> Path:
     return target
 
 
+USAGE = "usage: python -m fp8rl.adapters.verl_checkpoint export ACTOR_DIR TARGET_DIR [--tokenizer BASE_DIR]"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    tokenizer = None
+    if len(args) == 5 and args[3] == "--tokenizer":
+        args, tokenizer = args[:3], Path(args[4])
     if len(args) != 3 or args[0] != "export":
-        print("usage: python -m fp8rl.adapters.verl_checkpoint export ACTOR_DIR TARGET_DIR", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     try:
-        print(export(Path(args[1]), Path(args[2])))
+        print(export(Path(args[1]), Path(args[2]), tokenizer=tokenizer))
     except (CheckpointError, OSError, subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -13,8 +13,9 @@ from `$SLURM_JOB_END_TIME`, `squeue`, or the start plus the rule's runtime), whi
 trainer reads; the v1 trainer verl 0.9.1 runs saves on `trainer.save_freq`, which
 fp8rl.adapters.verl_sizing derives so that a job killed at its time limit keeps the most steps. Finally, whatever verl's exit code (which the script then
 exits with), the last save's Hugging Face model is exported to `{out}/checkpoint`
-(fp8rl.adapters.verl_checkpoint, following verl's own `ckpt_contents.json`): a run verl stopped early on a
-divergence keeps its last checkpoint for the evaluators. Once the run has all its steps the resumable
+(fp8rl.adapters.verl_checkpoint, following verl's own `ckpt_contents.json`, with the base model's
+tokenizer when `tokenizer` names its directory): a run verl stopped early on a divergence keeps its last
+checkpoint for the evaluators. Once the run has all its steps the resumable
 checkpoints, tens to hundreds of GB each, are removed.
 
 Each start of the script is one attempt with its own metrics log, `{out}/verl_logs/attempt-NNN.jsonl`:
@@ -58,6 +59,7 @@ def render_script(
     config_name: str = "ppo_megatron_trainer",
     runtime_min: int = 720,
     steps: int | None = None,
+    tokenizer: str | None = None,
 ) -> str:
     """The bash script that trains one run through verl (see the module docstring); `prefix` runs a
     command in the image (empty: on the host), `env` is exported first (e.g. HF_HOME, offline flags)."""
@@ -80,6 +82,7 @@ def render_script(
     )
     exports = "".join(f"export {k}={q(v)}\n" for k, v in (env or {}).items())
     logs = f"{out}/{LOG_DIR}"
+    tokenizer_arg = f" \\\n        --tokenizer {q(tokenizer)}" if tokenizer else ""
     return f"""#!/usr/bin/env bash
 # fp8rl: verl training of {run_id} (written by `fp8rl verl train`; DO NOT EDIT, it is rewritten each run).
 set -euo pipefail
@@ -148,7 +151,7 @@ set -e
 if [ -f {q(ckpt)}/latest_checkpointed_iteration.txt ]; then
     STEP=$(cat {q(ckpt)}/latest_checkpointed_iteration.txt)
     {prefix}{python} -m fp8rl.adapters.verl_checkpoint export {q(ckpt)}/global_step_"$STEP"/actor \\
-        {q(out + "/checkpoint")}
+        {q(out + "/checkpoint")}{tokenizer_arg}
     {cleanup}
 fi
 exit "$VERL_RC"

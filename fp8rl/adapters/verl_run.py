@@ -133,6 +133,7 @@ def write_run_files(
             gpus_per_node=model.gpus_per_node, prefix=apptainer_exec(cfg, image) if image else "",
             env=image_env(cfg) if cfg.containers.mode != "none" else {}, python=host_python or "python3",
             runtime_min=cfg.resources_for("train").runtime, steps=cfg.schedule.steps,
+            tokenizer=paths.model if Path(paths.model).is_dir() else None,
         ),
     )  # fmt: skip
     return script

@@ -36,15 +36,16 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from fp8rl.checkpoint_files import CheckpointError, checkpoint_digest, verify_files
-from fp8rl.config import ExperimentConfig
+from fp8rl.config import STEPS_MAX, ExperimentConfig
 from fp8rl.config.runs import RunSpec
+from fp8rl.io import is_number, loads_json
 from fp8rl.report.stats import is_proportion
 from fp8rl.rl.ratio_hist import KEYS as HIST_KEYS
 from fp8rl.run_checks import history_problems, owner_problems, summary_problems
@@ -73,10 +74,6 @@ class RunSet:
         return v if metric is None else v[v["metric"] == metric]
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
 def read_metrics(path: Path) -> tuple[list[dict], list[str]]:
     """Parse metrics.jsonl, skipping malformed lines; returns (rows, problems with file:line)."""
     rows: list[dict] = []
@@ -90,7 +87,7 @@ def read_metrics(path: Path) -> tuple[list[dict], list[str]]:
             continue
         where = f"{path}:{lineno}"
         try:
-            obj = json.loads(raw.decode("utf-8"))
+            obj = loads_json(raw)
         except UnicodeDecodeError:
             problems.append(f"{where}: not UTF-8 text (corrupt bytes); line skipped")
             continue
@@ -104,7 +101,13 @@ def read_metrics(path: Path) -> tuple[list[dict], list[str]]:
         if not isinstance(step, int) or isinstance(step, bool):
             problems.append(f"{where}: no integer 'step'; line skipped")
             continue
-        bad = [k for k, v in obj.items() if v is not None and not _is_number(v)]
+        if step > STEPS_MAX:
+            shown = str(step) if step < 10**12 else f"{str(step)[:4]}... ({len(str(step))} digits)"
+            problems.append(
+                f"{where}: step {shown} is past the most steps a run takes ({STEPS_MAX}); line skipped"
+            )
+            continue
+        bad = [k for k, v in obj.items() if v is not None and not is_number(v)]
         if bad:
             problems.append(f"{where}: non-numeric value for {', '.join(map(repr, bad))}; line skipped")
             continue
@@ -116,7 +119,7 @@ def _read_json(path: Path, problems: list[str]) -> dict | None:
     if not path.is_file():
         return None
     try:
-        obj = json.loads(path.read_bytes().decode("utf-8"))
+        obj = loads_json(path.read_bytes())
     except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError or UnicodeDecodeError
         problems.append(f"{path}: unreadable JSON ({exc}); file ignored")
         return None
@@ -190,7 +193,7 @@ def _eval_values(
         for r in results
     ]
     for i, res in enumerate(results):
-        ok = keys[i] is not None and _is_number(res.get("value"))
+        ok = keys[i] is not None and is_number(res.get("value"))
         if not ok:
             problems.append(f"{path}: results[{i}] lacks task/metric/numeric value; entry ignored")
             continue
@@ -203,7 +206,7 @@ def _eval_values(
                 "source": suite,
                 "metric": keys[i],
                 "value": float(res["value"]),
-                "stderr": float(stderr) if _is_number(stderr) else math.nan,
+                "stderr": float(stderr) if is_number(stderr) else math.nan,
             }
         )
     return out
@@ -211,18 +214,35 @@ def _eval_values(
 
 def _eval_entry_problem(res: dict, key: str, keys: list[str | None]) -> str | None:
     """Why one eval score cannot enter a mean, or None: a value that is not finite, a proportion
-    outside [0, 1], a score over no example (`n` < 1), or a task/metric the file gives twice (which of
-    them is the run's score is unknown, and both would count as two seeds)."""
+    outside [0, 1], a score over no example (`n` < 1), a task/metric the file gives twice (which of
+    them is the run's score is unknown, and both would count as two seeds), or a task or metric name
+    that is not one line of printable text without `$` (tables take it as is, and matplotlib reads
+    `$...$` in a label as mathtext)."""
+    for part in ("task", "metric"):
+        if not _printable_name(res[part]):
+            return f"{part} {str(res[part])[:40]!r} is not a name (printable, no '$', at most {NAME_MAX} characters)"
     value, n = float(res["value"]), res.get("n")
     if not math.isfinite(value):
         return f"value {value} is not finite"
     if is_proportion(key) and not 0.0 <= value <= 1.0:
         return f"value {value} of a proportion is outside [0, 1]"
-    if n is not None and (not _is_number(n) or not n >= 1):
+    if n is not None and (not is_number(n) or not n >= 1):
         return f"n = {n!r}: a score over no example"
     if keys.count(key) > 1:
         return f"given {keys.count(key)} times in the file"
     return None
+
+
+NAME_MAX = 200  # characters of an eval task or metric name
+
+
+def _printable_name(name: object) -> bool:
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= NAME_MAX
+        and "$" not in name
+        and not any(unicodedata.category(c).startswith(("C", "Z")) and c != " " for c in name)
+    )
 
 
 def _throughput(path: Path, problems: list[str]) -> tuple[dict, list[dict]]:
@@ -241,13 +261,13 @@ def _throughput(path: Path, problems: list[str]) -> tuple[dict, list[dict]]:
     vals = [
         {"source": "throughput", "metric": k, "value": float(obj[k])}
         for k in ("step_time_s", "peak_mem_mb")
-        if _is_number(obj.get(k))
+        if is_number(obj.get(k))
     ]
     for phase, d in phases.items():
         if not isinstance(d, dict):
             continue
         for k in ("seconds", "tokens", "tokens_per_s"):
-            if _is_number(d.get(k)):
+            if is_number(d.get(k)):
                 vals.append({"source": "throughput", "metric": f"{phase}/{k}", "value": float(d[k])})
     return labels, vals
 
@@ -255,12 +275,12 @@ def _throughput(path: Path, problems: list[str]) -> tuple[dict, list[dict]]:
 def _hist_ok(hist: dict) -> bool:
     """`ratio_hist.json` has numeric `edges` and, per key, one numeric count per bucket (len(edges) + 1)."""
     edges, counts = hist.get("edges"), hist.get("counts")
-    if not (isinstance(edges, list) and edges and all(_is_number(e) for e in edges)):
+    if not (isinstance(edges, list) and edges and all(is_number(e) for e in edges)):
         return False
     if not (isinstance(counts, dict) and all(k in counts for k in HIST_KEYS)):
         return False
     return all(
-        isinstance(c, list) and len(c) == len(edges) + 1 and all(_is_number(x) for x in c)
+        isinstance(c, list) and len(c) == len(edges) + 1 and all(is_number(x) for x in c)
         for c in (counts[k] for k in HIST_KEYS)
     )
 

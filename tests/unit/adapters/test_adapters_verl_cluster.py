@@ -202,6 +202,93 @@ def test_a_transformers_5_checkpoint_reads_with_rope_base_1e6_in_transformers_4(
     assert float(after.stdout) == 1_000_000.0
 
 
+# A Qwen2-style BPE tokenizer with chat special tokens saved by transformers 4 (argv[2]: the
+# vocabulary's directory, argv[1]: where to save): a hub snapshot's tokenizer.
+SAVE_TOKENIZER = """
+import json, sys
+from transformers import Qwen2Tokenizer
+d = sys.argv[2]
+json.dump({t: i for i, t in enumerate(["a", "b", "c", "1", "2", "\u0120", "\u0120a", "ab"])},
+          open(d + "/vocab.json", "w"))
+open(d + "/merges.txt", "w").write("#version: 0.2\\n\u0120 a\\na b\\n")
+tok = Qwen2Tokenizer(vocab_file=d + "/vocab.json", merges_file=d + "/merges.txt", eos_token="<|endoftext|>",
+                     pad_token="<|endoftext|>", additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+tok.chat_template = "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}"
+tok.save_pretrained(sys.argv[1])
+"""
+
+# What verl's checkpoint manager does with the base model's tokenizer: loaded and saved again by the train
+# image's transformers 5 (argv[1]: the snapshot, argv[2]: the save's Hugging Face directory).
+RESAVE_TOKENIZER = """
+import sys
+from transformers import AutoTokenizer
+AutoTokenizer.from_pretrained(sys.argv[1]).save_pretrained(sys.argv[2])
+"""
+
+# What the bfcl image's handler does first: load the checkpoint's tokenizer (its chat template,
+# special tokens and encoding printed to compare).
+LOAD_TOKENIZER = """
+import sys
+from transformers import AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+print(tok.chat_template, sorted(tok.all_special_tokens), tok("<|im_start|>ab a<|im_end|>")["input_ids"])
+"""
+
+
+@pytest.mark.parametrize("base", [True, False])
+def test_the_exported_tokenizer_loads_in_transformers_4(tmp_path, base):
+    """verl's save holds a tokenizer written by transformers 5 (`extra_special_tokens` as a list), which
+    the bfcl image's transformers 4.51.3 cannot load; the export gives the checkpoint the base snapshot's
+    tokenizer (with --tokenizer, as the job script passes it) or a converted config (without)."""
+    import sys
+
+    if not TF4.is_file():
+        pytest.skip(f"needs transformers 4.51.3 (the bfcl image's): run scripts/upstream_src.sh (no {TF4})")
+    vocab = tmp_path / "vocab"
+    vocab.mkdir()
+    snapshot, actor = tmp_path / "snapshot", tmp_path / "actor"
+    hf = actor / "model" / "huggingface"
+    subprocess.run(
+        [str(TF4), "-c", SAVE_TOKENIZER, str(snapshot), str(vocab)], check=True, capture_output=True
+    )
+    subprocess.run(
+        [sys.executable, "-c", RESAVE_TOKENIZER, str(snapshot), str(hf)], check=True, capture_output=True
+    )
+    (hf / "config.json").write_text(json.dumps({"model_type": "qwen3", "rope_theta": 1_000_000.0}))
+    (hf / "model.safetensors").write_bytes(b"w")
+
+    def load(path: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([str(TF4), "-c", LOAD_TOKENIZER, str(path)], capture_output=True, text=True)
+
+    verls = load(hf)
+    assert verls.returncode != 0 and "'list' object has no attribute 'keys'" in verls.stderr
+    target = tmp_path / "checkpoint"
+    export(actor, target, tokenizer=snapshot if base else None)
+    exported, want = load(target), load(snapshot)
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    assert exported.stdout == want.stdout and "<|im_start|>" in want.stdout
+    if base:
+        for name in ("tokenizer_config.json", "vocab.json", "merges.txt"):
+            assert (target / name).read_bytes() == (snapshot / name).read_bytes()
+
+
+def test_the_job_script_exports_with_the_base_snapshots_tokenizer(tmp_path):
+    from fp8rl.adapters.verl_run import verl_paths, write_run_files
+
+    cfg = load_config(PAPER)
+    spec = RunSpec.parse("grpo/qwen3-8b/fp8_tis/tensorwise/seed1")
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "test"):
+        (data / f"{split}.jsonl").write_text(json.dumps({"id": "x", "prompt": "2+2?", "answer": "4"}) + "\n")
+    script = write_run_files(cfg, spec, verl_paths(cfg, spec, tmp_path / "run", base), data=data)
+    export_call = script.read_text().split("verl_checkpoint export", 1)[1].split("\n    if", 1)[0]
+    assert f"--tokenizer {base}" in export_call
+
+
 def test_the_cost_table_is_the_sizings(paper):
     """docs/cluster.md, "How long, how big": jobs per run as verl_sizing plans them, node-hours = jobs x 12 h x nodes."""
     table = {}
