@@ -13,10 +13,9 @@ Hugging Face file (`HF_FILES`) that is a directory, for the eval's and the train
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
-from fp8rl.io import sha256_file
+from fp8rl.io import loads_json, sha256_file
 from fp8rl.run_files import CHECKPOINT_STATE_FILE
 
 # The files of a Hugging Face model folder that transformers reads when they are there: each must be a
@@ -45,7 +44,7 @@ def verify_files(ckpt_dir: str | Path, hint: str = "") -> dict | None:
     if not state_path.exists() and not state_path.is_symlink():
         return None
     try:
-        meta = json.loads(state_path.read_text())
+        meta = loads_json(state_path.read_bytes())
         files = meta["files"]
         items = list(files.items())
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -169,6 +170,31 @@ def atomic_write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
     return atomic_write_text(path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
 
 
+def loads_json(data: bytes | str) -> Any:
+    """JSON from a file another process (or a person) wrote: `json.JSONDecodeError` (a ValueError) for
+    text that is not JSON, `UnicodeDecodeError` for bytes that are not UTF-8, and a ValueError too, never
+    a `RecursionError` or a traceback, for nesting deeper than Python's parser recurses and for an
+    integer of more digits than Python converts. An integer too large for a float still parses: a reader
+    that takes numbers checks them (`is_number`)."""
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text[:64], 0) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        raise json.JSONDecodeError(f"a number too long ({exc})", text[:64], 0) from None
+
+
+def is_number(v: Any) -> bool:
+    """A JSON number a reader can take as a float: an int (not a bool) that fits a float, or a float
+    (NaN and ±inf included: a diverging run logs them)."""
+    if isinstance(v, bool):
+        return False
+    return isinstance(v, float) or (isinstance(v, int) and -sys.float_info.max <= v <= sys.float_info.max)
+
+
 def read_jsonl(path: str | Path, *, drop_cut_tail: bool = False) -> list:
     """Read a JSONL file; a line that is not UTF-8 or not JSON raises ValueError naming the file and
     line. With `drop_cut_tail`, a malformed last line without its newline (the cut-off write of a killed
@@ -186,7 +212,7 @@ def read_jsonl_lines(path: str | Path, *, drop_cut_tail: bool = False) -> list[t
             continue
         cut = drop_cut_tail and lineno == len(lines) and not data.endswith(b"\n")
         try:
-            rows.append((lineno, json.loads(raw.decode("utf-8"))))
+            rows.append((lineno, loads_json(raw)))
         except UnicodeDecodeError as exc:
             if cut:
                 break

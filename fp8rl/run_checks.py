@@ -21,12 +21,12 @@ The file formats are those of fp8rl.run_files, fp8rl.run_records and docs/interf
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections import Counter
 from typing import Any
 
+from fp8rl.io import is_number, loads_json
 from fp8rl.run_files import CHECKPOINT_STATE_FILE, SUMMARY_FILE, RunDir
 from fp8rl.run_records import STATUSES
 
@@ -35,10 +35,6 @@ AFRESH = "delete the run directory {root} to start the run afresh"
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 # ---------------------------------------------------------------------------------- whose is it
@@ -51,7 +47,7 @@ def owner_problems(run: RunDir, run_id: str) -> list[str]:
     out = []
     for path in (run.run_file, run.summary, run.checkpoint / CHECKPOINT_STATE_FILE):
         try:
-            obj = json.loads(path.read_bytes().decode("utf-8"))
+            obj = loads_json(path.read_bytes())
         except (OSError, ValueError):
             continue
         if isinstance(obj, dict) and obj.get("run_id") != run_id:
@@ -78,14 +74,14 @@ def summary_problems(summary: dict) -> list[str]:
     if not isinstance(final, dict):
         out.append(f"final {final!r} is not an object")
     else:
-        bad = [k for k, v in final.items() if v is not None and not _is_number(v)]
+        bad = [k for k, v in final.items() if v is not None and not is_number(v)]
         if bad:
             out.append(f"final has non-numeric values for {', '.join(map(repr, bad))}")
     return out
 
 
 def _same(a: Any, b: Any) -> bool:
-    if not (_is_number(a) and _is_number(b)):
+    if not (is_number(a) and is_number(b)):
         return a == b
     a, b = float(a), float(b)
     return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
@@ -106,9 +102,9 @@ def history_problems(summary: dict, rows: list[dict], skipped: int = 0) -> list[
     last = steps[-1] if steps else 0
     if steps and min(steps) < 1:
         out.append(f"step {min(steps)} is not a step (steps count from 1)")
-    absent = sorted(set(range(1, max([last, *steps]) + 1)) - set(steps))
-    if len(absent) > skipped:
-        out.append(f"{'steps' if len(absent) > 1 else 'step'} {_listed(absent)} missing")
+    absent, n_absent = _absent(steps)
+    if n_absent > skipped:
+        out.append(f"{'steps' if n_absent > 1 else 'step'} {_listed(absent, total=n_absent)} missing")
     step, status = summary["step"], summary["status"]
     # the reference trainer's diverged run stops at the step that went non-finite, which it never writes;
     # verl's divergence is detected on the imported log, at or before its last step
@@ -127,9 +123,21 @@ def history_problems(summary: dict, rows: list[dict], skipped: int = 0) -> list[
     return out
 
 
-def _listed(steps: list[int], most: int = 5) -> str:
+def _absent(steps: list[int], most: int = 5) -> tuple[list[int], int]:
+    """The first `most` steps of 1..max(steps) that `steps` lacks, and how many it lacks, without listing
+    them all (a line claiming step 10^8 must not build a set of 10^8 steps)."""
+    present = sorted({s for s in steps if s >= 1})
+    first, expected = [], 1
+    for s in present:
+        first += range(expected, min(s, expected + most - len(first)))
+        expected = s + 1
+    return first, (present[-1] - len(present) if present else 0)
+
+
+def _listed(steps: list[int], most: int = 5, total: int | None = None) -> str:
+    total = len(steps) if total is None else total
     head = ", ".join(map(str, steps[:most]))
-    return head + (f" (+{len(steps) - most} more)" if len(steps) > most else "")
+    return head + (f" (+{total - most} more)" if total > most else "")
 
 
 # ------------------------------------------------------------------------------------ resuming
@@ -171,8 +179,8 @@ def resume_problem(run: RunDir, meta: dict) -> str | None:
                 return f"{run.metrics}:{lineno}: more lines than the {step} steps of the checkpoint; {afresh}"
             continue
         try:
-            obj = json.loads(line.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            obj = loads_json(line)
+        except ValueError:  # not UTF-8, not JSON
             obj = None
         if not isinstance(obj, dict) or obj.get("step") != lineno or not _is_int(obj.get("step")):
             return (

@@ -9,10 +9,11 @@ Pretrained bases (`base.json`) get a row with their source and no SFT figures.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
+
+from fp8rl.io import loads_json
 
 COLUMNS = [
     "model",
@@ -38,7 +39,7 @@ def base_model_table(tier_root: str | Path, problems: list[str] | None = None) -
     rows = []
     for path in sorted(Path(tier_root, "base").glob("**/sft.json")):
         try:
-            info = json.loads(path.read_text(encoding="utf-8"))
+            info = loads_json(path.read_bytes())
             if not isinstance(info, dict):
                 raise ValueError("not a JSON object")
         except (OSError, ValueError) as exc:
@@ -67,7 +68,7 @@ def runs_numerics(runs_dir: str | Path) -> dict[str, list[str]]:
     modes, cpus, mkl, gemms = set(), set(), set(), set()
     for path in Path(runs_dir).glob("**/summary.json"):
         try:
-            numerics = json.loads(path.read_text(encoding="utf-8")).get("provenance", {}).get("numerics")
+            numerics = loads_json(path.read_bytes()).get("provenance", {}).get("numerics")
         except (OSError, ValueError, AttributeError):
             continue  # the report lists unreadable summaries under data problems
         modes.add((numerics or {}).get("mode", "unrecorded"))

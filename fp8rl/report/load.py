@@ -25,7 +25,8 @@ docs/interfaces.md): `summary.json`, `metrics.jsonl`, `throughput.json`, `eval/l
 - `ratio_hists`: run id → its FP8 vs BF16-shadow ratio histogram (`fp8rl.rl.ratio_hist`).
 
 Malformed `metrics.jsonl` lines are **skipped and counted**, not fatal: a line that is not UTF-8 or not
-JSON, not an object, lacks an integer `step`, or holds a value that is not a number is left out, counted in the run's
+JSON (nesting too deep, a number too long to parse included), not an object, lacks an integer `step` (or
+has one past `STEPS_MAX`), or holds a value that is not a number (or one no float holds) is left out, counted in the run's
 `malformed_lines`, and listed in `problems` as `path:line: why`; the report shows both. A report is the
 DAG's last rule and must still describe the runs that are fine: a run file that is not UTF-8, not JSON
 or holds a value of the wrong type is a named problem, never a crash. Metric values may be NaN or ±inf

@@ -30,7 +30,6 @@ its exact intervals, the ED50 interval at one half).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -38,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from fp8rl.config import ExperimentConfig, RunSpec, resolve_run
+from fp8rl.io import loads_json
 from fp8rl.report.binomial import ED50_METHOD, dose_response
 from fp8rl.report.load import RunSet
 from fp8rl.report.stats import (
@@ -91,7 +91,7 @@ def first_divergence(runs_dir: Path, run_id: str) -> dict:
     """summary.json's `divergence` (the first detection: kind, step, reason) of a run; {} when none."""
     path = RunDir.of(runs_dir, run_id).summary
     try:
-        d = json.loads(path.read_text()).get("divergence")
+        d = loads_json(path.read_bytes()).get("divergence")
     except (OSError, ValueError):
         return {}
     return d if isinstance(d, dict) else {}
