@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from fp8rl.config import STEPS_MAX
+from fp8rl.io import is_number
 from fp8rl.vocabulary import (
     ACC_MEAN,
     CALIB_HIGH,
@@ -77,7 +79,7 @@ def _number(value: Any, keep_non_finite: bool = False) -> float | None:
         and value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity")
     ):
         return float(value)
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):  # a bool, a string, or an int no float holds
         return None
     value = float(value)
     return value if math.isfinite(value) or keep_non_finite else None
@@ -113,9 +115,13 @@ def import_rows(
             raise ValueError(
                 f"verl log row {i + 1}: expected {{'step': N, 'data': {{...}}}}, got {str(row)[:80]}"
             )
-        by_step.setdefault(int(row["step"]), {}).update(
-            convert_row(row["step"], row["data"], keep_non_finite)
-        )
+        step = row["step"]
+        # verl logs integer steps; 1.7 and 1.2 must not both become step 1, nor 1e12 a step
+        if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= STEPS_MAX:
+            raise ValueError(
+                f"verl log row {i + 1}: step {str(step)[:40]} is not a step (an integer from 1 to {STEPS_MAX})"
+            )
+        by_step.setdefault(step, {}).update(convert_row(step, row["data"], keep_non_finite))
     return [by_step[s] for s in sorted(by_step)]
 
 
