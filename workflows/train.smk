@@ -2,7 +2,9 @@
 # matching bf16 run as an input (train_inputs). Only summary.json is declared: the trainer writes it
 # last, so a run killed mid-way is incomplete to Snakemake, and its checkpoint/ (not an output, so
 # never deleted by Snakemake) lets `fp8rl train` resume it. With `backend: verl` the rule calls
-# `fp8rl verl train` (same arguments) and asks Slurm for the model's whole nodes (train_resources).
+# `fp8rl verl train` (same arguments) and asks Slurm for the model's whole nodes (train_resources); on
+# the job's last attempt it records a failed run in summary.json and exits 0 (`--on-failure record`, as
+# the eval rules do), so the report still runs and the run is not resubmitted again.
 
 
 TRAIN_TRIGGER = ConfigTrigger(
@@ -41,10 +43,13 @@ rule train:
     threads: threads_for("train")
     resources:
         **train_resources(),
+        **({"train_on_failure": eval_on_failure("train")} if CFG.backend == "verl" else {}),
     conda:
         CONDA_ENV
     retries: rule_retries("train")
     shell:
         in_image("train") + TRAIN_COMMAND + " --config {params.config:q} --run {params.run:q} --base {params.base:q}"
-        " --data {params.data:q} --out {params.out:q} {params.reference:q} --no-progress > {log:q} 2>&1"
+        " --data {params.data:q} --out {params.out:q} {params.reference:q} --no-progress"
+        + (" --on-failure {resources.train_on_failure:q}" if CFG.backend == "verl" else "")
+        + " > {log:q} 2>&1"
         + RECORD_DIGEST

@@ -13,6 +13,11 @@ and sent to the config's trackers (`track_rows`; TensorBoard in `{run}/tb/`), th
 verl` and the deviations in the summary). The stability check and a later `*_calib` run's targets read that
 merged history.
 
+A run that fails for good still gets its `summary.json` (`failed`), so the report can be built and the DAG
+stops resubmitting it: on the DAG's last attempt (`fp8rl verl train --on-failure record`), and when this
+attempt failed at the same step with the same reason as the one before (`failed_alike`: resubmitting
+would only repeat it). Each attempt's outcome is kept in `verl_attempts.jsonl` for that.
+
 The base model is the directory `--base` names: a Hugging Face model directory, or one holding the
 `model.json` record of an `hf` model fetched into the hub cache (its snapshot path), else the model's
 `hf_id`.
@@ -47,6 +52,7 @@ LOSS_FILE = "verl_loss.json"
 SCRIPT_FILE = "verl_launch.sh"
 MODEL_RECORD = "model.json"  # written by `fp8rl fetch model` into base/{model}/
 SPLITS = ("train", "test")
+OUTCOMES_FILE = "verl_attempts.jsonl"  # one line per finished attempt: status, step, reason
 
 
 def verl_paths(cfg: ExperimentConfig, spec: RunSpec, out: str | Path, base: str | Path | None) -> VerlPaths:
@@ -198,6 +204,22 @@ def link_base_checkpoint(model: str | Path, target: Path) -> bool:
     return True
 
 
+def record_outcome(out: str | Path, summary: dict) -> None:
+    """Append this attempt's outcome (`status`, `step`, `reason` of its summary) to the run's record."""
+    path = Path(out) / OUTCOMES_FILE
+    with open(path, "a") as fh:
+        fh.write(json.dumps({k: summary.get(k) for k in ("status", "step", "reason")}) + "\n")
+
+
+def failed_alike(out: str | Path) -> bool:
+    """Whether the last two attempts recorded both failed at the same step with the same reason."""
+    path = Path(out) / OUTCOMES_FILE
+    if not path.is_file():
+        return False
+    last = [json.loads(line) for line in path.read_text().splitlines() if line.strip()][-2:]
+    return len(last) == 2 and last[0]["status"] == "failed" and last[0] == last[1]
+
+
 def finish_run(
     cfg: ExperimentConfig, spec: RunSpec, out: str | Path, *, exit_code: int, base_model: str | None = None
 ) -> dict:
@@ -224,4 +246,5 @@ def finish_run(
         backend="verl", deviations=deviations(cfg, spec), divergence=outcome.divergence,
     )  # fmt: skip
     run.write_summary(summary)
+    record_outcome(run.root, summary)
     return summary

@@ -3,7 +3,10 @@
 `fp8rl verl train` takes the arguments of `fp8rl train` (docs/interfaces.md) and writes the same run
 directory: it checks that verl can run the cell, writes verl's inputs and job script, runs the script
 (Ray across the Slurm allocation, verl, the HF checkpoint), then imports verl's log and writes the
-summary and throughput files (fp8rl.adapters.verl_run). `--dry-run` stops before running it. Like
+summary and throughput files (fp8rl.adapters.verl_run). It exits 1 when the run failed, so the DAG
+resubmits the job, except on its last attempt (`--on-failure record`) and when this attempt failed as
+the one before did (same step, same reason): then summary.json records `failed` and it exits 0.
+`--dry-run` stops before running it. Like
 `fp8rl train`, it holds the run directory locked throughout (`RunDir.lock`): a second one on the same
 `--out` exits 2 naming the holder.
 
@@ -87,7 +90,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _train_locked(args: argparse.Namespace, cfg, spec, paths) -> int:
     """Write verl's inputs, run the job script and import its log, with the run directory locked."""
-    from fp8rl.adapters.verl_run import finish_run, run_script, write_run_files
+    from fp8rl.adapters.verl_run import failed_alike, finish_run, run_script, write_run_files
     from fp8rl.run_files import RunDir
 
     refuse_foreign_run_dir(RunDir(paths.out), spec.run_id)
@@ -105,7 +108,13 @@ def _train_locked(args: argparse.Namespace, cfg, spec, paths) -> int:
     summary = finish_run(cfg, spec, paths.out, exit_code=run_script(script), base_model=paths.model)
     status, reason = summary["status"], summary["reason"]
     print(f"{spec.run_id}: {status}" + (f" ({reason})" if reason else ""), file=sys.stderr)
-    return 1 if status == "failed" else 0
+    if status != "failed":
+        return 0
+    if args.on_failure == "record" or failed_alike(paths.out):
+        why = "the last attempt" if args.on_failure == "record" else "the same failure twice in a row"
+        print(f"{spec.run_id}: failed for good ({why}): summary.json records it", file=sys.stderr)
+        return 0
+    return 1
 
 
 def cmd_rehearse(args: argparse.Namespace) -> int:
@@ -166,6 +175,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--dry-run", action="store_true", help="write the files and print the job script; run nothing"
     )
     p.add_argument("--no-progress", action="store_true", help="accepted for `fp8rl train` compatibility")
+    p.add_argument(
+        "--on-failure",
+        choices=("raise", "record"),
+        default="raise",
+        help="when the run fails: exit 1 so the job is resubmitted (raise; also exit 0 when this attempt "
+        "failed at the same step with the same reason as the one before), or exit 0 with summary.json "
+        "recording it (record; the DAG's last attempt of a training job)",
+    )
     p.set_defaults(func=cmd_train)
 
     p = add_command(

@@ -62,6 +62,7 @@ def test_paper_train_jobs_go_through_verl_on_whole_nodes(tmp_path):
         assert f"nodes={model.nodes}" in resources and f"gres=gpu:{model.gpus_per_node}" in resources
         assert "gpu=" not in resources.replace("gres=gpu:", "")
         assert "fp8rl verl train --config" in block
+        assert "--on-failure raise" in block  # `record` on the last attempt: a failed run keeps its summary
 
 
 def test_calibrated_runs_take_their_bf16_run_as_input(tmp_path):

@@ -257,6 +257,30 @@ def test_cli_train_runs_the_job_script_and_imports(tmp_path, monkeypatch, steps,
     assert [p.name for p in (out / "verl_logs").iterdir()] == ["attempt-001.jsonl"]
 
 
+@pytest.mark.parametrize("on_failure", ["raise", "record"])
+def test_a_run_that_fails_for_good_records_failed_and_exits_0(tmp_path, monkeypatch, on_failure):
+    """The DAG's last attempt (`--on-failure record`), or a second attempt failing at the same step with
+    the same reason as the first: summary.json says `failed` and the job exits 0 (Snakemake keeps the
+    summary and resubmits no more); a first failure on an earlier attempt exits 1 (resubmitted)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(FAKE_PYTHON)
+    (bin_dir / "python3").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("FAKE_STEPS", "5")
+    monkeypatch.setenv("FAKE_RC", "1")
+    out = tmp_path / "run"
+    args = ["verl", "train", "--config", str(PAPER), "--set", "schedule.steps=12", "--set", "containers.mode=none",
+            "--run", "grpo/qwen3-8b/fp8_tis/tensorwise/seed1", "--base", str(tmp_path / "b"),
+            "--data", str(_data(tmp_path)), "--out", str(out), "--no-progress", "--on-failure", on_failure]  # fmt: skip
+    codes = [main(args)]
+    if on_failure == "raise":
+        codes.append(main(args))  # resubmitted: fails again at step 5 with verl's exit code 1
+    assert codes == ([0] if on_failure == "record" else [1, 0])
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["status"], summary["step"]) == ("failed", 5)
+
+
 def test_cli_train_refuses_a_run_directory_another_process_holds(tmp_path, capsys):
     import subprocess
     import sys
