@@ -43,12 +43,17 @@ SUMMARY_FILE = "summary.json"
 THROUGHPUT_FILE = "throughput.json"
 RATIO_HIST_FILE = "ratio_hist.json"
 CHECKPOINT_DIR = "checkpoint"
+HISTORY_DIR = "checkpoints"  # schedule.keep_every: checkpoints/step{N:05d}/, the weights at step N
 CHECKPOINT_STATE_FILE = "state.json"  # the reference trainer's checkpoint state (fp8rl.engine.checkpoint)
 RUN_FILE = "run.json"
 LOCK_FILE = "run.lock"
 EVAL_DIR = "eval"
 # eval suite -> its result file, relative to the run directory
-EVAL_FILES = {"lm_eval": f"{EVAL_DIR}/lm_eval.json", "agent": f"{EVAL_DIR}/agent.json"}
+EVAL_FILES = {
+    "lm_eval": f"{EVAL_DIR}/lm_eval.json",
+    "agent": f"{EVAL_DIR}/agent.json",
+    "heldout": f"{EVAL_DIR}/heldout.json",
+}
 
 
 class RootPath:
@@ -82,6 +87,12 @@ class RunDir:
     throughput = RootPath(THROUGHPUT_FILE)
     ratio_hist = RootPath(RATIO_HIST_FILE)
     checkpoint = RootPath(CHECKPOINT_DIR)
+    history = RootPath(HISTORY_DIR)
+
+    def kept_checkpoint(self, step: int) -> Path:
+        """The weights kept at `step` (`schedule.keep_every`): `checkpoints/step{step:05d}/`."""
+        return self.root / HISTORY_DIR / f"step{step:05d}"
+
     lock_file = RootPath(LOCK_FILE)
     run_file = RootPath(RUN_FILE)
 

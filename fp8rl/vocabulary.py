@@ -151,8 +151,9 @@ REFERENCE_VARIANT = "bf16"
 # (fp8rl.engine.data); verl trains on a hub dataset that `fp8rl data` converts (fp8rl.adapters.hub).
 REFERENCE_TASKS = ("arithmetic", "word_problems", "gsm8k")
 VERL_TASKS = ("dapo-math-17k",)
-# The evaluation suites: `eval.lm_eval_tasks` -> eval/lm_eval.json, `eval.agent` -> eval/agent.json.
-EVAL_SUITES = ("lm_eval", "agent")
+# The evaluation suites: `eval.lm_eval_tasks` -> eval/lm_eval.json, `eval.agent` -> eval/agent.json,
+# `eval.heldout` -> eval/heldout.json (the bf16 sampler on held-out prompts, fp8rl.engine.heldout).
+EVAL_SUITES = ("lm_eval", "agent", "heldout")
 # lm-eval's own tasks a config may name beside the local task YAMLs (evals/): the ones whose data
 # `fp8rl fetch data` snapshots for an offline compute node (fp8rl.adapters.hub.EVAL_DATASETS).
 LM_EVAL_TASKS = ("gsm8k", "math500", "aime24", "aime25")

@@ -102,7 +102,7 @@ wildcard_constraints:
 # --------------------------------------------------------------------------------------- resources
 
 # Config `resources` keys per rule; a missing key falls back to `default` (ExperimentConfig.resources_for).
-RESOURCE_KEYS = {"eval_lm": "eval", "eval_agent": "eval"}
+RESOURCE_KEYS = {"eval_lm": "eval", "eval_agent": "eval", "eval_heldout": "eval"}
 
 
 def threads_for(rule):
@@ -284,6 +284,24 @@ def train_inputs(wildcards):
     return inputs
 
 
+def base_dir_of(model, seed):
+    """The directory of the base a run of `model` with RL seed `seed` starts from (beside its record)."""
+    return str(Path(base_record(model, seed)).parent)
+
+
+def base_model_seed(base):
+    """(model, an RL seed) whose base is `base` (`{model}` or `{model}/seed{b}`): the model and base seed b."""
+    model, _, seed = base.partition("/seed")
+    return model, int(seed) if seed else 0
+
+
+def heldout_base_targets():
+    """The held-out endpoint of every base the matrix starts from (`eval.heldout`), once per base."""
+    if CFG.eval.heldout is None:
+        return []
+    return sorted({f"{base_dir_of(s.model, s.seed)}/eval/heldout.json" for s in RUNS})
+
+
 def eval_targets(spec):
     """The eval result files of one run that the config asks for."""
     out = []
@@ -291,6 +309,8 @@ def eval_targets(spec):
         out.append(str(run_dir(spec).eval_file("lm_eval")))
     if CFG.eval.agent:
         out.append(str(run_dir(spec).eval_file("agent")))
+    if CFG.eval.heldout is not None:
+        out.append(str(run_dir(spec).eval_file("heldout")))
     return out
 
 

@@ -25,6 +25,7 @@ rule report:
         changed=REPORT_TRIGGER.changed,
         summaries=[str(run_dir(spec).summary) for spec in RUNS],
         evals=[path for spec in RUNS for path in eval_targets(spec)],
+        heldout_bases=heldout_base_targets(),
         images=container_inputs("report"),
     output:
         [registered(path) for path in report_outputs(CFG.results_dir, CFG.tier, **REPORT_FLAGS)],

@@ -1,7 +1,13 @@
-"""`fp8rl eval lm-eval` and `fp8rl eval agent`: score one checkpoint, write one result file.
+"""`fp8rl eval lm-eval`, `fp8rl eval agent`, `fp8rl eval heldout`: score one checkpoint, write one result file.
 
     fp8rl eval lm-eval --config FILE --checkpoint DIR --data DIR --out FILE [--set k=v ...]
     fp8rl eval agent   --config FILE --checkpoint DIR --data DIR --out FILE [--set k=v ...]
+    fp8rl eval heldout --config FILE --checkpoint DIR --data DIR --out FILE [--set k=v ...]
+
+`heldout` is the held-out bf16 endpoint (`eval.heldout`; fp8rl.engine.heldout): the checkpoint sampled
+with the bf16 sampler on prompts that neither train.jsonl nor test.jsonl of `--data` holds (greedy
+accuracy, sampled reward and answer-format rate at the training temperature); any checkpoint a run kept
+(`checkpoint/`, a base, `checkpoints/step{N}/` of `schedule.keep_every`) can be scored.
 
 Tasks and their protocol come from the config (`eval.lm_eval_tasks`, `eval.agent`, `eval.limit`,
 `eval.batch_size`, `eval.max_gen_toks`, `eval.temperature`, `eval.top_p`, `eval.repeats`); the output
@@ -147,6 +153,53 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
     return 0
 
 
+def _heldout(args: argparse.Namespace) -> int:
+    """`fp8rl eval heldout`: the held-out bf16 endpoint of one checkpoint (module docstring)."""
+    cfg = load_config(args.file, args.set)
+    numerics.ensure(cfg.numerics)
+    if cfg.eval.heldout is None:
+        raise UsageError(f"{args.file}: eval.heldout is not set (e.g. `--set eval.heldout.prompts=512`)")
+    checkpoint, data, out = Path(args.checkpoint), Path(args.data), Path(args.out)
+    _check_out(out)
+
+    import torch
+
+    from fp8rl.checkpoint_files import CheckpointError, checkpoint_digest, verify_files
+    from fp8rl.engine.heldout import heldout_rows, score_checkpoint
+    from fp8rl.evaluate.schema import TaskResult, write_eval
+    from fp8rl.locks import RunDirLocked, hold_lock
+    from fp8rl.provenance import provenance
+
+    if not (checkpoint / "config.json").is_file():
+        raise UsageError(f"--checkpoint {checkpoint}: not a model checkpoint (no config.json)")
+    try:  # the files the trainer recorded, byte for byte (a base records none: not checked)
+        verify_files(checkpoint, "retrain the run, or restore the checkpoint")
+        rows = heldout_rows(cfg, data)
+    except (CheckpointError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    torch.set_num_threads(cfg.resources_for("eval").threads)
+    try:
+        with hold_lock(out.with_name(f".{out.name}.lock"), "wait for that evaluation to end"):
+            scores = score_checkpoint(cfg, checkpoint, rows)
+            results = [TaskResult("heldout", s.metric, s.value, s.stderr, s.n) for s in scores]
+            prov = provenance(config_digest=cfg.digest())
+            prov["eval"] = {
+                "sampler": "bf16-emulated",
+                **cfg.eval.heldout.model_dump(),
+                "temperature": cfg.schedule.temperature,
+                "max_new_tokens": cfg.schedule.max_new_tokens,
+            }
+            write_eval(
+                out, checkpoint, "heldout", results, prov, checkpoint_digest=checkpoint_digest(checkpoint)
+            )
+    except RunDirLocked as exc:
+        raise UsageError(str(exc)) from None
+    for r in results:
+        print(f"heldout  {r.metric:<16} {r.value:.4f} ± {r.stderr:.4f}  (n={r.n})")
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
 def _run_or_record(run, tasks: list[str], failed: list[dict], on_failure: str) -> list:
     """The harness's results; with `--on-failure record`, a harness that raises (after the inputs were
     checked: a crash of lm-eval, vLLM or bfcl-eval) leaves its tasks in `failed` with the reason instead,
@@ -189,3 +242,14 @@ def register(sub: argparse._SubParsersAction) -> None:
             "failed ones listed, and exit 0 (record; the DAG's last attempt of an eval job)",
         )
         p.set_defaults(func=lambda a, s=suite: _evaluate(a, s))
+    p = add_command(
+        eval_sub,
+        "heldout",
+        help="the held-out bf16 endpoint of eval.heldout -> eval/heldout.json",
+        doc=__doc__,
+    )
+    add_config_args(p)
+    p.add_argument("--checkpoint", required=True, help="Hugging Face model directory (a run's, or a base)")
+    p.add_argument("--data", required=True, help="the tier's data directory (train.jsonl, test.jsonl)")
+    p.add_argument("--out", required=True, help="result JSON to write")
+    p.set_defaults(func=_heldout)

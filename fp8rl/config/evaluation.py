@@ -13,11 +13,21 @@ from fp8rl.config.base import NAME_MAX, NAME_PATTERN, Strict
 TaskName = Annotated[str, Field(pattern=NAME_PATTERN, max_length=NAME_MAX)]
 
 
+class HeldoutConfig(Strict):
+    """The held-out endpoint (fp8rl.engine.heldout): every run's final checkpoint and its base scored with
+    the bf16 sampler on prompts no split holds: greedy accuracy, and the mean reward of `samples` samples
+    per prompt at the training temperature."""
+
+    prompts: int = Field(512, ge=1, le=100_000, description="held-out prompts, drawn beside train and test")
+    samples: int = Field(4, ge=1, le=64, description="samples per prompt for the sampled reward")
+    seed: int = Field(0, ge=0, description="the sampling generator's seed (the same for every checkpoint)")
+
+
 class EvalConfig(Strict):
     """The eval suites and their protocol (docs/interfaces.md#eval-protocol). Unset decoding keys leave
     each task's own decoding (the smoke/small task YAMLs: greedy, short answers)."""
 
-    OMIT_AT_DEFAULT = ("answer_format",)
+    OMIT_AT_DEFAULT = ("answer_format", "heldout")
 
     lm_eval_tasks: list[TaskName] = []
     agent: list[TaskName] = []
@@ -33,6 +43,9 @@ class EvalConfig(Strict):
         "task",
         description="task: each lm-eval task's own prompt and answer reader; dapo: the math tasks asked "
         "with DAPO-Math-17k's instruction (last line `Answer: X`) and read as its scorer reads them",
+    )
+    heldout: HeldoutConfig | None = Field(
+        None, description="the held-out bf16 endpoint of every run and base (reference backend); None: off"
     )
     gpu_memory_gb: float = Field(80.0, gt=0.0, description="memory of one eval GPU (vLLM replica sizing)")
 

@@ -149,6 +149,14 @@ class ExperimentConfig(Strict):
                 except ValidationError as exc:
                     msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
                     raise ValueError(f"matrix.conditions: {c.name!r}: its calib override: {msg}") from None
+        if self.eval.heldout is not None:
+            generated = ("arithmetic", "word_problems")  # fp8rl.engine.heldout.GENERATED_TASKS
+            if self.backend != "reference" or self.task.name not in generated:
+                raise ValueError(
+                    "eval.heldout: the held-out bf16 endpoint needs backend 'reference' and a generated "
+                    f"task ({', '.join(generated)}); this config has backend {self.backend!r}, task "
+                    f"{self.task.name!r}"
+                )
         if self.study is not None:
             runs = self.runs()
             bases = {r.run_id: self.base_of(r.model, r.seed) for r in runs}

@@ -16,7 +16,7 @@ STEPS_MAX = (
 
 
 class ScheduleConfig(Strict):
-    OMIT_AT_DEFAULT = ("remove_padding",)
+    OMIT_AT_DEFAULT = ("remove_padding", "keep_every")
 
     steps: int = Field(20, gt=0, le=STEPS_MAX, description="RL optimizer steps (one rollout batch each)")
     prompts_per_step: int = Field(8, gt=0)
@@ -30,6 +30,12 @@ class ScheduleConfig(Strict):
     temperature: float = Field(1.0, gt=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     checkpoint_every: int = Field(5, gt=0)
+    keep_every: int | None = Field(
+        None,
+        gt=0,
+        description="keep the policy's weights every N steps in checkpoints/step{N}/ (Hugging Face files, "
+        "for `fp8rl eval heldout` of mid-run checkpoints); None keeps only the final checkpoint",
+    )
     remove_padding: bool = Field(
         False,
         description="the reference trainer's forwards run on real tokens only, every sequence packed end "

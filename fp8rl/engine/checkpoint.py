@@ -79,6 +79,16 @@ def save_checkpoint(
         (tmp / STATE_FILE).write_text(json.dumps({**meta, "files": files}, indent=2) + "\n")
 
 
+def keep_weights(kept_dir: str | Path, model: torch.nn.Module, tokenizer, meta: dict) -> None:
+    """Write the policy's Hugging Face files (no trainer state: not resumable, loadable by every
+    evaluator) atomically into `kept_dir`, a checkpoint history entry, with a `state.json` recording
+    their hashes and `meta`."""
+    with staged_dir(kept_dir) as tmp:
+        write_hf_files(model, tokenizer, tmp)
+        files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        (tmp / STATE_FILE).write_text(json.dumps({**meta, "files": files}, indent=2) + "\n")
+
+
 def has_checkpoint(ckpt_dir: str | Path) -> bool:
     ckpt_dir = Path(ckpt_dir)
     recover_dir(ckpt_dir)

@@ -17,7 +17,8 @@ One optimizer step (`step` = 1..schedule.steps), as nanochat-style straight-line
    trackers (fp8rl.tracking: TensorBoard in `{run}/tb/` by default) and, without a progress bar, a
    heartbeat line on stderr (fp8rl.engine.heartbeat); a checkpoint every `checkpoint_every` steps,
    and one of the step just done when a stop was requested (SIGTERM: a Slurm time limit; the run then
-   raises `Interrupted` without a summary, fp8rl.engine.stop).
+   raises `Interrupted` without a summary, fp8rl.engine.stop); with `schedule.keep_every` N, the policy's
+   weights every N steps in `checkpoints/step{N}/` too (the checkpoint history `fp8rl eval heldout` reads).
 A metric that averages over updates (`clip/*`, `calib/*`, `phantom/*`, `loss/*`) is the mean over the
 step's mini-batch updates; `ratio/*` are quantiles over all of them.
 
@@ -46,7 +47,13 @@ from tqdm import tqdm
 
 from fp8rl.config import ExperimentConfig, ResolvedRun, RunSpec, resolve_run
 from fp8rl.engine import tasks
-from fp8rl.engine.checkpoint import has_checkpoint, resumable_checkpoint, save_checkpoint, set_rng_state
+from fp8rl.engine.checkpoint import (
+    has_checkpoint,
+    keep_weights,
+    resumable_checkpoint,
+    save_checkpoint,
+    set_rng_state,
+)
 from fp8rl.engine.collect import collect_rollouts
 from fp8rl.engine.data import load_split
 from fp8rl.engine.device import resolve_device
@@ -308,6 +315,14 @@ class Trainer:
                     if self.cfg.stability.on_divergence == "stop":
                         self._save(step)
                         break
+                keep = self.cfg.schedule.keep_every
+                if keep is not None and step % keep == 0:  # the checkpoint history, before the resume point
+                    meta = {
+                        "step": step,
+                        "run_id": self.run_spec.run_id,
+                        "train_digest": self.resolved.train_digest,
+                    }
+                    keep_weights(self.dir.kept_checkpoint(step), self.policy, self.tokenizer, meta)
                 if step % self.cfg.schedule.checkpoint_every == 0 or step == steps or self.stop.requested:
                     self._save(step)
                 if self.stop.requested and step < steps:

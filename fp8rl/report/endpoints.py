@@ -30,7 +30,15 @@ Columns (`COLUMNS`, then one per eval score `{task}/{metric}`):
   per-step difference), `calib_low`, `calib_high`;
 - the study's: `endpoint` (study.endpoint, fp8rl.report.planned; blank without a study),
   `mismatch_kl_step1`, `entropy_step1`;
-- the stability table's: `final_acc` (mean `acc/mean` over the last `ACC_WINDOW` steps), `best_acc`.
+- the stability table's: `final_acc` (mean `acc/mean` over the last `ACC_WINDOW` steps), `best_acc`;
+- the mismatch in the field's units (fp8rl.rl.mismatch): for `mismatch` (trainer vs rollout) and
+  `shadow_mismatch` (the FP8 trainer vs its BF16 shadow), each unit's run mean `{prefix}_{unit}` and its
+  means over the first and the last window, `{prefix}_{unit}_first` and `{prefix}_{unit}_last` (blank
+  where the run logged none: a bf16 run has no shadow);
+- the held-out bf16 endpoint (`eval.heldout`; fp8rl.engine.heldout): the run's own scores are the eval
+  columns `heldout/greedy_acc`, `heldout/sampled_reward`, `heldout/sampled_format`; its base's scores
+  `base_heldout_{metric}` (from `base/{base}/eval/heldout.json` beside the runs) and the run's gain over
+  its base, `heldout_gain_{metric}` = run − base.
 
 The CSV keeps ten significant digits (`FLOAT_FORMAT`), so a reader's recomputation agrees with the
 published tables to the digits they print.
@@ -38,6 +46,7 @@ published tables to the digits they print.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -55,6 +64,9 @@ from fp8rl.vocabulary import (
     EVAL_SUITES,
     GIBBERISH_RATE,
     MISMATCH_KL_K3,
+    MISMATCH_ROLLOUT,
+    MISMATCH_SHADOW,
+    MISMATCH_UNITS,
     REWARD_MEAN,
 )
 
@@ -85,7 +97,16 @@ VALUE_COLUMNS = [
     "final_reward", "best_reward", *(c for c, _ in STEP_MEANS[:4]), "excess_clip", *(c for c, _ in STEP_MEANS[4:]),
     "endpoint", "mismatch_kl_step1", "entropy_step1", "final_acc", "best_acc",
 ]  # fmt: skip
-COLUMNS = [*ID_COLUMNS, *STATUS_COLUMNS, *WINDOW_COLUMNS, *VALUE_COLUMNS]
+MISMATCH_COLUMNS = [
+    f"{prefix}_{unit}{window}"
+    for prefix in (MISMATCH_ROLLOUT, MISMATCH_SHADOW)
+    for unit in MISMATCH_UNITS
+    for window in ("", "_first", "_last")
+    if f"{prefix}_{unit}{window}" != "mismatch_kl_k3"  # the comparison's column, in VALUE_COLUMNS
+]
+HELDOUT_METRICS = ("greedy_acc", "sampled_reward", "sampled_format")
+HELDOUT_COLUMNS = [f"{kind}_{m}" for kind in ("base_heldout", "heldout_gain") for m in HELDOUT_METRICS]
+COLUMNS = [*ID_COLUMNS, *STATUS_COLUMNS, *WINDOW_COLUMNS, *VALUE_COLUMNS, *MISMATCH_COLUMNS, *HELDOUT_COLUMNS]
 
 NOTES = [
     "One row per run of the matrix, every status; blank: the run has no such value (never imputed).",
@@ -171,6 +192,55 @@ def _window_values(m: pd.DataFrame, status: str, steps: int, baseline_steps: int
     }
 
 
+def _mismatch_columns(m: pd.DataFrame, steps: int) -> dict:
+    """MISMATCH_COLUMNS of one run: each unit's mean over the run and over the first and last window."""
+    first_end, last_start = windows(steps)
+    out = {}
+    for prefix in (MISMATCH_ROLLOUT, MISMATCH_SHADOW):
+        for unit in MISMATCH_UNITS:
+            s = m[f"{prefix}/{unit}"] if f"{prefix}/{unit}" in m else pd.Series(dtype=float)
+            name = f"{prefix}_{unit}"
+            out[f"{name}_first"] = _mean(s[s.index <= first_end])
+            out[f"{name}_last"] = _mean(s[s.index >= last_start])
+            if name != "mismatch_kl_k3":
+                out[name] = _mean(s)
+    return out
+
+
+def base_heldout(runs_dir: str | Path, cfg: ExperimentConfig, spec: RunSpec) -> dict[str, float]:
+    """The held-out scores of the base `spec` starts from (`base/{base}/eval/heldout.json` beside the runs
+    folder), metric -> value; empty when there is none or it cannot be read."""
+    base = base_of(cfg, spec) if cfg.model(spec.model).source == "scratch" else spec.model
+    return read_heldout(Path(runs_dir).parent / "base" / base / "eval" / "heldout.json")
+
+
+def read_heldout(path: Path) -> dict[str, float]:
+    """metric -> value of a held-out result file's `heldout` task (finite numbers only); empty when the
+    file is missing or is not a result document."""
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    results = obj.get("results") if isinstance(obj, dict) else None
+    out = {}
+    for r in results if isinstance(results, list) else []:
+        if isinstance(r, dict) and r.get("task") == "heldout" and isinstance(r.get("metric"), str):
+            v = r.get("value")
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                out[r["metric"]] = float(v)
+    return out
+
+
+def _heldout_columns(run: dict[str, float], base: dict[str, float]) -> dict:
+    """HELDOUT_COLUMNS of one run from its own held-out scores and its base's."""
+    out = {}
+    for metric in HELDOUT_METRICS:
+        b = base.get(metric, math.nan)
+        out[f"base_heldout_{metric}"] = b
+        out[f"heldout_gain_{metric}"] = run.get(metric, math.nan) - b
+    return out
+
+
 def _value_columns(m: pd.DataFrame) -> dict:
     """The comparison's, the study's and the stability table's per-run values from `m`."""
 
@@ -233,12 +303,16 @@ def endpoints_table(runset: RunSet, cfg: ExperimentConfig, runs_dir: str | Path)
             m = sub.pivot_table(index="step", columns="metric", values="value", aggfunc="first", dropna=False)
             m = m.sort_index()
             row |= _window_values(m, r.status, steps, baseline_steps) | _value_columns(m)
+            row |= _mismatch_columns(m, steps)
         if study is not None:
             found = study[study["run_id"] == r.run_id]["endpoint"]
             row["endpoint"] = float(found.iloc[0]) if len(found) else math.nan
         ev = evals[evals["run_id"] == r.run_id] if r.status in USED else evals.iloc[0:0]
         for key in keys:
             row[key] = _mean(ev[ev["metric"] == key]["value"])
+        if cfg.eval.heldout is not None:
+            own = {m: row.get(f"heldout/{m}", math.nan) for m in HELDOUT_METRICS}
+            row |= _heldout_columns(own, base_heldout(runs_dir, cfg, spec))
         rows.append(row)
     return pd.DataFrame(rows, columns=[*COLUMNS, *keys])
 

@@ -353,7 +353,13 @@ def load_tier(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> RunS
     rows, frames, problems = [], [], []
     hists: dict[str, dict] = {}
     suites = tuple(
-        s for s, tasks in (("lm_eval", cfg.eval.lm_eval_tasks), ("agent", cfg.eval.agent)) if tasks
+        s
+        for s, asked in (
+            ("lm_eval", cfg.eval.lm_eval_tasks),
+            ("agent", cfg.eval.agent),
+            ("heldout", cfg.eval.heldout),
+        )
+        if asked
     )
     for spec in cfg.runs():
         row, values, probs = load_run(spec, runs_dir, suites)

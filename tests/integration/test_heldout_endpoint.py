@@ -1,0 +1,98 @@
+"""The held-out bf16 endpoint (`fp8rl eval heldout`, fp8rl.engine.heldout) and the checkpoint history
+(`schedule.keep_every`) on the tiny tier: prompts disjoint from every split, the bf16 sampler whatever
+the run's variant, the same numbers for the same checkpoint, and the endpoints.csv columns built from them."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from fp8rl.cli import main
+from fp8rl.config_loader import load_config
+from fp8rl.engine.data import load_split
+from fp8rl.engine.heldout import heldout_rows, score_checkpoint
+
+# one-digit additions have 100 problems, 90 of them in train and test: 8 are left for the held-out split
+HELDOUT = {"eval.heldout": {"prompts": 8, "samples": 3}}
+
+
+def test_heldout_prompts_are_new_and_fixed(tier, tmp_path):
+    root, _, write_config = tier
+    cfg = load_config(write_config(tmp_path / "c.yaml", HELDOUT))
+    rows = heldout_rows(cfg, root / "data")
+    assert len(rows) == 8 and len({r["prompt"] for r in rows}) == 8
+    taken = {r["prompt"] for s in ("train.jsonl", "test.jsonl") for r in load_split(root / "data", s)}
+    assert not taken & {r["prompt"] for r in rows}
+    assert heldout_rows(cfg, root / "data") == rows  # drawn from the task seed: the same every time
+
+
+def test_heldout_refuses_what_it_cannot_draw(tier, tmp_path):
+    root, _, write_config = tier
+    cfg = load_config(write_config(tmp_path / "c.yaml", {"eval.heldout": {"prompts": 5000}}))
+    with pytest.raises(ValueError, match="eval.heldout.prompts: 5000 prompts"):
+        heldout_rows(cfg, root / "data")  # one-digit additions have 100 problems in all
+    with pytest.raises(Exception, match="eval.heldout"):
+        load_config(write_config(tmp_path / "g.yaml", {**HELDOUT, "task.name": "gsm8k"}))
+
+
+@pytest.mark.slow
+def test_heldout_cli_scores_history_and_endpoints(tier, train, tmp_path, restore_torch_globals, capsys):
+    root, _, write_config = tier
+    out = tmp_path / "runs" / "grpo" / "tiny" / "fp8" / "tensorwise" / "seed0"
+    out.parent.mkdir(parents=True)
+    overrides = {**HELDOUT, "schedule.keep_every": 1}
+    trainer, summary, _ = train("grpo/tiny/fp8/tensorwise/seed0", out, overrides)
+    assert summary["status"] == "ok"
+    kept = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert kept == ["step00001", "step00002", "step00003"]
+    # the last kept weights are the final checkpoint's
+    assert (out / "checkpoints/step00003/model.safetensors").read_bytes() == (
+        out / "checkpoint/model.safetensors"
+    ).read_bytes()
+    config = write_config(tmp_path / "c.yaml", HELDOUT)
+    cfg = load_config(config)
+    args = ["eval", "heldout", "--config", str(config), "--data", str(root / "data")]
+    assert (
+        main([*args, "--checkpoint", str(out / "checkpoint"), "--out", str(out / "eval/heldout.json")]) == 0
+    )
+    base_out = tmp_path / "base" / "tiny" / "eval" / "heldout.json"  # beside the runs, as the DAG writes it
+    assert main([*args, "--checkpoint", str(root / "base" / "tiny"), "--out", str(base_out)]) == 0
+    doc = json.loads((out / "eval/heldout.json").read_text())
+    scores = {r["metric"]: r for r in doc["results"]}
+    assert set(scores) == {"greedy_acc", "sampled_reward", "sampled_format"}
+    assert all(0 <= r["value"] <= 1 and r["n"] == 8 for r in scores.values())
+    assert doc["provenance"]["eval"]["sampler"] == "bf16-emulated"
+    # the bf16 sampler: the FP8 run's checkpoint scores as the same weights would in a bf16 model
+    again = {
+        s.metric: s.value for s in score_checkpoint(cfg, out / "checkpoint", heldout_rows(cfg, root / "data"))
+    }
+    assert again == {m: r["value"] for m, r in scores.items()}
+    # a mid-run checkpoint of the history scores too
+    mid = tmp_path / "mid.json"
+    assert main([*args, "--checkpoint", str(out / "checkpoints/step00001"), "--out", str(mid)]) == 0
+
+    from fp8rl.config.runs import find_run
+    from fp8rl.report.endpoints import HELDOUT_COLUMNS, base_heldout, endpoints_table
+    from fp8rl.report.load import load_tier
+
+    spec = find_run(cfg, "grpo/tiny/fp8/tensorwise/seed0")
+    base = base_heldout(tmp_path / "runs", cfg, spec)
+    base_doc = {r["metric"]: r["value"] for r in json.loads(base_out.read_text())["results"]}
+    assert base == base_doc
+    runset = load_tier(cfg, tmp_path / "runs")
+    table = endpoints_table(runset, cfg, tmp_path / "runs").set_index("run_id")
+    row = table.loc["grpo/tiny/fp8/tensorwise/seed0"]
+    for metric, r in scores.items():
+        assert row[f"heldout/{metric}"] == r["value"]
+        assert row[f"base_heldout_{metric}"] == base_doc[metric]
+        assert row[f"heldout_gain_{metric}"] == pytest.approx(r["value"] - base_doc[metric])
+    assert all(
+        math.isnan(table.loc[r, c]) for r in table.index if r != spec.run_id for c in HELDOUT_COLUMNS[3:]
+    )
+    for unit in ("kl_k3", "abs_dlogp", "tmpe", "dlogp"):
+        for window in ("", "_first", "_last"):
+            assert math.isfinite(row[f"shadow_mismatch_{unit}{window}"])
+            assert math.isfinite(row[f"mismatch_{unit}{window}"])
+    assert row["mismatch_tmpe"] >= 1 and row["mismatch_abs_dlogp"] > 0
