@@ -18,6 +18,12 @@ tokenizer when `tokenizer` names its directory): a run verl stopped early on a d
 checkpoint for the evaluators. Once the run has all its steps the resumable
 checkpoints, tens to hundreds of GB each, are removed.
 
+verl's checkpoint manager keeps `trainer.max_actor_ckpt_to_keep` saves, but only among those its own
+job wrote: a resumed job starts with an empty list, so each job of a run's chain would leave its last
+saves behind. The script keeps the saves itself (`prune_saves`): before verl starts (a job Slurm killed
+at its limit never reached its end) and after the export, only the one
+`latest_checkpointed_iteration.txt` names and the one before it remain.
+
 Each start of the script is one attempt with its own metrics log, `{out}/verl_logs/attempt-NNN.jsonl`:
 verl's file logger truncates the file it is given, and a resubmitted job resumes from the last
 checkpoint (`trainer.resume_mode: auto`), so earlier attempts' steps survive only in their own logs
@@ -95,6 +101,20 @@ export VERL_FILE_LOGGER_PATH={q(logs)}/attempt-$(printf %03d "$ATTEMPT").jsonl
 GPUS_PER_NODE={gpus_per_node}
 WANT_NODES={nodes}
 
+# keep the save verl resumes from and the one before it; earlier jobs' saves and a newer, unfinished one go
+prune_saves() {{
+    [ -f {q(ckpt)}/latest_checkpointed_iteration.txt ] || return 0
+    local latest prev d
+    latest=$(cat {q(ckpt)}/latest_checkpointed_iteration.txt)
+    prev=$(find {q(ckpt)} -maxdepth 1 -name 'global_step_*' -printf '%f\n' | sed 's/^global_step_//' \
+        | sort -n | awk -v s="$latest" '$1 < s' | tail -n 1)
+    for d in {q(ckpt)}/global_step_*; do
+        [ -e "$d" ] || continue
+        case "${{d##*/global_step_}}" in "$latest"|"$prev") ;; *) rm -rf "$d" ;; esac
+    done
+}}
+prune_saves
+
 # the job's end (epoch seconds; verl's legacy trainer saves before it): Slurm's, else start + runtime
 DEADLINE="${{SLURM_JOB_END_TIME:-}}"
 if [ -z "$DEADLINE" ] && [ -n "${{SLURM_JOB_ID:-}}" ] && command -v squeue >/dev/null; then
@@ -152,6 +172,7 @@ if [ -f {q(ckpt)}/latest_checkpointed_iteration.txt ]; then
     STEP=$(cat {q(ckpt)}/latest_checkpointed_iteration.txt)
     {prefix}{python} -m fp8rl.adapters.verl_checkpoint export {q(ckpt)}/global_step_"$STEP"/actor \\
         {q(out + "/checkpoint")}{tokenizer_arg}
+    prune_saves
     {cleanup}
 fi
 exit "$VERL_RC"

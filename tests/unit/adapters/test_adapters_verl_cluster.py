@@ -108,6 +108,49 @@ echo 3 > {tmp_path}/verl_checkpoints/latest_checkpointed_iteration.txt ;; esac
     assert not list((tmp_path / "verl_checkpoints").glob("global_step_*"))  # complete: only checkpoint/ stays
 
 
+# python3 stand-in playing verl across a run's chain of jobs: resumes from latest_checkpointed_iteration.txt,
+# saves three steps, and (as verl's checkpoint manager, max_actor_ckpt_to_keep=2) removes only the saves
+# this job wrote; notes the saves it found; with FAKE_KILL=1 Slurm's time limit kills the job after them.
+CHAIN_PYTHON = """#!/usr/bin/env bash
+case " $* " in
+  *" verl.trainer.main_ppo "*)
+    ckpt={ckpt}
+    mkdir -p "$ckpt"
+    ls "$ckpt" | grep global_step_ | sed 's/global_step_//' | sort -n | tr '\\n' ' ' >> {found}; echo >> {found}
+    last=$(cat "$ckpt/latest_checkpointed_iteration.txt" 2>/dev/null || echo 0)
+    mine=()
+    for s in $(seq $((last + 1)) $((last + 3))); do
+      mkdir -p "$ckpt/global_step_$s/actor" && echo "$s" > "$ckpt/latest_checkpointed_iteration.txt"
+      mine+=("$s")
+      if [ "${{#mine[@]}}" -gt 2 ]; then rm -rf "$ckpt/global_step_${{mine[0]}}"; mine=("${{mine[@]:1}}"); fi
+    done
+    if [ "${{FAKE_KILL:-0}}" = 1 ]; then kill -KILL $PPID; fi ;;
+esac
+exit 0
+"""
+
+
+def test_a_runs_chain_of_jobs_keeps_two_saves(tmp_path):
+    """verl's checkpoint manager forgets the saves of earlier jobs; the job script keeps only the latest
+    save and the one before it, also after a job Slurm killed at its limit (pruned by the next job)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ckpt, found = tmp_path / "verl_checkpoints", tmp_path / "found"
+    (bin_dir / "python3").write_text(CHAIN_PYTHON.format(ckpt=ckpt, found=found))
+    (bin_dir / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env.pop("SLURM_JOB_ID", None)
+    script = _script(tmp_path, steps=100)
+
+    def saves() -> list[int]:
+        return sorted(int(p.name.removeprefix("global_step_")) for p in ckpt.glob("global_step_*"))
+
+    for kill in ("0", "1", "0"):
+        subprocess.run(["bash", str(script)], env={**env, "FAKE_KILL": kill}, capture_output=True)
+    assert found.read_text().splitlines() == ["", "2 3 ", "5 6 "]  # what each job's verl found
+    assert saves() == [8, 9]
+
+
 def test_export_refuses_what_is_not_a_verl_save(tmp_path):
     with pytest.raises(CheckpointError, match="not a verl save"):
         export(tmp_path, tmp_path / "checkpoint")
