@@ -26,6 +26,7 @@ import pandas as pd
 from scipy import stats
 
 from fp8rl.config import ContrastConfig, StudyConfig
+from fp8rl.report.stats import sample_sd
 
 # The columns the base-unit contrast tables add after `n_reference`.
 BASE_COLUMNS = ["bases", "seeds_per_base"]
@@ -82,7 +83,7 @@ def paired_contrast_row(c: ContrastConfig, endpoints: pd.DataFrame, study: Study
     d = (a.loc[shared, "endpoint"] - b.loc[shared, "endpoint"]).to_numpy(dtype=float)
     n = int(d.size)
     estimate, low, high, p = (float(d.mean()) if n else math.nan), math.nan, math.nan, math.nan
-    sd = float(d.std(ddof=1)) if n >= 2 else math.nan
+    sd = sample_sd(d)  # 0.0 for differences that agree up to float rounding
     if n >= 2 and sd > 0.0:
         res = stats.ttest_1samp(d, 0.0)
         ci = res.confidence_interval(0.95)

@@ -35,7 +35,7 @@ import pandas as pd
 from fp8rl.config import ContrastConfig, ExperimentConfig, StudyConfig, arm_cell
 from fp8rl.report import paired
 from fp8rl.report.load import RunSet
-from fp8rl.report.stats import finite, holm, t_interval, welch, welch_power
+from fp8rl.report.stats import finite, holm, sample_sd, t_interval, welch, welch_power
 from fp8rl.vocabulary import CLIP_LOW_NEG, MISMATCH_KL_K3
 
 STUDY_TABLES = ("arms", "planned", "exploratory")
@@ -107,17 +107,13 @@ def _exploratory_notes(endpoint: str) -> list[str]:
 # ------------------------------------------------------------------------------------------- contrasts
 
 
-def _sd(values: np.ndarray) -> float:
-    return float(values.std(ddof=1)) if values.size >= 2 else math.nan
-
-
 def contrast_row(
     c: ContrastConfig, arm: Sequence[float], reference: Sequence[float], study: StudyConfig, alpha: float
 ) -> dict:
     """The estimate, interval, test and power of one contrast (`alpha`: the level the power uses)."""
     a, b = finite(arm), finite(reference)
     w = welch(a, b)
-    sd_a, sd_b = _sd(a), _sd(b)
+    sd_a, sd_b = sample_sd(a), sample_sd(b)
     return {
         "contrast": c.name,
         "arm": c.arm,
@@ -223,7 +219,7 @@ def arms_table(runset: RunSet, cfg: ExperimentConfig, endpoints: pd.DataFrame) -
                 "endpoint": ci.estimate,
                 "low": ci.low,
                 "high": ci.high,
-                "sd": _sd(units),
+                "sd": sample_sd(units),
                 "mismatch_kl_step1": _metric_mean(runset, used, MISMATCH_KL_K3, step=1),
                 "entropy_step1": _metric_mean(runset, used, "entropy", step=1),
                 "clip_low_neg": _metric_mean(runset, used, CLIP_LOW_NEG),

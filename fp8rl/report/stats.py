@@ -45,7 +45,10 @@ shows; hence the intersection.
 
 With fewer than two seeds no interval exists: the bounds are NaN (a blank cell in the tables) and the
 tables carry a note. Values that are NaN (a metric missing from a run) are left out before counting n.
-A sample without spread gets a zero-width interval and no test (NaN t, p and df).
+A sample without spread gets a zero-width interval and no test (NaN t, p and df). Spread below
+`SPREAD_RTOL` of the sample's largest magnitude is float rounding, not spread (`sample_sd`): three seed
+means of 0.1 computed from different numbers have an SD of about 1e-17, on which a t-test would report
+p ~ 1e-31 and an interval that excludes 0 by nothing.
 """
 
 from __future__ import annotations
@@ -169,6 +172,20 @@ def finite(values: Iterable[float]) -> np.ndarray:
     return arr[np.isfinite(arr)]
 
 
+# An SD below this fraction of a sample's largest magnitude is float rounding, not spread.
+SPREAD_RTOL = 1e-9
+
+
+def sample_sd(values: Iterable[float]) -> float:
+    """The sample SD (ddof 1) of the finite values; 0.0 when it is below `SPREAD_RTOL` times their
+    largest magnitude (values that differ only by float rounding); NaN for fewer than two values."""
+    x = finite(values)
+    if x.size < 2:
+        return math.nan
+    sd = float(x.std(ddof=1))
+    return 0.0 if sd <= SPREAD_RTOL * float(np.abs(x).max()) else sd
+
+
 def _within(est: float, low: float, high: float, n: int, bounds: tuple[float, float] | None) -> Interval:
     """The interval intersected with `bounds` (NaN bounds stay NaN)."""
     if bounds is not None and not (math.isnan(low) or math.isnan(high)):
@@ -188,9 +205,9 @@ def t_interval(
     mean = float(x.mean())
     if n < 2:
         return Interval(mean, math.nan, math.nan, n)
-    sem = float(stats.sem(x))
-    if sem == 0.0:
+    if sample_sd(x) == 0.0:
         return _within(mean, mean, mean, n, bounds)
+    sem = float(stats.sem(x))
     low, high = stats.t.interval(confidence, n - 1, loc=mean, scale=sem)
     return _within(mean, float(low), float(high), n, bounds)
 
@@ -199,7 +216,7 @@ def one_sample_p(values: Iterable[float]) -> float:
     """Two-sided p of the one-sample t-test of mean(values) = 0; NaN for fewer than two values or none
     of spread."""
     x = finite(values)
-    if x.size < 2 or float(x.std(ddof=1)) == 0.0:
+    if x.size < 2 or sample_sd(x) == 0.0:
         return math.nan
     return float(stats.ttest_1samp(x, 0.0).pvalue)
 
@@ -254,7 +271,7 @@ def welch(
     diff = float(a.mean() - b.mean())
     if n < 2:
         return Welch(Interval(diff, math.nan, math.nan, n), *no_test)
-    if float(a.var(ddof=1)) / a.size + float(b.var(ddof=1)) / b.size == 0.0:
+    if sample_sd(a) == 0.0 and sample_sd(b) == 0.0:
         return Welch(_within(diff, diff, diff, n, bounds), *no_test)
     res = _welch_ttest(a, b)
     ci = res.confidence_interval(confidence)
