@@ -118,7 +118,11 @@ def apply() -> str:
     """Put this process in the requested mode (module docstring); called once by `import fp8rl`."""
     global _ACTIVE, _TORCH_FIRST
     if _ACTIVE is None:
-        mode = requested_mode()
+        try:
+            mode = requested_mode()
+        except ValueError as exc:  # at `import fp8rl`: a message and the CLI's exit code, not a traceback
+            print(f"fp8rl: {exc} (unset it for {DEFAULT_MODE})", file=sys.stderr)
+            raise SystemExit(2) from None
         _TORCH_FIRST = "torch" in sys.modules
         export(mode)
         _ACTIVE = mode

@@ -58,6 +58,16 @@ def test_an_unknown_mode_is_refused():
         numerics.requested_mode({numerics.ENV_MODE: "exact"})
 
 
+def test_an_unknown_mode_in_the_environment_is_a_message_and_exit_2_not_a_traceback():
+    env = dict(os.environ, **{numerics.ENV_MODE: "bogus"})
+    res = subprocess.run(
+        [sys.executable, "-m", "fp8rl.cli", "--help"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 2, res.stderr
+    assert "FP8RL_NUMERICS='bogus': allowed values are reproducible, fast" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
 @pytest.mark.slow
 def test_the_pin_gives_one_result_on_two_kernel_paths_and_fast_does_not():
     a, b = _probe("reproducible", MACHINE_A), _probe("reproducible", MACHINE_B)
