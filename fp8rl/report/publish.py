@@ -33,8 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from fp8rl import numerics
-from fp8rl.config import ExperimentConfig
-from fp8rl.config.base import PUBLISHED_DIR
+from fp8rl.config import PUBLISHED_DIR, ExperimentConfig
 from fp8rl.io import atomic_write_json, fsync_dir, recover_dir, sha256_file, staged_dir
 from fp8rl.provenance import git_commit, machine, package_versions
 from fp8rl.report.paths import ReportPaths, report_flags
