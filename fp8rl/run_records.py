@@ -25,13 +25,16 @@ def build_summary(
     deviations: list | None = None,
     divergence: dict[str, Any] | None = None,
     base: dict[str, Any] | None = None,
+    noise: dict[str, Any] | None = None,
 ) -> dict:
     """The `summary.json` object of a finished run. `step` is the last step written (for `diverged`,
     the step where it was detected, or the last step trained when the run went on after it); `final` the
     last step's metrics the writer chose to keep. `divergence` (the first divergence: `kind`, `step`,
     `reason`), `backend`, `deviations` (what verl runs differently from the reference trainer) and
     `base` (the base model the run started from: `name` as endpoints.csv's `base`, the `seed` and
-    `sft_seed` its `sft.json` recorded) are written only when given."""
+    `sft_seed` its `sft.json` recorded) and `noise` (a `fp8.target_kl` run's search: `target_kl`,
+    the `noise_scale` it trains at, the mismatch units there; fp8rl.engine.noise_target) are written only
+    when given."""
     if status not in STATUSES:
         raise ValueError(f"summary status {status!r} for {run_id}; allowed: {', '.join(STATUSES)}")
     summary = {
@@ -50,6 +53,8 @@ def build_summary(
         summary["deviations"] = deviations
     if base is not None:
         summary["base"] = base
+    if noise is not None:
+        summary["noise"] = noise
     summary["provenance"] = provenance
     return summary
 

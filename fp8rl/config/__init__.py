@@ -54,7 +54,7 @@ from fp8rl.config.base import (
     is_safe_path,
     long_path_part,
 )
-from fp8rl.config.evaluation import EvalConfig, TaskName
+from fp8rl.config.evaluation import EvalConfig, HeldoutConfig, TaskName
 from fp8rl.config.experiment import RESOURCE_RULES, TRAIN_SECTIONS, ExperimentConfig
 from fp8rl.config.infrastructure import (
     ContainersConfig,
@@ -98,6 +98,7 @@ __all__ = [
     "DAPOConfig",
     "EndpointConfig",
     "EvalConfig",
+    "HeldoutConfig",
     "ExperimentConfig",
     "FP8Config",
     "Fraction",

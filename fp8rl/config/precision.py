@@ -22,7 +22,7 @@ from fp8rl.vocabulary import (
 class FP8Config(Strict):
     """What the fp8* variants put in FP8 (all of it by default: 'fully FP8')."""
 
-    OMIT_AT_DEFAULT = ("rollout_noise_scale", "ratio_noise")
+    OMIT_AT_DEFAULT = ("rollout_noise_scale", "ratio_noise", "target_kl")
 
     gemms: bool = True
     optimizer_state: bool = True
@@ -73,9 +73,29 @@ class FP8Config(Strict):
         ),
     )
 
+    target_kl: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description=(
+            "the noise set by its effect: the per-token KL (k3) between the trainer and the rollout on "
+            "held-out prompts at the base that the run's noise scale is searched for before its first step "
+            "(fp8rl.engine.noise_target; real stacks: about 1e-3 to 3e-3); None: noise_scale as given"
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _target_sets_the_scale(self) -> FP8Config:
+        if self.target_kl is not None and (self.noise_scale != 1.0 or self.rollout_noise_scale is not None):
+            raise ValueError(
+                "target_kl sets the noise scale itself: leave noise_scale (1) and rollout_noise_scale unset"
+            )
+        return self
+
     @model_validator(mode="after")
     def _noise_needs_blockwise_optimizer(self) -> FP8Config:
-        if self.noise_scale != 1.0 and self.optimizer_state and self.optimizer == "torchao":
+        noisy = self.noise_scale != 1.0 or self.target_kl is not None
+        if noisy and self.optimizer_state and self.optimizer == "torchao":
             raise ValueError(
                 "noise_scale != 1 needs optimizer: 'blockwise' (torchao's AdamWFp8 has no noise dose)"
             )

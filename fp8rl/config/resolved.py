@@ -15,6 +15,7 @@ key).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -57,6 +58,12 @@ class ResolvedRun:
     @property
     def run_id(self) -> str:
         return self.spec.run_id
+
+    def with_noise_scale(self, scale: float) -> ResolvedRun:
+        """The same run with its FP8 operands at noise scale `scale` (the scale a `fp8.target_kl` search
+        found); the train digest stays the config's, which names the target."""
+        fp8 = self.fp8.model_copy(update={"noise_scale": float(scale)})
+        return dataclasses.replace(self, fp8=fp8)
 
     @cached_property
     def bounds(self) -> ClipBounds:

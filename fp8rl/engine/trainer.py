@@ -62,6 +62,7 @@ from fp8rl.engine.heartbeat import Heartbeat
 from fp8rl.engine.inputs import check_base_seed
 from fp8rl.engine.loss_scale import DynamicLossScaler
 from fp8rl.engine.model import load_hf
+from fp8rl.engine.noise_target import NoiseSearch, load_or_find
 from fp8rl.engine.phase_timer import PhaseTimer, throughput_report
 from fp8rl.engine.precision import bf16_emulation, setup_precision
 from fp8rl.engine.ratio_noise import RatioNoise
@@ -162,6 +163,15 @@ class Trainer:
         torch.use_deterministic_algorithms(True, warn_only=True)
         self.tokenizer = load_tokenizer(self.base_dir)
         policy = load_hf(self.base_dir).to(self.device)
+        # `fp8.target_kl`: the noise scale that gives the target mismatch at the base, found (or read back
+        # from noise.json) before anything else is built, then held fixed (fp8rl.engine.noise_target)
+        self.noise: NoiseSearch | None = None
+        if self.spec.fp8 and self.resolved.fp8.target_kl is not None:
+            self.dir.root.mkdir(parents=True, exist_ok=True)
+            self.noise = load_or_find(
+                cfg, self.resolved, policy, self.tokenizer, self.data_dir, self.dir.root
+            )
+            self.resolved = self.resolved.with_noise_scale(self.noise.noise_scale)
         # The KL penalty's anchor: the base policy, frozen and bf16-emulated (kl_coef > 0 only).
         self.kl_policy: torch.nn.Module | None = None
         if self.algo.kl_coef > 0:
@@ -350,12 +360,21 @@ class Trainer:
             provenance(self.cfg.digest()),
             divergence=self.stability.divergence.as_dict() if self.stability.divergence else None,
             base=self.base,
+            noise=self._noise_summary(),
         )
         self.dir.write_throughput(throughput_report(rows, self.prec))
         if self.shadow is not None:
             self.dir.write_ratio_hist(self.shadow.hist.as_dict())
         self.dir.write_summary(summary)
         return summary
+
+    def _noise_summary(self) -> dict | None:
+        """summary.json's `noise`: a `fp8.target_kl` run's target, the scale it trained at, the mismatch
+        units its search measured there."""
+        if self.noise is None:
+            return None
+        n = self.noise
+        return {"target_kl": n.target_kl, "noise_scale": n.noise_scale, "units": n.units}
 
     # ------------------------------------------------------------------------------------- one step
 

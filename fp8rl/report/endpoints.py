@@ -46,7 +46,6 @@ published tables to the digits they print.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -54,6 +53,7 @@ import numpy as np
 import pandas as pd
 
 from fp8rl.config import ExperimentConfig, RunSpec, arm_cell, resolve_run
+from fp8rl.io import loads_json
 from fp8rl.report.load import RunSet
 from fp8rl.report.summaries import eval_keys, peak_over_baseline
 from fp8rl.vocabulary import (
@@ -218,7 +218,7 @@ def read_heldout(path: Path) -> dict[str, float]:
     """metric -> value of a held-out result file's `heldout` task (finite numbers only); empty when the
     file is missing or is not a result document."""
     try:
-        obj = json.loads(path.read_text())
+        obj = loads_json(path.read_bytes())
     except (OSError, ValueError):
         return {}
     results = obj.get("results") if isinstance(obj, dict) else None

@@ -1,0 +1,154 @@
+"""Noise set by its effect: the FP8 noise scale whose trainer-vs-rollout mismatch is a target KL.
+
+`fp8.noise_scale` s makes every quantized operand `x + s·(Q(x) − x)`; its effect on the mismatch depends
+on the model, the recipe and the task, so a multiplier says little about where a run sits beside real
+stacks (docs/mismatch.md). A condition that names `fp8: {target_kl: K}` gets, before its first step, the
+scale whose per-token KL (k3) between the trainer and the rollout engine is K, measured the way the
+trainer measures it every step: the run's own precision setup (policy and rollout copy at scale s) on
+its base model, `group_size` samples of each of the first `PROMPTS` prompts of `test.jsonl` (never
+trained on) at the training temperature from a fixed generator (the same random stream for every
+candidate scale), scored by the trainer.
+
+The search works in log-log space, where the KL grows about as s² for small errors: from s = 1 it steps
+to `s·sqrt(K / KL(s))` until the target is bracketed, then interpolates between the bracket's ends,
+keeping the bracket; it stops when a measured KL is within `TOLERANCE` (relative) of K, after
+`MAX_STEPS` measurements (keeping the closest), or refuses (ValueError) a target outside what
+`[MIN_SCALE, MAX_SCALE]` reaches. The result (`NoiseSearch`: the scale, its four mismatch units, every
+candidate tried) is written to the run's `noise.json` and `summary.json` and held fixed for the run; a
+resumed run reads it back instead of searching again when its train digest matches.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from fp8rl.config import ExperimentConfig, ResolvedRun
+from fp8rl.engine.data import load_split
+from fp8rl.engine.precision import setup_precision
+from fp8rl.engine.sampler import generate
+from fp8rl.engine.scoring import score
+from fp8rl.engine.tokenizer import encode_prompt
+from fp8rl.io import atomic_write_json
+from fp8rl.rl.mismatch import ROLLOUT, mismatch_units
+
+PROMPTS = 128  # held-out prompts (of test.jsonl), each sampled group_size times
+SEED = 20_260_001  # the sampling generator's seed: the same stream for every candidate scale
+TOLERANCE = 0.1  # stop when |KL - target| <= 10 % of the target
+MAX_STEPS = 12
+MIN_SCALE, MAX_SCALE = 1 / 64, 64.0  # fp8.noise_scale's own upper bound
+NOISE_FILE = "noise.json"
+
+
+@dataclass
+class NoiseSearch:
+    """A finished search: the scale the run trains at and what it measured there."""
+
+    target_kl: float
+    noise_scale: float
+    units: dict[str, float]  # mismatch/{kl_k3,abs_dlogp,tmpe,dlogp} at that scale
+    tried: list[dict] = field(default_factory=list)  # every candidate: {"scale", "kl_k3"}
+    prompts: int = 0
+    samples: int = 0
+    train_digest: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def measure(cfg: ExperimentConfig, run: ResolvedRun, base_policy, tokenizer, rows: list[dict]) -> dict:
+    """The four mismatch units, trainer vs rollout, of `run` (at its noise scale) on `rows`, from a fresh
+    copy of `base_policy` set up in the run's precision."""
+    model = copy.deepcopy(base_policy)
+    prec = setup_precision(model, cfg, run)
+    prec.refresh_rollout()
+    k = run.algo.group_size
+    prompts = [encode_prompt(tokenizer, r["prompt"]) for r in rows for _ in range(k)]
+    sch = cfg.schedule
+    with torch.no_grad():
+        batch = generate(
+            prec.rollout, prompts, max_new_tokens=sch.max_new_tokens, eos_id=tokenizer.eos_token_id,
+            pad_id=tokenizer.pad_token_id, temperature=sch.temperature, top_p=sch.top_p,
+            generator=torch.Generator().manual_seed(SEED),
+        )  # fmt: skip
+        lp, _ = score(prec.policy, batch, temperature=sch.temperature, packed=sch.remove_padding)
+    return mismatch_units(lp, batch.log_probs, batch.response_mask, ROLLOUT)
+
+
+def _next_scale(s: float, kl: float, target: float, lo: tuple | None, hi: tuple | None) -> float:
+    """The next candidate: log-log interpolation inside a bracket (lo below the target, hi above), a
+    KL ∝ s² step outside one (at most ×8 per step), kept inside the scale's range."""
+    if lo is not None and hi is not None:
+        (s0, k0), (s1, k1) = lo, hi
+        slope = (math.log(k1) - math.log(k0)) / (math.log(s1) - math.log(s0))
+        t = math.log(s0) + (math.log(target) - math.log(k0)) / slope if slope > 0 else math.nan
+        inside = math.isfinite(t) and math.log(s0) < t < math.log(s1)
+        nxt = math.exp(t) if inside else math.sqrt(s0 * s1)
+    else:
+        nxt = s * min(8.0, max(1 / 8, math.sqrt(target / max(kl, 1e-30))))
+    return min(MAX_SCALE, max(MIN_SCALE, nxt))
+
+
+def find_noise_scale(
+    cfg: ExperimentConfig, run: ResolvedRun, base_policy, tokenizer, data_dir: str | Path
+) -> NoiseSearch:
+    """Search the scale whose trainer-vs-rollout KL is `run.fp8.target_kl` (module docstring)."""
+    target = run.fp8.target_kl
+    if target is None or not run.variant.fp8:
+        raise ValueError(f"{run.run_id}: no fp8.target_kl to search a noise scale for")
+    rows = load_split(data_dir, "test.jsonl")[:PROMPTS]
+    tried: list[dict] = []
+    lo = hi = None
+    s = 1.0
+    for _ in range(MAX_STEPS):
+        units = measure(cfg, run.with_noise_scale(s), base_policy, tokenizer, rows)
+        kl = units[f"{ROLLOUT}/kl_k3"]
+        tried.append({"scale": s, "kl_k3": kl, "units": units})
+        if abs(kl - target) <= TOLERANCE * target:
+            break
+        if kl < target:
+            lo = (s, kl) if lo is None or s > lo[0] else lo
+            if s >= MAX_SCALE:
+                raise ValueError(
+                    f"{run.run_id}: fp8.target_kl {target:g} is out of reach: noise scale {MAX_SCALE:g} gives "
+                    f"a trainer-vs-rollout KL of {kl:.3g} on this base"
+                )
+        else:
+            hi = (s, kl) if hi is None or s < hi[0] else hi
+            if s <= MIN_SCALE:
+                raise ValueError(
+                    f"{run.run_id}: fp8.target_kl {target:g} is below what this recipe reaches: noise "
+                    f"scale {MIN_SCALE:g} still gives a trainer-vs-rollout KL of {kl:.3g} on this base"
+                )
+        s = _next_scale(s, kl, target, lo, hi)
+    best = min(tried, key=lambda t: abs(math.log(t["kl_k3"] / target)))
+    return NoiseSearch(
+        target_kl=target,
+        noise_scale=best["scale"],
+        units=best["units"],
+        tried=[{"scale": t["scale"], "kl_k3": t["kl_k3"]} for t in tried],
+        prompts=len(rows),
+        samples=run.algo.group_size,
+        train_digest=run.train_digest,
+    )
+
+
+def load_or_find(
+    cfg: ExperimentConfig, run: ResolvedRun, base_policy, tokenizer, data_dir: str | Path, run_dir: str | Path
+) -> NoiseSearch:
+    """The run's `noise.json` when it was written for this train digest, else a new search, written."""
+    path = Path(run_dir) / NOISE_FILE
+    try:
+        found = json.loads(path.read_text())
+        if found.get("train_digest") == run.train_digest and found.get("target_kl") == run.fp8.target_kl:
+            return NoiseSearch(**found)
+    except (OSError, ValueError, TypeError):
+        pass
+    search = find_noise_scale(cfg, run, base_policy, tokenizer, data_dir)
+    atomic_write_json(path, search.as_dict())
+    return search
