@@ -9,8 +9,16 @@ chose, under the row's own metric names and at its `step`:
   writer's `purge_step` hides the events the earlier attempt wrote after its checkpoint, as
   metrics.jsonl is truncated back to it.
 - `wandb` (off): `wandb.init(mode=...)`, files under `{run}/wandb/`; offline needs no network.
-- `mlflow` (off): one MLflow run per fp8rl run, named by its run id, in `tracking_uri` (default: the
-  file store `{results_dir}/{tier}/mlruns`).
+- `mlflow` (off): one MLflow run per fp8rl run, named by its run id and tagged with its train digest,
+  in `tracking_uri` (default: the file store `{results_dir}/{tier}/mlruns`).
+
+The trackers hold what metrics.jsonl holds. A fresh start (`resume_step` 0: a first attempt, a
+config change that made the checkpoint stale, or a kill before the first checkpoint) empties
+metrics.jsonl, so it removes the run's earlier TensorBoard events, deletes its earlier MLflow runs
+(MLflow's soft delete: `mlflow gc` purges them) and opens a new W&B run id (kept in
+`{run}/wandb/fp8rl_run_id` for a resume). A resume continues the tracker run of the same train digest;
+an MLflow run that holds steps after the checkpoint is copied up to it into a new run, since MLflow
+cannot remove a logged point.
 
 Each tracker's package is imported only when chosen; a chosen tracker that is not installed is a
 `TrackerUnavailable` naming the config key and the pip package. Non-numeric and non-finite values are
@@ -22,6 +30,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import shlex
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -66,11 +75,20 @@ class Tracker(Protocol):
     def close(self) -> None: ...
 
 
+TB_EVENTS = "events.out.tfevents.*"
+WANDB_ID_FILE = "fp8rl_run_id"
+RUN_ID_TAG = "fp8rl.run_id"
+DIGEST_TAG = "fp8rl.train_digest"
+
+
 class TensorBoardTracker:
     def __init__(self, log_dir: Path, resume_step: int):
         _require("tensorboard", "tracking.tensorboard", "tensorboard")
         from torch.utils.tensorboard import SummaryWriter
 
+        if not resume_step and log_dir.is_dir() and not log_dir.is_symlink():
+            for old in log_dir.glob(TB_EVENTS):  # a fresh start: the earlier attempt's points are gone
+                old.unlink()
         # purge_step: a resumed run rewrites the steps after its checkpoint; hide the old ones
         self.writer = SummaryWriter(str(log_dir), purge_step=resume_step + 1 if resume_step else None)
 
@@ -84,7 +102,15 @@ class TensorBoardTracker:
 
 
 class WandbTracker:
-    def __init__(self, cfg: Any, run_dir: Path, run_id: str, config: dict | None):
+    def __init__(
+        self,
+        cfg: Any,
+        run_dir: Path,
+        run_id: str,
+        config: dict | None,
+        resume_step: int,
+        train_digest: str | None,
+    ):
         _require("wandb", "tracking.wandb.enabled", "wandb")
         import wandb
 
@@ -93,7 +119,7 @@ class WandbTracker:
             project=cfg.project,
             entity=cfg.entity,
             name=run_id,
-            id=run_id.replace("/", "-"),
+            id=wandb_run_id(run_dir, run_id, resume_step, train_digest),
             resume="allow",
             dir=str(run_dir),
             mode=cfg.mode,
@@ -108,8 +134,30 @@ class WandbTracker:
         self.run.finish()
 
 
+def wandb_run_id(run_dir: Path, run_id: str, resume_step: int, train_digest: str | None) -> str:
+    """The W&B run id of this attempt: a resume continues the id the fresh start recorded, a fresh start
+    takes a new one (W&B drops steps below a run's last, so reusing it would lose the new points)."""
+    path = run_dir / WANDB_DIR / WANDB_ID_FILE
+    if resume_step and path.is_file() and not path.is_symlink():
+        return path.read_text().strip()
+    parts = [run_id.replace("/", "-"), (train_digest or "")[:8], f"{time.time_ns():x}"]
+    new = "-".join(p for p in parts if p)
+    if path.is_symlink():
+        path.unlink()
+    path.write_text(new + "\n")
+    return new
+
+
 class MlflowTracker:
-    def __init__(self, cfg: Any, default_uri: str, run_id: str, config: dict | None):
+    def __init__(
+        self,
+        cfg: Any,
+        default_uri: str,
+        run_id: str,
+        config: dict | None,
+        resume_step: int,
+        train_digest: str | None,
+    ):
         _require("mlflow", "tracking.mlflow.enabled", "mlflow-skinny")
         import os
 
@@ -122,14 +170,26 @@ class MlflowTracker:
         self.client = mlflow.MlflowClient(tracking_uri=uri)
         exp = self.client.get_experiment_by_name(cfg.experiment)
         exp_id = exp.experiment_id if exp else self.client.create_experiment(cfg.experiment)
-        found = self.client.search_runs([exp_id], filter_string=f"tags.`fp8rl.run_id` = '{run_id}'")
-        if found:  # a resumed run continues its MLflow run
-            self.run_id = found[0].info.run_id
+        earlier = self.client.search_runs([exp_id], filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}'")
+        same = [r for r in earlier if r.data.tags.get(DIGEST_TAG) == train_digest]
+        if resume_step and same:  # a resumed run continues its MLflow run, up to its checkpoint
+            self.run_id = same[0].info.run_id
+            if _steps_after(self.client, same[0], resume_step):
+                self.run_id = self._create(exp_id, run_id, config, train_digest)
+                _copy_history(self.client, same[0], self.run_id, resume_step)
+                self.client.delete_run(same[0].info.run_id)
         else:
-            run = self.client.create_run(exp_id, run_name=run_id, tags={"fp8rl.run_id": run_id})
-            self.run_id = run.info.run_id
-            for key, value in _flat(config or {}).items():
-                self.client.log_param(self.run_id, key, str(value)[:500])
+            if not resume_step:  # a fresh start: metrics.jsonl was emptied, so are the earlier runs
+                for old in earlier:
+                    self.client.delete_run(old.info.run_id)
+            self.run_id = self._create(exp_id, run_id, config, train_digest)
+
+    def _create(self, exp_id: str, run_id: str, config: dict | None, train_digest: str | None) -> str:
+        tags = {RUN_ID_TAG: run_id} | ({DIGEST_TAG: train_digest} if train_digest else {})
+        new = self.client.create_run(exp_id, run_name=run_id, tags=tags).info.run_id
+        for key, value in _flat(config or {}).items():
+            self.client.log_param(new, key, str(value)[:500])
+        return new
 
     def log(self, scalars: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
@@ -143,9 +203,25 @@ class MlflowTracker:
 
 
 def _now_ms() -> int:
-    import time
-
     return int(time.time() * 1000)
+
+
+def _steps_after(client: Any, run: Any, step: int) -> bool:
+    return any(
+        m.step > step for key in run.data.metrics for m in client.get_metric_history(run.info.run_id, key)
+    )
+
+
+def _copy_history(client: Any, run: Any, new_id: str, step: int) -> None:
+    """Copy `run`'s metric points up to `step` into the MLflow run `new_id`."""
+    kept = [
+        m
+        for key in run.data.metrics
+        for m in client.get_metric_history(run.info.run_id, key)
+        if m.step <= step
+    ]
+    for i in range(0, len(kept), 1000):  # MLflow's log_batch takes at most 1000 metrics
+        client.log_batch(new_id, metrics=kept[i : i + 1000])
 
 
 def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -199,19 +275,21 @@ def open_trackers(
     tier_dir: str | Path,
     config: dict | None = None,
     resume_step: int = 0,
+    train_digest: str | None = None,
 ) -> Trackers:
     """The trackers `cfg` turns on for the run in `run_dir`; `tier_dir` (`{results_dir}/{tier}`) holds
-    the default MLflow store, `config` is the resolved config recorded by W&B and MLflow, and
-    `resume_step` the last step a resumed run kept."""
+    the default MLflow store, `config` is the resolved config recorded by W&B and MLflow,
+    `resume_step` the last step a resumed run kept (0: a fresh start, which drops the trackers' earlier
+    points) and `train_digest` the run's training settings, which a resumed tracker run must share."""
     run_dir = Path(run_dir)
     out: list[Tracker] = []
     if cfg.tensorboard:
         out.append(TensorBoardTracker(run_dir / TENSORBOARD_DIR, resume_step))
     if cfg.wandb.enabled:
-        out.append(WandbTracker(cfg.wandb, run_dir, run_id, config))
+        out.append(WandbTracker(cfg.wandb, run_dir, run_id, config, resume_step, train_digest))
     if cfg.mlflow.enabled:
         uri = (Path(tier_dir) / MLFLOW_DIR).resolve().as_uri()
-        out.append(MlflowTracker(cfg.mlflow, uri, run_id, config))
+        out.append(MlflowTracker(cfg.mlflow, uri, run_id, config, resume_step, train_digest))
     return Trackers(out)
 
 

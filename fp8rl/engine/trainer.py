@@ -302,6 +302,7 @@ class Trainer:
                 self.cfg.tracking, self.dir.root, self.run_spec.run_id,
                 tier_dir=Path(self.cfg.results_dir) / self.cfg.tier,
                 config=self.cfg.model_dump(mode="json"), resume_step=last,
+                train_digest=self.resolved.train_digest,
             )  # fmt: skip
             for step in range(last + 1, steps + 1):
                 try:

@@ -22,10 +22,11 @@ def rows(steps=range(1, 5), shift=0.0):
     ]
 
 
-def _log(cfg, run_dir, tier_dir, rows_, resume_step=0):
+def _log(cfg, run_dir, tier_dir, rows_, resume_step=0, digest=None, config=None):
     with open_trackers(
-        cfg, run_dir, RUN_ID, tier_dir=tier_dir, config={"a": {"b": 1}}, resume_step=resume_step
-    ) as t:
+        cfg, run_dir, RUN_ID, tier_dir=tier_dir, config=config or {"a": {"b": 1}}, resume_step=resume_step,
+        train_digest=digest,
+    ) as t:  # fmt: skip
         for row in rows_:
             t.log(row)
 
@@ -63,6 +64,29 @@ def test_resumed_run_replaces_the_steps_after_its_checkpoint(tmp_path):
     _assert_close(read_tensorboard(tmp_path / "run" / "tb"), want)
 
 
+def _tb_points(log_dir):
+    """Every scalar event TensorBoard shows, as (tag, step) pairs: one per step unless a run doubled it."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return sorted((tag, e.step) for tag in acc.Tags()["scalars"] for e in acc.Scalars(tag))
+
+
+@pytest.mark.parametrize(
+    "digests", [("aaaa", "bbbb"), ("aaaa", "aaaa")], ids=["config_change", "killed_early"]
+)
+def test_a_fresh_start_drops_the_earlier_attempts_events(tmp_path, digests):
+    """A config change (the checkpoint is stale) or a kill before the first checkpoint starts the run
+    afresh with metrics.jsonl emptied: TensorBoard shows only the new attempt, one point per step."""
+    _log(TrackingConfig(), tmp_path / "run", tmp_path, rows(range(1, 5)), digest=digests[0])
+    _log(TrackingConfig(), tmp_path / "run", tmp_path, rows(range(1, 3), shift=1.0), digest=digests[1])
+    _assert_close(read_tensorboard(tmp_path / "run" / "tb"), _as_series(rows(range(1, 3), shift=1.0)))
+    assert _tb_points(tmp_path / "run" / "tb") == sorted(
+        (k, s) for k in rows()[0] if k != "step" for s in (1, 2)
+    )
+
+
 def test_nothing_is_written_when_every_tracker_is_off(tmp_path):
     _log(TrackingConfig(tensorboard=False), tmp_path / "run", tmp_path, rows())
     assert not (tmp_path / "run").exists()
@@ -80,6 +104,74 @@ def test_mlflow_file_store_gets_every_step(tmp_path):
     assert run.info.run_name == RUN_ID and run.data.params["a.b"] == "1"
     history = client.get_metric_history(run.info.run_id, "reward/mean")
     assert {m.step: m.value for m in history} == _as_series(rows(range(1, 6)))["reward/mean"]
+
+
+def _mlflow_runs(tier_dir):
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=(tier_dir / "mlruns").as_uri())
+    return client, client.search_runs([client.get_experiment_by_name("fp8rl").experiment_id])
+
+
+def _history(client, run, name="reward/mean"):
+    points = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, name)]
+    assert len(points) == len({s for s, _ in points}), f"two points at one step: {points}"
+    return dict(points)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow-skinny not installed")
+def test_mlflow_a_config_change_is_a_new_run_with_its_own_params(tmp_path):
+    cfg = TrackingConfig(tensorboard=False, mlflow={"enabled": True})
+    _log(cfg, tmp_path / "run", tmp_path / "tier", rows(), digest="aaaa", config={"lr": 1e-5})
+    _log(cfg, tmp_path / "run", tmp_path / "tier", rows(range(1, 3), 1.0), digest="bbbb", config={"lr": 2e-5})
+    client, (run,) = _mlflow_runs(tmp_path / "tier")
+    assert run.data.params["lr"] == "2e-05" and run.data.tags["fp8rl.train_digest"] == "bbbb"
+    assert _history(client, run) == _as_series(rows(range(1, 3), 1.0))["reward/mean"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow-skinny not installed")
+def test_mlflow_a_kill_before_the_first_checkpoint_leaves_no_duplicate_points(tmp_path):
+    cfg = TrackingConfig(tensorboard=False, mlflow={"enabled": True})
+    _log(cfg, tmp_path / "run", tmp_path / "tier", rows(range(1, 3)), digest="aaaa")
+    _log(cfg, tmp_path / "run", tmp_path / "tier", rows(range(1, 4), 1.0), digest="aaaa")  # resume_step 0
+    client, (run,) = _mlflow_runs(tmp_path / "tier")
+    assert _history(client, run) == _as_series(rows(range(1, 4), 1.0))["reward/mean"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow-skinny not installed")
+def test_mlflow_a_resume_keeps_only_the_points_up_to_its_checkpoint(tmp_path):
+    """Killed after step 4 with its checkpoint at step 2: the resumed attempt rewrites steps 3-5."""
+    cfg = TrackingConfig(tensorboard=False, mlflow={"enabled": True})
+    _log(cfg, tmp_path / "run", tmp_path / "tier", rows(range(1, 5)), digest="aaaa")
+    _log(cfg, tmp_path / "run", tmp_path / "tier", rows(range(3, 6), 1.0), resume_step=2, digest="aaaa")
+    client, (run,) = _mlflow_runs(tmp_path / "tier")
+    want = _as_series(rows(range(1, 3)) + rows(range(3, 6), 1.0))
+    for name in want:
+        assert _history(client, run, name) == pytest.approx(want[name]), name
+
+
+def test_wandb_takes_a_new_run_id_on_a_fresh_start_and_keeps_it_on_resume(tmp_path, monkeypatch):
+    """W&B drops a step below its run's last, so a fresh start under the old id would lose its points."""
+    import sys
+    import types
+
+    ids = []
+
+    class Run:
+        def log(self, *a, **k):
+            pass
+
+        def finish(self):
+            pass
+
+    fake = types.SimpleNamespace(init=lambda **kw: ids.append(kw["id"]) or Run(), Settings=lambda **kw: None)
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.setattr("fp8rl.tracking._require", lambda *a: None)
+    cfg = TrackingConfig(tensorboard=False, wandb={"enabled": True})
+    _log(cfg, tmp_path / "run", tmp_path, rows(range(1, 3)), digest="aaaa")
+    _log(cfg, tmp_path / "run", tmp_path, rows(range(1, 3)), digest="aaaa")  # killed before a checkpoint
+    _log(cfg, tmp_path / "run", tmp_path, rows(range(2, 4)), resume_step=1, digest="aaaa")
+    assert ids[0] != ids[1] and ids[2] == ids[1] and ids[0].startswith("grpo-tiny-fp8-tensorwise-seed0-aaaa")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb not installed")
