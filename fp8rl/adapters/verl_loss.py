@@ -12,13 +12,16 @@ weights as `is_weights`:
   worker process, as the reference trainer sets them per update (fp8rl.engine.update_bounds): with
   `calib.reference: run` the bf16 run's targets of this step (`step_targets`: the first-update
   correction), and the step's first update clipping nothing below (`ref_unchanged`). The step and
-  update come from fp8rl.adapters.verl_update (installed here, in every worker).
+  update come from fp8rl.adapters.verl_update (installed here, in every worker), which also runs
+  `update_bounds` before each mini-batch: one pair of bounds per update, set on the ratios of all its
+  micro-batches and DP ranks (a forward-only pass before verl splits the mini-batch), as the reference
+  trainer sets them on the update's whole mini-batch.
 
 Both log the `clip/*` and `ratio/p01|p50|p99` of each micro-batch, every one as a weighted pair
 (`LOSS_METRICS`): verl gathers each key over the DP ranks and requires every rank to have logged it
 equally often, and fp8rl.adapters.verl_update.fold turns the pairs into the update's values: the clip
 fractions and `loss/ppo_kl` over the update's pooled population (all micro-batches, all ranks), the
-quantiles and bounds as means of per-micro-batch values.
+quantiles as means of per-micro-batch values (the bounds are the same on every micro-batch).
 
 The dual clip `clip_c` and the calibration options come from the JSON file named by the
 `FP8RL_VERL_LOSS` environment variable (`verl_overrides.loss_spec`); without it, `clip_c` falls back to
@@ -313,14 +316,11 @@ def calibrator(config: Any) -> Calibrator:
     return _calibrator
 
 
-def _calibrated_bounds(
-    config: Any,
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
+def _bounds_now(
+    config: Any, ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
 ) -> tuple[ClipBounds, dict[str, float]]:
-    """This micro-batch's calibrated bounds and their `calib/*` metrics, at the update verl is in."""
+    """The calibrated bounds of the update verl is in, and their `calib/*` metrics, from the update's
+    ratios (`mask` selects its valid tokens)."""
     cal = calibrator(config)
     calib = load_spec()["calib"]
     pos = verl_update.POSITION
@@ -336,21 +336,111 @@ def _calibrated_bounds(
         targets = {int(k): (v[0], v[1]) for k, v in calib["targets"].items()}
         q, q_high = step_targets(targets, pos.step, int(calib["updates_per_step"]))
     return cal.bounds(
-        _ratio(log_prob, old_log_prob),
-        advantages,
-        response_mask.bool(),
-        target_q=q,
-        target_q_high=q_high,
-        ref_unchanged=pos.first_update,
+        ratio, advantages, mask, target_q=q, target_q_high=q_high, ref_unchanged=pos.first_update
     )
+
+
+def _calibrated_bounds(
+    config: Any,
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+) -> tuple[ClipBounds, dict[str, float]]:
+    """The update's bounds that `update_bounds` set before verl split the mini-batch; without them (a
+    direct call: the micro-batch is the whole update) this micro-batch's own."""
+    prepared = verl_update.POSITION.prepared
+    if prepared is not None:
+        return prepared
+    return _bounds_now(config, _ratio(log_prob, old_log_prob), advantages, response_mask.bool())
+
+
+def _engine_defaults(worker: Any, data: Any) -> None:
+    """The engine keys verl 0.9.1's `TrainingWorker.train_batch` gives a mini-batch that lacks them, so
+    the forward below splits it into the micro-batches the update's forward uses."""
+    from verl.utils import tensordict_utils as tu
+
+    engine = worker.engine_config
+    defaults = {
+        "use_remove_padding": worker.model_config.get("use_remove_padding", False),
+        "use_dynamic_bsz": engine.use_dynamic_bsz,
+        "max_token_len_per_gpu": engine.max_token_len_per_gpu,
+        "micro_batch_size_per_gpu": engine.micro_batch_size_per_gpu,
+        "use_fused_kernels": engine.use_fused_kernels,
+    }
+    for key, value in defaults.items():
+        if key not in data.keys():  # noqa: SIM118 (a TensorDict refuses `in`)
+            tu.assign_non_tensor(data, **{key: value})
+
+
+def update_bounds(worker: Any, data: Any) -> tuple[ClipBounds, dict[str, float]] | None:
+    """The calibrated bounds of one mini-batch update, the same on every DP rank, as the reference
+    trainer sets them (one pair per update, from all of its tokens): a forward-only pass of the actor over
+    this rank's mini-batch (verl's engine `infer_batch`, in the micro-batches of the update) gives the
+    current ratios at its valid tokens, the DP group all-gathers them with their advantages, and the
+    calibrator sets the bounds on the pooled tokens. None on ranks where verl computes no loss (not the
+    last pipeline stage). A non-finite input on any rank is raised on every rank after the gather (the
+    rank that holds it records the divergence), so no rank waits for another in a collective.
+
+    Run by fp8rl.adapters.verl_update before each mini-batch of a `calibrated_clip` worker: one more
+    forward of the update's tokens (no backward)."""
+    import torch.distributed as dist
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    _engine_defaults(worker, data)
+    parts: list[tuple[torch.Tensor, torch.Tensor]] = []
+    bad: list[str] = []
+
+    def probe(model_output: dict, data: Any, dp_group: Any = None) -> tuple[torch.Tensor, dict]:
+        log_prob = no_padding_2_padding(model_output["log_probs"], data)
+        mb = data.select("response_mask", "old_log_probs", "advantages").to_padded_tensor()
+        mask = mb["response_mask"].bool()
+        adv = mb["advantages"] if mb["advantages"].dim() == mask.dim() else mb["advantages"].unsqueeze(-1)
+        try:
+            check_finite_inputs(
+                log_prob=log_prob,
+                old_log_prob=mb["old_log_probs"],
+                advantages=mb["advantages"],
+                response_mask=mask,
+            )
+        except NonFiniteLoss as exc:
+            bad.append(str(exc))
+        else:
+            ratio = _ratio(log_prob, mb["old_log_probs"])
+            parts.append((ratio[mask].cpu(), adv.expand_as(mask)[mask].detach().cpu()))
+        return torch.zeros((), device=log_prob.device), {}
+
+    with torch.no_grad():
+        worker.engine.infer_batch(data, loss_function=probe)
+    local = (
+        torch.cat([r for r, _ in parts]) if parts else torch.zeros(0),
+        torch.cat([a for _, a in parts]) if parts else torch.zeros(0),
+        bool(parts or bad),
+        bad,
+    )
+    group = worker.engine.get_data_parallel_group()
+    gathered = [local]
+    if group is not None and dist.is_initialized() and dist.get_world_size(group) > 1:
+        gathered = [None] * dist.get_world_size(group)
+        dist.all_gather_object(gathered, local, group=group)
+    problems = [msg for g in gathered for msg in g[3]]
+    if problems:
+        raise NonFiniteLoss(problems[0] if bad else f"another data-parallel rank: {problems[0]}")
+    if not local[2]:
+        return None
+    ratio = torch.cat([g[0] for g in gathered]).unsqueeze(0)  # the pooled tokens as one [1, N] row
+    advantages = torch.cat([g[1] for g in gathered]).unsqueeze(0)
+    config = worker.loss_fn.keywords["config"]
+    return _bounds_now(config, ratio, advantages, torch.ones_like(ratio, dtype=torch.bool))
 
 
 calibrated_clip_loss = _verl_policy_loss(
     "calibrated_clip",
     _calibrated_bounds,
     "PPO-clip whose bounds come from calibrated clipping (docs/architecture.md#calibrated-clipping) on "
-    "this micro-batch's ratios.",
+    "the update's ratios over all its micro-batches and DP ranks (`update_bounds`).",
 )
 
 
+verl_update.PREPARE["calibrated_clip"] = update_bounds
 verl_update.install()

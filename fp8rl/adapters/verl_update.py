@@ -20,6 +20,11 @@ each pair by `sum / n` over all of them, the update's fraction as the reference 
 or drops it when the update had no population ("absent, never 0"); verl's step value is then the mean
 over the step's updates that have it, as the reference trainer's `StepMeans`.
 
+Before each mini-batch, the wrapper also runs what a loss registered in `PREPARE` under the worker's
+`policy_loss.loss_mode` needs done once per update rather than per micro-batch, and keeps its result in
+`POSITION.prepared` for the loss (`calibrated_clip`: the update's bounds, pooled over the mini-batch's
+micro-batches and DP ranks; fp8rl.adapters.verl_loss.update_bounds).
+
 fp8rl.adapters.verl_loss installs it when verl imports it (every worker), patching
 `verl.workers.engine_workers` as soon as that module is loaded.
 """
@@ -30,6 +35,7 @@ import functools
 import importlib.util
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,11 +49,12 @@ _STEP_DIR = re.compile(r"global_step_(\d+)")
 @dataclass
 class UpdatePosition:
     """`step`: this worker's training step (None before its first update); `update`: the mini-batch
-    update within it, from 1."""
+    update within it, from 1; `prepared`: what `PREPARE` gave for this update (None without it)."""
 
     step: int | None = None
     update: int = 0
     loaded_step: int = 0
+    prepared: Any = None
 
     @property
     def first_update(self) -> bool:
@@ -55,6 +62,18 @@ class UpdatePosition:
 
 
 POSITION = UpdatePosition()
+
+# loss mode -> fn(worker, mini_batch) run before each mini-batch update; its result is POSITION.prepared
+PREPARE: dict[str, Callable[[Any, Any], Any]] = {}
+
+
+def loss_mode(worker: Any) -> str | None:
+    """The policy loss a verl worker trains with: `policy_loss.loss_mode` of the actor config its loss
+    function is bound to (verl: `partial(ppo_loss, config=actor_config)`); None when it has none."""
+    config = (getattr(getattr(worker, "loss_fn", None), "keywords", None) or {}).get("config")
+    policy = None if config is None else getattr(config, "policy_loss", None)
+    getter = getattr(policy, "get", None)
+    return None if getter is None else getter("loss_mode", None)
 
 
 def _total(value: Any) -> float:
@@ -115,6 +134,10 @@ def wrap(cls: type) -> type:
     @functools.wraps(batch)
     def train_batch(self, *args, **kwargs):
         POSITION.update += 1
+        POSITION.prepared = None
+        prepare = PREPARE.get(loss_mode(self))
+        if prepare is not None:
+            POSITION.prepared = prepare(self, args[0] if args else kwargs["data"])
         return _fold_output(batch(self, *args, **kwargs))
 
     cls.load_checkpoint, cls.train_mini_batch, cls.train_batch = (

@@ -3,7 +3,9 @@
 verl gathers each micro-batch's loss metrics over the DP group and `Metric.aggregate_dp` raises unless
 every rank logged every key equally often; GRPO groups whose advantages are all 0 leave micro-batches
 without an A<0 or A>0 token. The update must go through and log the fractions the reference trainer
-would: pooled over each mini-batch, all ranks, then averaged over the step's mini-batches.
+would: pooled over each mini-batch, all ranks, then averaged over the step's mini-batches. Calibrated
+clipping sets one pair of bounds per update, the same on every micro-batch and rank: the reference
+trainer's for the update's pooled tokens.
 """
 
 from __future__ import annotations
@@ -102,6 +104,24 @@ def _micro_batches(case: dict, j: int):
             yield {k: torch.tensor(v)[start : start + MICRO] for k, v in r.items()}
 
 
+def _reference_bounds(mb: dict, first_update: bool) -> ClipBounds:
+    """The bounds the reference trainer's update sets on the mini-batch's tokens (static target 0.05)."""
+    from types import SimpleNamespace
+
+    from fp8rl.engine.phase_timer import PhaseTimer
+    from fp8rl.engine.update_bounds import UpdateBounds
+    from fp8rl.rl import Calibrator
+
+    reference = UpdateBounds(
+        ClipBounds.fixed(0.2, 0.28), calibrator=Calibrator(0.2, 0.28, reference="static:0.05"), shadow=None,
+        reference="static:0.05", run_targets={}, updates_per_step=2, timer=PhaseTimer(),
+    )  # fmt: skip
+    mask = mb["response_mask"].bool()
+    update = SimpleNamespace(advantages=mb["advantages"], mask=mask, first_update=first_update)
+    bounds, _ = reference.for_update(1, update, torch.exp(mb["new_log_probs"] - mb["old_log_probs"]))
+    return bounds
+
+
 @pytest.mark.parametrize("loss", ["fp8rl_clip", "calibrated_clip"])
 def test_the_update_aggregates_fp8rls_loss_metrics_over_dp_ranks(verl_site, tmp_path, loss):
     from fp8rl.rl import ratio_quantiles
@@ -120,11 +140,19 @@ def test_the_update_aggregates_fp8rls_loss_metrics_over_dp_ranks(verl_site, tmp_
 
     # the fractions of each mini-batch over both ranks' tokens, as the reference trainer's update has them
     want: dict[str, list[float]] = {}
+    micro_per_rank = MINI // MICRO
     for j, mb in enumerate(_mini_batches(case)):
         mask = mb["response_mask"].bool()
         bounds = ClipBounds.fixed(0.2, 0.28)
         if loss == "calibrated_clip":
-            bounds = ClipBounds(metrics["calib/low"][j], metrics["calib/high"][j])
+            # one pair for the update: every micro-batch of both ranks clipped with the reference
+            # trainer's bounds of the pooled mini-batch (the first update clips nothing below)
+            bounds = _reference_bounds(mb, first_update=j == 0)
+            used = [
+                b for r in results for b in r["micro_bounds"][j * micro_per_rank : (j + 1) * micro_per_rank]
+            ]
+            assert used == [pytest.approx(list(bounds), rel=1e-6)] * (WORLD * micro_per_rank), j
+            assert metrics["calib/low"][j] == pytest.approx(bounds.low, rel=1e-6)
         _, m = policy_loss(mb["new_log_probs"], mb["old_log_probs"], mb["advantages"], mask, bounds,
                            LossTerms(clip_c=3.0))  # fmt: skip
         for k in (
@@ -143,9 +171,9 @@ def test_the_update_aggregates_fp8rls_loss_metrics_over_dp_ranks(verl_site, tmp_
         ]
         want.setdefault("ratio/p50", []).append(sum(q["ratio/p50"] for q in micro) / len(micro))
     for k, values in want.items():
-        if loss == "calibrated_clip" and k.startswith("clip/"):
-            continue  # per-micro-batch bounds: the fractions are not those of one pooled bound
         assert metrics[k] == pytest.approx(values, rel=1e-6), k
+    n_mini = len(ADVANTAGES[0]) // MINI
+    assert [r["forward_only_calls"] for r in results] == [n_mini if loss == "calibrated_clip" else 0] * WORLD
     assert metrics["actor/ppo_kl"] == pytest.approx(want["loss/ppo_kl"], rel=1e-6)
     for k in ("clip/low_neg", "clip/high_pos", "clip/low_all", "loss/tokens", "actor/pg_loss"):
         assert len(metrics[k]) == len(ADVANTAGES[0]) // MINI, k

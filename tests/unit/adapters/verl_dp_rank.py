@@ -5,9 +5,11 @@
 Runs verl's own `TrainingWorker.train_mini_batch` (mini-batches, `train_batch`, `_postprocess_output`: the
 all-gather of every metric over the DP group, `Metric.aggregate_dp`) with verl's `ppo_loss` calling the
 policy loss named in the case through verl's registry, in a gloo process group. Only the engine is a
-stand-in (`Engine`): it splits a mini-batch into micro-batches, sets the global batch counts verl's
-engines set, and returns the case's log-probs as the model's, flattened as verl's no-padding layout holds
-them. Writes `{"metrics": ...}` (the ranks that return metrics) or `{"error": ...}` to OUT_JSON.
+stand-in (`Engine`): it splits a mini-batch into micro-batches (in `train_batch` and the forward-only
+`infer_batch`), sets the global batch counts verl's engines set, and returns the case's log-probs as the
+model's, flattened as verl's no-padding layout holds them. Writes `{"metrics": ..., "micro_bounds": the
+calib/low and calib/high each trained micro-batch's loss used, "forward_only_calls": ...}` or
+`{"error": ...}` to OUT_JSON.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ class Engine:
 
     def __init__(self, group, micro: int) -> None:
         self.group, self.micro = group, micro
+        self.micro_bounds: list[list[float | None]] = []  # per trained micro-batch: calib/low, calib/high
+        self.forward_only_calls = 0
 
     def get_data_parallel_size(self) -> int:
         import torch.distributed as dist
@@ -48,23 +52,45 @@ class Engine:
         return 1e-6
 
     def train_batch(self, data, loss_function):
+        return self._batches(data, loss_function, record=True)
+
+    def infer_batch(self, data, loss_function=None):
+        import torch
+
+        self.forward_only_calls += 1
+        with torch.no_grad():
+            return self._batches(data, loss_function, record=False)
+
+    def _batches(self, data, loss_function, record: bool):
+        """verl's engine loop: the micro-batches of `micro_batch_size_per_gpu` (the key verl's
+        `TrainingWorker.train_batch` sets), each through `loss_function`."""
         import torch.distributed as dist
         from verl.utils import tensordict_utils as tu
         from verl.workers.engine.utils import postprocess_batch_func
 
+        micro = tu.get(data, "micro_batch_size_per_gpu")
+        assert micro == self.micro, (micro, self.micro)
         mask = data["response_mask"].bool()
         tokens = mask.sum().clone()
         dist.all_reduce(tokens, group=self.group)
         world = self.get_data_parallel_size()
         outputs = []
-        for start in range(0, data.shape[0], self.micro):
-            mb = data[start : start + self.micro]
+        for start in range(0, data.shape[0], micro):
+            mb = data[start : start + micro]
             tu.assign_non_tensor(
                 mb, dp_size=world, batch_num_tokens=int(tokens), global_batch_size=data.shape[0] * world
             )
             loss, metrics = loss_function(model_output={"log_probs": _flat(mb)}, data=mb, dp_group=self.group)
+            if record:  # the bounds this micro-batch's loss clipped with (weight 1: the value)
+                self.micro_bounds.append(
+                    [_value(metrics.get(f"fp8rl_sum/calib/{side}")) for side in ("low", "high")]
+                )
             outputs.append({"loss": float(loss.detach()), "metrics": metrics})
         return postprocess_batch_func(outputs, None, data)
+
+
+def _value(metric) -> float | None:
+    return None if metric is None else float(sum(getattr(metric, "values", [metric])))
 
 
 def _flat(mb):
@@ -142,7 +168,9 @@ def main(rank: int, world: int, init_file: str, case_path: str, out_path: str) -
         output = worker.train_mini_batch(data)
         metrics = tu.get(output, "metrics") if output is not None else None
         result = {"metrics": {k: [float(x) for x in v] if isinstance(v, list) else repr(v)
-                              for k, v in (metrics or {}).items()}}  # fmt: skip
+                              for k, v in (metrics or {}).items()},
+                  "micro_bounds": worker.engine.micro_bounds,
+                  "forward_only_calls": worker.engine.forward_only_calls}  # fmt: skip
     except Exception as exc:  # the test reads what went wrong on which rank
         result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
     with open(out_path, "w") as fh:
