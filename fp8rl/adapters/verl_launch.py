@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import shlex
 
+from fp8rl import numerics
 from fp8rl.adapters.verl_overrides import RAY_ENV_VARS
 
 RAY_PORT = 6379
@@ -50,6 +51,18 @@ def slurm_resources(nodes: int, gpus_per_node: int) -> dict[str, int | str]:
     """Snakemake resources of one verl training job for the Slurm executor: whole nodes, with the GPUs
     as a per-node `gres` (the executor's `gpu` resource is a job total, `--gpus`), one task per node."""
     return {"nodes": nodes, "gres": f"gpu:{gpus_per_node}", "tasks_per_node": 1}
+
+
+def unpin_numerics() -> str:
+    """Shell lines that take the CPU numerics pin (fp8rl.numerics) out of the job's environment: `import
+    fp8rl` in the process that starts the script (`fp8rl verl train`) set it, and every process of the
+    job (preflight, Ray, verl's workers, the export; srun and apptainer pass the environment on) would
+    inherit its CPU kernel caps. `FP8RL_NUMERICS=fast` keeps the job's own `import fp8rl` from setting it
+    again; a variable the user set to another value is kept."""
+    pins = {**numerics.PINNED_ENV, **numerics.REPRODUCIBLE_RUNTIME_ENV}
+    q = shlex.quote
+    lines = [f'[ "${{{k}-}}" != {q(v)} ] || unset {k}' for k, v in pins.items()]
+    return "\n".join([f"export {numerics.ENV_MODE}=fast", *lines]) + "\n"
 
 
 def render_script(
@@ -95,7 +108,8 @@ set -euo pipefail
 export VERL_USE_EXTERNAL_MODULES=fp8rl.adapters.verl_loss
 export FP8RL_VERL_LOSS={q(out + "/verl_loss.json")}
 export HYDRA_FULL_ERROR=1
-{exports}mkdir -p {q(logs)}
+# the CPU numerics pin is for the reference trainer's CPU runs, not a GPU job's processes
+{unpin_numerics()}{exports}mkdir -p {q(logs)}
 ATTEMPT=$(( $(find {q(logs)} -maxdepth 1 -name {q(LOG_GLOB)} | wc -l) + 1 ))
 export VERL_FILE_LOGGER_PATH={q(logs)}/attempt-$(printf %03d "$ATTEMPT").jsonl
 GPUS_PER_NODE={gpus_per_node}

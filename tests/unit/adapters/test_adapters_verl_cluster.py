@@ -108,6 +108,32 @@ echo 3 > {tmp_path}/verl_checkpoints/latest_checkpointed_iteration.txt ;; esac
     assert not list((tmp_path / "verl_checkpoints").glob("global_step_*"))  # complete: only checkpoint/ stays
 
 
+def test_the_cpu_numerics_pin_stays_out_of_the_gpu_jobs_processes(tmp_path):
+    """`fp8rl verl train` imports fp8rl, which pins the CPU math libraries in its environment; the job
+    script's processes (preflight, Ray, verl, the export) run without the pin, in `fast` mode, and keep
+    a value the user set themselves."""
+    from fp8rl import numerics
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 9.0\n")
+    (bin_dir / "python3").write_text(f"#!/bin/sh\nenv >> {tmp_path}/env.$$\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = numerics.environment("reproducible", {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    env["ONEDNN_MAX_CPU_ISA"] = "AVX512_CORE"  # the user's own choice, not the pin's
+    env.pop("SLURM_JOB_ID", None)
+    res = subprocess.run(["bash", str(_script(tmp_path))], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    seen = list(tmp_path.glob("env.*"))
+    assert len(seen) == 2  # the preflight and verl
+    for path in seen:
+        got = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+        assert got[numerics.ENV_MODE] == "fast"
+        pinned = {k: got[k] for k in {**numerics.PINNED_ENV, **numerics.REPRODUCIBLE_RUNTIME_ENV} if k in got}
+        assert pinned == {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
+
+
 # python3 stand-in playing verl across a run's chain of jobs: resumes from latest_checkpointed_iteration.txt,
 # saves three steps, and (as verl's checkpoint manager, max_actor_ckpt_to_keep=2) removes only the saves
 # this job wrote; notes the saves it found; with FAKE_KILL=1 Slurm's time limit kills the job after them.
