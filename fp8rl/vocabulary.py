@@ -20,6 +20,8 @@ VARIANTS = (
     "bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib",
     # the mismatch corrections other frameworks offer, each alone and with calibrated clipping, and FP16
     "fp8_seqtis", "fp8_seqtis_calib", "fp8_mis", "fp8_mis_calib", "fp8_icepop", "fp8_icepop_calib", "fp16",
+    # the corrections of issue 56: score centering (alone and on TIS), QuRL's adaptive clip range, adaptive IcePop
+    "fp8_scorecenter", "fp8_tis_scorecenter", "fp8_qurl", "fp8_icepop_adaptive",
 )  # fmt: skip
 # Recipe-level FP8 granularities (a run id's granularity); `bf16` runs use NO_GRANULARITY.
 GRANULARITIES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
@@ -40,13 +42,25 @@ PRECISIONS = ("bf16", "fp8", "fp16")
 #        the band `tis.mis` is dropped from the loss, the others keep token TIS weights
 #        (rollout_rs=seq_mean_k1 with rollout_is=token);
 #   icepop: the token's ratio r_t as its weight inside the band `tis.icepop` = [alpha, beta], 0 outside
-#        (rollout_is=token with rollout_is_threshold "alpha_beta").
-CORRECTIONS = ("none", "tis", "seq_tis", "mis", "icepop")
+#        (rollout_is=token with rollout_is_threshold "alpha_beta");
+#   icepop_adaptive: IcePop whose band widens, past [alpha, beta], just enough that at most
+#        `tis.icepop_mask_frac` / 2 of the step's tokens are masked on each side;
+#   scorecenter: score centering (arXiv 2609.20807): an additive loss term that cancels the
+#        sampler-expected score; tis_scorecenter: token TIS with the TIS-weighted score centred;
+#   qurl: QuRL's adaptive clip range (arXiv 2602.13953): each update's clip range widened by the gap
+#        between the FP8 ratio and its full-precision (BF16 shadow) reference.
+# Each is one module of fp8rl.rl.corrections that registers itself under its name.
+CORRECTIONS = (
+    "none", "tis", "seq_tis", "mis", "icepop", "icepop_adaptive", "scorecenter", "tis_scorecenter", "qurl",
+)  # fmt: skip
 # Default bands: IcePop's [0.5, 5] (the IcePop report's and verl's example). Masked IS: [0.97, 1.03], which
 # drops about 15 % of the sequences of the smoke model at dose 1 (6-token answers, |d_t| ~ 0.02); verl's
 # geometric-mean preset [0.999, 1.001] suits thousand-token responses and would drop nearly all of them.
 ICEPOP_BAND = (0.5, 5.0)
 MIS_BAND = (0.97, 1.03)
+# Adaptive IcePop: the largest fraction of a step's tokens its band may mask (half on each side); the
+# fixed band applies while it masks less.
+ADAPTIVE_ICEPOP_MASK_FRAC = 0.02
 
 
 @dataclass(frozen=True)
@@ -98,6 +112,10 @@ VARIANT_SPECS = {
     "fp8_icepop": _spec("fp8_icepop", "fp8", "icepop"),
     "fp8_icepop_calib": _spec("fp8_icepop_calib", "fp8", "icepop", calib=True),
     "fp16": _spec("fp16", "fp16"),
+    "fp8_scorecenter": _spec("fp8_scorecenter", "fp8", "scorecenter"),
+    "fp8_tis_scorecenter": _spec("fp8_tis_scorecenter", "fp8", "tis_scorecenter"),
+    "fp8_qurl": _spec("fp8_qurl", "fp8", "qurl"),
+    "fp8_icepop_adaptive": _spec("fp8_icepop_adaptive", "fp8", "icepop_adaptive"),
 }
 assert tuple(VARIANT_SPECS) == VARIANTS
 
