@@ -3,7 +3,8 @@
 The trainer writes `checkpoint/state.json` last (fp8rl.engine.checkpoint), with the sha256 of every
 other file of the checkpoint under `files`. `verify_files` re-hashes them: resume (fp8rl.engine.checkpoint),
 `fp8rl eval` and `fp8rl report` call it, so a checkpoint damaged after training (a flipped byte in
-`model.safetensors`) is named instead of trained on, scored or reported. The hashes detect damage; they
+`model.safetensors`) is named instead of trained on, scored or reported, and so is a file the record does
+not hold (a `chat_template.jinja` added later would change how the eval prompts the model). The hashes detect damage; they
 authenticate nothing. A checkpoint without `state.json` (a Hugging Face model made elsewhere, the verl
 backend's export) has no record to check against: `verify_files` returns None. `not_a_file` finds a
 Hugging Face file (`HF_FILES`) that is a directory, for the eval's and the trainer's loaders.
@@ -35,9 +36,10 @@ class CheckpointError(Exception):
 
 
 def verify_files(ckpt_dir: str | Path, hint: str = "") -> dict | None:
-    """The checkpoint's `state.json` after checking that every file it records has its sha256; None
-    when the checkpoint has no `state.json`. `CheckpointError` naming the file that is unreadable,
-    missing, not a file or altered (`hint`, if given, is appended: what to do about it)."""
+    """The checkpoint's `state.json` after checking that every file it records has its sha256 and that it
+    holds nothing else; None when the checkpoint has no `state.json`. `CheckpointError` naming the file
+    that is unreadable, missing, not a file, altered or not recorded (`hint`, if given, is appended: what
+    to do about it)."""
     ckpt_dir = Path(ckpt_dir)
     tail = f"; {hint}" if hint else ""
     state_path = ckpt_dir / CHECKPOINT_STATE_FILE
@@ -64,6 +66,10 @@ def verify_files(ckpt_dir: str | Path, hint: str = "") -> dict | None:
             raise CheckpointError(f"{path}: cannot be read ({exc.strerror or exc}){tail}") from None
         if actual != digest:
             raise CheckpointError(f"{path}: corrupt (sha256 differs from {state_path.name}){tail}")
+    recorded = {str(name) for name, _ in items} | {CHECKPOINT_STATE_FILE}
+    for path in sorted(ckpt_dir.iterdir()):
+        if path.name not in recorded:  # e.g. a chat_template.jinja that would switch the eval's prompts
+            raise CheckpointError(f"{path}: not a file the checkpoint recorded in {state_path.name}{tail}")
     return meta
 
 

@@ -96,11 +96,11 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
             work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
             try:
                 check_checkpoint(checkpoint)
-                check_chat_template(checkpoint)
-                try:  # the files the trainer recorded, byte for byte (none recorded: not checked)
+                try:  # the files the trainer recorded, byte for byte, and no other (none recorded: not checked)
                     verify_files(checkpoint, "retrain the run, or restore the checkpoint")
                 except CheckpointError as exc:
                     raise EvalInputError(str(exc)) from None
+                check_chat_template(checkpoint)
                 if not data.is_dir():
                     raise EvalInputError(f"data directory {data} not found")
                 split = "test.jsonl" if suite == "lm_eval" else "tool_test.jsonl"

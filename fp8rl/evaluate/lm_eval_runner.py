@@ -7,7 +7,8 @@ fp8rl.evaluate.protocol and `batch_size` auto (vLLM schedules its own batches; `
 the `hf` model's). Local tasks are built from their YAMLs with the data
 files bound (fp8rl.evaluate.eval_tasks), the config's eval protocol is applied to every task (generation
 length, sampling, avg@k), and all are instantiated before the model is loaded, so a broken task fails
-fast and names its file. A checkpoint with a chat template is prompted in it. Decoding is the task
+fast and names its file. A checkpoint with a chat template is prompted in it, every render bounded
+in time (`bounded_renders`). Decoding is the task
 YAMLs' (greedy) unless the config states its own; `eval.limit` caps examples per task. Every scored
 sample (prompt, responses, per-sample scores) goes to a JSONL file beside the scores when asked.
 """
@@ -17,6 +18,9 @@ from __future__ import annotations
 import errno
 import importlib.util
 import json
+import signal
+import threading
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -53,40 +57,57 @@ def check_checkpoint(checkpoint: Path) -> None:
 CHAT_TEMPLATE_SECONDS = 10.0
 
 
-def check_chat_template(checkpoint: Path, seconds: float = CHAT_TEMPLATE_SECONDS) -> None:
-    """Render the checkpoint's chat template (if it has one) on a one-turn conversation within `seconds`
-    (SIGALRM, so only on the main thread; elsewhere it is not timed); EvalInputError naming the template
-    when it takes longer or fails to render."""
-    import signal
-    import threading
+class _Slow(Exception):
+    pass
 
+
+def _template_file(checkpoint: Path) -> Path:
+    where = checkpoint / "chat_template.jinja"
+    return where if where.is_file() else checkpoint / "tokenizer_config.json"
+
+
+@contextmanager
+def _deadline(seconds: float):
+    """Raise _Slow in the block after `seconds` (SIGALRM, so only on the main thread; elsewhere the
+    block is not timed)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _stop(signum, frame):
+        raise _Slow
+
+    previous = signal.signal(signal.SIGALRM, _stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def check_chat_template(checkpoint: Path, seconds: float | None = None) -> None:
+    """Render the checkpoint's chat template (if it has one) on a one-turn conversation within `seconds`
+    (default CHAT_TEMPLATE_SECONDS; main thread only, `_deadline`); EvalInputError naming the template
+    when it takes longer or fails to render. The eval's own renders are bounded too (`bounded_renders`):
+    a template may loop on content this probe does not have."""
+    seconds = CHAT_TEMPLATE_SECONDS if seconds is None else seconds
     if not has_chat_template(checkpoint):
         return
     from transformers import AutoTokenizer
 
-    where = checkpoint / "chat_template.jinja"
-    where = where if where.is_file() else checkpoint / "tokenizer_config.json"
+    where = _template_file(checkpoint)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     except Exception as exc:  # transformers raises many kinds for a broken tokenizer folder
         raise EvalInputError(
             f"{checkpoint}: the tokenizer cannot be loaded ({type(exc).__name__}: {exc})"
         ) from None
-
-    class _Slow(Exception):
-        pass
-
-    def _stop(signum, frame):
-        raise _Slow
-
-    timed = threading.current_thread() is threading.main_thread()
-    if timed:
-        previous = signal.signal(signal.SIGALRM, _stop)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": "1+1="}], tokenize=False, add_generation_prompt=True
-        )
+        with _deadline(seconds):
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": "1+1="}], tokenize=False, add_generation_prompt=True
+            )
     except _Slow:
         raise EvalInputError(
             f"{where}: the chat template takes more than {seconds:g} s to render one prompt"
@@ -95,10 +116,39 @@ def check_chat_template(checkpoint: Path, seconds: float = CHAT_TEMPLATE_SECONDS
         raise EvalInputError(
             f"{where}: the chat template does not render ({type(exc).__name__}: {exc})"
         ) from None
+
+
+@contextmanager
+def bounded_renders(checkpoint: Path, seconds: float | None = None):
+    """Bound every chat-template render in the block to `seconds` (default CHAT_TEMPLATE_SECONDS):
+    lm-eval's `hf` and `vllm` models render each prompt through the tokenizer's `apply_chat_template`,
+    which is wrapped here; a render that takes longer is an EvalInputError naming the template and the
+    prompt's start, not a hung eval."""
+    from transformers import PreTrainedTokenizerBase
+
+    seconds = CHAT_TEMPLATE_SECONDS if seconds is None else seconds
+    original = PreTrainedTokenizerBase.apply_chat_template
+
+    def bounded(self, conversation, *args, **kwargs):
+        try:
+            with _deadline(seconds):
+                return original(self, conversation, *args, **kwargs)
+        except _Slow:
+            last = (
+                conversation[-1].get("content", "")
+                if conversation and isinstance(conversation[-1], dict)
+                else ""
+            )
+            raise EvalInputError(
+                f"{_template_file(checkpoint)}: the chat template takes more than {seconds:g} s to render "
+                f"an eval prompt ({str(last)[:60]!r}...)"
+            ) from None
+
+    PreTrainedTokenizerBase.apply_chat_template = bounded
+    try:
+        yield
     finally:
-        if timed:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+        PreTrainedTokenizerBase.apply_chat_template = original
 
 
 def model_spec(cfg: ExperimentConfig, checkpoint: Path) -> tuple[str, dict[str, Any]]:
@@ -218,19 +268,21 @@ def run_lm_eval(
 
     tasks, manager = build_tasks(cfg, plan)
     name, args = model_spec(cfg, checkpoint) if lm is None else (lm, None)
-    raw = lm_eval.simple_evaluate(
-        model=name,
-        model_args=args,
-        tasks=tasks,
-        # vLLM batches all of a call's requests itself: chunks of eval.batch_size would cap its batch
-        batch_size="auto" if name == "fp8rl-vllm" else cfg.eval.batch_size,
-        limit=cfg.eval.limit,
-        bootstrap_iters=BOOTSTRAP_ITERS,
-        log_samples=samples_out is not None,
-        task_manager=manager,
-        # A chat model is prompted in its chat template, as the trainer prompts it (encode_prompt).
-        apply_chat_template=lm is None and has_chat_template(checkpoint),
-    )
+    # A chat model is prompted in its chat template, as the trainer prompts it (encode_prompt).
+    chat = lm is None and has_chat_template(checkpoint)
+    with bounded_renders(checkpoint) if chat else nullcontext():
+        raw = lm_eval.simple_evaluate(
+            model=name,
+            model_args=args,
+            tasks=tasks,
+            # vLLM batches all of a call's requests itself: chunks of eval.batch_size would cap its batch
+            batch_size="auto" if name == "fp8rl-vllm" else cfg.eval.batch_size,
+            limit=cfg.eval.limit,
+            bootstrap_iters=BOOTSTRAP_ITERS,
+            log_samples=samples_out is not None,
+            task_manager=manager,
+            apply_chat_template=chat,
+        )
     if raw is None:  # not rank 0
         return []
     if samples_out is not None:

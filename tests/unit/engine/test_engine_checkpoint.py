@@ -67,6 +67,18 @@ def test_corrupt_or_missing_files_are_named(saved, victim):
         load_checkpoint(ckpt)
 
 
+@pytest.mark.parametrize("extra", ["chat_template.jinja", "added_tokens.json", "sub"])
+def test_a_file_the_state_does_not_record_is_named(saved, extra):
+    """A chat template added to a finished checkpoint would change the eval's prompts unseen."""
+    ckpt, _, _ = saved
+    if extra == "sub":
+        (ckpt / extra).mkdir()
+    else:
+        (ckpt / extra).write_text("{{ messages[0]['content'] }}")
+    with pytest.raises(CheckpointError, match=rf"{extra}: not a file the checkpoint recorded in state\.json"):
+        load_checkpoint(ckpt)
+
+
 def test_kill_between_renames_recovers_the_previous_checkpoint(saved):
     ckpt, _, _ = saved
     old = ckpt.with_name("checkpoint.old")

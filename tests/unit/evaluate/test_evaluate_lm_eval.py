@@ -278,6 +278,34 @@ def test_a_damaged_checkpoint_exits_2_naming_the_file(data_dir, tmp_path, capsys
     assert not out.exists()
 
 
+def test_a_chat_template_added_to_a_finished_checkpoint_exits_2_naming_it(
+    data_dir, tmp_path, capsys, monkeypatch
+):
+    """`state.json` does not record it, and it would switch lm-eval to chat prompts: refused before any
+    model is loaded or any result written."""
+    import fp8rl.evaluate.lm_eval_runner as runner
+    from fp8rl.config import ArchConfig
+    from fp8rl.engine.checkpoint import save_checkpoint
+    from fp8rl.engine.model import build_model
+    from fp8rl.engine.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    model = build_model(
+        ArchConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), tok, seed=0
+    )
+    ckpt = tmp_path / "run" / "checkpoint"
+    save_checkpoint(ckpt, model, tok, {}, {"step": 1})
+    monkeypatch.setattr(runner, "run_lm_eval", lambda *a, **k: pytest.fail("evaluated an altered checkpoint"))
+    (ckpt / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(json.dumps(CFG.model_dump(mode="json")))
+    out = tmp_path / "eval" / "lm_eval.json"
+    args = ["eval", "lm-eval", "--config", str(cfg), "--checkpoint", str(ckpt), "--data", str(data_dir)]
+    assert main([*args, "--out", str(out)]) == 2
+    assert f"{ckpt / 'chat_template.jinja'}: not a file the checkpoint recorded" in capsys.readouterr().err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("damage", "named"),
     [
@@ -350,3 +378,44 @@ def test_a_chat_template_that_loops_for_ever_is_refused_in_bounded_time(tiny_che
     ):
         check_chat_template(ckpt, seconds=0.5)
     assert time.monotonic() - start < 5
+
+
+LOOPS_ON_A_WORD = (
+    "{% if 'slow' in messages[-1]['content'] %}{% for i in range(100000) %}{% for j in range(100000) %}"
+    "{% endfor %}{% endfor %}{% endif %}{{ messages[-1]['content'] }}"
+)
+
+
+def test_every_eval_render_is_bounded_not_only_the_probe(tiny_checkpoint, data_dir, tmp_path, monkeypatch):
+    """A template that loops only on some content passes the one-prompt check; the eval's own renders
+    (lm-eval's model calls the tokenizer's apply_chat_template per prompt) are bounded too."""
+    import shutil
+    import time
+
+    import lm_eval
+    from transformers import AutoTokenizer
+
+    import fp8rl.evaluate.lm_eval_runner as runner
+    from fp8rl.evaluate.eval_tasks import EvalInputError
+
+    ckpt = tmp_path / "checkpoint"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    (ckpt / "chat_template.jinja").write_text(LOOPS_ON_A_WORD)
+    runner.check_chat_template(ckpt, seconds=0.5)  # the probe has no 'slow'
+
+    def evaluate(model, model_args, apply_chat_template, **kwargs):
+        assert apply_chat_template
+        tok = AutoTokenizer.from_pretrained(model_args["pretrained"])
+        for prompt in ("1+1=", "a slow one"):  # as lm-eval's HFLM.apply_chat_template renders them
+            tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False)
+        pytest.fail("the looping render was not bounded")
+
+    monkeypatch.setattr(lm_eval, "simple_evaluate", evaluate)
+    monkeypatch.setattr(runner, "CHAT_TEMPLATE_SECONDS", 0.5)
+    plan = plan_tasks("lm_eval", ["arith_gen"], data_dir, cache_dir=tmp_path / "cache")
+    start = time.monotonic()
+    with pytest.raises(EvalInputError, match=r"chat_template\.jinja: .* more than 0\.5 s .*'a slow one'"):
+        run_lm_eval(CFG, ckpt, plan)
+    assert time.monotonic() - start < 30
+    tok = AutoTokenizer.from_pretrained(str(ckpt))  # unwrapped again after the eval
+    assert tok.apply_chat_template.__func__.__name__ == "apply_chat_template"
