@@ -13,8 +13,9 @@ Checks (`problems(overrides, env)`, pure, so tests feed it what a node would rep
   and it must be 0 or unset. The job script sets it from the GPU (`nvidia-smi`); this checks the result.
 - **Attention backend**: megatron-core asserts that NVTE_FLASH_ATTN / NVTE_FUSED_ATTN / NVTE_UNFUSED_ATTN
   are unset or match the chosen backend; `flash` needs the flash-attn package.
-- **FP8 exclusions**: the model's real module names (its config.json, built on the meta device) hold no
-  router / gate / lm_head / embedding among the modules FP8 applies to (`fp8_modules`).
+- **FP8 exclusions**: of the model's linear layers and routers (its config.json, built on the meta
+  device), those vLLM's FP8 config quantizes under verl's `ignored_layers` (`fp8_modules`) hold no router /
+  gate / lm_head / embedding / norm.
 - **vLLM pin**: the rollout's FP8 weight loader is verl's patch of one vLLM release (`VLLM_PIN`, the train
   image's lock); another vLLM may load the weights differently without failing.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -37,43 +39,60 @@ VLLM_PIN = "0.24.0"  # containers/train/requirements.lock (checked by the tests)
 MIN_CUDA_BLOCKWISE = (12, 9)
 TE = "actor_rollout_ref.actor.megatron.override_transformer_config"
 NODE_KEYS = ("cuda", "capability", "vllm", "flash_attn")  # what only the GPU node and its image report
-# What FP8 GEMMs apply to: the linear layers inside the transformer blocks. Megatron's output layer
-# (lm_head) and embedding are not TE linears; vLLM's FP8 config quantizes LinearBase layers only and verl
-# adds every `model.layers.N.mlp.gate` (an MoE router) to `ignored_layers`.
-FP8_LINEAR_PATTERNS = ("model.layers.*.self_attn.*_proj", "model.layers.*.mlp.*_proj")
-NEVER_FP8 = ("lm_head", "*embed_tokens*", "*.mlp.gate", "*router*", "*norm*")
+# What FP8 applies to, as the frameworks decide it: by a module's kind, not by its name. vLLM's FP8 config
+# (verl's `rollout.quantization=fp8`) quantizes every linear layer (vLLM's LinearBase, MoE routers included:
+# a Hugging Face model's modules holding a 2-D `weight`) except the `ignored_layers` verl passes
+# (`model.layers.N.mlp.gate`); the LM head (vLLM's ParallelLMHead) and the embeddings are embeddings, which
+# it leaves alone. Megatron runs FP8 in Transformer Engine's linears, the transformer layers' (its router,
+# output layer and embedding are not TE modules): a subset of vLLM's set, so vLLM's set is the one checked.
+LM_HEAD = "lm_head"
+VERL_FP8_IGNORED = re.compile(r"model\.layers\.\d+\.mlp\.gate")
+NEVER_FP8 = ("lm_head", "*embed_tokens*", "*.gate", "*_gate", "*router*", "*norm*")
 
 
 def _overrides_map(overrides: list[str]) -> dict[str, str]:
     return {k.lstrip("+"): v for k, v in (o.split("=", 1) for o in overrides)}
 
 
-def fp8_modules(module_names: list[str]) -> list[str]:
-    """The modules FP8 applies to, of a model's `named_modules()` names."""
-    return [n for n in module_names if any(fnmatch.fnmatchcase(n, p) for p in FP8_LINEAR_PATTERNS)]
+def fp8_modules(weight_modules: list[str]) -> list[str]:
+    """The modules FP8 applies to, of a model's linear-weight modules (`meta_weight_modules`): all but the
+    LM head and the layers verl tells vLLM to ignore."""
+    return [n for n in weight_modules if n != LM_HEAD and not VERL_FP8_IGNORED.fullmatch(n)]
 
 
-def exclusion_problems(module_names: list[str]) -> list[str]:
-    """Modules that must stay high precision but match the FP8 patterns."""
-    bad = [n for n in fp8_modules(module_names) if any(fnmatch.fnmatchcase(n, p) for p in NEVER_FP8)]
-    return [f"FP8 would apply to {n} (router/gate/lm_head/embedding/norm stay high precision)" for n in bad]
+def exclusion_problems(weight_modules: list[str]) -> list[str]:
+    """Modules that must stay high precision but that FP8 would quantize."""
+    bad = [n for n in fp8_modules(weight_modules) if any(fnmatch.fnmatchcase(n, p) for p in NEVER_FP8)]
+    return [
+        f"FP8 would apply to {n} (router/gate/lm_head/embedding/norm stay high precision; verl's vLLM "
+        "FP8 config ignores only model.layers.N.mlp.gate)"
+        for n in bad
+    ]
 
 
-def meta_module_names(model_path: str) -> list[str]:
-    """`named_modules()` of the model at `model_path`, built from its config on the meta device."""
+def meta_weight_modules(model_path: str) -> list[str]:
+    """The modules of the model at `model_path` (built from its config on the meta device) that hold a 2-D
+    `weight` of their own, embeddings aside: its linear layers and routers, what vLLM's FP8 config can
+    quantize."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(model_path)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
-    return [n for n, _ in model.named_modules() if n]
+    out = []
+    for name, module in model.named_modules():
+        weight = module._parameters.get("weight")
+        if name and weight is not None and weight.dim() == 2 and not isinstance(module, torch.nn.Embedding):
+            out.append(name)
+    return out
 
 
 def problems(overrides: list[str], env: dict) -> list[str]:
     """What would waste the job, given its verl overrides and what the node reports in `env`:
     `cuda` (torch.version.cuda), `capability` ((major, minor) of GPU 0), `environ`, `vllm` (version),
-    `flash_attn` (installed), `modules` (the model's module names, or None when not checked). A check
+    `flash_attn` (installed), `modules` (the model's linear-weight modules, `meta_weight_modules`, or None
+    when not checked). A check
     whose node key is absent from `env` (a rehearsal: `NODE_KEYS`) is skipped."""
     ov = _overrides_map(overrides)
     environ = env.get("environ", {})
@@ -136,7 +155,7 @@ def node_env(model_path: str | None) -> dict:
 
     cap = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else None
     modules = (
-        meta_module_names(model_path) if model_path and Path(model_path, "config.json").is_file() else None
+        meta_weight_modules(model_path) if model_path and Path(model_path, "config.json").is_file() else None
     )
     return {"cuda": torch.version.cuda, "capability": cap, "environ": dict(os.environ), "vllm": _v("vllm"),
             "flash_attn": _v("flash-attn") is not None, "modules": modules}  # fmt: skip
@@ -182,7 +201,7 @@ def login_problems(config: str) -> list[str]:
         record = Path(cfg.results_dir) / cfg.tier / "base" / name / "model.json"
         if record.is_file():
             out.extend(
-                f"{name}: {p}" for p in exclusion_problems(meta_module_names(read_record(record)["path"]))
+                f"{name}: {p}" for p in exclusion_problems(meta_weight_modules(read_record(record)["path"]))
             )
     return out
 

@@ -204,6 +204,9 @@ GOOD = {"cuda": "13.0", "capability": (9, 0), "vllm": preflight.VLLM_PIN, "flash
         ),
         ({"capability": (8, 0)}, "compute capability >= 8.9"),
         ({"modules": ["lm_head", "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.gate"]}, None),
+        ({"modules": ["model.layers.0.mlp.gate_proj", "model.layers.0.block_sparse_moe.gate"]}, "moe.gate"),
+        ({"modules": ["model.layers.0.mlp.router"]}, "mlp.router"),
+        ({"modules": ["model.layers.0.mlp.shared_expert_gate"]}, "shared_expert_gate"),
     ],
 )
 def test_preflight_names_each_pitfall(change, needle):
@@ -238,7 +241,7 @@ def test_fp8_stays_off_router_gate_lm_head_of_each_paper_model(name, tmp_path):
     config = getattr(transformers, cls)(vocab_size=128, hidden_size=64, intermediate_size=128,
                                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
     config.save_pretrained(tmp_path)
-    names = preflight.meta_module_names(str(tmp_path))
+    names = preflight.meta_weight_modules(str(tmp_path))
     fp8 = preflight.fp8_modules(names)
     assert preflight.exclusion_problems(names) == []
     assert "lm_head" in names and "lm_head" not in fp8 and "model.embed_tokens" not in fp8
@@ -246,6 +249,22 @@ def test_fp8_stays_off_router_gate_lm_head_of_each_paper_model(name, tmp_path):
     assert not any(
         n.endswith("mlp.gate") for n in names
     )  # dense: verl's vLLM router exclusions match nothing
+
+
+def test_the_fp8_exclusion_check_fails_where_vllm_would_quantize_a_gate(tmp_path):
+    """A model whose gate verl's vLLM FP8 config does not ignore fails the check (Qwen2-MoE's
+    shared_expert_gate, a linear layer outside `model.layers.N.mlp.gate`); its router, which verl ignores,
+    and its LM head do not."""
+    import transformers
+
+    config = transformers.Qwen2MoeConfig(vocab_size=128, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                                         shared_expert_intermediate_size=32, num_experts=4, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+    config.save_pretrained(tmp_path)
+    names = preflight.meta_weight_modules(str(tmp_path))
+    assert "model.layers.0.mlp.gate" in names  # the router: a 2-D weight, not an nn.Linear in transformers 5
+    found = preflight.exclusion_problems(names)
+    assert [p.split()[4] for p in found] == [f"model.layers.{i}.mlp.shared_expert_gate" for i in range(2)]
 
 
 # --------------------------------------------------------------------- RoPE base for the bfcl image
