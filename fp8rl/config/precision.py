@@ -111,7 +111,7 @@ class TISConfig(Strict):
     """The mismatch corrections' options (fp8rl.rl.corrections): the truncation cap of the `*_tis`,
     `*_seqtis` and `*_mis` variants, and the bands of `*_icepop` and `*_mis`."""
 
-    OMIT_AT_DEFAULT = ("mis",)
+    OMIT_AT_DEFAULT = ("mis", "icepop_mask_frac")
 
     cap: float = Field(2.0, gt=0.0)
     level: Literal[TIS_LEVELS] = Field("token", description="*_tis variants: token or sequence (= *_seqtis)")
@@ -123,6 +123,13 @@ class TISConfig(Strict):
         None,
         description="*_mis variants: drop sequences whose geometric-mean ratio leaves [low, high] "
         "(None: [0.97, 1.03]; long responses want a narrower band, e.g. [0.999, 1.001])",
+    )
+    icepop_mask_frac: float | None = Field(
+        None,
+        ge=0.0,
+        lt=1.0,
+        description="*_icepop_adaptive variants: the largest fraction of a step's tokens the band may mask, "
+        "half on each side (None: 0.02)",
     )
 
     @field_validator("icepop", "mis")
@@ -137,6 +144,8 @@ class TISConfig(Strict):
 
 class CalibConfig(Strict):
     """Calibrated clipping options (docs/architecture.md#calibrated-clipping)."""
+
+    OMIT_AT_DEFAULT = ("every",)
 
     reference: CalibReferenceField = Field(
         CalibReference("shadow"), description="'shadow', 'run' or 'static:<q>'"
@@ -157,6 +166,12 @@ class CalibConfig(Strict):
     )
     sample_frac: float = Field(
         0.25, gt=0.0, le=1.0, description="fraction of sequences re-scored by the shadow pass (1: all)"
+    )
+    every: int | None = Field(
+        None,
+        ge=1,
+        description="recalibration cadence: bounds set at steps where (step - 1) % every == 0 and held "
+        "between (no per-update shadow pass on the steps between); None: every update (the default)",
     )
 
     @field_validator("low_range")

@@ -86,12 +86,20 @@ from fp8rl.rl import (
     policy_loss,
     ratio_quantiles,
 )
-from fp8rl.rl.corrections import ICEPOP_BAND, MIS_BAND, mismatch_aliases, rollout_correction
+from fp8rl.rl.corrections import ICEPOP_BAND, MIS_BAND, get_correction, mismatch_aliases, rollout_correction
+from fp8rl.rl.corrections.scorecenter import centering_loss
 from fp8rl.rl.mismatch import ROLLOUT, mismatch_units
 from fp8rl.run_files import RunDir
 from fp8rl.run_records import PHASES, build_summary
 from fp8rl.tracking import Trackers, check_trackers, open_trackers
-from fp8rl.vocabulary import ACC_MEAN, GIBBERISH_RATE, MISMATCH_KL_K3, RESP_LEN_MEAN, REWARD_MEAN
+from fp8rl.vocabulary import (
+    ACC_MEAN,
+    ADAPTIVE_ICEPOP_MASK_FRAC,
+    GIBBERISH_RATE,
+    MISMATCH_KL_K3,
+    RESP_LEN_MEAN,
+    REWARD_MEAN,
+)
 
 FINAL_KEYS = (REWARD_MEAN, ACC_MEAN, "entropy", RESP_LEN_MEAN, GIBBERISH_RATE, MISMATCH_KL_K3)
 
@@ -182,6 +190,7 @@ class Trainer:
         self.policy.train()
         self.scaler = DynamicLossScaler() if self.spec.fp16 else None
         self.timer = PhaseTimer(self.device)
+        self.correction = get_correction(self.spec.correction)  # fp8rl.rl.corrections' registry
         self.calibrator = (
             Calibrator.from_config(
                 self.resolved.calib, clip_low=self.algo.clip_low, clip_high=self.algo.clip_high
@@ -191,7 +200,7 @@ class Trainer:
         )
         # The BF16 shadow pass runs in every fp8 variant: calibration reference and phantom diagnostics.
         self.shadow: ShadowPass | None = None
-        if self.spec.fp8 and (self.spec.calib or shadow_diagnostics):
+        if self.spec.fp8 and (self.spec.calib or shadow_diagnostics or self.correction.needs_shadow):
             self.shadow = ShadowPass(
                 self.policy,
                 self.prec.as_bf16,
@@ -208,6 +217,7 @@ class Trainer:
             run_targets=run_targets or {},
             updates_per_step=cfg.schedule.ppo_epochs * cfg.schedule.mini_batches,
             timer=self.timer,
+            correction=self.correction,
         )
         self.loss_terms = LossTerms.from_algo(self.algo)  # checked once, here
         self.stability = StabilityMonitor.from_config(cfg.stability)
@@ -472,12 +482,21 @@ class Trainer:
         out.update(mismatch_units(old_lp, batch.log_probs, mask, ROLLOUT))
         out.update(mismatch_aliases(old_lp, batch.log_probs, mask))
         t = self.resolved.tis
+        dists = {}
+        if self.correction.needs_distributions:  # score centering: the sampler's next-token distributions
+            with self.timer.phase("logprob") as ph, torch.no_grad():
+                dists = {
+                    "old_logits": logits,
+                    "rollout_logits": self._score(self.prec.rollout, batch, return_logits=True)[1],
+                }
+                ph.tokens = float(batch.attention_mask.sum())
         corr = rollout_correction(
             self.spec.correction, old_lp, batch.log_probs, mask, cap=t.cap, level=t.level,
             icepop=t.icepop or ICEPOP_BAND, mis=t.mis or MIS_BAND,
+            icepop_mask_frac=ADAPTIVE_ICEPOP_MASK_FRAC if t.icepop_mask_frac is None else t.icepop_mask_frac, **dists,
         )  # fmt: skip
         out.update(corr.metrics)
-        return StepScores(old_lp, corr.weights, kl_ref_lp, reused, corr.keep), out
+        return StepScores(old_lp, corr.weights, kl_ref_lp, reused, corr.keep, corr.centering), out
 
     def _forward(
         self, mb: MiniBatch, reused_forward
@@ -489,7 +508,8 @@ class Trainer:
             if reused_forward is not None:
                 lp, logits = reused_forward
             else:
-                lp, logits = self._score(self.policy, mb.batch, return_logits=self.algo.entropy_coef > 0)
+                want_logits = self.algo.entropy_coef > 0 or mb.centering is not None
+                lp, logits = self._score(self.policy, mb.batch, return_logits=want_logits)
                 ph.tokens = float(mb.batch.attention_mask.sum())
             _finite("log-probs in the update", lp.detach(), mb.mask)
             lp = self.ratio_noise.apply(lp, mb.old_log_prob)
@@ -508,6 +528,10 @@ class Trainer:
                 lp, mb.old_log_prob, mb.advantages, mb.mask, bounds, self.loss_terms,
                 is_weights=mb.is_weights, ref_log_prob=mb.kl_ref_log_prob, entropy=entropy, check_values=False,
             )  # fmt: skip
+            if mb.centering is not None:  # score centering's additive term (fp8rl.rl.corrections)
+                loss = loss + centering_loss(
+                    logits, mb.centering, mb.advantages, mb.mask, self.loss_terms.loss_agg_mode
+                )
             if not bool(torch.isfinite(loss)):
                 raise Diverged("non-finite loss")
             if self.scaler is not None:  # fp16: an overflowed step is skipped, not a divergence

@@ -26,6 +26,8 @@ class StepScores:
     reused_forward: tuple[torch.Tensor, torch.Tensor] | None
     # [B] bool: the sequences the correction keeps in the loss (masked IS); None keeps every one
     keep: torch.Tensor | None = None
+    # [B, T, V] score centering's coefficients (fp8rl.rl.corrections.scorecenter); None: no centering
+    centering: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class MiniBatch:
     is_weights: torch.Tensor | None
     kl_ref_log_prob: torch.Tensor | None
     first_update: bool  # the step's first update: the policy is still the one that was scored
+    centering: torch.Tensor | None = None  # [b, T, V] score centering's coefficients
 
     @classmethod
     def select(cls, batch: RolloutBatch, advantages: torch.Tensor, scores: StepScores, idx, first_update):
@@ -51,7 +54,7 @@ class MiniBatch:
             mask = mask * scores.keep[idx, None].to(mask.dtype)
         return cls(
             idx, batch.select(idx), mask, advantages[idx], scores.old_log_prob[idx],
-            rows(scores.is_weights), rows(scores.kl_ref_log_prob), first_update,
+            rows(scores.is_weights), rows(scores.kl_ref_log_prob), first_update, rows(scores.centering),
         )  # fmt: skip
 
 

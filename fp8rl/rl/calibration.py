@@ -314,6 +314,11 @@ class Calibrator:
     `calib/target_q` is 0 for that update. An update without any target (empty pool, or `target_q=None`
     in `run` mode) gets the fixed bounds and no `calib/target_q`. A `run` step without `target_q_high`
     in quantile mode keeps the fixed upper bound for that update.
+
+    `every` N (the recalibration cadence; None, the default: every update): the bounds are computed
+    only in steps where `(step - 1) % N == 0` (`due(step)`) and held, as `held`, through the steps
+    between; the held pair is the step's last update's (its first update's, which clips nothing below,
+    only when the step has no other), and it is checkpointed with the pool.
     """
 
     # the pooled reference counts (shadow): clipped tokens and population, lower and upper
@@ -329,7 +334,12 @@ class Calibrator:
         upper: str = "proportional",
         low_range: tuple[float, float] = (0.5, 1.0),
         momentum: float = 0.0,
+        every: int | None = None,
     ) -> None:
+        if every is not None and (isinstance(every, bool) or int(every) != every or every < 1):
+            raise ValueError(f"Calibrator: every must be a whole number of steps >= 1 or None, got {every}")
+        self.every = None if every is None else int(every)
+        self.held: ClipBounds | None = None
         try:
             self.options = CalibOptions(clip_low, clip_high, population, upper, tuple(low_range))
         except ValueError as exc:
@@ -346,6 +356,7 @@ class Calibrator:
             )
         self.momentum = float(momentum)
         self.lo_num = self.lo_den = self.hi_num = self.hi_den = 0.0
+        self._held_first = False
 
     @classmethod
     def from_config(cls, calib: Any, *, clip_low: float, clip_high: float) -> Calibrator:
@@ -354,7 +365,23 @@ class Calibrator:
         return cls(
             clip_low, clip_high, reference=calib.reference, population=calib.population,
             upper=calib.upper, low_range=tuple(calib.low_range), momentum=calib.momentum,
+            every=getattr(calib, "every", None),
         )  # fmt: skip
+
+    def due(self, step: int) -> bool:
+        """Whether the bounds are computed in `step` (1-based): every step without a cadence, else the
+        steps where `(step - 1) % every == 0`, and any step while nothing is held yet."""
+        return self.every is None or self.held is None or (step - 1) % self.every == 0
+
+    def hold(self, bounds: ClipBounds, *, first_update: bool) -> None:
+        """Keep `bounds` for the steps until the next recalibration (with a cadence only): a step's
+        later updates replace its first update's bounds, never the reverse."""
+        if self.every is not None and (not first_update or self.held is None or self._held_first):
+            self.held, self._held_first = bounds, first_update
+
+    def held_bounds(self) -> tuple[ClipBounds, dict[str, float]]:
+        """The held bounds and their `calib/low`, `calib/high`."""
+        return self.held, {CALIB_LOW: self.held.low, CALIB_HIGH: self.held.high}
 
     def bounds(
         self,
@@ -419,8 +446,12 @@ class Calibrator:
         return q, q_hi, ref_unchanged
 
     def state_dict(self) -> dict[str, Any]:
-        """The pooled reference counts: all the state that later bounds depend on."""
-        return {key: getattr(self, key) for key in self.STATE_KEYS}
+        """The pooled reference counts (and, with a cadence, the held bounds): all the state that later
+        bounds depend on."""
+        state = {key: getattr(self, key) for key in self.STATE_KEYS}
+        if self.every is not None:
+            state["held"] = None if self.held is None else [self.held.low, self.held.high, self._held_first]
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         missing = set(self.STATE_KEYS) - set(state)
@@ -431,3 +462,6 @@ class Calibrator:
             )
         for key in self.STATE_KEYS:
             setattr(self, key, float(state[key]))
+        held = state.get("held")
+        self.held = None if held is None else ClipBounds(held[0], held[1])
+        self._held_first = bool(held[2]) if held is not None else False
