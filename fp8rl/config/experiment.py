@@ -134,6 +134,7 @@ class ExperimentConfig(Strict):
             raise ValueError(f"limits.{unknown[0]}: unknown key; allowed keys here: {', '.join(LIMITS)}")
         # What the verl backend can run is checked by fp8rl.adapters.verl_overrides.verl_problems, one of
         # the checks `fp8rl config validate` and the Snakefile run (fp8rl.validation.CONFIG_CHECKS).
+        self._check_mini_batches()
         if self.sft.bases is not None:
             used = sorted({self.sft.base_seed(s) for s in self.matrix.seeds})
             if len(used) < self.sft.bases:
@@ -162,6 +163,30 @@ class ExperimentConfig(Strict):
             bases = {r.run_id: self.base_of(r.model, r.seed) for r in runs}
             check_arms(self.study, [r.run_id for r in runs], bases)
         return self
+
+    def _check_mini_batches(self) -> None:
+        """`mini_batches` updates per epoch, exactly: verl's mini-batch is prompts_per_step // mini_batches
+        prompts (at least 1) and the reference trainer's ceil(sequences / mini_batches) sequences, so a
+        count the batch does not split into ran fewer updates, silently (and a calibrated run's N/(N-1)
+        over updates_per_step was then wrong)."""
+        mb, prompts = self.schedule.mini_batches, self.schedule.prompts_per_step
+        if self.backend == "verl":
+            if prompts % mb:
+                raise ValueError(
+                    f"schedule.mini_batches {mb} does not divide schedule.prompts_per_step {prompts} (verl "
+                    "splits a step's prompts into equal mini-batches: fewer updates than asked); choose a "
+                    "divisor of prompts_per_step"
+                )
+            return
+        for name in self.matrix.algorithms:
+            n = prompts * self.algorithm(name).group_size
+            size = -(-n // mb)
+            if -(-n // size) != mb:
+                raise ValueError(
+                    f"schedule.mini_batches {mb}: the {n} rollout sequences of a step (prompts_per_step x "
+                    f"algorithms.{name}.group_size) split into {-(-n // size)} mini-batches of {size}, not "
+                    f"{mb}; choose a divisor of {n}"
+                )
 
     # ------------------------------------------------------------------------------------ helpers
 

@@ -30,23 +30,50 @@ LIMITS: dict[str, tuple[float, str]] = {
     "eval.batch_size": (65_536, "eval batch size"),
     "resources.*.threads": (1_024, "threads of one job"),
     "resources.*.gpus": (1_024, "GPUs of one job"),
+    "resources.*.mem_mb": (4_194_304, "MB of memory of one job, 4 TiB"),
+    "resources.*.runtime": (43_200, "minutes of one job, 30 days"),
+    "schedule.ppo_epochs": (1_000, "passes over a step's rollouts"),
+    "models.*.arch.hidden_size": (65_536, "hidden size of a model built from scratch"),
+    "models.*.arch.num_layers": (1_024, "layers of a model built from scratch"),
+    "models.*.arch.num_heads": (1_024, "attention heads of a model built from scratch"),
+    "models.*.arch.intermediate_size": (262_144, "MLP width of a model built from scratch"),
+    "models.*.arch.max_position_embeddings": (1_048_576, "positions of a model built from scratch"),
+    "scratch_params": (10_000_000_000, "weights of a model built from scratch"),
 }
+
+
+# bounds on a value the config implies rather than states: checked in limit_problems
+DERIVED = ("rollout_sequences", "scratch_params")
+
+
+def scratch_params(arch: Any, vocab: int = 256) -> int:
+    """About how many weights a Llama of `arch` has (attention, gated MLP, embeddings and head; the char
+    tokenizer's vocabulary is far below `vocab`)."""
+    h, kv = arch.hidden_size, arch.num_kv_heads or arch.num_heads
+    head = h // arch.num_heads
+    per_layer = 2 * h * h + 2 * h * kv * head + 3 * h * arch.intermediate_size
+    return arch.num_layers * per_layer + 2 * vocab * h
 
 
 def _values(cfg: Any) -> list[tuple[str, str, float]]:
     """(limit key, the config's key path, its value) for every value a limit bounds."""
     out: list[tuple[str, str, float]] = []
     for key in LIMITS:
-        if key == "rollout_sequences":
+        if key in DERIVED:
             continue
         section, *rest = key.split(".")
         if rest[0] == "*":
             mapping = getattr(cfg, section)
-            items = mapping.items() if isinstance(mapping, dict) else mapping.model_dump().items()
+            if isinstance(mapping, list):  # models: by position, as the loader names list entries
+                items = enumerate(mapping)
+            else:
+                items = mapping.items() if isinstance(mapping, dict) else mapping.model_dump().items()
             for name, entry in items:
-                value = entry.get(rest[1]) if isinstance(entry, dict) else getattr(entry, rest[1], None)
+                value = entry
+                for field in rest[1:]:
+                    value = value.get(field) if isinstance(value, dict) else getattr(value, field, None)
                 if value is not None:
-                    out.append((key, f"{section}.{name}.{rest[1]}", value))
+                    out.append((key, ".".join([section, str(name), *rest[1:]]), value))
         else:
             value = getattr(getattr(cfg, section), rest[0])
             if value is not None:
@@ -65,7 +92,7 @@ def limit_problems(cfg: Any) -> list[tuple[tuple, str]]:
     problems = []
     for key, path, value in _values(cfg):
         if value > bound[key]:
-            problems.append((tuple(path.split(".")), (
+            problems.append((tuple(int(p) if p.isdigit() else p for p in path.split(".")), (
                 f"{_show(value)} is above the limit {_show(bound[key])} ({LIMITS[key][1]}); raise it with "
                 f"`limits: {{{key}: ...}}` if you mean it")))  # fmt: skip
     prompts = cfg.schedule.prompts_per_step
@@ -76,4 +103,9 @@ def limit_problems(cfg: Any) -> list[tuple[tuple, str]]:
                 f"{prompts} x algorithms.{name}.group_size {group} = {_show(prompts * group)} rollout "
                 f"sequences per step, above the limit {_show(bound['rollout_sequences'])}; raise it with "
                 "`limits: {rollout_sequences: ...}` if you mean it")))  # fmt: skip
+    for i, model in enumerate(cfg.models):
+        if model.arch is not None and (n := scratch_params(model.arch)) > bound["scratch_params"]:
+            problems.append((("models", i, "arch"), (
+                f"about {n:.3g} weights, above the limit {bound['scratch_params']:.3g} ({LIMITS['scratch_params'][1]}); "
+                "raise it with `limits: {scratch_params: ...}` if you mean it")))  # fmt: skip
     return problems
