@@ -15,7 +15,11 @@ sequences leave verl's response mask, as they leave the reference trainer's loss
 `fp16` sets `actor_rollout_ref.{actor,ref}.megatron.dtype` and `actor_rollout_ref.rollout.dtype` to
 `float16`: Megatron then trains with its dynamic loss scaler (initial scale 32768) and vLLM samples in
 FP16. What verl cannot express is refused by `check_corrections` (an IcePop band starting at 0: verl
-needs a positive lower bound).
+needs a positive lower bound), and so are the corrections whose inputs verl 0.9.1 does not hand a
+policy loss (`NOT_ON_VERL`): score centering needs the sampler's next-token distributions (verl keeps
+only the sampled token's rollout log-prob), QuRL's adaptive clip range a full-precision re-score of the
+FP8 actor (verl has no BF16 shadow pass), and adaptive IcePop a band set from the whole step's ratios
+(verl's rollout correction takes a fixed threshold); each runs in the reference trainer.
 """
 
 from __future__ import annotations
@@ -25,6 +29,14 @@ from fp8rl.vocabulary import ICEPOP_BAND, MIS_BAND, VariantSpec
 
 RC = "algorithm.rollout_correction"
 
+# correction -> what verl 0.9.1 lacks to run it (module docstring)
+NOT_ON_VERL = {
+    "scorecenter": "the sampler's next-token distributions (verl keeps only the sampled token's log-prob)",
+    "tis_scorecenter": "the sampler's next-token distributions (verl keeps only the sampled token's log-prob)",
+    "qurl": "a full-precision (BF16 shadow) re-score of the FP8 actor's ratios",
+    "icepop_adaptive": "a band set from the step's ratios (verl's rollout_is_threshold is fixed)",
+}
+
 
 def _band(cfg: ExperimentConfig, kind: str) -> tuple[float, float]:
     t = cfg.tis
@@ -33,6 +45,12 @@ def _band(cfg: ExperimentConfig, kind: str) -> tuple[float, float]:
 
 def check_corrections(cfg: ExperimentConfig, variant: VariantSpec) -> str | None:
     """Why verl cannot run this variant's correction (a message naming the key), or None."""
+    if variant.correction in NOT_ON_VERL:
+        return (
+            f"variant {variant.name}: correction {variant.correction!r} needs "
+            f"{NOT_ON_VERL[variant.correction]}, which verl 0.9.1 does not give a policy loss; "
+            "it runs in the reference trainer (backend: reference)"
+        )
     if variant.correction == "icepop" and _band(cfg, "icepop")[0] <= 0:
         return f"tis.icepop: verl's IcePop threshold needs a positive lower bound, got {list(_band(cfg, 'icepop'))}"
     return None

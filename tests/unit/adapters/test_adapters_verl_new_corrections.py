@@ -1,0 +1,29 @@
+"""The corrections verl 0.9.1 cannot hand their inputs to a policy loss are refused by name, before a
+job is written; the others keep their verl settings."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from fp8rl.adapters.verl_corrections import NOT_ON_VERL, check_corrections
+from fp8rl.config import TISConfig
+from fp8rl.vocabulary import CORRECTIONS, VARIANT_SPECS
+
+CFG = SimpleNamespace(tis=TISConfig())
+
+
+@pytest.mark.parametrize(
+    "variant", ["fp8_scorecenter", "fp8_tis_scorecenter", "fp8_qurl", "fp8_icepop_adaptive"]
+)
+def test_refused_with_what_verl_lacks(variant):
+    why = check_corrections(CFG, VARIANT_SPECS[variant])
+    assert why is not None and VARIANT_SPECS[variant].correction in why and "reference trainer" in why
+
+
+def test_the_earlier_corrections_still_run_on_verl():
+    assert set(NOT_ON_VERL) <= set(CORRECTIONS)
+    for name, spec in VARIANT_SPECS.items():
+        if spec.correction not in NOT_ON_VERL:
+            assert check_corrections(CFG, spec) is None, name
