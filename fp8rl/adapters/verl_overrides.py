@@ -68,6 +68,7 @@ MEGATRON_FORMATS = {"hybrid": "hybrid", "e4m3": "e4m3"}
 VERL_KL_LOSS_TYPES = {"k1": "kl", "k3": "low_var_kl"}
 # fp8rl task name -> verl `data_source`, which selects verl's rule-based scorer.
 DATA_SOURCES = {"dapo-math-17k": "math_dapo", "gsm8k": "openai/gsm8k", "math": "lighteval/MATH"}
+ROLLOUT_GPU_MEMORY = 0.5  # vLLM's share of each GPU while it generates (verl's default, said explicitly)
 
 
 @dataclass(frozen=True)
@@ -301,6 +302,13 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun, paths: Ve
         f"{A}.megatron.tensor_model_parallel_size": par.tp,
         f"{A}.megatron.pipeline_model_parallel_size": par.pp,
         f"{A}.megatron.seed": spec.seed,
+        # The sync trainer colocates the actor and vLLM: while vLLM generates with its share of each GPU
+        # (`gpu_memory_utilization`, verl's 0.5), the actor's weights, gradient buffers and optimizer state
+        # (~30-36 GB per GPU for the paper models: bf16 weights over TP, fp32 grads, a distributed
+        # optimizer over DP x TP) wait in host memory; moving them costs seconds of a step of an hour
+        f"{A}.megatron.param_offload": True,
+        f"{A}.megatron.optimizer_offload": True,
+        f"{R}.gpu_memory_utilization": ROLLOUT_GPU_MEMORY,
         # verl 0.9.1 imports Megatron-Bridge (`megatron.bridge`) unless told to use mbridge, which the
         # train image's lock holds (containers/train/requirements.lock; checked by the tests)
         f"{A}.megatron.vanilla_mbridge": VANILLA_MBRIDGE,

@@ -99,6 +99,16 @@ def test_grpo_bf16_vs_dapo_fp8_overrides(paper):
     assert dapo["actor_rollout_ref.actor.policy_loss.loss_mode"] == "calibrated_clip"
 
 
+@pytest.mark.parametrize("model", ["qwen3-8b", "qwen3-14b", "qwen2.5-32b"])
+def test_the_actor_waits_in_host_memory_while_vllm_generates(paper, model):
+    """The sync trainer colocates the actor and vLLM: the actor's weights, gradients and optimizer state
+    are offloaded while vLLM holds its share of each GPU."""
+    ov = _ov(verl_overrides(paper, RunSpec("dapo", model, "fp8_tis_calib", "blockwise", 0), PATHS))
+    assert ov["actor_rollout_ref.actor.megatron.param_offload"] == "true"
+    assert ov["actor_rollout_ref.actor.megatron.optimizer_offload"] == "true"
+    assert ov["actor_rollout_ref.rollout.gpu_memory_utilization"] == "0.5"
+
+
 def test_loss_spec_and_deviations(paper):
     spec = RunSpec("dapo", "qwen3-8b", "fp8_calib", "blockwise", 2)
     ls = loss_spec(paper, spec, targets={2: (0.03, None), 1: (0.02, 0.01)})
