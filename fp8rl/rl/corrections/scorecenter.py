@@ -17,6 +17,12 @@ models afford (the sampler's logits come from a forward of the FP8 rollout copy 
 policy-gradient loss is; on the step's first update (pi_theta = pi_old) its gradient is exactly the
 paper's; on later updates the coefficient stays the one computed from pi_old and q.
 
+Limit of this reading in the reference trainer: q is the rollout copy's teacher-forced re-score of the
+sampled tokens, so it carries the mismatch of the rollout copy's weights and numerics (its own noise
+dose `fp8.rollout_noise_scale`, its recipe) but not that of the KV-cached sampling path; where the
+rollout copy and the trainer compute the same function (the tiny tier's defaults) `sc/tv` is 0 and the
+term is an exact no-op. Recording the sampler's own distributions as it samples is the next step.
+
 Metrics: `sc/mass` (token mean of `sum_v c_v`: 1 for `scorecenter`, the TIS-kept mass otherwise) and
 `sc/tv` (token mean of the total variation `0.5 * sum_v |q_v - pi_old(v)|`: the size of the drift).
 """
