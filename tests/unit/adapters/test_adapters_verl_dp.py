@@ -177,3 +177,19 @@ def test_the_update_aggregates_fp8rls_loss_metrics_over_dp_ranks(verl_site, tmp_
     assert metrics["actor/ppo_kl"] == pytest.approx(want["loss/ppo_kl"], rel=1e-6)
     for k in ("clip/low_neg", "clip/high_pos", "clip/low_all", "loss/tokens", "actor/pg_loss"):
         assert len(metrics[k]) == len(ADVANTAGES[0]) // MINI, k
+
+
+def test_a_non_finite_input_on_one_rank_stops_every_rank_before_the_update(verl_site, tmp_path):
+    """calibrated_clip gathers the update's ratios over the DP group before any micro-batch: a NaN
+    old log-prob on rank 1 is raised there and, after the gather, on rank 0 too (no rank waits for
+    another in a collective)."""
+    case = _case("calibrated_clip")
+    case["ranks"][1]["old_log_probs"][2][0] = float("nan")  # a valid token of rank 1's first mini-batch
+    spec = {
+        "clip_c": 3.0,
+        "calib": {"reference": "static:0.05", "population": "neg", "upper": "proportional"},
+    }
+    results = _run_ranks(case, tmp_path, spec)
+    assert [r.get("error", "").split(":")[0] for r in results] == ["NonFiniteLoss"] * WORLD
+    assert "another data-parallel rank" in results[0]["error"]
+    assert "old_log_prob" in results[1]["error"]
