@@ -11,7 +11,8 @@ Two readers need the other checks:
   `history_problems` checks `metrics.jsonl` against it: steps 1..N, strictly increasing, no step
   twice; the summary's `step` is the last step written (a diverged run may stop one step past it, or,
   through verl, be detected before it); the summary's `final` metrics are the last row's. A run that
-  fails them is not counted as a result;
+  fails them is not counted as a result. `nonfinite_problems` names a NaN or inf in a run that says
+  `ok` (the trainer would have ended it as `diverged`): the step is left out, and the report says so;
 - `fp8rl train` before it resumes (`resume_problem`): the checkpoint remembers how many bytes of
   `metrics.jsonl` it had written; if that history is gone or damaged, resuming would silently lose it
   (or crash at the end, leaving no `summary.json`), so the command refuses and says what to do.
@@ -121,6 +122,26 @@ def history_problems(summary: dict, rows: list[dict], skipped: int = 0) -> list[
     elif final and any(v is not None for v in final.values()):
         out.append(f"{SUMMARY_FILE} has final metrics but the metrics have no steps")
     return out
+
+
+def nonfinite_problems(summary: dict, rows: list[dict], most: int = 3) -> list[str]:
+    """The non-finite metric values of a run whose `summary.json` says `ok` (at most `most` named, then a
+    count): the trainer ends a run that goes non-finite as `diverged`, and writes no value that does not
+    apply, so an ok run's NaN is damage, and the curves and means that skip it must say so."""
+    if summary.get("status") != "ok":
+        return []
+    found = [
+        f"step {r['step']}: {k} is {v}"
+        for r in rows
+        for k, v in r.items()
+        if k != "step" and isinstance(v, float) and not math.isfinite(v)
+    ]
+    if not found:
+        return []
+    more = f" and {len(found) - most} more" if len(found) > most else ""
+    return [
+        f"{'; '.join(found[:most])}{more}, though {SUMMARY_FILE} says ok; left out of the curves and means"
+    ]
 
 
 def _absent(steps: list[int], most: int = 5) -> tuple[list[int], int]:

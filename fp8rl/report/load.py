@@ -30,7 +30,8 @@ has one past `STEPS_MAX`), or holds a value that is not a number (or one no floa
 `malformed_lines`, and listed in `problems` as `path:line: why`; the report shows both. A report is the
 DAG's last rule and must still describe the runs that are fine: a run file that is not UTF-8, not JSON
 or holds a value of the wrong type is a named problem, never a crash. Metric values may be NaN or ±inf
-(`NaN`/`Infinity` tokens, as a diverging run logs them); `null` means absent.
+(`NaN`/`Infinity` tokens, as a diverging run logs them; in a run that says `ok`, a named problem:
+`nonfinite_problems`); `null` means absent.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from fp8rl.config.runs import RunSpec
 from fp8rl.io import is_number, loads_json
 from fp8rl.report.stats import is_proportion
 from fp8rl.rl.ratio_hist import KEYS as HIST_KEYS
-from fp8rl.run_checks import history_problems, owner_problems, summary_problems
+from fp8rl.run_checks import history_problems, nonfinite_problems, owner_problems, summary_problems
 from fp8rl.run_files import EVAL_FILES, RunDir
 from fp8rl.run_files import runs_dir as tier_runs_dir
 from fp8rl.run_records import STATUSES as RUN_STATUSES
@@ -318,6 +319,8 @@ def load_run(
         was = row["status"]
         problems += [f"{run.root}: {c}; run ({was}) counted as missing" for c in contradictions]
         row |= {"status": "missing", "reason": f"inconsistent run files: {contradictions[0]}"}
+    if summary is not None and row["status"] == "ok":
+        problems += [f"{run.metrics}: {p}" for p in nonfinite_problems(summary, rows)]
     if rows:
         # long form straight from the lines: a logged NaN stays, an absent metric has no row
         items = [(r["step"], k, v) for r in rows for k, v in r.items() if k != "step"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from report_fixtures import DIVERGED, FAILED, MALFORMED, MALFORMED_LINE, MISSING, NO_KL, STEPS, write_tier
 
@@ -142,3 +144,19 @@ def test_recorded_deviations_are_listed_by_the_report(tmp_path):
     build_report(clean)
     clean_page = (tmp_path / "clean" / "results" / "smoke" / "report.html").read_text()
     assert "Deviations from the requested setup" not in clean_page
+
+
+def test_a_nan_step_in_an_ok_run_is_a_named_problem(tmp_path):
+    """The trainer ends a run that goes non-finite as diverged: an ok run's NaN step is damage, left out
+    of the curves and means, and the report says so."""
+    cfg = write_tier(tmp_path)
+    ok = NO_KL
+    path = next(p for p in tmp_path.rglob("metrics.jsonl") if ok in str(p))
+    lines = path.read_text().splitlines()
+    lines[2] = re.sub(r'"reward/mean": [^,}]+', '"reward/mean": NaN', lines[2])
+    path.write_text("\n".join(lines) + "\n")
+    rs = load_tier(cfg)
+    assert rs.runs.set_index("run_id").loc[ok, "status"] == "ok"
+    named = [p for p in rs.problems if ok in p and "step 3: reward/mean is nan" in p]
+    assert len(named) == 1 and "says ok; left out of the curves and means" in named[0]
+    assert not any(DIVERGED in p and "is nan" in p for p in rs.problems)  # a diverged run may log NaN
