@@ -16,7 +16,8 @@ conditional on that base. The verdict (`VERDICTS`):
 
 Runs that are `ok` or `diverged` enter (a diverged control is part of what the check sees, and is
 counted in `diverged`); failed and missing ones are counted only. A tier whose every control group
-`learned` has a comparison; otherwise `VOID` is printed wherever the report draws a comparison verdict
+`learned` has a comparison; otherwise `VOID` (or `UNCHECKED`, where no bf16 run of a group that did
+not learn finished: an all-failed tier's control never ran) is printed wherever the report draws a comparison verdict
 (report.html's banner, the notes of the comparison, planned, exploratory, mechanism and stability
 tables, `control` in report.json).
 """
@@ -33,6 +34,8 @@ from fp8rl.vocabulary import REFERENCE_VARIANT
 
 VERDICTS = ("learned", "flat", "fell", "no interval")
 VOID = "the comparison is void: the bf16 control did not learn"
+# every control group that did not learn had no run to check (all failed or missing): it never ran
+UNCHECKED = "the comparison is void: no bf16 control run finished, so whether it learns is unknown"
 GROUP = ["algo", "model", "condition"]
 COLUMNS = [
     *GROUP, "runs", "used", "diverged", "unit", "n", "reward_first", "reward_last", "rise", "low", "high",
@@ -48,6 +51,18 @@ NOTES = [
     "zero-width interval: every unit gave one value).",
     "`used`: runs ok or diverged of `runs`; `diverged`: bf16 runs flagged diverged.",
 ]
+
+
+def never_ran(groups) -> bool:
+    """Whether every control group (records of `control_table`, or report.json's `groups`) that did not
+    learn had no run to check (`n` 0): the tier's control failed to run rather than to learn."""
+    failing = [g for g in groups if g["verdict"] != "learned"]
+    return bool(failing) and all(not g["n"] for g in failing)
+
+
+def void_text(groups) -> str:
+    """The void notice that fits the control groups: UNCHECKED where `never_ran`, else VOID."""
+    return UNCHECKED if never_ran(groups) else VOID
 
 
 def verdict(low: float, high: float) -> str:
@@ -124,14 +139,18 @@ def statement(table: pd.DataFrame) -> str:
         units = "bases" if r["unit"] == "base" else "seeds of one base"
         parts.append(f"bf16 {where}: reward rise {r['rise']:+.3f} {ci} over {r['n']} {units}: {r['verdict']}")
     text = "; ".join(parts) + "."
-    return text if (table["verdict"] == "learned").all() else f"{text} {VOID[0].upper()}{VOID[1:]}."
+    if (table["verdict"] == "learned").all():
+        return text
+    void = void_text(table.to_dict("records"))
+    return f"{text} {void[0].upper()}{void[1:]}."
 
 
 def void_notes(summary: dict, notes: list[str]) -> list[str]:
     """`notes` with the void notice first when the control did not learn."""
     if not summary["comparison_void"]:
         return notes
-    return [f"{VOID[0].upper()}{VOID[1:]} (see the control table).", *notes]
+    void = void_text(summary["groups"])
+    return [f"{void[0].upper()}{void[1:]} (see the control table).", *notes]
 
 
 def control_view(table: pd.DataFrame) -> pd.DataFrame:

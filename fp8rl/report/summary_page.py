@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fp8rl.report.control import VOID
+from fp8rl.report.control import UNCHECKED, VOID, never_ran
 from fp8rl.report.quote_format import interval, markdown_table, num
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
@@ -72,13 +72,14 @@ def _control(control: pd.DataFrame | None, void: bool) -> list[str]:
         f"**{r['verdict']}**."
         for r in control.to_dict("records")
     ]
-    return [*lines, f"- {VOID[0].upper()}{VOID[1:]}."] if void else lines
+    text = UNCHECKED if control is not None and never_ran(control.to_dict("records")) else VOID
+    return [*lines, f"- {text[0].upper()}{text[1:]}."] if void else lines
 
 
-def _planned(planned: pd.DataFrame | None, void: bool) -> list[str]:
+def _planned(planned: pd.DataFrame | None, void: bool, unchecked: bool = False) -> list[str]:
     if planned is None or planned.empty:
         return []
-    tail = " (void: the control did not learn)" if void else ""
+    tail = f" (void: the control {'never ran' if unchecked else 'did not learn'})" if void else ""
     return [
         f"- {r['contrast']}: {r['arm']} − {r['reference']} = {interval(r['difference'], r['low'], r['high'], 3)}, "
         f"p (adjusted) = {num(r['p_adjusted'], 3)}: {r['decision']}{tail}."
@@ -154,8 +155,13 @@ def _rewards(comparison: pd.DataFrame | None) -> list[str]:
 def _caveats(cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame | None) -> list[str]:
     out = []
     if void:
+        why = (
+            "no bf16 control run finished"
+            if control is not None and never_ran(control.to_dict("records"))
+            else "the control did not learn"
+        )
         out.append(
-            "- No conclusion about FP8 against bf16: the control did not learn, so every comparison in "
+            f"- No conclusion about FP8 against bf16: {why}, so every comparison in "
             "these tables is void (reported, not interpreted)."
         )
     if bases is None or len(bases) <= 1:
@@ -187,7 +193,13 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
         else f"**The question**: how the FP8 variants compare with {REFERENCE_VARIANT} in this tier."
     )
     findings = (
-        _planned(read["planned"], void) + _survival(read["study_survival"]) + _stability(read["stability"])
+        _planned(
+            read["planned"],
+            void,
+            read["control"] is not None and never_ran(read["control"].to_dict("records")),
+        )
+        + _survival(read["study_survival"])
+        + _stability(read["stability"])
     )
     if read["planned"] is None:
         findings += _rewards(read["comparison"])

@@ -129,3 +129,34 @@ def test_no_bf16_runs_means_no_control_and_no_void():
                                                    (0.1, 0.1, "no interval")])  # fmt: skip
 def test_verdict_of_an_interval(low, high, want):
     assert verdict(low, high) == want
+
+
+def test_an_all_failed_control_is_not_said_to_have_not_learned():
+    """Every bf16 run failed: the control never ran, which the summary must not call a control that did
+    not learn (it says so in the statement, the tables' notes and SUMMARY.md's control and caveats)."""
+    from fp8rl.report.control import UNCHECKED, void_notes
+    from fp8rl.report.summary_page import _caveats, _control, _planned
+
+    failed = _endpoints({("b", 0): math.nan, ("b", 1): math.nan}).assign(status="failed")
+    table = control_table(failed)
+    summary = control_summary(table)
+    assert summary["comparison_void"] is True
+    said = [summary["statement"], *void_notes(summary, ["n"]), *_control(table, True)]
+    said += _caveats(CFG_ONE_SEED, table, True, None)
+    said += _planned(pd.DataFrame([PLANNED_ROW]), True, True)
+    assert not [s for s in said if "did not learn" in s], said
+    assert UNCHECKED in summary["statement"].lower()
+    assert any("No conclusion about FP8 against bf16: no bf16 control run finished" in s for s in said)
+    assert said[-1].endswith("(void: the control never ran).")
+    # one group learned, another failed to run: still not a control that did not learn
+    mixed = pd.concat(
+        [_endpoints({("b", 0): 0.2, ("b", 1): 0.21, ("b", 2): 0.19}), failed.assign(algo="dapo")]
+    )
+    assert "did not learn" not in control_summary(control_table(mixed))["statement"]
+    flat = control_table(_endpoints({("b", 0): 0.1, ("b", 1): -0.1}))
+    assert VOID[1:] in control_summary(flat)["statement"]  # a control that ran and stayed flat
+
+
+CFG_ONE_SEED = type("Cfg", (), {"matrix": type("M", (), {"seeds": [0, 1], "conditions": []})()})()
+PLANNED_ROW = {"contrast": "c", "arm": "fp8", "reference": "bf16", "difference": 0.1, "low": 0.0,
+               "high": 0.2, "p_adjusted": 0.5, "decision": "no difference"}  # fmt: skip
