@@ -43,6 +43,7 @@ SUMMARY_FILE = "summary.json"
 THROUGHPUT_FILE = "throughput.json"
 RATIO_HIST_FILE = "ratio_hist.json"
 CHECKPOINT_DIR = "checkpoint"
+NOISE_FILE = "noise.json"  # fp8.target_kl: the noise scale the run's search found (fp8rl.engine.noise_target)
 HISTORY_DIR = "checkpoints"  # schedule.keep_every: checkpoints/step{N:05d}/, the weights at step N
 CHECKPOINT_STATE_FILE = "state.json"  # the reference trainer's checkpoint state (fp8rl.engine.checkpoint)
 RUN_FILE = "run.json"

@@ -36,13 +36,13 @@ from fp8rl.engine.scoring import score
 from fp8rl.engine.tokenizer import encode_prompt
 from fp8rl.io import atomic_write_json
 from fp8rl.rl.mismatch import ROLLOUT, mismatch_units
+from fp8rl.run_files import NOISE_FILE
 
 PROMPTS = 128  # held-out prompts (of test.jsonl), each sampled group_size times
 SEED = 20_260_001  # the sampling generator's seed: the same stream for every candidate scale
 TOLERANCE = 0.1  # stop when |KL - target| <= 10 % of the target
 MAX_STEPS = 12
 MIN_SCALE, MAX_SCALE = 1 / 64, 64.0  # fp8.noise_scale's own upper bound
-NOISE_FILE = "noise.json"
 
 
 @dataclass

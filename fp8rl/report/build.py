@@ -248,6 +248,7 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
             final.mechanism,
             final.stability,
             final.study,
+            final.heldout,
         )
         try:
             manifest = write_report(cfg, runs_dir, stage, final)
@@ -348,7 +349,25 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     one_per_algo = {r.algo: r for r in cfg.runs()}.values()
     clip_bounds = {r.algo: resolve_run(cfg, r).bounds for r in one_per_algo}
     plots = write_plots(runset, comparison, keys, throughput, paths.plots_dir, clip_bounds)
+    if paths.heldout:
+        from fp8rl.report.secondary import NOTES as SECONDARY_NOTES
+        from fp8rl.report.secondary import secondary_table, secondary_view
+
+        secondary = secondary_table(endpoints, cfg)
+        tables.insert(4, ReportTable(  # after the control and the study's planned, exploratory and arms
+            "secondary", "Secondary analysis: the held-out bf16 endpoint", "secondary analysis",
+            secondary_view(secondary), void_notes(control_info, SECONDARY_NOTES), secondary,
+            float_format=FLOAT_FORMAT,
+        ))  # fmt: skip
     if paths.mechanism:
+        from fp8rl.report.mismatch_table import NOTES as MISMATCH_NOTES
+        from fp8rl.report.mismatch_table import mismatch_table, mismatch_view
+
+        mismatch = mismatch_table(endpoints, cfg)
+        tables.append(ReportTable(
+            "mismatch", "Mismatch in the field's units per setting", "mismatch calibration",
+            mismatch_view(mismatch), MISMATCH_NOTES, mismatch, float_format=FLOAT_FORMAT,
+        ))  # fmt: skip
         mechanism = mechanism_table(comparison, runset, cfg)
         tables.append(ReportTable(
             "mechanism", "Mechanism: excess clipping vs FP8 condition", "mechanism", mechanism_view(mechanism),
@@ -404,6 +423,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
         "mechanism": paths.mechanism,
         "stability": paths.stability,
         "study": paths.study,
+        "heldout": paths.heldout,
         "outputs": [str(p) for p in final.outputs()],
         "files": output_hashes(paths),
     }

@@ -10,7 +10,9 @@ Columns (`COLUMNS`, then one per eval score `{task}/{metric}`):
 - identity: `run_id`, `algo`, `model`, `base` (the base model the run started from: `{model}/seed{b}`
   with `sft.per_seed`, b the run's seed, or its seed % `sft.bases`; `{model}` for a tier's shared
   scratch base, the model's `source` for a pretrained one), `variant`, `granularity`, `condition` (blank outside matrices with FP8 conditions), `seed`,
-  `noise` (the run's `fp8.noise_scale`: the dose; 1 for bf16), `arm` (the study arms the run belongs to,
+  `noise` (the run's `fp8.noise_scale`: the dose, or the scale its `fp8.target_kl` search found, from
+  its `noise.json`; 1 for bf16), `target_kl` (blank unless the run's condition names one), `arm` (the
+  study arms the run belongs to,
   `;`-joined; blank without a `study` section);
 - status: `status`, `reason`, `last_step` (the last step summary.json records), `steps_planned`,
   `div_step` and `div_kind` (the first divergence, from summary.json's `divergence`; blank unless
@@ -77,7 +79,8 @@ FLOAT_FORMAT = "%.10g"
 USED = ("ok", "diverged")
 
 ID_COLUMNS = [
-    "run_id", "algo", "model", "base", "variant", "granularity", "condition", "seed", "noise", "arm",
+    "run_id", "algo", "model", "base", "variant", "granularity", "condition", "seed", "noise", "target_kl",
+    "arm",
 ]  # fmt: skip
 STATUS_COLUMNS = ["status", "reason", "last_step", "steps_planned", "div_step", "div_kind"]
 WINDOW_COLUMNS = [
@@ -217,11 +220,7 @@ def base_heldout(runs_dir: str | Path, cfg: ExperimentConfig, spec: RunSpec) -> 
 def read_heldout(path: Path) -> dict[str, float]:
     """metric -> value of a held-out result file's `heldout` task (finite numbers only); empty when the
     file is missing or is not a result document."""
-    try:
-        obj = loads_json(path.read_bytes())
-    except (OSError, ValueError):
-        return {}
-    results = obj.get("results") if isinstance(obj, dict) else None
+    results = read_json_object(path).get("results")
     out = {}
     for r in results if isinstance(results, list) else []:
         if isinstance(r, dict) and r.get("task") == "heldout" and isinstance(r.get("metric"), str):
@@ -229,6 +228,29 @@ def read_heldout(path: Path) -> dict[str, float]:
             if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
                 out[r["metric"]] = float(v)
     return out
+
+
+def _noise(cfg: ExperimentConfig, spec: RunSpec, runs_dir: str | Path) -> dict:
+    """`noise` and `target_kl` of one run: the condition's scale, or the one its target search found."""
+    from fp8rl.run_files import NOISE_FILE, RunDir
+
+    resolved = resolve_run(cfg, spec)
+    target = resolved.fp8.target_kl if resolved.variant.fp8 else None
+    scale = resolved.noise_scale
+    if target is not None:
+        found = read_json_object(RunDir.of(runs_dir, spec.run_id).root / NOISE_FILE)
+        value = found.get("noise_scale")
+        scale = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    return {"noise": scale, "target_kl": math.nan if target is None else target}
+
+
+def read_json_object(path: Path) -> dict:
+    """The JSON object in `path`, or {} when it is missing, unreadable or not an object."""
+    try:
+        obj = loads_json(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
 
 
 def _heldout_columns(run: dict[str, float], base: dict[str, float]) -> dict:
@@ -289,7 +311,7 @@ def endpoints_table(runset: RunSet, cfg: ExperimentConfig, runs_dir: str | Path)
             "granularity": r.granularity,
             "condition": r.condition,
             "seed": r.seed,
-            "noise": resolve_run(cfg, spec).noise_scale,
+            **_noise(cfg, spec, runs_dir),
             "arm": ";".join(arms),
             "status": r.status,
             "reason": r.reason if isinstance(r.reason, str) else "",

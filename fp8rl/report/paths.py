@@ -26,8 +26,9 @@ TABLES = ("runs", "endpoints", "control", "comparison", "base_models", "throughp
 # plots/{name}.png and plots/{name}.svg (fp8rl.report.figures: names and captions)
 PLOTS = tuple(CORE)
 PLOT_FORMATS = ("png", "svg")
-# only for matrices with FP8 conditions (fp8rl.report.mechanism)
-MECHANISM_TABLES = ("mechanism",)
+# only for matrices with FP8 conditions: the mechanism table (fp8rl.report.mechanism) and the mismatch
+# calibration table (fp8rl.report.mismatch_table)
+MECHANISM_TABLES = ("mechanism", "mismatch")
 MECHANISM_PLOTS = tuple(MECHANISM)
 # only for matrices with a noise-dose axis (conditions that set fp8.noise_scale): the stability report
 # (fp8rl.report.stability)
@@ -40,6 +41,9 @@ STUDY_TABLES = ("arms", "planned", "exploratory")
 # step (fp8rl.report.study_gap)
 SURVIVAL_TABLES = ("study_survival",)
 SURVIVAL_PLOTS = (*STUDY_SURVIVAL, *STUDY_GAP)
+# only for a study with the held-out bf16 endpoint (`eval.heldout`): its secondary analysis
+# (fp8rl.report.secondary)
+HELDOUT_TABLES = ("secondary",)
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class ReportPaths:
     mechanism: bool = False  # the matrix has FP8 conditions: the mechanism table and plots too
     stability: bool = False  # the conditions vary the noise dose: the stability report too
     study: bool = False  # the config pre-registers a study: its arms and planned contrasts too
+    heldout: bool = False  # the study has the held-out bf16 endpoint: its secondary analysis too
 
     @classmethod
     def for_tier(
@@ -60,8 +65,9 @@ class ReportPaths:
         mechanism: bool = False,
         stability: bool = False,
         study: bool = False,
+        heldout: bool = False,
     ) -> ReportPaths:
-        return cls(Path(results_dir) / tier, mechanism, stability, study)
+        return cls(Path(results_dir) / tier, mechanism, stability, study, heldout and study)
 
     @classmethod
     def for_config(cls, cfg: ExperimentConfig) -> ReportPaths:
@@ -99,6 +105,7 @@ class ReportPaths:
             + (STABILITY_TABLES if self.stability else ())
             + (STUDY_TABLES if self.study else ())
             + (SURVIVAL_TABLES if self.survival else ())
+            + (HELDOUT_TABLES if self.heldout else ())
         )
         plots = (
             PLOTS
@@ -122,11 +129,12 @@ def has_dose_axis(cfg: ExperimentConfig) -> bool:
 
 def report_flags(cfg: ExperimentConfig) -> dict[str, bool]:
     """Which optional parts a tier's report has: `mechanism` (FP8 conditions), `stability` (a noise-dose
-    axis), `study` (a pre-registered study section)."""
+    axis), `study` (a pre-registered study section), `heldout` (a study with the held-out endpoint)."""
     return {
         "mechanism": bool(cfg.matrix.conditions),
         "stability": has_dose_axis(cfg),
         "study": cfg.study is not None,
+        "heldout": cfg.study is not None and cfg.eval.heldout is not None,
     }
 
 
@@ -137,10 +145,13 @@ def report_outputs(
     mechanism: bool = False,
     stability: bool = False,
     study: bool = False,
+    heldout: bool = False,
 ) -> list[str]:
     """The report rule's output paths as strings (for a Snakefile); `mechanism`: the matrix has FP8
     conditions; `stability`: they are a noise-dose axis (`has_dose_axis`); `study`: the config has a
     `study` section (`report_flags` gives all three for a config; a study without a dose axis also gets
     its survival per arm)."""
-    paths = ReportPaths.for_tier(results_dir, tier, mechanism=mechanism, stability=stability, study=study)
+    paths = ReportPaths.for_tier(
+        results_dir, tier, mechanism=mechanism, stability=stability, study=study, heldout=heldout
+    )
     return [str(p) for p in paths.outputs()]

@@ -72,7 +72,7 @@ def check_publishable(tier: str, results_dir: Path, cfg: ExperimentConfig | None
         paths = ReportPaths.for_tier(results_dir, tier, **flags)
     else:
         paths = ReportPaths.for_tier(results_dir, tier)
-        flags = {k: _manifest_flag(paths.manifest, k) for k in ("mechanism", "stability", "study")}
+        flags = {k: _manifest_flag(paths.manifest, k) for k in ("mechanism", "stability", "study", "heldout")}
         paths = ReportPaths.for_tier(results_dir, tier, **flags)
     if cfg is not None and cfg.tier != tier:
         raise PublishError(f"TIER {tier!r} does not match the config's tier {cfg.tier!r}")
@@ -165,7 +165,7 @@ def _publication_names() -> frozenset[str]:
     """Every file name a publication of any tier can hold, relative to its folder."""
     names = set(UNHASHED)
     for stability in (False, True):  # a study has survival tables without a dose axis, stability with one
-        paths = ReportPaths(Path(), mechanism=True, stability=stability, study=True)
+        paths = ReportPaths(Path(), mechanism=True, stability=stability, study=True, heldout=True)
         names.update(p.as_posix() for p in paths.outputs())
     return frozenset(names)
 

@@ -96,3 +96,18 @@ def test_heldout_cli_scores_history_and_endpoints(tier, train, tmp_path, restore
             assert math.isfinite(row[f"shadow_mismatch_{unit}{window}"])
             assert math.isfinite(row[f"mismatch_{unit}{window}"])
     assert row["mismatch_tmpe"] >= 1 and row["mismatch_abs_dlogp"] > 0
+
+    # the mismatch calibration table: the setting's means of those columns, against a real stack's KL
+    from fp8rl.report.mismatch_table import REAL_BF16_KL, mismatch_table
+
+    calib = mismatch_table(table.reset_index(), cfg)
+    assert len(calib) == 1  # the one run that trained
+    c = calib.iloc[0]
+    assert (c["variant"], c["granularity"], c["format"], c["runs"]) == ("fp8", "tensorwise", "hybrid", 1)
+    assert (
+        c["mismatch_kl_k3"] == row["mismatch_kl_k3"]
+        and c["shadow_mismatch_tmpe"] == row["shadow_mismatch_tmpe"]
+    )
+    assert c["kl_x_real_bf16"] == pytest.approx(row["mismatch_kl_k3"] / REAL_BF16_KL)
+    growth = row["shadow_mismatch_abs_dlogp_last"] / row["shadow_mismatch_abs_dlogp_first"]
+    assert c["shadow_mismatch_abs_dlogp_growth"] == pytest.approx(growth)

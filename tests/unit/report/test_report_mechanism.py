@@ -100,7 +100,8 @@ def test_report_writes_the_mechanism_outputs_only_for_matrices_with_conditions(m
     extra = set(report_outputs(tmp_path, "mechanism", mechanism=True)) - plain
     assert not any("mechanism_" in p or "mechanism." in p for p in plain)
     assert {p.rsplit("/", 1)[-1] for p in extra} == {
-        "mechanism.csv", "mechanism.md", *(f"{n}.{e}" for n in MECHANISM_PLOTS for e in ("png", "svg"))
+        "mechanism.csv", "mechanism.md", "mismatch.csv", "mismatch.md",
+        *(f"{n}.{e}" for n in MECHANISM_PLOTS for e in ("png", "svg")),
     }  # fmt: skip
     manifest = build_report(cfg)
     assert manifest["mechanism"] is True
