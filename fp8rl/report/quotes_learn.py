@@ -56,9 +56,8 @@ def clipping_per_arm(published: Path, tier: str) -> str:
 def study_findings(published: Path, tier: str, after_contrasts: tuple[str, ...] | list[str] = ()) -> str:
     """A few bullets for a pre-registered study tier: the control's reward rise with its interval and
     verdict, each planned contrast with its interval, Holm p and decision (Welch t over seeds, or the
-    paired t over bases of `study.unit: base`), each exploratory contrast marked as such, the highest
-    relative entropy peak (of any arm from `stability.csv`, else of any run with each arm's median from
-    `study_survival.csv`), and where runs diverged, of which kind (`stability.csv`, or
+    paired t over bases of `study.unit: base`), each exploratory contrast marked as such, the entropy
+    peak after the baseline steps over the baseline per arm (`entropy_line`), and where runs diverged, of which kind (`stability.csv`, or
     `study_survival.csv` for a study without a dose axis). `after_contrasts`: a tier's own lines,
     placed after the contrasts."""
     control = published_table(published, tier, "control")
@@ -92,27 +91,29 @@ def study_findings(published: Path, tier: str, after_contrasts: tuple[str, ...] 
     lines += after_contrasts
     tables = published / tier / "tables"
     stab = published_table(published, tier, "stability") if (tables / "stability.csv").is_file() else None
-    if stab is not None and "peak_rel_entropy" in stab:
-        top = stab.loc[stab["peak_rel_entropy"].idxmax()]
-        lines.append(
-            f"- Entropy: the highest peak over its early baseline of any arm is "
-            f"{interval(top['peak_rel_entropy'], top['peak_rel_entropy_low'], top['peak_rel_entropy_high'])}"
-            f" ({top['variant']} at dose {num(top['noise'], 0)}; a surge would be several times the baseline)."
-        )
-    elif stab is None:  # a study without a dose axis: the same per-run peak, summarised per arm
-        surv = published_table(published, tier, "study_survival").dropna(subset=["peak_rel_entropy_max"])
-        if not surv.empty:
-            top = surv.loc[surv["peak_rel_entropy_max"].idxmax()]
-            medians = ", ".join(
-                f"{r['arm']} {num(r['peak_rel_entropy_median'])}" for r in surv.to_dict("records")
-            )
-            lines.append(
-                f"- Entropy: the highest peak over its early baseline of any run is "
-                f"{num(top['peak_rel_entropy_max'])} ({top['arm']}); each arm's median run: {medians} "
-                "(a surge would be several times the baseline)."
-            )
+    if (line := entropy_line(published, tier)) is not None:
+        lines.append(line)
     lines.append(_divergences(published, tier, stab))
     return "\n".join(lines)
+
+
+def entropy_line(published: Path, tier: str) -> str | None:
+    """Each study arm's median run and the highest run of `peak_entropy_rel` (endpoints.csv: the highest
+    entropy after the baseline steps ÷ the baseline's median; the baseline steps themselves are left out,
+    so a falling entropy reads below 1); None when no run has one."""
+    ends = published_table(published, tier, "endpoints")
+    ends = ends[ends["arm"].notna()].assign(arm=lambda f: f["arm"].str.split(";")).explode("arm")
+    ends = ends.dropna(subset=["peak_entropy_rel"])
+    if ends.empty:
+        return None
+    top = ends.loc[ends["peak_entropy_rel"].idxmax()]
+    medians = ", ".join(
+        f"{arm} {num(v)}" for arm, v in ends.groupby("arm", sort=False)["peak_entropy_rel"].median().items()
+    )
+    return (
+        f"- Entropy after the baseline steps, over its baseline (a surge would be several times it): each "
+        f"arm's median run {medians}; the highest run {num(top['peak_entropy_rel'])} ({top['arm']})."
+    )
 
 
 def _divergences(published: Path, tier: str, stab: pd.DataFrame | None) -> str:

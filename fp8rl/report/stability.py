@@ -5,8 +5,9 @@ One row per run (`run_stability`), read from the tidy `RunSet` and each run's `s
 - `diverged`: the run's status is `diverged`; `div_step` and `div_kind` its first detection;
 - `final_acc`: mean `acc/mean` over the last `ACC_WINDOW` steps; `best_acc`: the best `ACC_WINDOW`-step
   moving mean of `acc/mean`;
-- `peak_rel_entropy`: max entropy / the median entropy of the first `baseline_steps` steps (the
-  detectors' baseline); `gibberish`: mean `gibberish/rate` over the run.
+- `peak_rel_entropy`: the highest entropy after the first `baseline_steps` steps / their median (the
+  detectors' baseline; the baseline steps are left out of the peak, so a run whose entropy only falls
+  reads below 1, as endpoints.csv's `peak_entropy_rel`); `gibberish`: mean `gibberish/rate` over the run.
 
 Per (algo, model, variant, granularity, dose) group (`stability_table`): runs diverged / total with an
 exact Clopper-Pearson 95 % interval of the fraction, and Fisher's exact test against the variant's
@@ -50,6 +51,7 @@ from fp8rl.report.stats import (
     t_interval,
     value_range,
 )
+from fp8rl.report.summaries import peak_over_baseline
 from fp8rl.run_files import RunDir
 from fp8rl.vocabulary import ACC_MEAN, CLIP_LOW_NEG, GIBBERISH_RATE, REFERENCE_VARIANT, REWARD_MEAN
 
@@ -74,7 +76,7 @@ STABILITY_NOTES = [
     f"`final_acc`: mean acc/mean over the last {ACC_WINDOW} steps; `best_acc`: best {ACC_WINDOW}-step moving "
     f"mean; seed means with the {CI_METHOD} (blank with one seed).",
     RANGE_METHOD + ".",
-    "`peak_rel_entropy`: max entropy / median entropy of the first baseline steps; `gibberish`: mean "
+    "`peak_rel_entropy`: max entropy after the first baseline steps / their median; `gibberish`: mean "
     "gibberish/rate over the run.",
     "`kinds`: how the runs first diverged (fp8rl.rl.stability kinds), with counts.",
 ]
@@ -110,7 +112,6 @@ def run_stability(runset: RunSet, runs_dir: str | Path, cfg: ExperimentConfig) -
         m = train[train["run_id"] == r["run_id"]].pivot_table(index="step", columns="metric", values="value")
         acc = m[ACC_MEAN].dropna() if ACC_MEAN in m else pd.Series(dtype=float)
         ent = m["entropy"].dropna() if "entropy" in m else pd.Series(dtype=float)
-        base = float(ent.iloc[:baseline_steps].median()) if len(ent) else math.nan
         div = first_divergence(Path(runs_dir), r["run_id"]) if r["status"] == "diverged" else {}
         last = float(m.index.max()) if len(m) else math.nan
         rows.append(
@@ -126,7 +127,7 @@ def run_stability(runset: RunSet, runs_dir: str | Path, cfg: ExperimentConfig) -
                 "best_acc": float(acc.rolling(ACC_WINDOW, min_periods=1).mean().max())
                 if len(acc)
                 else math.nan,
-                "peak_rel_entropy": float(ent.max() / base) if len(ent) and base > 0 else math.nan,
+                "peak_rel_entropy": peak_over_baseline(ent.to_numpy(dtype=float), baseline_steps),
                 "gibberish": float(m[GIBBERISH_RATE].mean()) if GIBBERISH_RATE in m else math.nan,
             }
         )

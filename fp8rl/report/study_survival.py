@@ -18,8 +18,8 @@ whose cell it belongs to (`config.arm_cell`), with the study's arm names as row 
   steps: the planned steps for runs that finished);
 - `peak_rel_entropy_median`, `peak_rel_entropy_max`: the median and the highest over the arm's runs of
   each run's entropy peak over its early baseline (the stability table's `peak_rel_entropy`: max entropy
-  ÷ the median of the first `stability.baseline_steps` steps; the paper's failure is a surge, several
-  times the baseline). Descriptive: no interval, no test.
+  after the first `stability.baseline_steps` steps ÷ their median; the paper's failure is a surge,
+  several times the baseline). Descriptive: no interval, no test.
 
 A run that goes on after its first divergence (`stability.on_divergence: continue`) counts once, at that
 first detection. The figure (fp8rl.report.stability_plots) draws the Kaplan-Meier curve of each arm.
