@@ -19,6 +19,7 @@ summary: the run is unfinished, and the next `fp8rl train` on it resumes after t
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from fp8rl import numerics
@@ -68,7 +69,7 @@ def _base_dir(args: argparse.Namespace) -> Path:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from fp8rl.engine.sft import run_sft
+    from fp8rl.engine.sft import SFTStopUnmet, run_sft
 
     cfg = _config(args)
     mcfg = model_arg(cfg, args)
@@ -92,7 +93,13 @@ def cmd_sft(args: argparse.Namespace) -> int:
         check_sft_data(cfg, args.model, data)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    info = run_sft(cfg, args.model, data, args.out, seed=args.seed, progress=not args.no_progress)
+    try:
+        info = run_sft(cfg, args.model, data, args.out, seed=args.seed, progress=not args.no_progress)
+    except SFTStopUnmet as exc:  # the stop rule's failure branch: named, nothing written, exit 1
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if info.get("stop_met") is False:
+        print(f"note: kept a base that missed sft.stop_at_accuracy (sft.on_unmet_stop: keep) -> {args.out}")
     # sft.steps: 0 saves the random-init model: there is no loss to report.
     loss = "no SFT steps (random init)" if info["loss/final"] is None else f"loss {info['loss/final']:.3f}"
     print(

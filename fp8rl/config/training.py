@@ -61,7 +61,7 @@ class SFTConfig(Strict):
     directory, so per-seed bases are reused)."""
 
     # Added after configs were published: left out of the dump at their defaults.
-    OMIT_AT_DEFAULT = ("bases", "stop_at_accuracy", "check_every", "check_prompts")
+    OMIT_AT_DEFAULT = ("bases", "stop_at_accuracy", "check_every", "check_prompts", "on_unmet_stop")
 
     steps: int = Field(300, ge=0)
     batch_size: int = Field(64, gt=0)
@@ -81,6 +81,12 @@ class SFTConfig(Strict):
         "sets the learning-rate schedule); None: always train `steps`",
     )
     check_every: int = Field(25, gt=0, description="SFT steps between the checks of stop_at_accuracy")
+    on_unmet_stop: Literal["refuse", "keep"] = Field(
+        "refuse",
+        description="a base whose SFT reaches `steps` without meeting stop_at_accuracy: refuse (`fp8rl sft` "
+        "fails naming it, no base is written) or keep (the base is used, and sft.json, the base models "
+        "table and SUMMARY.md say it missed the rule)",
+    )
     check_prompts: int = Field(
         256, gt=0, description="training prompts (a fixed random subset) each check samples once"
     )

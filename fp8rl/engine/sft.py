@@ -71,6 +71,10 @@ def sft_seed(task_seed: int, run_seed: int | None) -> int:
     return task_seed if run_seed is None else task_seed + 1_000_003 * (run_seed + 1)
 
 
+class SFTStopUnmet(ValueError):
+    """A base's SFT reached `sft.steps` without meeting `sft.stop_at_accuracy` (`on_unmet_stop: refuse`)."""
+
+
 class _StopRule:
     """`sft.stop_at_accuracy`: every `check_every` steps, the model samples one answer to each of a fixed
     random subset of `check_prompts` training prompts (the same subset for every seed's base; its own
@@ -80,6 +84,7 @@ class _StopRule:
     def __init__(self, cfg: ExperimentConfig, tokenizer, rows: list[dict], init_seed: int):
         s = cfg.sft
         self.cfg, self.tokenizer, self.checks = cfg, tokenizer, []
+        self.met = False  # a check reached the target (the SFT stopped there)
         if s.stop_at_accuracy is None:
             self.rows = []
             return
@@ -102,7 +107,8 @@ class _StopRule:
         )
         model.train()
         self.checks.append([step, acc])
-        return acc >= s.stop_at_accuracy
+        self.met = acc >= s.stop_at_accuracy
+        return self.met
 
 
 def run_sft(
@@ -154,6 +160,14 @@ def run_sft(
         opt.step()
         losses.append(loss.item())
     train_s = time.perf_counter() - t0
+    if s.stop_at_accuracy is not None and not stop.met and s.on_unmet_stop == "refuse":
+        last = f"{stop.checks[-1][1]:.3f} at step {stop.checks[-1][0]}" if stop.checks else "no check ran"
+        raise SFTStopUnmet(
+            f"base {model_name}{'' if seed is None else f'/seed{seed}'}: the SFT reached its {s.steps}-step cap "
+            f"without meeting sft.stop_at_accuracy {s.stop_at_accuracy:g} (last check: {last}); no base was "
+            "written. Raise sft.steps, lower the target, or keep such bases with sft.on_unmet_stop: keep "
+            "(they are then named in the base models table and SUMMARY.md)"
+        )
     model.eval()
     test = load_split(data_dir, "test.jsonl")
     eval_gen = torch.Generator().manual_seed(cfg.task.seed + 1)
@@ -190,8 +204,9 @@ def run_sft(
     }
     if s.stop_at_accuracy is not None:
         info.update(
-            {"max_steps": s.steps, "stop_at_accuracy": s.stop_at_accuracy, "stop_checks": stop.checks}
-        )
+            {"max_steps": s.steps, "stop_at_accuracy": s.stop_at_accuracy, "stop_checks": stop.checks,
+             "stop_met": stop.met}
+        )  # fmt: skip
     import json
 
     save_hf(model, tokenizer, out_dir, extra={"sft.json": (json.dumps(info, indent=2) + "\n").encode()})

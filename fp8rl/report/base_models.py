@@ -24,12 +24,16 @@ COLUMNS = [
     "acc/test_greedy",
     "acc/test_sampled",
     "n_test",
+    "stop_met",
 ]
 NOTES = [
     "one row per base model the tier's runs start from; seed: the RL seed it belongs to (sft.per_seed), "
     "blank for a base shared by every seed",
     "loss/final: mean SFT loss over the last 10 % of steps; acc/*: exact match on the task's test split, "
     "greedy and sampled at the tier's temperature",
+    "stop_met: with sft.stop_at_accuracy, whether a check met it (False: the SFT ran to its step cap and the "
+    "base was kept by sft.on_unmet_stop: keep); blank without the rule or for a base from before it was "
+    "recorded (steps equal to the cap then mean it was not met)",
 ]
 
 

@@ -171,10 +171,25 @@ def _caveats(cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame 
     n = control["n"].min() if control is not None and not control.empty else math.nan
     if not math.isnan(n) and n < 3:
         out.append(f"- The control is judged over {int(n)} unit(s): too few for a useful interval.")
+    if bases is not None and "stop_met" in bases:
+        missed = bases[bases["stop_met"].astype(str) == "False"]
+        for r in missed.to_dict("records"):
+            seed = "" if pd.isna(r["seed"]) else f"/seed{int(r['seed'])}"
+            out.append(
+                f"- Base {r['model']}{seed} missed the SFT stop rule (sft.stop_at_accuracy) and ran to its "
+                f"{int(r['steps'])}-step cap (sampled test accuracy {num(r['acc/test_sampled'])}); it was kept "
+                "(sft.on_unmet_stop: keep), so its runs start from a weaker base than the others."
+            )
     doses = any(c.fp8 and "noise_scale" in c.fp8 for c in cfg.matrix.conditions)
     out.append(
         "- FP8 is emulated on CPU on a small model"
-        + (", with noise doses standing in for larger models' quantization error" if doses else "")
+        + (
+            ", with a noise multiplier on every quantized operand that does not stand in for larger "
+            "models (real recipes scale per block, so element error does not grow with width; tables/"
+            "mismatch.md places each setting in the units real stacks report)"
+            if doses
+            else ""
+        )
         + ": a direction in this setting, not a verdict on FP8 RL at scale."
     )
     return out
