@@ -120,3 +120,31 @@ def test_about_half_of_the_gap_is_there_in_the_first_steps():
 
     assert FIRST_FRAC * cfg.schedule.steps == 10  # "the first ten steps"
     assert cfg.eval.lm_eval_tasks == [] and cfg.eval.agent == []  # "no bf16-sampled evaluation"
+
+
+def test_the_disclosures_hold_for_the_published_tables():
+    """docs/clipping.md's disclosures and config/clipping.yaml's comment: base 4 ran to the SFT cap
+    below the stop rule's target (the others stopped earlier), the config keeps it explicitly, and the
+    nine runs on bases 0-2 are the cells the learning tier also trained."""
+    cfg = load_config(str(REPO / "config" / "clipping.yaml"), [])
+    bases = table("base_models").set_index("seed")
+    cap, target = cfg.sft.steps, cfg.sft.stop_at_accuracy
+    assert bases.loc[4, "steps"] == cap and bases.loc[4, "acc/test_sampled"] < target
+    assert (bases.drop(index=4)["steps"] < cap).all()
+    others = bases.drop(index=4)["acc/test_sampled"]
+    config_text = (REPO / "config" / "clipping.yaml").read_text()
+    assert f"{bases.loc[4, 'acc/test_sampled']:.3f}" in config_text
+    assert f"{others.min():.2f}-{others.max():.2f}" in config_text
+    assert cfg.sft.on_unmet_stop == "keep"
+    assert f"{cap}-step cap" in PAGE and f"{target:.0%}".replace("%", " %") in PAGE
+    learn = load_config(str(REPO / "config" / "learn.yaml"), [])
+
+    def cell(run_id: str) -> str:  # the cell without its seed; the plain-FP8 context arm's condition
+        return run_id.rsplit("/", 1)[0].replace("/s4_plain", "/s4")
+
+    learn_cells = {s.run_id.rsplit("/", 1)[0] for s in learn.runs()}
+    ends = table("endpoints")
+    on_learn_bases = ends[ends["base"].isin([f"tiny/seed{b}" for b in range(3)]) & (ends["seed"] < 3)]
+    repeated = on_learn_bases[on_learn_bases["run_id"].map(cell).isin(learn_cells)]
+    assert len(repeated) == 9 and repeated["run_id"].map(cell).nunique() == 3
+    assert "3 × 3 runs of the 78" in PAGE
