@@ -43,7 +43,7 @@ LIMITS: dict[str, tuple[float, str]] = {
 
 
 # bounds on a value the config implies rather than states: checked in limit_problems
-DERIVED = ("rollout_sequences", "scratch_params")
+_DERIVED = ("rollout_sequences", "scratch_params")
 
 
 def scratch_params(arch: Any, vocab: int = 256) -> int:
@@ -59,7 +59,7 @@ def _values(cfg: Any) -> list[tuple[str, str, float]]:
     """(limit key, the config's key path, its value) for every value a limit bounds."""
     out: list[tuple[str, str, float]] = []
     for key in LIMITS:
-        if key in DERIVED:
+        if key in _DERIVED:
             continue
         section, *rest = key.split(".")
         if rest[0] == "*":
