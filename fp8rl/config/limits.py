@@ -46,7 +46,7 @@ LIMITS: dict[str, tuple[float, str]] = {
 _DERIVED = ("rollout_sequences", "scratch_params")
 
 
-def scratch_params(arch: Any, vocab: int = 256) -> int:
+def _scratch_params(arch: Any, vocab: int = 256) -> int:
     """About how many weights a Llama of `arch` has (attention, gated MLP, embeddings and head; the char
     tokenizer's vocabulary is far below `vocab`)."""
     h, kv = arch.hidden_size, arch.num_kv_heads or arch.num_heads
@@ -104,7 +104,7 @@ def limit_problems(cfg: Any) -> list[tuple[tuple, str]]:
                 f"sequences per step, above the limit {_show(bound['rollout_sequences'])}; raise it with "
                 "`limits: {rollout_sequences: ...}` if you mean it")))  # fmt: skip
     for i, model in enumerate(cfg.models):
-        if model.arch is not None and (n := scratch_params(model.arch)) > bound["scratch_params"]:
+        if model.arch is not None and (n := _scratch_params(model.arch)) > bound["scratch_params"]:
             problems.append((("models", i, "arch"), (
                 f"about {n:.3g} weights, above the limit {bound['scratch_params']:.3g} ({LIMITS['scratch_params'][1]}); "
                 "raise it with `limits: {scratch_params: ...}` if you mean it")))  # fmt: skip
