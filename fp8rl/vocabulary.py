@@ -153,6 +153,9 @@ CLIP_METRICS = (CLIP_LOW_NEG, CLIP_HIGH_POS, CLIP_DUAL, CLIP_LOW_ALL, CLIP_HIGH_
 # smallest ratio, below low_range's floor when that ratio is (docs/clipping.md), so the mean may be too.
 CALIB_LOW = "calib/low"
 CALIB_HIGH = "calib/high"  # the calibrated upper bound U
+# 1 when low_range's floor binds the update's calibrated lower bound (the bound that matches the target
+# lies under it, so FP8 still clips more than the reference), 0 when not; step mean: the binding share
+CALIB_FLOOR_BINDS = "calib/floor_binds"
 MISMATCH_KL_K1 = "mismatch/kl_k1"  # rollout/trainer mismatch, k1 estimator
 MISMATCH_KL_K3 = "mismatch/kl_k3"  # rollout/trainer mismatch, k3 estimator
 # The mismatch in the units real stacks report (fp8rl.rl.mismatch), `{prefix}/{unit}` per step: k3 KL,

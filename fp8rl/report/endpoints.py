@@ -29,7 +29,9 @@ Columns (`COLUMNS`, then one per eval score `{task}/{metric}`):
 - the comparison's per-run values: `final_reward`, `best_reward`, and the per-step metrics reduced to
   the run's mean over its finite steps (the value the t-interval over seeds takes, stats.seed_means):
   `clip_low_neg`, `mismatch_kl_k3`, `phantom_low_neg`, `phantom_missed_neg`, `excess_clip` (their
-  per-step difference), `calib_low`, `calib_high`;
+  per-step difference), `calib_low`, `calib_high`, `calib_floor_binds` (the share of the calibrated
+  updates whose lower bound `calib.low_range`'s floor held up: there the calibration did not complete,
+  and `excess_clip` is what remained);
 - the study's: `endpoint` (study.endpoint, fp8rl.report.planned; blank without a study),
   `mismatch_kl_step1`, `entropy_step1`;
 - the stability table's: `final_acc` (mean `acc/mean` over the last `ACC_WINDOW` steps), `best_acc`;
@@ -60,6 +62,7 @@ from fp8rl.report.load import RunSet
 from fp8rl.report.summaries import eval_keys, peak_over_baseline
 from fp8rl.vocabulary import (
     ACC_MEAN,
+    CALIB_FLOOR_BINDS,
     CALIB_HIGH,
     CALIB_LOW,
     CLIP_LOW_NEG,
@@ -95,6 +98,7 @@ STEP_MEANS = (
     ("phantom_missed_neg", "phantom/missed_neg"),
     ("calib_low", CALIB_LOW),
     ("calib_high", CALIB_HIGH),
+    ("calib_floor_binds", CALIB_FLOOR_BINDS),
 )
 VALUE_COLUMNS = [
     "final_reward", "best_reward", *(c for c, _ in STEP_MEANS[:4]), "excess_clip", *(c for c, _ in STEP_MEANS[4:]),

@@ -17,6 +17,8 @@ the comparison table (comparison.py; same seeds, same intervals):
   model, condition, variant): a condition is one dose (and format and KV cache), so a verdict over the
   granularities at a dose is a family of tests;
 - `calib_low`, `calib_high`: mean over steps and seeds of the calibrated bounds (fp8_calib only);
+  `calib_floor_binds`: the share of the calibrated updates whose lower bound `calib.low_range`'s floor
+  held up (the calibration did not complete there; `excess_clip` is what remained);
 - `seeds` (runs that logged the paired metrics) and `ok/div/fail/miss`.
 Each estimate has `ci_low`/`ci_high`: the t-interval over the seeds' means over steps (stats.seed_interval;
 the seed is the unit), cut to the metric's range (stats.value_range).
@@ -55,14 +57,14 @@ from fp8rl.report.stats import (  # noqa: E402
     value_range,
 )
 from fp8rl.report.summaries import step_difference, step_series  # noqa: E402
-from fp8rl.vocabulary import CALIB_HIGH, CALIB_LOW, REFERENCE_VARIANT, VARIANT_SPECS  # noqa: E402
+from fp8rl.vocabulary import CALIB_FLOOR_BINDS, CALIB_HIGH, CALIB_LOW, REFERENCE_VARIANT, VARIANT_SPECS  # noqa: E402
 
 # Every FP8 variant the matrix runs has a row and a column of the figures, in the vocabulary's order.
 FP8_VARIANTS = tuple(v for v, spec in VARIANT_SPECS.items() if spec.fp8)
 SETTINGS = ["format", "gemm_format", "noise_scale", "kv_cache"]
 # the family over which `excess_clip p_holm` adjusts: every granularity of one condition (a dose) and variant
 HOLM_FAMILY = ["algo", "model", "condition", "variant"]
-CALIB = (("calib_low", CALIB_LOW), ("calib_high", CALIB_HIGH))
+CALIB = (("calib_low", CALIB_LOW), ("calib_high", CALIB_HIGH), ("calib_floor_binds", CALIB_FLOOR_BINDS))
 # each figure of `figures.MECHANISM`: the table column it draws and its y label
 PLOT_COLUMNS = {
     "mechanism_excess_clip": ("excess_clip", "excess clipping"),
@@ -86,7 +88,8 @@ MECHANISM_NOTES = [
     "`excess p (Holm)`: two-sided one-sample t-test of the seeds' excess against 0, adjusted with Holm over "
     "the granularities of one condition (one dose, format and KV cache) and variant: the family a verdict "
     "over the granularities at a dose draws on (the CSV also has the unadjusted `excess_clip p`).",
-    "`calib_low`/`calib_high`: the calibrated bounds (fp8_calib), mean over steps and seeds.",
+    "`calib_low`/`calib_high`: the calibrated bounds (fp8_calib), mean over steps and seeds; "
+    "`calib_floor_binds`: the share of calibrated updates whose lower bound the low_range floor held up.",
     SEED_MEAN_METHOD + ".",
     RANGE_METHOD + ".",
     "n = 1 seed gives no interval: its bounds are left blank.",
@@ -186,6 +189,7 @@ def mechanism_view(table: pd.DataFrame) -> pd.DataFrame:
         row["mismatch_kl_k3"] = _ci(r, "mismatch_kl_k3")
         row["calib_low"] = _ci(r, "calib_low")
         row["calib_high"] = _ci(r, "calib_high")
+        row["calib_floor_binds"] = _ci(r, "calib_floor_binds")
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -110,6 +110,7 @@ PROPORTIONS = frozenset(
         "tis/masked",
         "calib/target_q",
         "calib/target_q_high",
+        "calib/floor_binds",
     }
 )
 EVAL_PROPORTIONS = frozenset(

@@ -39,6 +39,7 @@ The bounds satisfy L <= 1 <= U.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -47,7 +48,7 @@ import torch
 
 from fp8rl.rl._checks import check_finite, check_mask, check_same_shape, per_token
 from fp8rl.rl.bounds import ClipBounds
-from fp8rl.vocabulary import CALIB_HIGH, CALIB_LOW, CalibReference
+from fp8rl.vocabulary import CALIB_FLOOR_BINDS, CALIB_HIGH, CALIB_LOW, CalibReference
 from fp8rl.vocabulary import CALIB_POPULATIONS as POPULATIONS
 from fp8rl.vocabulary import CALIB_UPPER_MODES as UPPER_MODES
 
@@ -220,6 +221,25 @@ def _bounds(
         raise ValueError(f"calibrated_bounds: upper target quantile must be in [0, 1], got {q_high}")
     r_hi, _ = torch.sort(ratio.detach()[pop_hi].to(torch.float64))
     return ClipBounds(low, _upper_bound(r_hi, round(q_high * r_hi.numel()), fixed.high))
+
+
+def floor_binds(
+    ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, q: float | None, o: CalibOptions
+) -> bool | None:
+    """Whether `low_range`'s floor binds the calibrated lower bound of this update: the bound that would
+    put a fraction `q` of the population's ratios below it lies under the floor, so the floor is used and
+    more than `q` of them stay below it: FP8 still clips more than the reference, and the calibration does
+    not complete. None without a target (q None or 0, or an empty population)."""
+    m = check_mask(mask, "floor_binds", "mask")
+    pop_lo, _ = _populations(per_token("floor_binds", "advantages", advantages, m), m, o.population)
+    if q is None or int(pop_lo.sum()) == 0:
+        return None
+    r_lo, _ = torch.sort(ratio.detach()[pop_lo].to(torch.float64))
+    k = round(q * r_lo.numel())
+    if k == 0:
+        return None
+    unclamped = _lower_bound(r_lo, k, o.fixed.low, (-math.inf, o.low_range[1]))
+    return unclamped < o.low_range[0]
 
 
 def centred_window(
@@ -416,6 +436,8 @@ class Calibrator:
                 metrics["calib/target_q_high"] = float(q_hi)
         if self.reference.mode == "shadow" and self.lo_den > 0:
             metrics["calib/ref_tokens"] = self.lo_den
+        if (binds := floor_binds(ratio, advantages, response_mask, q, self.options)) is not None:
+            metrics[CALIB_FLOOR_BINDS] = float(binds)
         metrics[CALIB_LOW], metrics[CALIB_HIGH] = bounds
         return bounds, metrics
 

@@ -324,3 +324,22 @@ def test_options_are_checked_once_and_frozen(monkeypatch):
     assert made == []  # the update path reuses the run's options
     bounds_from_quantiles(ratio, adv, mask, 0.5, clip_low=CL, clip_high=CH)
     assert len(made) == 1  # the functional form checks its arguments on each call
+
+
+def test_the_floor_binding_is_reported_where_calibration_cannot_complete():
+    """`calib/floor_binds`: 1 when the bound matching the target lies under low_range's floor (FP8
+    still clips more than the reference), 0 when the calibrated bound is inside the range, absent
+    without a target."""
+    adv = torch.full((1, 4), -1.0)
+    mask = torch.ones(1, 4)
+    # half the A<0 ratios far below 0.5: matching q = 0.5 would need L between 0.31 and 0.9, not < 0.5
+    inside = torch.tensor([[0.30, 0.31, 0.90, 0.95]])
+    # three quarters below 0.4: matching q = 0.5 needs L between 0.32 and 0.33, under the 0.5 floor
+    under = torch.tensor([[0.30, 0.32, 0.33, 0.95]])
+    cal = Calibrator(CL, CH, reference="static:0.5")
+    (lo, _), m = cal.bounds(inside, adv, mask)
+    assert m["calib/floor_binds"] == 0.0 and 0.5 <= lo <= 0.9
+    (lo, _), m = cal.bounds(under, adv, mask)
+    assert m["calib/floor_binds"] == 1.0 and lo == 0.5
+    (_, _), m = Calibrator(CL, CH, reference="static:0").bounds(under, adv, mask)
+    assert "calib/floor_binds" not in m
