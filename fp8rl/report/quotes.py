@@ -9,7 +9,7 @@ the text in one command. Words that depend on a figure ("the interval excludes 0
 it; prose outside the blocks quotes no result figures (tests/unit/report/test_quotes.py checks both).
 
 The blocks of the smoke tier are here, the mechanism tier's in fp8rl.report.quotes_mechanism, the learning
-tier's in fp8rl.report.quotes_learn, the speed benchmark's in fp8rl.report.quotes_performance, the tiers'
+tier's in fp8rl.report.quotes_learn (its mismatch and held-out re-read in fp8rl.report.quotes_heldout), the speed benchmark's in fp8rl.report.quotes_performance, the tiers'
 run times in fp8rl.report.quotes_dag, the kernel paths and the pin's cost in
 fp8rl.report.quotes_numerics; the formats they share in fp8rl.report.quote_format.
 """
@@ -36,6 +36,7 @@ from fp8rl.report.quote_format import (
     void_line,
 )
 from fp8rl.report.quotes_dag import performance_dag, performance_startup
+from fp8rl.report.quotes_heldout import learn_mismatch, learn_secondary
 from fp8rl.report.quotes_learn import clipping_findings, learn_divergence, learn_findings
 from fp8rl.report.quotes_mechanism import mechanism_excess, mechanism_verdicts
 from fp8rl.report.quotes_numerics import numerics_pins, performance_gemm_paths
@@ -52,7 +53,7 @@ END = "<!-- /fp8rl:results -->"
 # The markdown files that hold quoted blocks, relative to the repository root.
 QUOTING_FILES = (
     "README.md", "docs/smoke.md", "docs/learn.md", "docs/clipping.md", "docs/mechanism.md", "docs/numerics.md",
-    "docs/performance.md",
+    "docs/performance.md", "docs/mismatch.md",
 )  # fmt: skip
 
 
@@ -202,6 +203,8 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "mechanism-verdicts": mechanism_verdicts,
     "learn-divergence": learn_divergence,
     "learn-findings": learn_findings,
+    "learn-mismatch": learn_mismatch,
+    "learn-secondary": learn_secondary,
     "clipping-findings": clipping_findings,
     "smoke-unpinned": smoke_unpinned,
     "performance-summary": performance_summary,

@@ -1,0 +1,90 @@
+"""The quoted blocks of the measurement re-read: where each FP8 setting sits in the field's units
+(`tables/mismatch.csv`, fp8rl.report.mismatch_table) and the study re-read on the held-out bf16
+endpoint (`tables/secondary.csv`, fp8rl.report.secondary), from a study tier's publication."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from fp8rl.report.quote_format import interval, markdown_table, num, published_table
+
+REAL_BF16 = "a healthy real BF16 stack's 2e-3"
+
+
+def _g(x: float, digits: int = 2) -> str:
+    """A small positive figure in its own scale (1.2e-3, 0.045, 12)."""
+    if pd.isna(x):
+        return "–"
+    return f"{x:.{digits}g}".replace("e-0", "e-")
+
+
+def _setting(r: dict) -> str:
+    if r["variant"] == "bf16":
+        return "bf16"
+    target = "" if pd.isna(r["target_kl"]) else f", target KL {_g(r['target_kl'])}"
+    return f"{r['variant']} {r['granularity']} {r['format']}, noise {num(r['noise'], 2)}{target}"
+
+
+def mismatch_quote(published: Path, tier: str) -> str:
+    """A table of every setting of `tier`'s mismatch.csv in the field's units, trainer vs rollout and FP8
+    vs its BF16 shadow, with the KL's growth over the run and its ratio to a real BF16 stack."""
+    table = published_table(published, tier, "mismatch")
+    rows = []
+    for r in table.to_dict("records"):
+        rows.append(
+            [
+                _setting(r),
+                f"{_g(r['mismatch_kl_k3'])} ({_g(r['kl_x_real_bf16'])}×)",
+                _g(r["mismatch_abs_dlogp"]),
+                f"{r['mismatch_tmpe']:.4f}",
+                _g(r["mismatch_dlogp"]),
+                f"{r['mismatch_kl_k3_growth']:.2f}×",
+                _g(r["shadow_mismatch_kl_k3"]),
+                _g(r["shadow_mismatch_abs_dlogp"]),
+            ]
+        )
+    header = [
+        "setting", "KL (÷ real bf16)", "|Δlogp|", "tmpe", "Δlogp", "KL last ÷ first",
+        "KL vs BF16 shadow", "|Δlogp| vs BF16 shadow",
+    ]  # fmt: skip
+    note = (
+        f"\n\nTrainer vs rollout, per token, means over each setting's runs (`tables/mismatch.csv`); "
+        f"the ratio in brackets is to {REAL_BF16}; the last two columns are the FP8 trainer against its "
+        "own BF16 shadow on the same tokens."
+    )
+    return markdown_table(header, rows) + note
+
+
+def learn_mismatch(published: Path) -> str:
+    return mismatch_quote(published, "learn")
+
+
+def secondary_quote(published: Path, tier: str) -> str:
+    """Bullets of the secondary analysis: per held-out metric the control's gain over its base and each
+    registered contrast with its interval (no decision is taken on it)."""
+    table = published_table(published, tier, "secondary")
+    lines = []
+    for endpoint, sub in table.groupby("endpoint", sort=False):
+        name = {
+            "heldout/sampled_reward": "held-out sampled reward",
+            "heldout/greedy_acc": "held-out greedy accuracy",
+        }.get(endpoint, endpoint)
+        parts = []
+        for r in sub.to_dict("records"):
+            ci = interval(r["difference"], r["low"], r["high"], 3)
+            if r["family"] == "control":
+                lines.append(
+                    f"- {name}, bf16 control's gain over its base: {ci} over {int(r['n_arm'])} units."
+                )
+            else:
+                holm = f", p (Holm) {num(r['p_adjusted'], 3)}" if r["family"] == "planned" else ""
+                parts.append(f"{r['arm']} − {r['reference']} {ci}{holm}")
+        if parts:
+            lines.append(f"- {name}, the registered contrasts: " + "; ".join(parts) + ".")
+    return "\n".join(lines)
+
+
+def learn_secondary(published: Path) -> str:
+    return secondary_quote(published, "learn")
