@@ -41,7 +41,6 @@ rm -rf results/ci_slurm
   --slurm-init-seconds-before-status-checks 5
 test -s results/ci_slurm/smoke/report.html
 scripts/check_reproduced.sh results/published/ci results/ci_slurm/smoke
-"$BIN/fp8rl" check results/ci_slurm/smoke --against results/published/ci
 t_dag=$(date +%s)
 
 rc=0
