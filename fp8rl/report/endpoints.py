@@ -36,9 +36,11 @@ Columns (`COLUMNS`, then one per eval score `{task}/{metric}`):
   `mismatch_kl_step1`, `entropy_step1`;
 - the stability table's: `final_acc` (mean `acc/mean` over the last `ACC_WINDOW` steps), `best_acc`;
 - the mismatch in the field's units (fp8rl.rl.mismatch): for `mismatch` (trainer vs rollout) and
-  `shadow_mismatch` (the FP8 trainer vs its BF16 shadow), each unit's run mean `{prefix}_{unit}` and its
-  means over the first and the last window, `{prefix}_{unit}_first` and `{prefix}_{unit}_last` (blank
-  where the run logged none: a bf16 run has no shadow);
+  `shadow_mismatch` (the FP8 trainer vs its BF16 shadow), each unit's run mean `{prefix}_{unit}`, its
+  means over the first and the last window, `{prefix}_{unit}_first` and `{prefix}_{unit}_last`, and its
+  median over the run's steps `{prefix}_{unit}_median` (the per-step k3 and tmpe are means of heavy-
+  tailed per-token terms, exp(±Δ): one token with a large |Δlogp| can dominate a step, and the median
+  step says what a typical step saw) (blank where the run logged none: a bf16 run has no shadow);
 - the held-out bf16 endpoint (`eval.heldout`; fp8rl.engine.heldout): the run's own scores are the eval
   columns `heldout/greedy_acc`, `heldout/sampled_reward`, `heldout/sampled_format`; its base's scores
   `base_heldout_{metric}` (from `base/{base}/eval/heldout.json` beside the runs) and the run's gain over
@@ -108,7 +110,7 @@ MISMATCH_COLUMNS = [
     f"{prefix}_{unit}{window}"
     for prefix in (MISMATCH_ROLLOUT, MISMATCH_SHADOW)
     for unit in MISMATCH_UNITS
-    for window in ("", "_first", "_last")
+    for window in ("", "_first", "_last", "_median")
     if f"{prefix}_{unit}{window}" != "mismatch_kl_k3"  # the comparison's column, in VALUE_COLUMNS
 ]
 HELDOUT_METRICS = ("greedy_acc", "sampled_reward", "sampled_format")
@@ -209,6 +211,9 @@ def _mismatch_columns(m: pd.DataFrame, steps: int) -> dict:
             name = f"{prefix}_{unit}"
             out[f"{name}_first"] = _mean(s[s.index <= first_end])
             out[f"{name}_last"] = _mean(s[s.index >= last_start])
+            finite = s.to_numpy(dtype=float)
+            finite = finite[np.isfinite(finite)]
+            out[f"{name}_median"] = float(np.median(finite)) if finite.size else math.nan
             if name != "mismatch_kl_k3":
                 out[name] = _mean(s)
     return out

@@ -5,8 +5,9 @@ One row per setting (variant × granularity × format × condition, with the con
 the setting's `ok` and `diverged` runs:
 
 - trainer vs rollout (`mismatch_*`): per-token KL (k3), mean |Δlogp|, tmpe (mean exp|Δlogp|) and the
-  signed mean Δlogp over the whole run; the KL and |Δlogp| over the first and the last window, and
-  their growth (last ÷ first);
+  signed mean Δlogp over the whole run, and the same at the runs' median step (`_median`: k3 and tmpe
+  average exp(±Δlogp) per token, so a rare token with a large |Δlogp| can dominate a step's mean); the
+  KL and |Δlogp| over the first and the last window, and their growth (last ÷ first);
 - the FP8 trainer vs its BF16 shadow (`shadow_mismatch_*`): the same, where the run has a shadow pass;
 - `kl_x_real_bf16`: the run-mean KL ÷ `REAL_BF16_KL`, the trainer-vs-rollout KL of a healthy BF16 RL
   stack (NeMo-RL's CI reference, 2e-3; public figures put BF16 at 1–2e-3 and end-to-end blockwise FP8 at
@@ -32,6 +33,7 @@ def _columns() -> list[str]:
     out = [*KEY_COLUMNS, "runs"]
     for prefix in (MISMATCH_ROLLOUT, MISMATCH_SHADOW):
         out += [f"{prefix}_{u}" for u in MISMATCH_UNITS]
+        out += [f"{prefix}_{u}_median" for u in MISMATCH_UNITS]
         for u in ("kl_k3", "abs_dlogp"):
             out += [f"{prefix}_{u}_first", f"{prefix}_{u}_last", f"{prefix}_{u}_growth"]
     return [*out, "kl_x_real_bf16"]
@@ -43,7 +45,9 @@ NOTES = [
     "the trainer vs the rollout engine, `shadow_mismatch_*` the FP8 trainer vs its BF16 shadow on the same "
     "tokens; units per token: `kl_k3` (KL, k3), `abs_dlogp` (mean |Δlogp|), `tmpe` (mean exp|Δlogp|), "
     "`dlogp` (signed mean Δlogp).",
-    "`_first`/`_last`: over the first and the last window of the planned steps; `_growth` = last ÷ first.",
+    "`_first`/`_last`: over the first and the last window of the planned steps; `_growth` = last ÷ first; "
+    "`_median`: the runs' median step (k3 and tmpe average heavy-tailed per-token terms, exp(±Δlogp): a "
+    "single token with a large |Δlogp| can dominate a step's mean, and the median step is the typical one).",
     f"`kl_x_real_bf16`: the run-mean trainer-vs-rollout KL ÷ {REAL_BF16_KL:g}, a healthy real BF16 stack's "
     "(public figures: BF16 1–2e-3, end-to-end blockwise FP8 0.7–1.6× that; docs/mismatch.md).",
     "`noise`: the condition's noise scale, or (with `target_kl`) the mean of the scales the runs' searches found.",
@@ -71,6 +75,7 @@ def mismatch_table(endpoints: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFra
         for prefix in (MISMATCH_ROLLOUT, MISMATCH_SHADOW):
             for u in MISMATCH_UNITS:
                 row[f"{prefix}_{u}"] = _mean(sub[f"{prefix}_{u}"])
+                row[f"{prefix}_{u}_median"] = _mean(sub[f"{prefix}_{u}_median"])
             for u in ("kl_k3", "abs_dlogp"):
                 first, last = _mean(sub[f"{prefix}_{u}_first"]), _mean(sub[f"{prefix}_{u}_last"])
                 row |= {f"{prefix}_{u}_first": first, f"{prefix}_{u}_last": last}
@@ -90,6 +95,10 @@ def mismatch_view(table: pd.DataFrame) -> pd.DataFrame:
     for prefix, label in ((MISMATCH_ROLLOUT, "rollout"), (MISMATCH_SHADOW, "shadow")):
         for u, name in (("kl_k3", "KL"), ("abs_dlogp", "|Δlogp|"), ("tmpe", "tmpe"), ("dlogp", "Δlogp")):
             view[f"{label} {name}"] = table[f"{prefix}_{u}"].map(lambda v: "" if v != v else f"{v:.3g}")
+        for u, name in (("kl_k3", "KL"), ("tmpe", "tmpe")):
+            view[f"{label} {name} (median step)"] = table[f"{prefix}_{u}_median"].map(
+                lambda v: "" if v != v else f"{v:.3g}"
+            )
         view[f"{label} KL growth"] = table[f"{prefix}_kl_k3_growth"].map(
             lambda v: "" if v != v else f"{v:.2f}×"
         )

@@ -38,8 +38,8 @@ ENDPOINTS = (
     ("greedy_acc", "greedy accuracy, bf16 sampler, held-out prompts"),
 )
 COLUMNS = [
-    "endpoint", "family", "contrast", "arm", "reference", "n_arm", "n_reference", "difference", "low",
-    "high", "p", "p_adjusted", "decision",
+    "endpoint", "family", "contrast", "arm", "reference", "unit", "n_arm", "n_reference", "difference",
+    "low", "high", "p", "p_adjusted", "decision",
 ]  # fmt: skip
 NOTES = [
     "Secondary analysis, not pre-registered: the study's contrasts on the held-out bf16 endpoint "
@@ -77,7 +77,7 @@ def _control_row(endpoints: pd.DataFrame, cfg: ExperimentConfig, metric: str) ->
     ci = t_interval(units.to_numpy(dtype=float))
     return {
         "endpoint": f"heldout/{metric}", "family": "control", "contrast": "bf16_gain_over_base",
-        "arm": REFERENCE_VARIANT, "reference": "base", "n_arm": ci.n, "n_reference": ci.n,
+        "arm": REFERENCE_VARIANT, "reference": "base", "unit": cfg.study.unit, "n_arm": ci.n, "n_reference": ci.n,
         "difference": ci.estimate, "low": ci.low, "high": ci.high, "p": math.nan, "p_adjusted": math.nan,
         "decision": "secondary",
     }  # fmt: skip
@@ -94,7 +94,7 @@ def secondary_table(endpoints: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFr
             t = contrasts_table(per_run, cfg.study, planned=planned)
             for r in t.to_dict("records"):
                 rows.append(
-                    {**{k: r.get(k, math.nan) for k in COLUMNS}, "endpoint": column,
+                    {**{k: r.get(k, math.nan) for k in COLUMNS}, "endpoint": column, "unit": cfg.study.unit,
                      "family": "planned" if planned else "exploratory",
                      "p_adjusted": r["p_adjusted"] if planned else math.nan, "decision": "secondary"}
                 )  # fmt: skip
@@ -105,7 +105,7 @@ def secondary_view(table: pd.DataFrame) -> pd.DataFrame:
     """The markdown view: estimates with their intervals at three decimals, p at three."""
     from fp8rl.report.planned import _ci, _f
 
-    view = table[["endpoint", "family", "contrast", "n_arm", "n_reference"]].copy()
+    view = table[["endpoint", "family", "contrast", "unit", "n_arm", "n_reference"]].copy()
     view["difference [95% CI]"] = [
         _ci(d, lo, hi) for d, lo, hi in zip(table["difference"], table["low"], table["high"], strict=True)
     ]
