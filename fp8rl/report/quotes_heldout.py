@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from fp8rl.report.mismatch_table import REAL_BF16_KL
-from fp8rl.report.quote_format import interval, markdown_table, num, published_table
+from fp8rl.report.quote_format import markdown_table, num, published_table
 
 REAL_BF16 = f"a healthy real BF16 stack's {REAL_BF16_KL:g}"
 
@@ -66,29 +66,10 @@ def learn_mismatch(published: Path) -> str:
 
 
 def secondary_quote(published: Path, tier: str) -> str:
-    """Bullets of the secondary analysis: per held-out metric the control's gain over its base and each
-    registered contrast with its interval (no decision is taken on it)."""
-    table = published_table(published, tier, "secondary")
-    lines = []
-    for endpoint, sub in table.groupby("endpoint", sort=False):
-        name = {
-            "heldout/sampled_reward": "held-out sampled reward",
-            "heldout/greedy_acc": "held-out greedy accuracy",
-        }.get(endpoint, endpoint)
-        parts = []
-        for r in sub.to_dict("records"):
-            ci = interval(r["difference"], r["low"], r["high"], 3)
-            if r["family"] == "control":
-                lines.append(
-                    f"- {name}, bf16 control's gain over its base: {ci} over {int(r['n_arm'])} "
-                    + ("bases." if r["unit"] == "base" else "runs.")
-                )
-            else:
-                holm = f", p (Holm) {num(r['p_adjusted'], 3)}" if r["family"] == "planned" else ""
-                parts.append(f"{r['arm']} − {r['reference']} {ci}{holm}")
-        if parts:
-            lines.append(f"- {name}, the registered contrasts: " + "; ".join(parts) + ".")
-    return "\n".join(lines)
+    """The secondary analysis of `tier`'s secondary.csv as bullets (fp8rl.report.secondary.secondary_lines)."""
+    from fp8rl.report.secondary import secondary_lines
+
+    return "\n".join(secondary_lines(published_table(published, tier, "secondary")))
 
 
 def learn_secondary(published: Path) -> str:

@@ -112,3 +112,33 @@ def secondary_view(table: pd.DataFrame) -> pd.DataFrame:
     view["p"] = table["p"].map(_f)
     view["p (Holm)"] = table["p_adjusted"].map(_f)
     return view
+
+
+NAMES = {
+    "heldout/sampled_reward": "held-out sampled reward",
+    "heldout/greedy_acc": "held-out greedy accuracy",
+}
+
+
+def secondary_lines(table: pd.DataFrame) -> list[str]:
+    """Bullets of the table (its csv frame): per held-out metric the control's gain over its base and the
+    registered contrasts with their intervals (the planned ones with their Holm p); no decision."""
+    from fp8rl.report.quote_format import interval, num
+
+    lines = []
+    for endpoint, sub in table.groupby("endpoint", sort=False):
+        name = NAMES.get(endpoint, endpoint)
+        parts = []
+        for r in sub.to_dict("records"):
+            ci = interval(r["difference"], r["low"], r["high"], 3)
+            if r["family"] == "control":
+                units = "bases" if r["unit"] == "base" else "runs"
+                lines.append(
+                    f"- {name}, bf16 control's gain over its base: {ci} over {int(r['n_arm'])} {units}."
+                )
+            else:
+                holm = f", p (Holm) {num(r['p_adjusted'], 3)}" if r["family"] == "planned" else ""
+                parts.append(f"{r['arm']} − {r['reference']} {ci}{holm}")
+        if parts:
+            lines.append(f"- {name}, the registered contrasts: " + "; ".join(parts) + ".")
+    return lines

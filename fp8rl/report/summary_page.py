@@ -24,6 +24,8 @@ TABLE_GUIDE = (
     ("control", "did the bf16 control learn (reward rise per base, with its interval)"),
     ("planned", "the pre-registered contrasts, their test, Holm-adjusted p and power"),
     ("exploratory", "contrasts outside the plan (no claim is drawn from them)"),
+    ("secondary", "the study re-read on the held-out bf16 endpoint (secondary, not pre-registered)"),
+    ("mismatch", "every FP8 setting's mismatch in the units real stacks report"),
     (
         "study_survival",
         "time to divergence per arm: runs diverged (exact intervals), Kaplan-Meier median step",
@@ -152,6 +154,20 @@ def _rewards(comparison: pd.DataFrame | None) -> list[str]:
     return [f"- {what}:", "", *markdown_table([*keys, *variants], rows).splitlines(), ""]
 
 
+def _secondary(table: pd.DataFrame | None) -> list[str]:
+    """The held-out bf16 endpoint's re-read (fp8rl.report.secondary), labelled secondary."""
+    if table is None or table.empty:
+        return []
+    from fp8rl.report.secondary import secondary_lines
+
+    head = (
+        "- Secondary, not pre-registered (tables/secondary.md): the same contrasts on each run's final "
+        "checkpoint sampled with the bf16 sampler on held-out prompts, so the FP8 sampler's own noise is "
+        "out of them; no decision is taken on these:"
+    )
+    return [head, *("  " + line for line in secondary_lines(table))]
+
+
 def _caveats(cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame | None) -> list[str]:
     out = []
     if void:
@@ -197,7 +213,7 @@ def _caveats(cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame 
 
 def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
     """The page's markdown, from the tables already written under `tables`."""
-    names = ("runs", "control", "planned", "study_survival", "stability", "comparison")
+    names = ("runs", "control", "planned", "study_survival", "stability", "comparison", "secondary")
     read = {name: _read(tables, name) for name in names}
     bases = _read(tables, "base_models")
     questions = [p.question for p in cfg.study.planned] if cfg.study is not None else []
@@ -215,6 +231,7 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
         )
         + _survival(read["study_survival"])
         + _stability(read["stability"])
+        + _secondary(read["secondary"])
     )
     if read["planned"] is None:
         findings += _rewards(read["comparison"])
