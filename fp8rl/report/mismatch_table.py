@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 
 from fp8rl.config import ExperimentConfig
+from fp8rl.report.real_stacks import REAL_BF16_KL
 from fp8rl.vocabulary import MISMATCH_ROLLOUT, MISMATCH_SHADOW, MISMATCH_UNITS, REFERENCE_VARIANT
 
-REAL_BF16_KL = 2e-3  # trainer vs rollout per-token KL of a healthy BF16 stack (NeMo-RL CI reference)
 KEY_COLUMNS = ["variant", "granularity", "format", "condition", "noise", "target_kl"]
 USED = ("ok", "diverged")
 

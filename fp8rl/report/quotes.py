@@ -46,6 +46,7 @@ from fp8rl.report.quotes_performance import (
     performance_repro,
     performance_summary,
 )
+from fp8rl.report.real_stacks import real_stacks
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
 BEGIN = re.compile(r"<!-- fp8rl:results (?P<name>[a-z0-9-]+) -->\n")
@@ -205,6 +206,7 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "learn-findings": learn_findings,
     "learn-mismatch": learn_mismatch,
     "learn-secondary": learn_secondary,
+    "real-stacks": real_stacks,
     "clipping-findings": clipping_findings,
     "smoke-unpinned": smoke_unpinned,
     "performance-summary": performance_summary,

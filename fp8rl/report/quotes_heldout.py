@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from fp8rl.report.mismatch_table import REAL_BF16_KL
 from fp8rl.report.quote_format import markdown_table, num, published_table
+from fp8rl.report.real_stacks import REAL_BF16_KL
 
 REAL_BF16 = f"a healthy real BF16 stack's {REAL_BF16_KL:g}"
 
@@ -49,8 +49,8 @@ def mismatch_quote(published: Path, tier: str) -> str:
             ]
         )
     header = [
-        "setting", "KL, median step (÷ real bf16)", "KL, mean", "|Δlogp|", "tmpe, median step", "tmpe, mean",
-        "Δlogp", "KL last ÷ first", "KL vs BF16 shadow, median step", "|Δlogp| vs BF16 shadow",
+        "setting", "KL, median step (÷ real bf16)", "KL, mean", "\\|Δlogp\\|", "tmpe, median step", "tmpe, mean",
+        "Δlogp", "KL last ÷ first", "KL vs BF16 shadow, median step", "\\|Δlogp\\| vs BF16 shadow",
     ]  # fmt: skip
     note = (
         "\n\nTrainer vs rollout, per token, over each setting's runs (`tables/mismatch.csv`): the median "
