@@ -35,7 +35,7 @@ from fp8rl.report.base_models import NOTES as BASE_NOTES
 from fp8rl.report.base_models import base_model_table, runs_numerics
 from fp8rl.report.comparison import comparison_table, has_conditions, zero_width_problems
 from fp8rl.report.control import NOTES as CONTROL_NOTES
-from fp8rl.report.control import control_summary, control_table, control_view, void_notes
+from fp8rl.report.control import control_summary, control_table, control_view, never_ran, void_notes
 from fp8rl.report.endpoints import FLOAT_FORMAT, endpoints_table, endpoints_view
 from fp8rl.report.endpoints import notes as endpoint_notes
 from fp8rl.report.explainer import MECHANISM
@@ -193,7 +193,8 @@ def stability_tables(
 def study_report_tables(cfg: ExperimentConfig, runset: RunSet, control: dict) -> list[ReportTable]:
     """The planned, exploratory and arms tables of a config with a `study` section, in that order. Where
     the control did not learn (`control`: report.json's) the contrasts' notes say the comparison is
-    void, and so does each planned decision of the view."""
+    void, and so does each planned decision of the view: because no control run finished where none
+    did (`control.never_ran`), else because the control did not learn."""
     from fp8rl.report.planned import SECTION_TITLES, study_tables
 
     tables = study_tables(runset, cfg)
@@ -203,7 +204,12 @@ def study_report_tables(cfg: ExperimentConfig, runset: RunSet, control: dict) ->
         if name != "arms":
             notes = void_notes(control, notes)
         if name == "planned" and control["comparison_void"]:
-            view = view.assign(decision=view["decision"] + " (void: the bf16 control did not learn)")
+            why = (
+                "no bf16 control run finished"
+                if never_ran(control["groups"])
+                else "the bf16 control did not learn"
+            )
+            view = view.assign(decision=view["decision"] + f" (void: {why})")
         out.append(ReportTable(name, SECTION_TITLES[name], SECTION_TITLES[name], view, notes, table))
     return out
 

@@ -160,3 +160,23 @@ def test_an_all_failed_control_is_not_said_to_have_not_learned():
 CFG_ONE_SEED = type("Cfg", (), {"matrix": type("M", (), {"seeds": [0, 1], "conditions": []})()})()
 PLANNED_ROW = {"contrast": "c", "arm": "fp8", "reference": "bf16", "difference": 0.1, "low": 0.0,
                "high": 0.2, "p_adjusted": 0.5, "decision": "no difference"}  # fmt: skip
+
+
+def test_the_planned_decisions_of_an_all_failed_control_say_it_never_ran(monkeypatch):
+    """The planned table's decision suffix follows the control: a control whose runs all failed never
+    ran, and a control that ran and stayed flat did not learn."""
+    import fp8rl.report.planned as planned
+    from fp8rl.report.build import study_report_tables
+
+    frame = pd.DataFrame([PLANNED_ROW])
+    tables = {name: (frame, frame.copy(), ["n"]) for name in ("planned", "exploratory", "arms")}
+    monkeypatch.setattr(planned, "study_tables", lambda runset, cfg: tables)
+    failed = _endpoints({("b", 0): math.nan, ("b", 1): math.nan}).assign(status="failed")
+    flat = _endpoints({("b", 0): 0.1, ("b", 1): -0.1})
+    said = {}
+    for name, ends in (("failed", failed), ("flat", flat)):
+        control = control_summary(control_table(ends))
+        (table,) = [t for t in study_report_tables(None, None, control) if t.name == "planned"]
+        said[name] = table.view["decision"].tolist()
+    assert said["failed"] == ["no difference (void: no bf16 control run finished)"]
+    assert said["flat"] == ["no difference (void: the bf16 control did not learn)"]
