@@ -53,3 +53,23 @@ def test_a_calib_override_reaches_the_train_digest_of_calibrated_runs(tmp_path):
     fixed, prop = (digests[f"grpo/tiny/fp8_tis_calib/tensorwise/{c}/seed0"] for c in ("s4_fixed", "s4"))
     assert fixed != prop
     assert digests["grpo/tiny/fp8/tensorwise/s4_fixed/seed0"] == digests["grpo/tiny/fp8/tensorwise/s4/seed0"]
+
+
+def test_the_held_out_endpoint_scores_every_run_and_each_base_once(tmp_path):
+    """`eval.heldout`: one `eval_heldout` job per run (its final checkpoint) and one `eval_heldout_base`
+    per base the runs start from, both inputs of the report; turning it on retrains nothing (the train
+    rule's digest leaves the eval section out)."""
+    plain = write_config(tmp_path / "plain.yaml", "config/smoke.yaml", SEEDS, "sft.bases=2")
+    cfg_file = write_config(
+        tmp_path / "cfg.yaml", "config/smoke.yaml", SEEDS, "sft.bases=2", "eval.heldout={prompts: 600}"
+    )
+    cfg = load_config(cfg_file)
+    jobs = planned_jobs(tmp_path, "--configfile", str(cfg_file))
+    assert jobs["eval_heldout"] == jobs["train"] == len(cfg.runs()) and jobs["eval_heldout_base"] == 2
+    assert "eval_heldout" not in planned_jobs(tmp_path, "--configfile", str(plain))
+    out = snakemake(tmp_path, "-n", "-p", "--configfile", str(cfg_file)).stdout
+    bases = [b for b in out.split("\n\n") if "rule eval_heldout_base:" in b]
+    assert sorted(re.search(r"--checkpoint '?(\S+?)'? ", b).group(1) for b in bases) == [
+        "results/smoke/base/tiny/seed0", "results/smoke/base/tiny/seed1"
+    ]  # fmt: skip
+    assert cfg.section_digest(*TRAIN_SECTIONS) == load_config(plain).section_digest(*TRAIN_SECTIONS)
