@@ -141,7 +141,8 @@ def find_noise_scale(
 def load_or_find(
     cfg: ExperimentConfig, run: ResolvedRun, base_policy, tokenizer, data_dir: str | Path, run_dir: str | Path
 ) -> NoiseSearch:
-    """The run's `noise.json` when it was written for this train digest, else a new search, written."""
+    """The run's `noise.json` when it was written for this train digest, else a new search (written by
+    `write_noise` once the run has claimed its directory)."""
     path = Path(run_dir) / NOISE_FILE
     try:
         found = json.loads(path.read_text())
@@ -149,6 +150,9 @@ def load_or_find(
             return NoiseSearch(**found)
     except (OSError, ValueError, TypeError):
         pass
-    search = find_noise_scale(cfg, run, base_policy, tokenizer, data_dir)
-    atomic_write_json(path, search.as_dict())
-    return search
+    return find_noise_scale(cfg, run, base_policy, tokenizer, data_dir)
+
+
+def write_noise(run_dir: str | Path, search: NoiseSearch) -> None:
+    """`noise.json` in the run directory (atomic)."""
+    atomic_write_json(Path(run_dir) / NOISE_FILE, search.as_dict())

@@ -62,11 +62,11 @@ from fp8rl.engine.heartbeat import Heartbeat
 from fp8rl.engine.inputs import check_base_seed
 from fp8rl.engine.loss_scale import DynamicLossScaler
 from fp8rl.engine.model import load_hf
-from fp8rl.engine.noise_target import NoiseSearch, load_or_find
+from fp8rl.engine.noise_target import NoiseSearch, load_or_find, write_noise
 from fp8rl.engine.phase_timer import PhaseTimer, throughput_report
 from fp8rl.engine.precision import bf16_emulation, setup_precision
 from fp8rl.engine.ratio_noise import RatioNoise
-from fp8rl.engine.sampler import RolloutBatch
+from fp8rl.engine.sampler import RolloutBatch, sampler_distributions
 from fp8rl.engine.scoring import score
 from fp8rl.engine.shadow import ShadowPass
 from fp8rl.engine.stop import Interrupted, StopRequest
@@ -175,7 +175,6 @@ class Trainer:
         # from noise.json) before anything else is built, then held fixed (fp8rl.engine.noise_target)
         self.noise: NoiseSearch | None = None
         if self.spec.fp8 and self.resolved.fp8.target_kl is not None:
-            self.dir.root.mkdir(parents=True, exist_ok=True)
             self.noise = load_or_find(
                 cfg, self.resolved, policy, self.tokenizer, self.data_dir, self.dir.root
             )
@@ -297,6 +296,8 @@ class Trainer:
         trackers = Trackers([])
         try:
             self.dir.write_config(self.cfg.model_dump(mode="json"))
+            if self.noise is not None:
+                write_noise(self.dir.root, self.noise)
             last = self._resume()
             if last:  # in the log of the job that resumed, e.g. after a Slurm time limit
                 print(
