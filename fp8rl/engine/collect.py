@@ -40,6 +40,7 @@ def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
         return torch.nn.functional.pad(x, (left, right), value=value)
 
     ids, att, rmask, lps, trunc = [], [], [], [], []
+    dists = [] if all(b.sampler_logp is not None for b in batches) else None
     for b in batches:
         lp, rt = p - b.prompt_len, t - b.response_mask.shape[1]
         prompt, resp = b.input_ids[:, : b.prompt_len], b.input_ids[:, b.prompt_len :]
@@ -49,7 +50,12 @@ def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
         rmask.append(pad(b.response_mask, 0, rt, 0.0))
         lps.append(pad(b.log_probs, 0, rt, 0.0))
         trunc.append(b.truncated)
-    return RolloutBatch(torch.cat(ids), torch.cat(att), p, torch.cat(rmask), torch.cat(lps), torch.cat(trunc))
+        if dists is not None:
+            dists.append(torch.nn.functional.pad(b.sampler_logp, (0, 0, 0, rt), value=0.0))
+    dist = None if dists is None else torch.cat(dists)
+    return RolloutBatch(
+        torch.cat(ids), torch.cat(att), p, torch.cat(rmask), torch.cat(lps), torch.cat(trunc), dist
+    )
 
 
 @dataclass
@@ -102,10 +108,12 @@ def collect_rollouts(
     generator: torch.Generator,
     verifier=tasks.reward,
     format_check=tasks.format_ok,
+    keep_distributions: bool = False,
 ) -> StepRollout:
     """Run the rollout phase of one step with `model` (the rollout copy), scoring each response with
     `verifier(response, answer)` (`format_check(response)`: has it the task's answer format, for the
-    gibberish rate); see the module doc."""
+    gibberish rate); see the module doc. `keep_distributions`: the batch carries the sampler's
+    per-position distributions (`RolloutBatch.sampler_logp`, for score centering)."""
     from fp8rl.rl import dynamic_sampling_mask, grpo_advantages, overlong_penalty
 
     g = algo.group_size
@@ -129,6 +137,7 @@ def collect_rollouts(
             temperature=schedule.temperature,
             top_p=schedule.top_p,
             generator=generator,
+            keep_distributions=keep_distributions,
         )
         texts = decode_responses(tokenizer, batch)
         device = batch.response_mask.device

@@ -11,6 +11,13 @@ log-probs are the rollout engine's own, and their difference from the trainer's 
 the real rollout/trainer mismatch. A log-prob is that of the sampled token under the temperature-scaled
 distribution before top-p truncation (what the trainer recomputes). A sequence ends at `<eos>` (which is
 part of its response and its mask) or at `max_new_tokens`; later positions hold `<pad>` with mask 0.
+
+With `keep_distributions`, `generate` also records, at every response position, the full next-token
+distribution it sampled from (`RolloutBatch.sampler_logp`, [B, T, V] log-probabilities under the
+temperature, over the whole vocabulary: the tiers' vocabularies are small). It is the distribution of
+the returned log-probs: before the top-p cut, so at `top_p < 1` the tokens came from its renormalised
+nucleus. Score centering reads it as the sampler's q (fp8rl.rl.corrections.scorecenter). Off by default:
+nothing else is computed, and the tokens and log-probs are the same either way.
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ class RolloutBatch:
     response_mask: torch.Tensor  # [B, T] float 0/1
     log_probs: torch.Tensor  # [B, T] rollout log-probs (0 where masked)
     truncated: torch.Tensor  # [B] bool: hit max_new_tokens without <eos>
+    # [B, T, V] the sampler's log-distribution at each response position (`keep_distributions`; 0 where
+    # masked); None when not recorded
+    sampler_logp: torch.Tensor | None = None
 
     @property
     def responses(self) -> torch.Tensor:
@@ -54,7 +64,8 @@ class RolloutBatch:
         """The same batch with its tensors on `device`."""
         t = (self.input_ids, self.attention_mask, self.response_mask, self.log_probs, self.truncated)
         ids, att, rmask, lps, trunc = (x.to(device) for x in t)
-        return RolloutBatch(ids, att, self.prompt_len, rmask, lps, trunc)
+        dist = None if self.sampler_logp is None else self.sampler_logp.to(device)
+        return RolloutBatch(ids, att, self.prompt_len, rmask, lps, trunc, dist)
 
     def select(self, idx: torch.Tensor) -> RolloutBatch:
         """The sub-batch of rows `idx`."""
@@ -65,7 +76,22 @@ class RolloutBatch:
             self.response_mask[idx],
             self.log_probs[idx],
             self.truncated[idx],
+            None if self.sampler_logp is None else self.sampler_logp[idx],
         )
+
+
+def sampler_distributions(batch: RolloutBatch, old_logits: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What a correction that needs distributions (score centering) reads: the trainer's logits of the
+    step and the distributions the sampler drew from (`generate(..., keep_distributions=True)`)."""
+    if batch.sampler_logp is None:
+        raise ValueError("sampler_distributions: the batch has no sampler distributions; generate it with "
+                         "keep_distributions=True")  # fmt: skip
+    if batch.sampler_logp.shape != old_logits.shape:
+        raise ValueError(
+            f"sampler_distributions: the sampler's distributions {tuple(batch.sampler_logp.shape)} and the "
+            f"trainer's logits {tuple(old_logits.shape)} differ in shape"
+        )
+    return {"old_logits": old_logits, "rollout_logits": batch.sampler_logp}
 
 
 def left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,8 +153,10 @@ def generate(
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
     greedy: bool = False,
+    keep_distributions: bool = False,
 ) -> RolloutBatch:
-    """Sample one response per prompt (repeat a prompt n times for n samples); see the module doc."""
+    """Sample one response per prompt (repeat a prompt n times for n samples); see the module doc
+    (`keep_distributions`: also record each position's sampling distribution)."""
     if not prompts:
         raise ValueError("generate: no prompts")
     if max_new_tokens <= 0:
@@ -152,6 +180,9 @@ def generate(
     logps = torch.zeros((bsz, max_new_tokens), device=device)
     resp_mask = torch.zeros((bsz, max_new_tokens), device=device)
     done = torch.zeros(bsz, dtype=torch.bool, device=device)
+    dists = None
+    if keep_distributions:
+        dists = torch.zeros((bsz, max_new_tokens, logits.shape[-1]), device=device)
     one = torch.ones((bsz, 1), dtype=mask.dtype, device=device)
     full_mask = mask
     for t in range(max_new_tokens):
@@ -162,6 +193,9 @@ def generate(
         tokens[:, t] = torch.where(live, tok, torch.full_like(tok, pad_id))
         logps[:, t] = torch.where(live, lp, torch.zeros_like(lp))
         resp_mask[:, t] = live.float()
+        if dists is not None:  # the distribution `sample_tokens` drew from, before top-p
+            logq = torch.log_softmax(logits.float() / temperature, dim=-1)
+            dists[:, t] = torch.where(live[:, None], logq, torch.zeros_like(logq))
         done = done | (tok == eos_id)
         if bool(done.all()) or t == max_new_tokens - 1:
             break
@@ -177,7 +211,9 @@ def generate(
         logits = out.logits[:, -1]
     input_ids = torch.cat([ids, tokens], dim=1)
     attention_mask = torch.cat([mask, resp_mask.long()], dim=1)
-    return RolloutBatch(input_ids, attention_mask, plen, resp_mask, logps, truncated=~done)
+    return RolloutBatch(
+        input_ids, attention_mask, plen, resp_mask, logps, truncated=~done, sampler_logp=dists
+    )
 
 
 def _cache_of(out) -> object:

@@ -401,7 +401,7 @@ class Trainer:
             ro = collect_rollouts(
                 self.prec.rollout, self.tokenizer, self.prompt_ids, self.answers,
                 algo=self.algo, schedule=sch, generator=_gen(seed, step, "rollout"), verifier=self.verifier,
-                format_check=self.format_check,
+                format_check=self.format_check, keep_distributions=self.correction.needs_distributions,
             )  # fmt: skip
             ph.tokens = ro.metrics["tok/rollout"]
         metrics: dict[str, float] = {"step": step, **ro.metrics}
@@ -483,14 +483,7 @@ class Trainer:
         out.update(mismatch_units(old_lp, batch.log_probs, mask, ROLLOUT))
         out.update(mismatch_aliases(old_lp, batch.log_probs, mask))
         t = self.resolved.tis
-        dists = {}
-        if self.correction.needs_distributions:  # score centering: the sampler's next-token distributions
-            with self.timer.phase("logprob") as ph, torch.no_grad():
-                dists = {
-                    "old_logits": logits,
-                    "rollout_logits": self._score(self.prec.rollout, batch, return_logits=True)[1],
-                }
-                ph.tokens = float(batch.attention_mask.sum())
+        dists = sampler_distributions(batch, logits) if self.correction.needs_distributions else {}
         corr = rollout_correction(
             self.spec.correction, old_lp, batch.log_probs, mask, cap=t.cap, level=t.level,
             icepop=t.icepop or ICEPOP_BAND, mis=t.mis or MIS_BAND,

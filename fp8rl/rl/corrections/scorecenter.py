@@ -12,16 +12,15 @@ so that `-grad` of the token's loss is `A_t (w_a s_a - mu_w)`, `mu_w = sum_v q_v
 `tis_scorecenter`, where the sampled token also gets its TIS weight. This is the additive term of
 vime's `score_centering_correction` and of prime-rl's `score_centering_loss` (an IPO loss with
 `loss_fn.score_centering`), over the full vocabulary: the exact form, which the reference trainer's
-models afford (the sampler's logits come from a forward of the FP8 rollout copy on the sampled tokens,
-`Correction.centering`). The term is added unclipped to fp8rl's PPO-clip loss and aggregated as the
-policy-gradient loss is; on the step's first update (pi_theta = pi_old) its gradient is exactly the
-paper's; on later updates the coefficient stays the one computed from pi_old and q.
+models afford (`Correction.centering`). The term is added unclipped to fp8rl's PPO-clip loss and
+aggregated as the policy-gradient loss is; on the step's first update (pi_theta = pi_old) its gradient is
+exactly the paper's; on later updates the coefficient stays the one computed from pi_old and q.
 
-Limit of this reading in the reference trainer: q is the rollout copy's teacher-forced re-score of the
-sampled tokens, so it carries the mismatch of the rollout copy's weights and numerics (its own noise
-dose `fp8.rollout_noise_scale`, its recipe) but not that of the KV-cached sampling path; where the
-rollout copy and the trainer compute the same function (the tiny tier's defaults) `sc/tv` is 0 and the
-term is an exact no-op. Recording the sampler's own distributions as it samples is the next step.
+q is the distribution the sampler drew each token from, recorded by the KV-cached FP8 rollout as it
+sampled (fp8rl.engine.sampler `generate(..., keep_distributions=True)`, full vocabulary, under the
+temperature and before the top-p cut, as the rollout log-probs are), so it carries every source of the
+rollout/trainer mismatch the log-probs carry: the rollout copy's weights and numerics and its sampling
+path (a prefill, then one-token decode steps against its KV cache).
 
 Metrics: `sc/mass` (token mean of `sum_v c_v`: 1 for `scorecenter`, the TIS-kept mass otherwise) and
 `sc/tv` (token mean of the total variation `0.5 * sum_v |q_v - pi_old(v)|`: the size of the drift).
