@@ -11,17 +11,14 @@ trainer's for the update's pooled tokens.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from fp8rl.adapters.verl_rehearse_dp import run_ranks
 from fp8rl.rl import ClipBounds, LossTerms, policy_loss
 
-HERE = Path(__file__).resolve().parent
 WORLD, MINI, MICRO, T = 2, 4, 2, 6
 
 # per rank, per sequence: its advantage (GRPO: one per sequence). Micro-batches are pairs of sequences,
@@ -56,35 +53,13 @@ def _case(loss: str) -> dict:
 
 
 def _run_ranks(case: dict, tmp: Path, spec: dict | None) -> list[dict]:
-    (tmp / "case.json").write_text(json.dumps(case))
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    loss = None
     if spec is not None:
-        (tmp / "verl_loss.json").write_text(json.dumps(spec))
-        env["FP8RL_VERL_LOSS"] = str(tmp / "verl_loss.json")
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(HERE / "verl_dp_rank.py"),
-                str(rank),
-                str(WORLD),
-                str(tmp / "store"),
-                str(tmp / "case.json"),
-                str(tmp / f"rank{rank}.json"),
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )  # fmt: skip
-        for rank in range(WORLD)
-    ]
-    logs = [p.communicate(timeout=300)[0] for p in procs]
-    results = []
-    for rank, log in enumerate(logs):
-        path = tmp / f"rank{rank}.json"
-        assert path.is_file(), f"rank {rank} wrote nothing:\n{log[-3000:]}"
-        results.append(json.loads(path.read_text()))
+        loss = tmp / "verl_loss.json"
+        loss.write_text(json.dumps(spec))
+    results = run_ranks(case, tmp, WORLD, loss, timeout_s=300)
+    for res in results:
+        assert "wrote nothing" not in res.get("error", ""), res["traceback"]
     return results
 
 
