@@ -158,6 +158,13 @@ class ExperimentConfig(Strict):
                     f"task ({', '.join(generated)}); this config has backend {self.backend!r}, task "
                     f"{self.task.name!r}"
                 )
+        if self.study is not None and self.study.endpoint.metric.startswith("heldout/"):
+            allowed = ("heldout/greedy_acc", "heldout/sampled_reward", "heldout/sampled_format")
+            if self.eval.heldout is None or self.study.endpoint.metric not in allowed:
+                raise ValueError(
+                    f"study.endpoint.metric: {self.study.endpoint.metric!r} is a held-out endpoint: it needs "
+                    f"eval.heldout and one of {', '.join(allowed)}"
+                )
         if self.study is not None:
             runs = self.runs()
             bases = {r.run_id: self.base_of(r.model, r.seed) for r in runs}

@@ -26,9 +26,11 @@ _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
 class EndpointConfig(Strict):
-    """One value per run: the mean of `metric` over the steps after `from_frac` of the planned steps."""
+    """One value per run: the mean of `metric` over the steps after `from_frac` of the planned steps, or,
+    for a held-out metric (`heldout/greedy_acc`, `heldout/sampled_reward`, `heldout/sampled_format`;
+    needs `eval.heldout`), the run's final checkpoint scored with the bf16 sampler (from_frac unused)."""
 
-    metric: str = Field(REWARD_MEAN, description="a metrics.jsonl key")
+    metric: str = Field(REWARD_MEAN, description="a metrics.jsonl key, or heldout/{metric} of eval.heldout")
     from_frac: float = Field(
         0.5,
         ge=0.0,

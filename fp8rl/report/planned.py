@@ -19,7 +19,8 @@ paired t-test over bases with its exact power (fp8rl.report.paired; the contrast
 and `seeds_per_base`).
 
 The endpoint of a run is the mean of `study.endpoint.metric` over its steps after `from_frac` of the
-planned steps. Runs that are `failed` or `missing` have none (counted, never imputed); a `diverged`
+planned steps, or, for a held-out metric (`heldout/...`, `eval.heldout`), its final checkpoint's score
+with the bf16 sampler. Runs that are `failed` or `missing` have none (counted, never imputed); a `diverged`
 run keeps its endpoint (its collapse is what the endpoint measures), and one that stopped before the
 window (a non-finite stop) scores 0: it earned no reward there.
 """
@@ -66,6 +67,12 @@ def _notes(study: StudyConfig) -> tuple[list[str], list[str], list[str]]:
         "of the planned steps; failed and missing runs have none (not imputed), a diverged run keeps its "
         "own, one that stopped before the window scores 0."
     )
+    if e.metric.startswith("heldout/"):
+        endpoint = (
+            f"Endpoint (pre-registered): per run, `{e.metric}` of its final checkpoint sampled with the bf16 "
+            "sampler on held-out prompts (eval.heldout); failed and missing runs have none (not imputed), a "
+            "diverged run is scored on its final checkpoint."
+        )
     arms = [
         endpoint,
         "`endpoint` [low, high]: mean over the arm's seeds with a 95% Student t-interval; `sd`: SD of the "
@@ -142,7 +149,8 @@ def run_endpoints(runset: RunSet, cfg: ExperimentConfig) -> pd.DataFrame:
     study = cfg.study
     e = study.endpoint
     start = e.from_frac * cfg.schedule.steps
-    train = runset.metric("train", e.metric)
+    heldout = e.metric.startswith("heldout/")  # one value per run: its final checkpoint, bf16 sampler
+    train = runset.metric("heldout" if heldout else "train", e.metric)
     rows = []
     for arm, prefix in study.arms.items():
         for run in runset.runs.itertuples(index=False):
@@ -150,11 +158,12 @@ def run_endpoints(runset: RunSet, cfg: ExperimentConfig) -> pd.DataFrame:
                 continue
             endpoint = math.nan
             if run.status not in EXCLUDED:
-                v = train[(train["run_id"] == run.run_id) & (train["step"] > start)]["value"]
+                mine = train["run_id"] == run.run_id
+                v = train[mine if heldout else mine & (train["step"] > start)]["value"]
                 v = v[np.isfinite(v.to_numpy(dtype=float))]
                 if len(v):
                     endpoint = float(v.mean())
-                elif run.status == "diverged":
+                elif run.status == "diverged" and not heldout:
                     endpoint = 0.0
             rows.append(
                 {
