@@ -63,6 +63,11 @@ def base_model_table(tier_root: str | Path, problems: list[str] | None = None) -
     return table.sort_values(["model", "seed"], na_position="first").reset_index(drop=True)
 
 
+def numerics_line(numerics: dict[str, list[str]]) -> str:
+    """`runs_numerics`' record in words, as the report page's header and SUMMARY.md give it."""
+    return "; ".join(f"{key}: {', '.join(vals) or 'none'}" for key, vals in numerics.items())
+
+
 def runs_numerics(runs_dir: str | Path) -> dict[str, list[str]]:
     """The numerics modes, CPU models, MKL branches (`MKL_CBWR`, "auto" where unset: the CPU's own
     path) and GEMM kernels (the pinned OpenBLAS core, or "MKL") the tier's runs recorded (`summary.json`

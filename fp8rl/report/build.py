@@ -32,7 +32,7 @@ from fp8rl.config import ExperimentConfig, resolve_run
 from fp8rl.io import atomic_write_json, atomic_write_text, fsync_dir, remove_stale_temps, sha256_file
 from fp8rl.provenance import git_commit
 from fp8rl.report.base_models import NOTES as BASE_NOTES
-from fp8rl.report.base_models import base_model_table, runs_numerics
+from fp8rl.report.base_models import base_model_table, numerics_line, runs_numerics
 from fp8rl.report.comparison import comparison_table, has_conditions, zero_width_problems
 from fp8rl.report.control import NOTES as CONTROL_NOTES
 from fp8rl.report.control import control_summary, control_table, control_view, never_ran, void_notes
@@ -400,7 +400,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
         "git commit": git_commit() or "unknown",
         "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "runs in matrix": str(len(runset.runs)),
-        "numerics": "; ".join(f"{key}: {', '.join(vals) or 'none'}" for key, vals in numerics.items()),
+        "numerics": numerics_line(numerics),
     }
     page = render_html(
         title=title,

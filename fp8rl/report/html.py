@@ -30,6 +30,24 @@ dl { max-width: 60em; font-size: 14px; } dt { font-weight: bold; margin-top: 0.6
 """
 
 
+# The page's renderings of what report.json also records: fp8rl.report.publish checks that the two agree.
+def header_row(key: str, value: object) -> str:
+    return f"<tr><th>{html.escape(key)}</th><td>{html.escape(str(value))}</td></tr>"
+
+
+def status_line(status_counts: dict[str, int]) -> str:
+    counts = ", ".join(f'<span class="status-{s}">{s}: {n}</span>' for s, n in status_counts.items())
+    return f"<p><b>Runs</b>: {counts}</p>"
+
+
+def banner_line(banner: str) -> str:
+    return f'<p class="banner">{html.escape(banner)}</p>'
+
+
+def problems_heading(count: int) -> str:
+    return f"<h2>Data problems ({count})</h2>"
+
+
 def _table(frame: pd.DataFrame) -> str:
     if frame.empty:
         return "<p><em>no rows</em></p>"
@@ -64,17 +82,10 @@ def render_html(
     shown under the run counts (a void comparison: fp8rl.report.control)."""
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"]
     out.append(f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>")
-    out.append(
-        "<table>"
-        + "".join(
-            f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in header.items()
-        )
-        + "</table>"
-    )
-    counts = ", ".join(f'<span class="status-{s}">{s}: {n}</span>' for s, n in status_counts.items())
-    out.append(f"<p><b>Runs</b>: {counts}</p>")
+    out.append("<table>" + "".join(header_row(k, v) for k, v in header.items()) + "</table>")
+    out.append(status_line(status_counts))
     if banner:
-        out.append(f'<p class="banner">{html.escape(banner)}</p>')
+        out.append(banner_line(banner))
     if problems:
         shown = problems[:max_problems]
         more = (
@@ -83,7 +94,7 @@ def render_html(
             else ""
         )
         items = "".join(f"<li><code>{html.escape(p)}</code></li>" for p in shown)
-        out.append(f"<h2>Data problems ({len(problems)})</h2><ul>{items}{more}</ul>")
+        out.append(f"{problems_heading(len(problems))}<ul>{items}{more}</ul>")
     if explainer:
         items = "".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in explainer)
         out.append(f'<h2 id="mechanism">The mechanism, and how to read this report</h2><dl>{items}</dl>')

@@ -21,7 +21,8 @@ tier's `report.lock` is held throughout, so no report is rebuilt under the copy.
 (`check_destination`): publishing replaces it whole.
 
 `verify_publication` checks a publication against its own `report.json` (every hashed file unchanged,
-no file added); `fp8rl quotes` and `fp8rl check` run it before they read one.
+no file added, and report.json's own recorded fields as the hashed report.html gives them); `fp8rl
+quotes` and `fp8rl check` run it before they read one.
 """
 
 from __future__ import annotations
@@ -152,6 +153,8 @@ def verify_publication(root: str | Path, *, publication: bool = True) -> dict:
             raise PublishError(f"{path}: missing, though {manifest_path.name} records it; {hint}")
         if sha256_file(path) != digest:
             raise PublishError(f"{path}: not the file {manifest_path.name} records (sha256 differs); {hint}")
+    if disagreement := _unlike_page(manifest, root / "report.html" if "report.html" in files else None):
+        raise PublishError(f"{manifest_path}: {disagreement}; {hint}")
     if not publication:
         return manifest
     for path in sorted(root.rglob("*")):
@@ -159,6 +162,47 @@ def verify_publication(root: str | Path, *, publication: bool = True) -> dict:
         if (path.is_file() or path.is_symlink()) and rel not in files and rel not in UNHASHED:
             raise PublishError(f"{path}: not one of the files {manifest_path.name} records; {hint}")
     return manifest
+
+
+def page_fragments(manifest: dict) -> dict[str, str]:
+    """{report.json field: how report.html renders it} for the fields the page must agree on (KeyError,
+    TypeError and the like where report.json lacks one or holds the wrong type)."""
+    from fp8rl.report import html
+    from fp8rl.report.base_models import numerics_line
+
+    out = {
+        "config_digest": html.header_row("config digest", manifest["config_digest"]),
+        "git_commit": html.header_row("git commit", manifest["git_commit"] or "unknown"),
+        "generated": html.header_row("generated", manifest["generated"]),
+        "numerics": html.header_row("numerics", numerics_line(manifest["numerics"])),
+        "status_counts": html.status_line(manifest["status_counts"]),
+    }
+    if manifest["problems"]:
+        out["problems"] = html.problems_heading(len(manifest["problems"]))
+    control = manifest.get("control") or {}
+    if control.get("comparison_void"):
+        out["control"] = html.banner_line(control["statement"])
+    return out
+
+
+def _unlike_page(manifest: dict, page: Path | None) -> str | None:
+    """What `report.json` records that the hashed report.html, written from the same values by the same
+    build, does not say (None when they agree). report.json cannot hold its own hash, so its recorded
+    fields are checked against the page's renderings of them instead (`page_fragments`): the config
+    digest, git commit, build time, numerics, run counts, data problem count and void banner."""
+    if page is None:
+        return "records no hash of report.html, the page its fields are checked against"
+    try:
+        text = page.read_text(encoding="utf-8")
+        expected = page_fragments(manifest)
+    except (OSError, UnicodeDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
+        return f"its fields cannot be checked against report.html ({type(exc).__name__}: {exc})"
+    for field, fragment in expected.items():
+        if fragment not in text:
+            return f"its {field!r} is not what report.html says"
+    if "problems" not in expected and "<h2>Data problems (" in text:
+        return "its 'problems' is not what report.html says"
+    return None
 
 
 def _publication_names() -> frozenset[str]:

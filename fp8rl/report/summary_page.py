@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fp8rl.report.base_models import numerics_line
 from fp8rl.report.control import UNCHECKED, VOID, never_ran
 from fp8rl.report.quote_format import interval, markdown_table, num
 from fp8rl.vocabulary import REFERENCE_VARIANT
@@ -59,7 +60,7 @@ def _what_ran(cfg, runs: pd.DataFrame, bases: pd.DataFrame | None, numerics: dic
         f"{', '.join(str(x) for x in m.seeds)}; {base}.",
         f"- Each run: {s.steps} steps x {s.prompts_per_step} prompts; task {cfg.task.name} "
         f"({', '.join(cfg.task.levels)}).",
-        "- Numerics: " + "; ".join(f"{k}: {', '.join(v) or 'none'}" for k, v in numerics.items()) + ".",
+        f"- Numerics: {numerics_line(numerics)}.",
     ]
 
 

@@ -144,9 +144,11 @@ def test_a_publication_without_a_single_band_checks_nothing_and_says_so(tmp_path
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    (published / "report.json").write_text(
-        json.dumps({"files": {"tables/comparison.csv": sha256_file(table)}})
-    )
+    shutil.copy(PUBLISHED / "report.html", published / "report.html")  # what report.json's fields agree with
+    manifest = json.loads((PUBLISHED / "report.json").read_text()) | {
+        "files": {rel: sha256_file(published / rel) for rel in ("tables/comparison.csv", "report.html")}
+    }
+    (published / "report.json").write_text(json.dumps(manifest))
     fresh = tmp_path / "fresh"
     (fresh / "tables").mkdir(parents=True)
     shutil.copy(table, fresh / "tables" / "comparison.csv")

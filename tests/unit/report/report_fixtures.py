@@ -272,3 +272,17 @@ def seeds_used(cfg: ExperimentConfig, algo: str, variant: str) -> list[RunSpec]:
 
 def finite(x: float) -> bool:
     return math.isfinite(x)
+
+
+def consistent_manifest(tier: Path, **fields) -> dict:
+    """A `report.json` for the files under `tier` as a report writes it: the sha256 of each (a
+    report.html written first, agreeing with `fields`' recorded values as a built page does), and the
+    fields verification checks against that page."""
+    from fp8rl.io import sha256_file
+    from fp8rl.report.publish import page_fragments
+
+    manifest = {"config_digest": "0" * 16, "git_commit": None, "generated": "2026-01-01 00:00:00 UTC",
+                "numerics": {"modes": ["reproducible"]}, "status_counts": {"ok": 1}, "problems": []} | fields  # fmt: skip
+    (tier / "report.html").write_text("\n".join(page_fragments(manifest).values()) + "\n")
+    files = {p.relative_to(tier).as_posix(): sha256_file(p) for p in sorted(tier.rglob("*")) if p.is_file()}
+    return manifest | {"files": files}

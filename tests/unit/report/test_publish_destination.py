@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+from report_fixtures import consistent_manifest
 
 from fp8rl.cli import main
-from fp8rl.io import sha256_file
 from fp8rl.report.paths import ReportPaths
 
 TIER = "smoke"
@@ -23,8 +23,7 @@ def _report(results: Path) -> ReportPaths:
     for out in paths.outputs()[:-1]:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(f"{out.name}\n")
-    files = {p.relative_to(paths.root).as_posix(): sha256_file(p) for p in paths.outputs()[:-1]}
-    paths.manifest.write_text(json.dumps({"files": files, "status_counts": {"ok": 1}}))
+    paths.manifest.write_text(json.dumps(consistent_manifest(paths.root)))
     run = paths.runs_dir / "grpo" / "run"
     run.mkdir(parents=True)
     (run / "metrics.jsonl").write_text('{"step": 1}\n')

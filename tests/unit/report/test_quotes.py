@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from report_fixtures import consistent_manifest
 
-from fp8rl.io import sha256_file
 from fp8rl.report.quotes import BEGIN, END, QUOTING_FILES, QuoteError, pp, render, stale_blocks
 from fp8rl.report.quotes_mechanism import share_range
 
@@ -36,9 +36,8 @@ def _smoke_tables(root: Path, bf16=0.0126, delta=(0.0070, -0.0005, 0.0134)) -> P
 
 
 def _manifest(tier: Path) -> None:
-    """The `report.json` a report writes: the sha256 of each of its files."""
-    files = {p.relative_to(tier).as_posix(): sha256_file(p) for p in sorted(tier.rglob("*")) if p.is_file()}
-    (tier / "report.json").write_text(json.dumps({"files": files}))
+    """The `report.json` a report writes: the sha256 of each of its files, report.html among them."""
+    (tier / "report.json").write_text(json.dumps(consistent_manifest(tier)))
 
 
 def test_a_block_is_generated_from_its_table(tmp_path):
@@ -105,12 +104,25 @@ def test_the_repository_quotes_match_the_published_tables():
     assert stale_blocks(REPO, REPO / "results" / "published") == []
 
 
+def _edit_manifest(tier: Path, **fields) -> None:
+    """report.json with `fields` replaced: it holds no hash of itself, so only its agreement with the
+    hashed page can catch the edit."""
+    manifest = tier / "report.json"
+    manifest.write_text(json.dumps(json.loads(manifest.read_text()) | fields))
+
+
 @pytest.mark.parametrize(
     ("change", "named"),
     [
         (lambda t: t.joinpath("tables", "comparison.md").write_text("| edited |\n"), "tables/comparison.md: not the file"),
         (lambda t: t.joinpath("tables", "comparison.csv").unlink(), "tables/comparison.csv: missing"),
         (lambda t: t.joinpath("tables", "extra.csv").write_text("a\n1\n"), "tables/extra.csv: not one of the files"),
+        (lambda t: _edit_manifest(t, numerics={"modes": ["reproducible"], "cpus": ["Any CPU"], "mkl": ["auto"]}),
+         "report.json: its 'numerics' is not what report.html says"),
+        (lambda t: _edit_manifest(t, status_counts={"ok": 99, "diverged": 0, "failed": 0, "missing": 0}),
+         "report.json: its 'status_counts' is not what report.html says"),
+        (lambda t: _edit_manifest(t, problems=["planted"]), "report.json: its 'problems' is not"),
+        (lambda t: _edit_manifest(t, numerics="fast"), "report.json: its fields cannot be checked"),
     ],
 )  # fmt: skip
 def test_a_publication_edited_since_it_was_published_is_refused(tmp_path, capsys, change, named):
