@@ -5,6 +5,8 @@
 - `verl_sizing`: how long, how big and how often: the training jobs sized from the model and the schedule.
 - `verl_loss`: the `fp8rl_clip` and `calibrated_clip` policy losses, registered in verl's loss registry
   on import (every Ray worker imports it through `VERL_USE_EXTERNAL_MODULES`), built on `fp8rl.rl`.
+- `verl_icepop`: the `fp8rl_icepop_adaptive` policy loss (adaptive IcePop on verl's untruncated ratios),
+  registered when `verl_loss` is imported.
 - `verl_metrics`: verl's file-logger JSONL -> `metrics.jsonl` with the names of docs/architecture.md#metrics.
 - `verl_data`: the task's JSONL splits -> the parquet files verl's RL dataset reads.
 - `verl_launch`: the Slurm job script that starts Ray across the allocation and runs verl.

@@ -17,15 +17,22 @@ sequences leave verl's response mask, as they leave the reference trainer's loss
 FP16. What verl cannot express is refused by `check_corrections` (an IcePop band starting at 0: verl
 needs a positive lower bound), and so are the corrections whose inputs verl 0.9.1 does not hand a
 policy loss (`NOT_ON_VERL`): score centering needs the sampler's next-token distributions (verl keeps
-only the sampled token's rollout log-prob), QuRL's adaptive clip range a full-precision re-score of the
-FP8 actor (verl has no BF16 shadow pass), and adaptive IcePop a band set from the whole step's ratios
-(verl's rollout correction takes a fixed threshold); each runs in the reference trainer.
+only the sampled token's rollout log-prob) and QuRL's adaptive clip range a full-precision re-score of
+the FP8 actor (verl has no BF16 shadow pass); each runs in the reference trainer.
+
+Adaptive IcePop (`icepop_adaptive`) sets its band from the ratios themselves, which verl's fixed
+`rollout_is_threshold` cannot: verl is set to hand the loss the untruncated token ratios
+(`rollout_is: token`, `rollout_is_threshold: RAW_RATIO_THRESHOLD`, above every ratio verl's log-ratio
+clamp lets through), and the registered loss `fp8rl_icepop_adaptive` (fp8rl.adapters.verl_icepop)
+applies fp8rl's adaptive-IcePop weights to them (`CORRECTION_LOSSES`). verl calls the loss once per
+micro-batch, so the band is set per micro-batch there, per step in the reference trainer
+(docs/paper_deviations.md).
 """
 
 from __future__ import annotations
 
 from fp8rl.config import ExperimentConfig
-from fp8rl.vocabulary import ICEPOP_BAND, MIS_BAND, VariantSpec
+from fp8rl.vocabulary import ADAPTIVE_ICEPOP_MASK_FRAC, ICEPOP_BAND, MIS_BAND, VariantSpec
 
 RC = "algorithm.rollout_correction"
 
@@ -34,8 +41,14 @@ NOT_ON_VERL = {
     "scorecenter": "the sampler's next-token distributions (verl keeps only the sampled token's log-prob)",
     "tis_scorecenter": "the sampler's next-token distributions (verl keeps only the sampled token's log-prob)",
     "qurl": "a full-precision (BF16 shadow) re-score of the FP8 actor's ratios",
-    "icepop_adaptive": "a band set from the step's ratios (verl's rollout_is_threshold is fixed)",
 }
+
+# correction -> the fp8rl policy loss (registered in verl) that applies it to verl's raw ratios
+CORRECTION_LOSSES = {"icepop_adaptive": "fp8rl_icepop_adaptive"}
+
+# verl's rollout IS threshold that truncates no ratio: verl clamps the log-ratio at +-20 (SAFETY_BOUND,
+# as fp8rl's LOG_RATIO_CLAMP) before exp, and exp(20) < 5e8 < this
+RAW_RATIO_THRESHOLD = 1e9
 
 
 def _band(cfg: ExperimentConfig, kind: str) -> tuple[float, float]:
@@ -51,6 +64,11 @@ def check_corrections(cfg: ExperimentConfig, variant: VariantSpec) -> str | None
             f"{NOT_ON_VERL[variant.correction]}, which verl 0.9.1 does not give a policy loss; "
             "it runs in the reference trainer (backend: reference)"
         )
+    if variant.calib and variant.correction in CORRECTION_LOSSES:
+        return (
+            f"variant {variant.name}: calibrated clipping and {variant.correction!r} are two verl policy "
+            f"losses (calibrated_clip, {CORRECTION_LOSSES[variant.correction]}); verl runs one"
+        )
     if variant.correction == "icepop" and _band(cfg, "icepop")[0] <= 0:
         return f"tis.icepop: verl's IcePop threshold needs a positive lower bound, got {list(_band(cfg, 'icepop'))}"
     return None
@@ -59,8 +77,9 @@ def check_corrections(cfg: ExperimentConfig, variant: VariantSpec) -> str | None
 def correction_overrides(cfg: ExperimentConfig, variant: VariantSpec) -> dict[str, object]:
     """verl's `algorithm.rollout_correction` keys for the variant's correction (module table)."""
     t, kind = cfg.tis, variant.correction
-    level = {"none": None, "tis": t.level, "seq_tis": "sequence", "mis": "token", "icepop": "token"}[kind]
-    threshold: object = t.cap
+    level = {"none": None, "tis": t.level, "seq_tis": "sequence", "mis": "token", "icepop": "token",
+             "icepop_adaptive": "token"}[kind]  # fmt: skip
+    threshold: object = RAW_RATIO_THRESHOLD if kind in CORRECTION_LOSSES else t.cap
     if kind == "icepop":
         lo, hi = _band(cfg, "icepop")
         threshold = f"{lo!r}_{hi!r}"
@@ -70,6 +89,27 @@ def correction_overrides(cfg: ExperimentConfig, variant: VariantSpec) -> dict[st
         out[f"{RC}.rollout_rs"] = "seq_mean_k1"
         out[f"{RC}.rollout_rs_threshold"] = f"{1.0 / hi!r}_{1.0 / lo!r}"
     return out
+
+
+def policy_loss_mode(variant: VariantSpec) -> str:
+    """verl's `policy_loss.loss_mode` for the variant: one of fp8rl's registered losses."""
+    if variant.calib:
+        return "calibrated_clip"
+    return CORRECTION_LOSSES.get(variant.correction, "fp8rl_clip")
+
+
+def correction_loss_spec(cfg: ExperimentConfig, variant: VariantSpec) -> dict[str, object]:
+    """What a `CORRECTION_LOSSES` loss reads from the run's loss spec (verl_overrides.loss_spec), {}
+    for every other variant: adaptive IcePop's starting band and largest masked fraction."""
+    if variant.correction != "icepop_adaptive":
+        return {}
+    frac = cfg.tis.icepop_mask_frac
+    return {
+        "icepop_adaptive": {
+            "band": list(_band(cfg, "icepop")),
+            "mask_frac": ADAPTIVE_ICEPOP_MASK_FRAC if frac is None else float(frac),
+        }
+    }
 
 
 def precision_overrides(variant: VariantSpec) -> dict[str, object]:

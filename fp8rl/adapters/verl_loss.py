@@ -53,6 +53,7 @@ from fp8rl.config import CalibConfig
 from fp8rl.rl import LOG_RATIO_CLAMP, ClipBounds, LossTerms, policy_loss, ratio_quantiles
 from fp8rl.rl.calibration import Calibrator, step_targets
 from fp8rl.vocabulary import (
+    CALIB_FLOOR_BINDS,
     CALIB_HIGH,
     CALIB_LOW,
     CLIP_DUAL,
@@ -82,6 +83,7 @@ LOSS_METRICS: dict[str, str | None] = {
     CALIB_HIGH: None,
     "calib/target_q": None,
     "calib/target_q_high": None,
+    CALIB_FLOOR_BINDS: None,
 }
 PLAIN_METRICS = ("loss/tokens",)  # logged by every micro-batch as it is
 
@@ -444,3 +446,6 @@ calibrated_clip_loss = _verl_policy_loss(
 
 verl_update.PREPARE["calibrated_clip"] = update_bounds
 verl_update.install()
+
+
+from fp8rl.adapters import verl_icepop  # noqa: E402,F401  (registers fp8rl_icepop_adaptive)

@@ -4,7 +4,8 @@
 --config-name ppo_megatron_trainer` takes: model and parallelism, GRPO vs DAPO (clip bounds, dual clip,
 dynamic sampling, overlong buffer, loss aggregation), FP8 rollout (vLLM `quantization=fp8`), FP8
 training through Megatron / Transformer Engine with the granularity's recipe, TIS through verl's rollout
-correction, and the fp8rl policy losses (`fp8rl_clip`, `calibrated_clip`; see `verl_loss`).
+correction, and the fp8rl policy losses (`fp8rl_clip`, `calibrated_clip`, `fp8rl_icepop_adaptive`; see
+`verl_loss` and `verl_icepop`).
 
 Every setting of a run comes from its `ResolvedRun` (`resolve_run`): the FP8 settings of its condition
 (the tier's `fp8` section with a study matrix condition's overrides), never the tier's section alone.
@@ -25,7 +26,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from fp8rl.adapters.verl_corrections import check_corrections, correction_overrides, precision_overrides
+from fp8rl.adapters.verl_corrections import (
+    check_corrections,
+    correction_loss_spec,
+    correction_overrides,
+    policy_loss_mode,
+    precision_overrides,
+)
 from fp8rl.adapters.verl_model import AdapterError, parallelism
 from fp8rl.adapters.verl_sizing import MAX_CKPTS, esi_margin_s, save_every, sizing_problems
 from fp8rl.config import (
@@ -195,7 +202,7 @@ def loss_spec(
             "targets": None if targets is None else {str(k): list(v) for k, v in sorted(targets.items())},
             "updates_per_step": cfg.schedule.ppo_epochs * cfg.schedule.mini_batches,
         }
-    return out
+    return out | correction_loss_spec(cfg, run.variant)
 
 
 def _q(value: object) -> str:
@@ -329,7 +336,7 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun, paths: Ve
         f"{A}.use_kl_loss": algo.kl_coef > 0,
         f"{A}.kl_loss_coef": algo.kl_coef,
         f"{A}.kl_loss_type": VERL_KL_LOSS_TYPES[algo.kl_type],
-        f"{A}.policy_loss.loss_mode": "calibrated_clip" if variant.calib else "fp8rl_clip",
+        f"{A}.policy_loss.loss_mode": policy_loss_mode(variant),
         # rollout (vLLM)
         f"{R}.name": "vllm",
         f"{R}.n": algo.group_size,

@@ -69,8 +69,21 @@ def adaptive_icepop_weights(
     """`(weights [B, T], band)`: `r_t` inside the step's adaptive band, 0 outside and at padding. Detached."""
     d, m = log_ratio(old_log_prob, rollout_log_prob, response_mask, "adaptive_icepop_weights")
     r = torch.exp(d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-    lo, hi = adaptive_band(r, m, band=band, mask_frac=mask_frac)
-    inside = m & (r.to(torch.float64) >= lo) & (r.to(torch.float64) <= hi)
+    return adaptive_icepop_from_ratios(r, m, band=band, mask_frac=mask_frac)
+
+
+def adaptive_icepop_from_ratios(
+    ratio: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    band: tuple[float, float] = ICEPOP_BAND,
+    mask_frac: float = ADAPTIVE_ICEPOP_MASK_FRAC,
+) -> tuple[torch.Tensor, tuple[float, float]]:
+    """`adaptive_icepop_weights` from the ratios `r_t` themselves (`mask` bool): what the verl path has,
+    where verl's rollout correction hands the loss the untruncated ratios (fp8rl.adapters.verl_icepop)."""
+    r = ratio.detach()
+    lo, hi = adaptive_band(r, mask, band=band, mask_frac=mask_frac)
+    inside = mask & (r.to(torch.float64) >= lo) & (r.to(torch.float64) <= hi)
     return torch.where(inside, r, torch.zeros_like(r)), (lo, hi)
 
 

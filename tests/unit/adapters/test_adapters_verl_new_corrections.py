@@ -1,5 +1,6 @@
 """The corrections verl 0.9.1 cannot hand their inputs to a policy loss are refused by name, before a
-job is written; the others keep their verl settings."""
+job is written; the others keep their verl settings (adaptive IcePop through its own loss:
+test_adapters_verl_icepop.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,7 @@ from fp8rl.vocabulary import CORRECTIONS, VARIANT_SPECS
 CFG = SimpleNamespace(tis=TISConfig())
 
 
-@pytest.mark.parametrize(
-    "variant", ["fp8_scorecenter", "fp8_tis_scorecenter", "fp8_qurl", "fp8_icepop_adaptive"]
-)
+@pytest.mark.parametrize("variant", ["fp8_scorecenter", "fp8_tis_scorecenter", "fp8_qurl"])
 def test_refused_with_what_verl_lacks(variant):
     why = check_corrections(CFG, VARIANT_SPECS[variant])
     assert why is not None and VARIANT_SPECS[variant].correction in why and "reference trainer" in why
@@ -27,3 +26,14 @@ def test_the_earlier_corrections_still_run_on_verl():
     for name, spec in VARIANT_SPECS.items():
         if spec.correction not in NOT_ON_VERL:
             assert check_corrections(CFG, spec) is None, name
+
+
+def test_adaptive_icepop_runs_on_verl_through_its_loss():
+    from fp8rl.adapters.verl_corrections import RAW_RATIO_THRESHOLD, correction_overrides, policy_loss_mode
+
+    spec = VARIANT_SPECS["fp8_icepop_adaptive"]
+    assert check_corrections(CFG, spec) is None
+    assert policy_loss_mode(spec) == "fp8rl_icepop_adaptive"
+    ov = correction_overrides(CFG, spec)
+    assert ov["algorithm.rollout_correction.rollout_is"] == "token"
+    assert ov["algorithm.rollout_correction.rollout_is_threshold"] == RAW_RATIO_THRESHOLD
