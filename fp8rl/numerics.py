@@ -41,6 +41,7 @@ import os
 import sys
 from functools import lru_cache
 
+from fp8rl.vocabulary import FP8_BACKEND_ENV
 from fp8rl.vocabulary import NUMERICS_MODES as MODES
 
 DEFAULT_MODE = "reproducible"
@@ -199,8 +200,9 @@ def _library_versions() -> dict:
 
 
 def state() -> dict:
-    """The mode, the pinned variables as this process has them, the kernels ATen chose, the CPU and
-    the libraries' versions: the `numerics` record of provenance."""
+    """The mode, the pinned variables as this process has them, the kernels ATen chose, the FP8 GEMM
+    path forced by FP8_BACKEND_ENV ("auto" where unset: the device picks, fp8rl.fp8.backend), the CPU
+    and the libraries' versions: the `numerics` record of provenance."""
     mode = apply()
     blas = {}
     if "fp8rl.pinned_blas" in sys.modules:
@@ -209,6 +211,7 @@ def state() -> dict:
         "mode": mode,
         "env": {key: os.environ.get(key) for key in PINNED_ENV},
         "aten_capability": _aten_capability(),
+        "fp8_backend": os.environ.get(FP8_BACKEND_ENV) or "auto",
         **blas,
         "cpu": cpu(),
         **_library_versions(),

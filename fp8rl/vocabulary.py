@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 # How the math libraries pick kernels (fp8rl.numerics): one pinned path, or the machine's best.
 NUMERICS_MODES = ("reproducible", "fast")
+# The variable that forces the FP8 GEMM path (fp8rl.fp8.backend.gemm_backend); run provenance records it
+# (fp8rl.numerics.state) because the two paths give different numbers in every numerics mode.
+FP8_BACKEND_ENV = "FP8RL_FP8_BACKEND"
 
 TIERS = ("smoke", "mechanism", "stress", "attribution", "learn", "clipping", "small", "paper")
 ALGORITHMS = ("grpo", "dapo")

@@ -18,6 +18,7 @@ import torch
 
 from fp8rl.fp8.recipe import GemmSpec
 from fp8rl.fp8.tiling import Granularity
+from fp8rl.vocabulary import FP8_BACKEND_ENV
 
 BACKENDS = ("emulated", "scaled_mm")
 
@@ -37,10 +38,10 @@ def gemm_backend(device: torch.device | str | None = None) -> str:
     """The GEMM path FP8 linears on `device` take for recipes `_scaled_mm` computes exactly:
     `FP8RL_FP8_BACKEND` if set (emulated | scaled_mm), else `scaled_mm` on FP8 hardware and `emulated`
     elsewhere (the CPU included, even on a machine that also has an FP8 GPU)."""
-    forced = os.environ.get("FP8RL_FP8_BACKEND")
+    forced = os.environ.get(FP8_BACKEND_ENV)
     if forced:
         if forced not in BACKENDS:
-            raise ValueError(f"FP8RL_FP8_BACKEND: unknown backend {forced!r}; allowed: {', '.join(BACKENDS)}")
+            raise ValueError(f"{FP8_BACKEND_ENV}: unknown backend {forced!r}; allowed: {', '.join(BACKENDS)}")
         return forced
     return "scaled_mm" if is_fp8_hardware(device) else "emulated"
 

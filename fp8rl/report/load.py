@@ -350,6 +350,22 @@ def load_run(
     return row, values[VALUE_COLUMNS], problems
 
 
+def backend_mix_problems(runs: pd.DataFrame) -> list[str]:
+    """One problem where the tier's FP8 runs took different GEMM paths (`fp8_backend` of throughput.json:
+    `emulated` or `scaled_mm`, chosen by the device or forced with FP8_BACKEND_ENV, which each run's
+    provenance records): the two paths give different numbers, so the runs are not one experiment."""
+    from fp8rl.vocabulary import FP8_BACKEND_ENV
+
+    used = runs["fp8_backend"].map(lambda b: b if isinstance(b, str) and b != "none" else None).dropna()
+    if used.nunique() < 2:
+        return []
+    counts = ", ".join(f"{b}: {n} runs" for b, n in sorted(used.value_counts().items()))
+    return [
+        f"the FP8 runs mix GEMM backends ({counts}; throughput.json fp8_backend): the paths give different "
+        f"numbers, so the tier is not one experiment; rerun them on one ({FP8_BACKEND_ENV} forces it)"
+    ]
+
+
 def load_tier(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> RunSet:
     """Every run of `cfg`'s matrix, read from `runs_dir` (default `{results_dir}/{tier}/runs`)."""
     runs_dir = Path(runs_dir) if runs_dir is not None else tier_runs_dir(cfg.results_dir, cfg.tier)
@@ -382,6 +398,7 @@ def load_tier(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> RunS
     for col in ("reason", "step", "steps_planned", "emulated", "device", "fp8_backend"):
         if col not in runs:
             runs[col] = None
+    problems += backend_mix_problems(runs)
     values = (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=VALUE_COLUMNS)).astype(
         {"value": float, "stderr": float, "step": float}
     )

@@ -142,3 +142,22 @@ def test_the_report_completes(damaged):
     manifest = build_report(cfg)
     for run_id in victims.values():
         assert any(run_id in p for p in manifest["problems"]), run_id
+
+
+def test_a_tier_whose_fp8_runs_mix_gemm_backends_is_a_data_problem(tmp_path, monkeypatch):
+    """FP8RL_FP8_BACKEND=scaled_mm changes a run's numbers: its provenance records the variable, and the
+    report names a tier whose FP8 runs mix paths (bf16 runs' `none` is no path); a tier on one path has
+    no such problem."""
+    import fp8rl.numerics
+
+    monkeypatch.setenv("FP8RL_FP8_BACKEND", "scaled_mm")
+    assert fp8rl.numerics.state()["fp8_backend"] == "scaled_mm"
+    monkeypatch.delenv("FP8RL_FP8_BACKEND")
+    assert fp8rl.numerics.state()["fp8_backend"] == "auto"
+    cfg = write_tier(tmp_path)
+    runs_dir = tmp_path / "results" / "smoke" / "runs"
+    assert not [p for p in load_tier(cfg, runs_dir).problems if "GEMM backends" in p]
+    path = next(p for p in sorted(runs_dir.glob("**/throughput.json")) if "/fp8/" in p.as_posix())
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"fp8_backend": "scaled_mm"}))
+    (mix,) = [p for p in load_tier(cfg, runs_dir).problems if "GEMM backends" in p]
+    assert "emulated: " in mix and "scaled_mm: 1 runs" in mix and "none" not in mix
