@@ -43,16 +43,39 @@ def build_char_tokenizer(alphabet: str = ALPHABET) -> PreTrainedTokenizerFast:
     return fast
 
 
+# The JSON files AutoTokenizer parses without naming them when they are broken.
+TOKENIZER_JSON = ("tokenizer_config.json", "special_tokens_map.json", "config.json")
+
+
+def _check_json_objects(path: Path) -> None:
+    """ValueError naming the first of TOKENIZER_JSON under `path` that is not a JSON object
+    (transformers raised a bare JSONDecodeError or AttributeError for a truncated or non-object file)."""
+    from fp8rl.io import loads_json
+
+    for name in TOKENIZER_JSON:
+        file = path / name
+        if not file.is_file():
+            continue
+        try:
+            obj = loads_json(file.read_bytes())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{file}: not a readable JSON file ({exc})") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"{file}: not a JSON object (a {type(obj).__name__})")
+
+
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     """Load a saved tokenizer (any `AutoTokenizer`-loadable directory); left padding for generation and
     a pad token (the eos token when the model has none). ValueError naming a tokenizer or model file
-    that is a directory (transformers would ask for sentencepiece instead)."""
+    that is a directory (transformers would ask for sentencepiece instead) or a JSON file of it that is
+    broken (`_check_json_objects`)."""
     from transformers import AutoTokenizer
 
     from fp8rl.checkpoint_files import not_a_file
 
     if (bad := not_a_file(path)) is not None:
         raise ValueError(f"{bad}: not a file (a tokenizer or model file of {path})")
+    _check_json_objects(Path(path))
     tok = AutoTokenizer.from_pretrained(str(path))
     tok.padding_side = "left"
     if tok.pad_token is None:

@@ -75,3 +75,18 @@ def test_a_tokenizer_file_that_is_a_directory_is_named(tmp_path):
     (tmp_path / "tokenizer.json").mkdir()
     with pytest.raises(ValueError, match=r"tokenizer\.json: not a file"):
         load_tokenizer(tmp_path)
+
+
+def test_a_broken_tokenizer_config_is_named(tmp_path):
+    """A base whose tokenizer_config.json is truncated or not an object: transformers raised a bare
+    JSONDecodeError ("Expecting value: line 1 column 22") or an AttributeError that named no file."""
+    import pytest
+
+    from fp8rl.engine.tokenizer import build_char_tokenizer, load_tokenizer
+
+    build_char_tokenizer().save_pretrained(tmp_path)
+    config = tmp_path / "tokenizer_config.json"
+    for text, why in (('{"model_max_length": ', "not a readable JSON file"), ("[1, 2]", "not a JSON object")):
+        config.write_text(text)
+        with pytest.raises(ValueError, match="tokenizer_config.json: " + why):
+            load_tokenizer(tmp_path)
