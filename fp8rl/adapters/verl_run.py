@@ -20,7 +20,8 @@ would only repeat it). Each attempt's outcome is kept in `verl_attempts.jsonl` f
 
 The base model is the directory `--base` names: a Hugging Face model directory, or one holding the
 `model.json` record of an `hf` model fetched into the hub cache (its snapshot path), else the model's
-`hf_id`.
+`hf_id`. The directory must exist (a missing one is refused, never passed on as a hub id), and a base
+that records its model (`sft.json`, `base.json`) must record the run's.
 """
 
 from __future__ import annotations
@@ -55,12 +56,39 @@ SPLITS = ("train", "test")
 OUTCOMES_FILE = "verl_attempts.jsonl"  # one line per finished attempt: status, step, reason
 
 
+# What `fp8rl sft` (sft.json) and `fp8rl model` (base.json) write into a base: each records its model.
+BASE_RECORDS = ("sft.json", "base.json")
+
+
+def check_base_dir(base: Path, model: str) -> None:
+    """AdapterError unless `--base` is a directory whose records (BASE_RECORDS) name `model`: a missing
+    folder would reach verl as a hub id, and a base written for another model (a scratch model's for
+    qwen3-8b) would train that model under this one's name."""
+    from fp8rl.io import loads_json
+
+    if not base.is_dir():
+        raise AdapterError(f"--base {base}: no such directory (a local path, never taken for a hub id)")
+    for name in BASE_RECORDS:
+        path = base / name
+        if not path.exists():
+            continue
+        try:
+            recorded = loads_json(path.read_bytes()).get("model")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise AdapterError(f"--base {path}: not a readable base record ({exc})") from None
+        if recorded != model:
+            raise AdapterError(f"--base {base}: a base of model {recorded!r} ({name}), not of {model!r}")
+
+
 def verl_paths(cfg: ExperimentConfig, spec: RunSpec, out: str | Path, base: str | Path | None) -> VerlPaths:
     """The paths verl's overrides point at: the base model (module docstring), the parquet splits and
-    the run directory (all absolute). ValueError when a `model.json` record's snapshot is missing."""
+    the run directory (all absolute). ValueError when a `model.json` record's snapshot is missing, or
+    when `base` is not a directory of `spec`'s model (`check_base_dir`)."""
     out = Path(out).resolve()
     model = cfg.model(spec.model)
     base = Path(base).resolve() if base else None
+    if base:
+        check_base_dir(base, spec.model)
     if base and (base / "config.json").is_file():
         model_path = str(base)
     elif base and (base / MODEL_RECORD).is_file():
