@@ -47,7 +47,10 @@ def _setup(args: argparse.Namespace):
 def _paths(cfg, spec, args: argparse.Namespace):
     from fp8rl.adapters.verl_run import verl_paths
 
-    return verl_paths(cfg, spec, args.out, args.base)
+    try:
+        return verl_paths(cfg, spec, args.out, args.base)
+    except ValueError as exc:  # --base not a folder of this model, a record's snapshot missing
+        raise UsageError(str(exc)) from None
 
 
 def cmd_overrides(args: argparse.Namespace) -> int:

@@ -38,3 +38,15 @@ def test_a_base_recorded_for_another_model_is_refused(tmp_path):
     (base / "base.json").write_text("[")
     with pytest.raises(AdapterError, match="base.json: not a readable base record"):
         verl_paths(cfg, SPEC, tmp_path / "run", base)
+
+
+def test_verl_train_names_a_missing_base_and_exits_2(tmp_path, capsys):
+    from fp8rl.cli import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    args = ["verl", "train", "--config", str(PAPER), "--run", SPEC.run_id, "--base", str(tmp_path / "nope"),
+            "--data", str(data), "--out", str(tmp_path / "run"), "--dry-run"]  # fmt: skip
+    assert main(args) == 2
+    assert "no such directory" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
