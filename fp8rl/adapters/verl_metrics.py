@@ -21,6 +21,7 @@ from fp8rl.config import STEPS_MAX
 from fp8rl.io import is_number
 from fp8rl.vocabulary import (
     ACC_MEAN,
+    CALIB_FLOOR_BINDS,
     CALIB_HIGH,
     CALIB_LOW,
     CLIP_METRICS,
@@ -55,6 +56,7 @@ PASSTHROUGH = (
     *CLIP_METRICS,
     CALIB_LOW,
     CALIB_HIGH,
+    CALIB_FLOOR_BINDS,
     "calib/target_q",
     "ratio/p01",
     "ratio/p50",

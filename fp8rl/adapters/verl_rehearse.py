@@ -18,7 +18,25 @@ refuses, a missing package) fails the rehearsal, with the output's tail.
 
 Ray is told the job node's CPU count (`resources.train.threads`, through `RAY_OVERRIDE_RESOURCES`: what
 TransferQueue's actors reserve must fit). Not rehearsed: the multi-node Ray start under Slurm (each
-job runs here on one machine, asking for all its nodes' GPUs), and everything from the GPU workers on.
+job runs here on one machine, asking for all its nodes' GPUs), and the GPU workers themselves.
+
+Past the marker (`after_marker`), a job that reached it runs on CPU what a CPU can of what follows its
+first step, each step with what the job passes (its overrides file, loss spec and job script), each
+reported passed or failed (`Step`):
+
+1. `dp_update`: verl's own actor update (`TrainingWorker.train_mini_batch` → `ppo_loss` → the job's
+   policy loss → `Metric` → the all-gather over the DP group → `Metric.aggregate_dp`) on `DP_RANKS`
+   gloo ranks (fp8rl.adapters.verl_rehearse_dp), with the job's clip ratios, loss aggregation, dynamic
+   batch size and loss spec (`FP8RL_VERL_LOSS`), on GRPO groups of the job's `rollout.n` and
+   per-rank mini-batch, sequence lengths and token budget scaled down by `LENGTH_SCALE` (the number of
+   sequences per micro-batch stays the paper's). Its first `DP_MINI_BATCHES` mini-batches of a step.
+2. `import_metrics`: that update's metrics as verl's v1 trainer logs them (`actor/` prefix,
+   `reduce_metrics`) written by verl's `FileLogger` (orjson) and read back by `fp8rl verl
+   import-metrics`: every metric fp8rl's loss logged arrives with its value.
+3. `tokenizer`: verl's save of the tokenizer (the job's base tokenizer loaded and saved again by this
+   machine's transformers, as the train image's transformers 5 does), exported with the `--tokenizer`
+   the job script passes (fp8rl.adapters.verl_checkpoint), loaded by the bfcl image's transformers
+   4.51.3 from `build/tf4-venv` (skipped, and said so, without it).
 
 Without `--base` the model is a stand-in (`stand_in_model`: a character tokenizer with a ChatML template
 and a two-layer config of the model's family); without `--data`, a few stand-in problems; a calib cell
@@ -28,6 +46,8 @@ takes ~30-60 s on two cores.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -40,7 +60,9 @@ from pathlib import Path
 
 from fp8rl.adapters import rehearsal_hook
 from fp8rl.adapters.rehearsal_hook import MARKER, REHEARSAL_ENV
-from fp8rl.adapters.verl_run import SCRIPT_FILE, verl_paths, write_run_files
+from fp8rl.adapters.verl_checkpoint import compat_tokenizer_config
+from fp8rl.adapters.verl_launch import OVERRIDES_FILE
+from fp8rl.adapters.verl_run import LOSS_FILE, SCRIPT_FILE, verl_paths, write_run_files
 from fp8rl.config import ExperimentConfig
 from fp8rl.config.runs import RunSpec
 
@@ -48,6 +70,10 @@ MARKER_RE = re.compile(re.escape(MARKER) + r": trainer=(?P<trainer>\S+) gpus=(?P
 SITE_DIR = "rehearsal_site"  # holds rehearsal_hook.py as sitecustomize.py
 TIMEOUT_S = 900
 TAIL_CHARS = 4000
+DP_RANKS = 2  # gloo ranks of the rehearsed actor update (the jobs' DP groups are 4 to 8)
+DP_MINI_BATCHES = 2  # of a step's mini-batches
+LENGTH_SCALE = 64  # response lengths and the token budget per micro-batch, divided by this
+TF4_PYTHON = Path(__file__).resolve().parents[2] / "build" / "tf4-venv" / "bin" / "python"
 
 
 # ----------------------------------------------------------------------------------------- stand-ins
@@ -73,6 +99,11 @@ def stand_in_model(out: Path, model_type: str = "qwen3") -> Path:
     )
     fast.add_special_tokens({"additional_special_tokens": specials[1:]})
     fast.save_pretrained(out)
+    # as a hub snapshot has it, written by transformers 4: the special tokens as 4.x lists them, the
+    # class by a name 4.x knows (transformers 5 writes its `TokenizersBackend`)
+    tok_config = out / "tokenizer_config.json"
+    written = compat_tokenizer_config(json.loads(tok_config.read_text()))
+    tok_config.write_text(json.dumps({**written, "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2))
     arch = {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM"}.get(model_type, "Qwen3ForCausalLM")
     config = {"architectures": [arch], "model_type": model_type, "hidden_size": 64,
               "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -123,6 +154,20 @@ def job_types(cfg: ExperimentConfig) -> list[RunSpec]:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One step past the marker: its name, whether it `ok`, and what it found (or the error)."""
+
+    name: str
+    ok: bool
+    detail: str
+    skipped: bool = False
+
+    def line(self) -> str:
+        how = "skipped" if self.skipped else "passed" if self.ok else "FAILED"
+        return f"  after the GPU point, {self.name}: {how} ({self.detail})"
+
+
+@dataclass(frozen=True)
 class Rehearsal:
     """How one job's rehearsal ended: `reached_gpu` (its output holds the marker), the `trainer` class
     and `gpus` the marker names, the exit code, and the log."""
@@ -133,10 +178,17 @@ class Rehearsal:
     gpus: int | None
     exit_code: int
     log: Path
+    steps: tuple[Step, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Reached the marker, and every step past it passed."""
+        return self.reached_gpu and all(s.ok for s in self.steps)
 
     def line(self) -> str:
         if self.reached_gpu:
-            return f"{self.run_id}: reached the first GPU point ({self.trainer} asks for {self.gpus} GPUs)"
+            head = f"{self.run_id}: reached the first GPU point ({self.trainer} asks for {self.gpus} GPUs)"
+            return "\n".join([head, *(s.line() for s in self.steps)])
         tail = self.log.read_text(errors="replace")[-TAIL_CHARS:] if self.log.is_file() else ""
         how = "timed out (waiting for Ray resources?)" if self.exit_code == 124 else f"exit {self.exit_code}"
         return f"{self.run_id}: FAILED before its first GPU point ({how}; {self.log}):\n{tail}"
@@ -160,8 +212,10 @@ def rehearse_run(
     data: Path | None = None,
     extra_overrides: list[str] | tuple[str, ...] = (),
     timeout_s: int = TIMEOUT_S,
+    after: bool = True,
 ) -> Rehearsal:
-    """Write the run's files under `work/<run id>/` and run its job script to the first GPU point."""
+    """Write the run's files under `work/<run id>/`, run its job script to the first GPU point and,
+    when it got there (and with `after`), the steps past it (`after_marker`)."""
     work = Path(work).resolve()
     out = work / spec.run_id.replace("/", "-")
     site = work / SITE_DIR
@@ -192,9 +246,11 @@ def rehearse_run(
         finally:
             _kill_group(proc)
     m = MARKER_RE.search(log.read_text(errors="replace"))
+    steps = tuple(after_marker(out, base, timeout_s=timeout_s)) if m and after else ()
     return Rehearsal(
-        spec.run_id, m is not None, m["trainer"] if m else None, int(m["gpus"]) if m else None, rc, log
-    )
+        spec.run_id, m is not None, m["trainer"] if m else None, int(m["gpus"]) if m else None, rc, log,
+        steps,
+    )  # fmt: skip
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -207,3 +263,182 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------------------ past the GPU point
+
+
+def after_marker(out: Path, base: Path, *, timeout_s: int = TIMEOUT_S) -> list[Step]:
+    """The steps past the marker (module docstring) for the run files under `out`; a step that raises
+    fails with the error, the others still run."""
+    overrides = dict(o.split("=", 1) for o in json.loads((out / OVERRIDES_FILE).read_text())["overrides"])
+    steps = []
+    metrics: dict | None = None
+    try:
+        step, metrics = dp_update_step(overrides, out / LOSS_FILE, out / "rehearsal_dp", timeout_s)
+    except Exception as exc:  # noqa: BLE001  (reported as the step's failure)
+        step = Step("dp_update", False, f"{type(exc).__name__}: {exc}")
+    steps.append(step)
+    for name, fn in (
+        ("import_metrics", lambda: import_metrics_step(metrics, out / "rehearsal_import")),
+        ("tokenizer", lambda: tokenizer_step(out, base)),
+    ):
+        try:
+            steps.append(fn())
+        except Exception as exc:  # noqa: BLE001
+            steps.append(Step(name, False, f"{type(exc).__name__}: {exc}"))
+    return steps
+
+
+def _bool(value: str) -> bool:
+    return value.strip().lower() == "true"
+
+
+def dp_case(overrides: dict[str, str]) -> tuple[dict, int]:
+    """The case of fp8rl.adapters.verl_rehearse_dp for the job's overrides, and its data-parallel size."""
+    actor = "actor_rollout_ref.actor."
+    gpus = int(overrides["trainer.nnodes"]) * int(overrides["trainer.n_gpus_per_node"])
+    split = 1
+    for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+        split *= int(overrides.get(f"{actor}megatron.{key}", 1))
+    dp = max(gpus // split, 1)
+    n = int(overrides["actor_rollout_ref.rollout.n"])
+    prompts_per_mini = int(overrides[f"{actor}ppo_mini_batch_size"])
+    per_rank = max(prompts_per_mini // dp, 1)  # prompts of a mini-batch on each DP rank
+    dynamic = _bool(overrides.get(f"{actor}use_dynamic_bsz", "false"))
+    max_len = max(int(overrides["data.max_response_length"]) // LENGTH_SCALE, 1)
+    max_tokens = None
+    if dynamic:
+        max_tokens = max(int(overrides[f"{actor}ppo_max_token_len_per_gpu"]) // LENGTH_SCALE, max_len + 3)
+    micro = None if dynamic else int(overrides.get(f"{actor}ppo_micro_batch_size_per_gpu", 1))
+    case = {
+        "loss": overrides.get(f"{actor}policy_loss.loss_mode", "vanilla"),
+        "mini": per_rank * n,
+        "micro": micro,
+        "actor": {
+            "clip_ratio_low": float(overrides[f"{actor}clip_ratio_low"]),
+            "clip_ratio_high": float(overrides[f"{actor}clip_ratio_high"]),
+            "clip_ratio_c": float(overrides.get(f"{actor}clip_ratio_c", 3.0)),
+            "loss_agg_mode": overrides.get(f"{actor}loss_agg_mode", "token-mean"),
+            "use_kl_loss": _bool(overrides.get(f"{actor}use_kl_loss", "false")),
+            "use_dynamic_bsz": dynamic,
+            "max_token_len_per_gpu": max_tokens,
+        },
+        "groups": {"prompts": per_rank * DP_MINI_BATCHES, "n": n, "max_len": max_len, "seed": 0},
+    }
+    return case, dp
+
+
+def dp_update_step(
+    overrides: dict[str, str], loss_spec: Path, work: Path, timeout_s: int = TIMEOUT_S
+) -> tuple[Step, dict | None]:
+    """Step 1: verl's actor update over `DP_RANKS` gloo ranks (module docstring); the gathered metrics."""
+    from fp8rl.adapters.verl_rehearse_dp import run_ranks
+
+    case, dp = dp_case(overrides)
+    results = run_ranks(case, work, DP_RANKS, loss_spec, timeout_s=timeout_s)
+    errors = [f"rank {r}: {res['error']}" for r, res in enumerate(results) if "error" in res]
+    if errors:
+        tail = results[[("error" in r) for r in results].index(True)].get("traceback", "")[-TAIL_CHARS:]
+        return Step("dp_update", False, "; ".join(errors) + "\n" + tail), None
+    metrics = [{k: v for k, v in r["metrics"].items() if not k.startswith("perf/")} for r in results]
+    if any(m != metrics[0] for m in metrics):
+        return Step("dp_update", False, "the ranks returned different metrics"), None
+    logged = sorted(k for k in metrics[0] if "/" in k and k.split("/")[0] in ("clip", "ratio", "calib"))
+    what = (
+        f"{case['loss']} on {DP_RANKS} gloo ranks (the job's DP: {dp}), {DP_MINI_BATCHES} mini-batches of "
+        f"{case['mini']} sequences per rank, groups of {case['groups']['n']}, up to "
+        f"{case['groups']['max_len']} tokens, {len(metrics[0])} metrics gathered ({', '.join(logged[:4])}, ...)"
+    )
+    return Step("dp_update", True, what), results[0]["metrics"]
+
+
+def import_metrics_step(metrics: dict | None, work: Path) -> Step:
+    """Step 2: the update's metrics through verl's `FileLogger` and `fp8rl verl import-metrics`."""
+    if metrics is None:
+        return Step("import_metrics", False, "no metrics: the DP update failed")
+    from verl.utils.metric import reduce_metrics
+    from verl.utils.py_functional import rename_dict
+    from verl.utils.tracking import FileLogger
+
+    from fp8rl.adapters.verl_metrics import PASSTHROUGH
+    from fp8rl.cli import main as cli
+
+    work.mkdir(parents=True, exist_ok=True)
+    log, out = work / "verl_file_logger.jsonl", work / "metrics.jsonl"
+    step_metrics = reduce_metrics(rename_dict(dict(metrics), "actor/"))
+    previous = os.environ.get("VERL_FILE_LOGGER_PATH")
+    os.environ["VERL_FILE_LOGGER_PATH"] = str(log)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            logger = FileLogger("fp8rl-rehearsal", "run")
+        logger.log(data=step_metrics, step=1)
+        logger.finish()
+    finally:
+        if previous is None:
+            os.environ.pop("VERL_FILE_LOGGER_PATH")
+        else:
+            os.environ["VERL_FILE_LOGGER_PATH"] = previous
+    with contextlib.redirect_stdout(io.StringIO()):
+        rc = cli(["verl", "import-metrics", str(log), "--out", str(out)])
+    if rc != 0 or not out.is_file():
+        return Step("import_metrics", False, f"fp8rl verl import-metrics exited {rc}")
+    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    if len(rows) != 1:
+        return Step("import_metrics", False, f"{len(rows)} rows imported from one logged step")
+    want = {k.removeprefix("actor/"): float(v) for k, v in step_metrics.items()
+            if k.removeprefix("actor/") in PASSTHROUGH}  # fmt: skip
+    lost = sorted(k for k in want if k not in rows[0])
+    changed = sorted(
+        k for k in want if k in rows[0] and abs(rows[0][k] - want[k]) > 1e-6 * max(1.0, abs(want[k]))
+    )
+    if not want or lost or changed:
+        why = "no metric of fp8rl's loss logged" if not want else f"lost {lost}, changed {changed}"
+        return Step("import_metrics", False, why)
+    return Step(
+        "import_metrics", True, f"{len(want)} of fp8rl's loss metrics read back from verl's FileLogger"
+    )
+
+
+# the export's `--tokenizer` (on one of the command's continued lines)
+TOKENIZER_RE = re.compile(r"verl_checkpoint export (?:[^\n]*\\\n)*[^\n]*?--tokenizer (\S+)")
+LOAD_TOKENIZER = """
+import sys
+from transformers import AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+assert tok.chat_template, "no chat template"
+print(len(tok("1 + 1?")["input_ids"]), tok.eos_token)
+"""
+RESAVE_TOKENIZER = "import sys\nfrom transformers import AutoTokenizer\nAutoTokenizer.from_pretrained(sys.argv[1]).save_pretrained(sys.argv[2])\n"
+
+
+def tokenizer_step(out: Path, base: Path, tf4_python: Path = TF4_PYTHON) -> Step:
+    """Step 3: verl's save of the tokenizer exported as the job script exports it, loaded by
+    transformers 4.51.3 (the bfcl image's handler's first call)."""
+    import shlex
+
+    from fp8rl.adapters.verl_checkpoint import HF_SUBDIR, export
+
+    if not Path(tf4_python).is_file():
+        return Step("tokenizer", True, f"no {tf4_python} (make build/tf4-venv)", skipped=True)
+    script = (out / SCRIPT_FILE).read_text()
+    m = TOKENIZER_RE.search(script)
+    tokenizer = Path(shlex.split(m[1])[0]) if m else None
+    work = out / "rehearsal_export"
+    shutil.rmtree(work, ignore_errors=True)
+    hf = work / "actor" / HF_SUBDIR
+    subprocess.run([sys.executable, "-c", RESAVE_TOKENIZER, str(base), str(hf)], check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+    shutil.copyfile(Path(base) / "config.json", hf / "config.json")
+    (hf / "model.safetensors").write_bytes(b"")  # the weights are not what this step reads
+    target = export(work / "actor", work / "checkpoint", tokenizer=tokenizer)
+    res = subprocess.run([str(tf4_python), "-c", LOAD_TOKENIZER, str(target)], capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    how = f"--tokenizer {tokenizer}" if tokenizer else "no --tokenizer in the job script"
+    if res.returncode != 0:
+        return Step(
+            "tokenizer",
+            False,
+            f"transformers 4.51.3 cannot load the export ({how}):\n{res.stderr[-TAIL_CHARS:]}",
+        )
+    return Step("tokenizer", True, f"the export ({how}) loads in transformers 4.51.3 with its chat template")

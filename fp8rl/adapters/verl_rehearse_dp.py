@@ -165,11 +165,16 @@ def main(rank: int, world: int, init_file: str, case_path: str, out_path: str) -
         from types import SimpleNamespace
 
         from omegaconf import OmegaConf
+        from verl.utils import seqlen_balancing
         from verl.utils import tensordict_utils as tu
         from verl.workers.engine_workers import TrainingWorker
         from verl.workers.utils.losses import ppo_loss
 
         import fp8rl.adapters.verl_loss  # noqa: F401  (registers the losses, wraps TrainingWorker)
+
+        # verl has no CPU platform (it falls back to CUDA's): the micro-batch count `use_dynamic_bsz`
+        # agrees on over the DP group is all-reduced on the CPU here, as gloo needs
+        seqlen_balancing.get_device_name = lambda: "cpu"
 
         actor = {**ACTOR_DEFAULTS, **case.get("actor", {})}
         config = OmegaConf.create(

@@ -146,9 +146,13 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
             data=Path(args.data) if args.data else None, extra_overrides=args.override,
             timeout_s=args.timeout,
         )  # fmt: skip
-        failed += not result.reached_gpu
+        failed += not result.ok
         print(result.line(), flush=True)
-    print(f"{len(specs) - failed} of {len(specs)} jobs reached their first GPU point ({work})", flush=True)
+    print(
+        f"{len(specs) - failed} of {len(specs)} jobs reached their first GPU point and passed the steps "
+        f"after it ({work})",
+        flush=True,
+    )
     return 1 if failed else 0
 
 
@@ -194,8 +198,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run each job type's real job script on this CPU machine up to its first GPU point",
         description="Each job type of the config (one run per algorithm, variant and granularity, and per model; "
         "or the --run ids): the job script `fp8rl verl train` writes, run with this interpreter "
-        "(verl and ray importable) up to where verl first asks for GPUs. Exit 1 when a job stops "
-        "before that point.",
+        "(verl and ray importable) up to where verl first asks for GPUs, then on CPU what follows a "
+        "step's GPU work (verl's actor update over two gloo ranks, its metrics through verl's file logger "
+        "and the import, the export's tokenizer in transformers 4.51.3), each step passed or failed. "
+        "Exit 1 when a job stops before that point or a step after it fails.",
         doc=__doc__,
     )
     add_config_args(p)

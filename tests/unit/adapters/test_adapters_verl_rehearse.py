@@ -113,6 +113,29 @@ def test_fp8rl_verl_rehearse_takes_a_paper_job_to_its_first_gpu_point(tmp_path, 
     log = (tmp_path / CALIB_TIS.run_id.replace("/", "-") / "rehearsal.log").read_text()
     assert "preflight: ok" in log and "Started a local Ray instance" in log
     assert "train and validate dataloader initialized" in log
+    for step in ("dp_update", "import_metrics", "tokenizer"):
+        assert f"after the GPU point, {step}: passed" in out, out
+    assert "on 2 gloo ranks (the job's DP: 4), 2 mini-batches of 128 sequences per rank" in out
+
+
+def test_past_the_marker_a_calibrated_paper_jobs_update_gathers_its_metrics_over_dp_ranks(
+    tmp_path, verl_site
+):
+    """The rehearsal's DP step with the 32B calibrated job's own overrides and loss spec: verl's update on
+    two gloo ranks, its metrics through verl's FileLogger and the import. Before the fix the loss raised
+    on `calib/floor_binds` (a metric the calibration logs when low_range's floor holds its bound up, which
+    the verl loss's fixed key set did not list) in the first micro-batch, and the import dropped it."""
+    from fp8rl.adapters.verl_rehearse import after_marker, stand_in_model
+
+    cfg = load_config(PAPER, ["containers.mode=none"])
+    base = stand_in_model(tmp_path / "base", "qwen2")
+    argv = _trainer_argv(tmp_path, cfg, CALIB_TIS, {})  # writes the run's files under tmp_path/run
+    assert "actor_rollout_ref.actor.use_dynamic_bsz=true" in argv
+    steps = {s.name: s for s in after_marker(tmp_path / "run", base)}
+    assert steps["dp_update"].ok, steps["dp_update"].detail
+    assert steps["import_metrics"].ok, steps["import_metrics"].detail
+    rows = [json.loads(line) for line in (tmp_path / "run" / "rehearsal_import" / "metrics.jsonl").open()]
+    assert {"calib/floor_binds", "calib/low", "clip/low_neg", "clip/high_pos"} <= set(rows[0])
 
 
 def test_a_runtime_env_defect_fails_the_rehearsal(tmp_path, verl_site, monkeypatch):

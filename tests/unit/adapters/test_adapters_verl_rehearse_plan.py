@@ -12,6 +12,7 @@ from fp8rl.adapters import preflight
 from fp8rl.adapters.verl_overrides import VerlPaths, verl_overrides
 from fp8rl.adapters.verl_rehearse import job_types
 from fp8rl.cli import main
+from fp8rl.config.runs import RunSpec
 from fp8rl.config_loader import load_config
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -61,3 +62,33 @@ def test_the_hook_is_inert_unless_rehearsing():
         out = subprocess.run([sys.executable, "-c", code], env={"FP8RL_REHEARSAL": value, "PATH": ""},
                              capture_output=True, text=True, cwd=ROOT, check=True).stdout  # fmt: skip
         assert out.strip() == want
+
+
+def test_a_step_past_the_marker_that_fails_fails_the_rehearsal(tmp_path):
+    from fp8rl.adapters.verl_rehearse import Rehearsal, Step
+
+    passed = Step("dp_update", True, "2 ranks")
+    failed = Step("tokenizer", False, "'list' object has no attribute 'keys'")
+    ok = Rehearsal("r", True, "T", 8, 0, tmp_path / "log", (passed,))
+    bad = Rehearsal("r", True, "T", 8, 0, tmp_path / "log", (passed, failed))
+    assert ok.ok and not bad.ok
+    assert "after the GPU point, dp_update: passed (2 ranks)" in bad.line()
+    assert "after the GPU point, tokenizer: FAILED ('list' object" in bad.line()
+    assert not Rehearsal("r", False, None, None, 1, tmp_path / "log").ok
+
+
+def test_the_dp_step_takes_the_jobs_batch_shape_from_its_overrides():
+    """The 32B job: 4 nodes x 8 GPUs over TP 8 is DP 4; a mini-batch of 32 prompts x 16 responses is 128
+    sequences per rank; dynamic batch size with the token budget scaled as the response length."""
+    from fp8rl.adapters.verl_rehearse import LENGTH_SCALE, dp_case
+
+    cfg = load_config(ROOT / "config" / "paper.yaml")
+    spec = RunSpec.parse("dapo/qwen2.5-32b/fp8_tis_calib/blockwise/seed0")
+    overrides = dict(o.split("=", 1) for o in verl_overrides(cfg, spec, PATHS))
+    case, dp = dp_case(overrides)
+    assert dp == 4 and case["mini"] == 128 and case["micro"] is None
+    assert case["loss"] == "calibrated_clip"
+    assert case["actor"]["use_dynamic_bsz"] is True
+    assert case["actor"]["max_token_len_per_gpu"] == 45056 // LENGTH_SCALE
+    assert case["groups"]["max_len"] == 20480 // LENGTH_SCALE and case["groups"]["n"] == 16
+    assert case["actor"]["clip_ratio_c"] == 10.0
