@@ -22,6 +22,7 @@ import math
 import os
 import shutil
 import tempfile
+import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,18 +76,28 @@ def runs_table(runset: RunSet) -> pd.DataFrame:
     return runs[CONDITION_RUN_COLUMNS if has_conditions(runs) else RUN_COLUMNS]
 
 
+def _visible(text: str) -> str:
+    """`text` with each control or format character (an ANSI colour code, a NUL, a zero-width or
+    bidirectional mark) written as its Python escape, `\\x1b`: a table shows what the file held."""
+    return "".join(
+        c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) in ("Cc", "Cf") else c
+        for c in text
+    )
+
+
 def markdown_cells(frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` with its text cells safe in a Markdown table (a run's reason is free text, an exception's
-    message): line breaks as spaces, `|` escaped, `&`, `<` and `>` as HTML entities."""
+    """`frame` with its text cells and column names safe in a Markdown table (a run's reason is free
+    text, an exception's message; an eval column is named after a task): line breaks as spaces, other
+    control characters escaped (`_visible`), `|` escaped, `&`, `<` and `>` as HTML entities."""
 
     def cell(v):
         return (
-            html.escape(" ".join(v.splitlines()), quote=False).replace("|", "\\|")
+            html.escape(_visible(" ".join(v.splitlines())), quote=False).replace("|", "\\|")
             if isinstance(v, str)
             else v
         )
 
-    return frame.map(cell)
+    return frame.map(cell).rename(columns=cell)
 
 
 DEVIATION_NOTES = [

@@ -28,3 +28,14 @@ def test_a_reason_with_line_breaks_pipes_and_html_is_one_escaped_cell(tmp_path):
     assert "RuntimeError: boom at step 3 \\| rank 0 &lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in row
     assert "<script>" not in md
     assert runs.set_index("run_id").loc[FAILED, "reason"] == REASON  # the CSV keeps the text as it is
+
+
+def test_control_characters_in_a_cell_or_a_column_name_are_shown_escaped():
+    """An ANSI colour code, a NUL or a bidirectional mark in a reason or an eval column named after a task
+    reached the Markdown table raw (a terminal ran the colour code, a viewer reordered the row)."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"arith\x1b[31m_mc/acc": ["RuntimeError: \x1b[31mred\x00\u202eevil"], "n": [3]})
+    md = to_markdown("t", markdown_cells(frame))
+    assert "arith\\x1b[31m_mc/acc" in md and "RuntimeError: \\x1b[31mred\\x00\\u202eevil" in md
+    assert not [c for c in md if c != "\n" and (ord(c) < 32 or c == "\u202e")]
