@@ -133,6 +133,13 @@ def test_finish_run_without_a_log_is_failed(tmp_path):
     assert summary == expected
 
 
+def _base(tmp_path: Path) -> Path:
+    """An existing base folder that holds no model: verl gets the model's hf_id."""
+    d = tmp_path / "b"
+    d.mkdir(exist_ok=True)
+    return d
+
+
 def _data(tmp_path: Path) -> Path:
     d = tmp_path / "data"
     d.mkdir()
@@ -150,7 +157,7 @@ def test_cli_train_dry_run_with_run_reference(tmp_path, capsys):
     )
     out = tmp_path / "run"
     rc = main(["verl", "train", "--config", str(PAPER), "--set", "calib.reference=run",
-               "--run", "dapo/qwen2.5-32b/fp8_calib/blockwise/seed0", "--base", str(tmp_path / "nobase"),
+               "--run", "dapo/qwen2.5-32b/fp8_calib/blockwise/seed0", "--base", str(_base(tmp_path)),
                "--data", str(_data(tmp_path)), "--out", str(out), "--reference", str(ref), "--dry-run"])  # fmt: skip
     assert rc == 0
     spec = json.loads((out / "verl_loss.json").read_text())
@@ -169,7 +176,7 @@ def test_cli_errors_exit_2(tmp_path, capsys):
         "--config",
         str(PAPER),
         "--base",
-        "b",
+        str(_base(tmp_path)),
         "--data",
         str(_data(tmp_path)),
         "--out",
@@ -238,7 +245,7 @@ def test_cli_train_runs_the_job_script_and_imports(tmp_path, monkeypatch, steps,
     monkeypatch.setenv("FAKE_RC", str(rc))
     out = tmp_path / "run"
     code = main(["verl", "train", "--config", str(PAPER), "--set", "schedule.steps=12", "--set", f"containers.mode={mode}",
-                 "--run", "grpo/qwen3-8b/fp8_tis/tensorwise/seed1", "--base", str(tmp_path / "b"),
+                 "--run", "grpo/qwen3-8b/fp8_tis/tensorwise/seed1", "--base", str(_base(tmp_path)),
                  "--data", str(_data(tmp_path)), "--out", str(out), "--no-progress"])  # fmt: skip
     assert code == exit_code
     summary = json.loads((out / "summary.json").read_text())
@@ -271,7 +278,7 @@ def test_a_run_that_fails_for_good_records_failed_and_exits_0(tmp_path, monkeypa
     monkeypatch.setenv("FAKE_RC", "1")
     out = tmp_path / "run"
     args = ["verl", "train", "--config", str(PAPER), "--set", "schedule.steps=12", "--set", "containers.mode=none",
-            "--run", "grpo/qwen3-8b/fp8_tis/tensorwise/seed1", "--base", str(tmp_path / "b"),
+            "--run", "grpo/qwen3-8b/fp8_tis/tensorwise/seed1", "--base", str(_base(tmp_path)),
             "--data", str(_data(tmp_path)), "--out", str(out), "--no-progress", "--on-failure", on_failure]  # fmt: skip
     codes = [main(args)]
     if on_failure == "raise":
@@ -292,7 +299,7 @@ def test_cli_train_refuses_a_run_directory_another_process_holds(tmp_path, capsy
     try:
         assert holder.stdout.readline().strip() == "held"
         code = main(["verl", "train", "--config", str(PAPER), "--run", "grpo/qwen3-8b/fp8_tis/tensorwise/seed1",
-                     "--base", str(tmp_path / "b"), "--data", str(_data(tmp_path)), "--out", str(out), "--dry-run"])  # fmt: skip
+                     "--base", str(_base(tmp_path)), "--data", str(_data(tmp_path)), "--out", str(out), "--dry-run"])  # fmt: skip
         assert code == 2
         assert f"pid {holder.pid} on host" in capsys.readouterr().err
         assert sorted(p.name for p in out.iterdir()) == ["run.lock"]  # no verl file written
