@@ -47,7 +47,7 @@ from typing import Any
 import torch
 from verl.trainer.ppo.core_algos import register_policy_loss
 
-from fp8rl.adapters import verl_update
+from fp8rl.adapters import verl_acc, verl_update
 from fp8rl.adapters.verl_launch import DIVERGENCE_FILE
 from fp8rl.config import CalibConfig
 from fp8rl.rl import LOG_RATIO_CLAMP, ClipBounds, LossTerms, policy_loss, ratio_quantiles
@@ -446,6 +446,7 @@ calibrated_clip_loss = _verl_policy_loss(
 
 verl_update.PREPARE["calibrated_clip"] = update_bounds
 verl_update.install()
+verl_acc.install()  # the step's acc/mean, in the trainer's process
 
 
 from fp8rl.adapters import verl_icepop  # noqa: E402,F401  (registers fp8rl_icepop_adaptive)

@@ -16,6 +16,7 @@ IN_VERL_ENV = os.environ.get("FP8RL_VERL_ENV") == "1"
 VERL_TESTS = [
     "test_adapters_verl_loss.py",
     "test_adapters_verl_dp.py",
+    "test_adapters_verl_acc.py",
     "test_adapters_verl_logs.py",
     "test_adapters_verl_compose.py",
     "test_adapters_verl_plugin.py",
