@@ -22,7 +22,6 @@ import math
 import os
 import shutil
 import tempfile
-import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,7 +40,7 @@ from fp8rl.report.endpoints import FLOAT_FORMAT, endpoints_table, endpoints_view
 from fp8rl.report.endpoints import notes as endpoint_notes
 from fp8rl.report.explainer import MECHANISM
 from fp8rl.report.figures import CAPTIONS
-from fp8rl.report.html import render_html
+from fp8rl.report.html import render_html, visible
 from fp8rl.report.load import STATUSES, RunSet, load_tier
 from fp8rl.report.markdown import (
     COMPARISON_NOTES,
@@ -76,23 +75,14 @@ def runs_table(runset: RunSet) -> pd.DataFrame:
     return runs[CONDITION_RUN_COLUMNS if has_conditions(runs) else RUN_COLUMNS]
 
 
-def _visible(text: str) -> str:
-    """`text` with each control or format character (an ANSI colour code, a NUL, a zero-width or
-    bidirectional mark) written as its Python escape, `\\x1b`: a table shows what the file held."""
-    return "".join(
-        c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) in ("Cc", "Cf") else c
-        for c in text
-    )
-
-
 def markdown_cells(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` with its text cells and column names safe in a Markdown table (a run's reason is free
     text, an exception's message; an eval column is named after a task): line breaks as spaces, other
-    control characters escaped (`_visible`), `|` escaped, `&`, `<` and `>` as HTML entities."""
+    control characters escaped (`html.visible`), `|` escaped, `&`, `<` and `>` as HTML entities."""
 
     def cell(v):
         return (
-            html.escape(_visible(" ".join(v.splitlines())), quote=False).replace("|", "\\|")
+            html.escape(visible(" ".join(v.splitlines())), quote=False).replace("|", "\\|")
             if isinstance(v, str)
             else v
         )

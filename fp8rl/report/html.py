@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import unicodedata
 from pathlib import Path
 
 import pandas as pd
@@ -48,9 +49,24 @@ def problems_heading(count: int) -> str:
     return f"<h2>Data problems ({count})</h2>"
 
 
+def visible(text: str) -> str:
+    """`text` with each control or format character (an ANSI colour code, a NUL, a zero-width or
+    bidirectional mark) written as its Python escape, `\\x1b`: a table shows what the file held."""
+    return "".join(
+        c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) in ("Cc", "Cf") else c
+        for c in text
+    )
+
+
 def _table(frame: pd.DataFrame) -> str:
     if frame.empty:
         return "<p><em>no rows</em></p>"
+
+    def shown(v):
+        return visible(v) if isinstance(v, str) else v
+
+    text = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]
+    frame = frame.assign(**{str(c): frame[c].map(shown) for c in text}).rename(columns=shown)
     return frame.to_html(index=False, border=0, na_rep="", escape=True)
 
 

@@ -35,7 +35,12 @@ def test_control_characters_in_a_cell_or_a_column_name_are_shown_escaped():
     reached the Markdown table raw (a terminal ran the colour code, a viewer reordered the row)."""
     import pandas as pd
 
+    from fp8rl.report.html import _table
+
     frame = pd.DataFrame({"arith\x1b[31m_mc/acc": ["RuntimeError: \x1b[31mred\x00\u202eevil"], "n": [3]})
     md = to_markdown("t", markdown_cells(frame))
     assert "arith\\x1b[31m_mc/acc" in md and "RuntimeError: \\x1b[31mred\\x00\\u202eevil" in md
     assert not [c for c in md if c != "\n" and (ord(c) < 32 or c == "\u202e")]
+    page = _table(frame)  # report.html's tables likewise
+    assert "arith\\x1b[31m_mc/acc" in page and "\\x00\\u202eevil" in page
+    assert not [c for c in page if c != "\n" and (ord(c) < 32 or c == "\u202e")]
