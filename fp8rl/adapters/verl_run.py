@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from fp8rl.adapters.hub import read_record
@@ -37,6 +38,7 @@ from fp8rl.adapters.verl_launch import DIVERGENCE_FILE, LOG_DIR, LOG_GLOB, OVERR
 from fp8rl.adapters.verl_metrics import import_logs, import_rows, read_attempt_logs, run_status
 from fp8rl.adapters.verl_model import AdapterError
 from fp8rl.adapters.verl_overrides import VerlPaths, deviations, loss_spec, verl_overrides
+from fp8rl.adapters.verl_sizing import chain_problem, measured_step_minutes
 from fp8rl.calibration_targets import reference_targets_by_step
 from fp8rl.config import ExperimentConfig
 from fp8rl.config.runs import RunSpec
@@ -275,4 +277,8 @@ def finish_run(
     )  # fmt: skip
     run.write_summary(summary)
     record_outcome(run.root, summary)
+    measured = measured_step_minutes(raw)
+    problem = chain_problem(cfg, cfg.model(spec.model), measured) if measured else None
+    if problem and summary["status"] == "failed":  # an attempt that ran out of time: retries may not reach
+        print(f"{spec.run_id}: {problem}", file=sys.stderr)
     return summary

@@ -13,7 +13,11 @@ chain finish:
   keeps the most steps per job (`steps_per_job`), the shortest of those (a job that runs slower than
   `step_minutes` then loses the fewest), at most `schedule.checkpoint_every`.
 - **Enough attempts.** `attempts_needed`: the steps over what one job keeps; `resources.train.retries` must
-  allow them (checked by `sizing_problems` when the model states `step_minutes`).
+  allow them (checked by `sizing_problems` when the model states `step_minutes`). `step_minutes` is an
+  estimate; after every job `fp8rl verl train` re-sizes the chain from the step times verl measured
+  (`measured_step_minutes`: the median of `timing_s/step` over the run's attempts) at the job's real
+  save cadence and says, on stderr and in the Slurm log, when `retries` no longer cover it
+  (`chain_problem`), while the run has attempts left to raise them.
 - **Ray's CPUs.** Before its first step verl reserves Ray CPUs on the head node: its task runner (1) and
   TransferQueue's controller and storage units (1 + 8), and 3 per GPU for its worker pool
   (`ResourcePoolManager`'s bundles); a job whose `resources.train.threads` is below `ray_cpus_needed`
@@ -30,6 +34,8 @@ The job script still tells verl the job's end and the overrides set `trainer.esi
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Iterable
 
 from fp8rl.adapters.verl_model import params_billions
 from fp8rl.config import ExperimentConfig, ModelConfig
@@ -37,6 +43,7 @@ from fp8rl.config import ExperimentConfig, ModelConfig
 STARTUP_MINUTES = 20  # Ray start, model load and resume, vLLM start (estimate, 8B-32B)
 CKPT_WRITE_GBPS = 1.0  # sustained write per run to the shared filesystem, GB/s (a conservative Lustre share)
 ESI_FIXED_MARGIN_S = 600  # beyond the checkpoint write: the export and slack
+STEP_TIMING = "timing_s/step"  # verl's wall time of one training step (the v1 trainer's `step` timer)
 MAX_CKPTS = 2  # resume point + one spare (trainer.max_actor_ckpt_to_keep)
 RAY_CPUS_FIXED = 10  # verl's task runner, TransferQueue's controller and its 8 storage units (1 CPU each)
 RAY_CPUS_PER_GPU = 3  # verl's ResourcePoolManager: a bundle of {"CPU": 3, "GPU": 1} per GPU
@@ -97,6 +104,46 @@ def attempts_needed(cfg: ExperimentConfig, model: ModelConfig) -> int | None:
     if kept <= 0:
         return math.inf  # type: ignore[return-value]
     return math.ceil(cfg.schedule.steps / kept)
+
+
+def measured_step_minutes(raw: Iterable[dict]) -> float | None:
+    """The median of verl's measured step times (`STEP_TIMING`, seconds) in `raw` (verl's file-logger
+    rows, `{"step", "data"}`), in minutes; None without one."""
+    seconds = []
+    for row in raw:
+        value = (row.get("data") or {}).get(STEP_TIMING) if isinstance(row, dict) else None
+        if (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value > 0
+        ):
+            seconds.append(float(value))
+    return statistics.median(seconds) / 60 if seconds else None
+
+
+def chain_problem(cfg: ExperimentConfig, model: ModelConfig, step_minutes: float) -> str | None:
+    """What to change when steps of `step_minutes` (measured) make a run of `model` need more jobs than
+    `resources.train.retries` allow, at the cadence the jobs save with (`save_every` of the configured
+    `step_minutes`); None when they still suffice."""
+    retries = cfg.resources_for("train").retries
+    every = save_every(cfg, model)
+    kept = steps_per_job(cfg, model.model_copy(update={"step_minutes": step_minutes}), every)
+    need = math.inf if kept <= 0 else math.ceil(cfg.schedule.steps / kept)
+    if need <= retries + 1:
+        return None
+    planned = "" if model.step_minutes is None else f" (planned {model.step_minutes:g})"
+    if need == math.inf:
+        return (
+            f"measured {step_minutes:.1f}-minute steps{planned}: a job of {cfg.resources_for('train').runtime} "
+            f"minutes keeps no save every {every} steps; raise resources.train.runtime"
+        )
+    return (
+        f"measured {step_minutes:.1f}-minute steps{planned}: {kept} steps kept per job, so a {model.name} run "
+        f"needs {need} jobs for {cfg.schedule.steps} steps, but resources.train.retries {retries} allow "
+        f"{retries + 1}; set retries >= {need - 1} (or models[].step_minutes: {math.ceil(step_minutes)}) "
+        "before its attempts run out"
+    )
 
 
 def ray_cpus_needed(model: ModelConfig) -> int:

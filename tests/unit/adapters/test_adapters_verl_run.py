@@ -376,3 +376,41 @@ echo 2 > {tmp_path}/verl_checkpoints/latest_checkpointed_iteration.txt; exit 1 ;
         and "global_step_2/actor" in calls[-1]
     )
     assert (tmp_path / "verl_checkpoints" / "global_step_2").is_dir()
+
+
+@pytest.mark.parametrize(("seconds", "warned"), [(5400.0, False), (6300.0, True)])
+def test_a_job_slower_than_planned_says_when_the_retries_no_longer_cover_the_chain(
+    tmp_path, capsys, seconds, warned
+):
+    """A Qwen2.5-32B job killed at its time limit after three steps that verl timed (`timing_s/step`):
+    at the planned 90 minutes 7 steps a job keep the chain within its 81 jobs; at 105 minutes 6 do,
+    84 jobs, and the job's log says to raise retries to 83 while the run has attempts left."""
+    from fp8rl.adapters.verl_sizing import measured_step_minutes
+
+    cfg = load_config(PAPER)
+    spec = RunSpec.parse("grpo/qwen2.5-32b/bf16/none/seed0")
+    out = tmp_path / "run"
+    out.mkdir()
+    rows = [{"step": s, "data": {"actor/entropy": 0.8, "timing_s/step": seconds}} for s in (1, 2, 3)]
+    _attempt(out, 1, rows)
+    assert measured_step_minutes(rows) == pytest.approx(seconds / 60)
+    summary = finish_run(cfg, spec, out, exit_code=1)
+    assert summary["status"] == "failed"
+    err = capsys.readouterr().err
+    if warned:
+        assert "measured 105.0-minute steps (planned 90): 6 steps kept per job" in err
+        assert (
+            "needs 84 jobs for 500 steps, but resources.train.retries 80 allow 81; set retries >= 83" in err
+        )
+    else:
+        assert "measured" not in err
+
+
+def test_measured_step_minutes_is_the_median_of_verls_step_timings():
+    from fp8rl.adapters.verl_sizing import measured_step_minutes
+
+    rows = [{"step": 1, "data": {"timing_s/step": 600.0}}, {"step": 2, "data": {"timing_s/step": 6000}},
+            {"step": 3, "data": {"timing_s/step": 1200.0}}, {"step": 4, "data": {"timing_s/step": None}},
+            {"step": 5, "data": {"timing_s/step": True}}, {"step": 6, "data": {}}]  # fmt: skip
+    assert measured_step_minutes(rows) == pytest.approx(20.0)
+    assert measured_step_minutes([{"step": 1, "data": {}}]) is None
