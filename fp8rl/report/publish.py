@@ -21,8 +21,9 @@ tier's `report.lock` is held throughout, so no report is rebuilt under the copy.
 (`check_destination`): publishing replaces it whole.
 
 `verify_publication` checks a publication against its own `report.json` (every hashed file unchanged,
-no file added, and report.json's own recorded fields as the hashed report.html gives them); `fp8rl
-quotes` and `fp8rl check` run it before they read one.
+no file added, report.json's own recorded fields as the hashed report.html gives them, and the fields
+provenance.json copies from report.json as report.json has them); `fp8rl quotes` and `fp8rl check`
+run it before they read one.
 """
 
 from __future__ import annotations
@@ -157,6 +158,8 @@ def verify_publication(root: str | Path, *, publication: bool = True) -> dict:
         raise PublishError(f"{manifest_path}: {disagreement}; {hint}")
     if not publication:
         return manifest
+    if disagreement := _unlike_provenance(manifest, root / "provenance.json"):
+        raise PublishError(f"{root / 'provenance.json'}: {disagreement}; {hint}")
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
         if (path.is_file() or path.is_symlink()) and rel not in files and rel not in UNHASHED:
@@ -202,6 +205,28 @@ def _unlike_page(manifest: dict, page: Path | None) -> str | None:
             return f"its {field!r} is not what report.html says"
     if "problems" not in expected and "<h2>Data problems (" in text:
         return "its 'problems' is not what report.html says"
+    return None
+
+
+# provenance.json's fields that copy report.json's (the publish may run at a later commit than the report).
+PROVENANCE_COPIES = {"tier": "tier", "config_digest": "config_digest", "status_counts": "status_counts",
+                     "report_generated": "generated"}  # fmt: skip
+
+
+def _unlike_provenance(manifest: dict, path: Path) -> str | None:
+    """What provenance.json (written by the publish, hashed by nothing) says against report.json in the
+    fields it copies from it (PROVENANCE_COPIES); None when they agree or a publication has none."""
+    if not path.exists():
+        return None
+    try:
+        prov = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return f"unreadable ({exc})"
+    if not isinstance(prov, dict):
+        return "not a JSON object"
+    for key, field in PROVENANCE_COPIES.items():
+        if prov.get(key) != manifest.get(field):
+            return f"its {key!r} is not report.json's {field!r}"
     return None
 
 

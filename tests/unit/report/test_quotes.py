@@ -104,11 +104,14 @@ def test_the_repository_quotes_match_the_published_tables():
     assert stale_blocks(REPO, REPO / "results" / "published") == []
 
 
+def _edit_json(path: Path, **fields) -> None:
+    path.write_text(json.dumps(json.loads(path.read_text()) | fields))
+
+
 def _edit_manifest(tier: Path, **fields) -> None:
     """report.json with `fields` replaced: it holds no hash of itself, so only its agreement with the
     hashed page can catch the edit."""
-    manifest = tier / "report.json"
-    manifest.write_text(json.dumps(json.loads(manifest.read_text()) | fields))
+    _edit_json(tier / "report.json", **fields)
 
 
 @pytest.mark.parametrize(
@@ -123,6 +126,8 @@ def _edit_manifest(tier: Path, **fields) -> None:
          "report.json: its 'status_counts' is not what report.html says"),
         (lambda t: _edit_manifest(t, problems=["planted"]), "report.json: its 'problems' is not"),
         (lambda t: _edit_manifest(t, numerics="fast"), "report.json: its fields cannot be checked"),
+        (lambda t: _edit_json(t / "provenance.json", status_counts={"ok": 99}),
+         "provenance.json: its 'status_counts' is not report.json's"),
     ],
 )  # fmt: skip
 def test_a_publication_edited_since_it_was_published_is_refused(tmp_path, capsys, change, named):
