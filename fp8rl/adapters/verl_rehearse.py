@@ -27,7 +27,8 @@ reported passed or failed (`Step`):
 1. `dp_update`: verl's own actor update (`TrainingWorker.train_mini_batch` → `ppo_loss` → the job's
    policy loss → `Metric` → the all-gather over the DP group → `Metric.aggregate_dp`) on `DP_RANKS`
    gloo ranks (fp8rl.adapters.verl_rehearse_dp), with the job's clip ratios, loss aggregation, dynamic
-   batch size and loss spec (`FP8RL_VERL_LOSS`), on GRPO groups of the job's `rollout.n` and
+   batch size, loss spec (`FP8RL_VERL_LOSS`) and, in a TIS cell, truncated importance weights
+   (`rollout_is_weights`, the job's threshold), on GRPO groups of the job's `rollout.n` and
    per-rank mini-batch, sequence lengths and token budget scaled down by `LENGTH_SCALE` (the number of
    sequences per micro-batch stays the paper's). Its first `DP_MINI_BATCHES` mini-batches of a step.
 2. `import_metrics`: that update's metrics as verl's v1 trainer logs them (`actor/` prefix,
@@ -326,6 +327,10 @@ def dp_case(overrides: dict[str, str]) -> tuple[dict, int]:
         },
         "groups": {"prompts": per_rank * DP_MINI_BATCHES, "n": n, "max_len": max_len, "seed": 0},
     }
+    if overrides.get("algorithm.rollout_correction.rollout_is") == "token":  # TIS: the loss gets weights
+        case["groups"]["rollout_is_threshold"] = float(
+            overrides["algorithm.rollout_correction.rollout_is_threshold"]
+        )
     return case, dp
 
 
@@ -348,7 +353,9 @@ def dp_update_step(
     what = (
         f"{case['loss']} on {DP_RANKS} gloo ranks (the job's DP: {dp}), {DP_MINI_BATCHES} mini-batches of "
         f"{case['mini']} sequences per rank, groups of {case['groups']['n']}, up to "
-        f"{case['groups']['max_len']} tokens, {len(metrics[0])} metrics gathered ({', '.join(logged[:4])}, ...)"
+        f"{case['groups']['max_len']} tokens"
+        + (", TIS weights" if case["groups"].get("rollout_is_threshold") else "")
+        + f", {len(metrics[0])} metrics gathered ({', '.join(logged[:4])}, ...)"
     )
     return Step("dp_update", True, what), results[0]["metrics"]
 

@@ -131,7 +131,9 @@ def group_batch(rank: int, groups: dict) -> dict:
     """One rank's share of a rollout as GRPO leaves it: `groups["prompts"]` groups of `groups["n"]`
     responses of 1 to `groups["max_len"]` tokens; each group's reward rate drawn from {0, 1, a value
     in between} (a third all wrong or all right: advantages all 0), advantages the group-normalized
-    binary rewards; the policy's log-probs the rollout's plus noise (`groups["noise"]`)."""
+    binary rewards; the policy's log-probs the rollout's plus noise (`groups["noise"]`); with
+    `groups["rollout_is_threshold"]` also the truncated importance weights verl's token-level TIS hands
+    the loss (`rollout_is_weights`: exp(old - rollout log-prob), at most the threshold)."""
     import torch
 
     g = torch.Generator().manual_seed(1000 * groups.get("seed", 0) + rank)
@@ -145,12 +147,16 @@ def group_batch(rank: int, groups: dict) -> dict:
         r = (torch.rand(n, generator=g) < rate).float()
         adv.append((r - r.mean()) / (r.std() + 1e-6))
     old = -torch.rand(b, t, generator=g) * 2.0
-    return {
+    out = {
         "old_log_probs": old,
         "new_log_probs": old + groups.get("noise", 0.3) * torch.randn(b, t, generator=g),
         "response_mask": mask,
         "advantages": torch.cat(adv)[:, None].expand(b, t).contiguous(),
     }
+    if groups.get("rollout_is_threshold") is not None:  # verl's token-level TIS weights, truncated
+        rollout = old + groups.get("noise", 0.3) * torch.randn(b, t, generator=g)
+        out["rollout_is_weights"] = torch.exp(old - rollout).clamp(max=groups["rollout_is_threshold"]) * mask
+    return out
 
 
 def main(rank: int, world: int, init_file: str, case_path: str, out_path: str) -> None:
@@ -219,6 +225,11 @@ def main(rank: int, world: int, init_file: str, case_path: str, out_path: str) -
                 "old_log_probs": tensors["old_log_probs"],
                 "new_log_probs": tensors["new_log_probs"],
                 "advantages": tensors["advantages"],
+                **(
+                    {"rollout_is_weights": tensors["rollout_is_weights"]}
+                    if "rollout_is_weights" in tensors
+                    else {}
+                ),
             },
             non_tensor_dict={"mini_batch_size": case["mini"] * world, "epochs": 1, "seed": 1},
         )

@@ -133,6 +133,7 @@ def test_past_the_marker_a_calibrated_paper_jobs_update_gathers_its_metrics_over
     assert "actor_rollout_ref.actor.use_dynamic_bsz=true" in argv
     steps = {s.name: s for s in after_marker(tmp_path / "run", base)}
     assert steps["dp_update"].ok, steps["dp_update"].detail
+    assert "TIS weights" in steps["dp_update"].detail  # the loss got verl's rollout_is_weights
     assert steps["import_metrics"].ok, steps["import_metrics"].detail
     rows = [json.loads(line) for line in (tmp_path / "run" / "rehearsal_import" / "metrics.jsonl").open()]
     assert {"calib/floor_binds", "calib/low", "clip/low_neg", "clip/high_pos"} <= set(rows[0])

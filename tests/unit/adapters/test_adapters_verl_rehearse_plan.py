@@ -92,3 +92,8 @@ def test_the_dp_step_takes_the_jobs_batch_shape_from_its_overrides():
     assert case["actor"]["max_token_len_per_gpu"] == 45056 // LENGTH_SCALE
     assert case["groups"]["max_len"] == 20480 // LENGTH_SCALE and case["groups"]["n"] == 16
     assert case["actor"]["clip_ratio_c"] == 10.0
+    assert case["groups"]["rollout_is_threshold"] == 2.0  # TIS: the loss gets verl's truncated weights
+    bf16 = dict(
+        o.split("=", 1) for o in verl_overrides(cfg, RunSpec.parse("grpo/qwen3-8b/bf16/none/seed0"), PATHS)
+    )
+    assert "rollout_is_threshold" not in dp_case(bf16)[0]["groups"]
