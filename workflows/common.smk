@@ -291,8 +291,8 @@ def base_dir_of(model, seed):
 
 def base_model_seed(base):
     """(model, an RL seed) whose base is `base` (`{model}` or `{model}/seed{b}`): the model and base seed b."""
-    model, _, seed = base.partition("/seed")
-    return model, int(seed) if seed else 0
+    model, _, last = base.partition("/")
+    return model, int(last.removeprefix("seed")) if last else 0
 
 
 def heldout_base_targets():

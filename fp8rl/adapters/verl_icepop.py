@@ -22,13 +22,14 @@ from typing import Any
 import torch
 from verl.trainer.ppo.core_algos import register_policy_loss
 
-from fp8rl.adapters import verl_loss
 from fp8rl.rl.corrections.icepop_adaptive import adaptive_icepop_from_ratios
 
 LOSS_NAME = "fp8rl_icepop_adaptive"
 
 
 def _options() -> tuple[tuple[float, float], float]:
+    from fp8rl.adapters import verl_loss  # verl_loss imports this module to register the loss
+
     entry = verl_loss.load_spec().get("icepop_adaptive")
     if not entry:
         raise RuntimeError(
@@ -67,6 +68,8 @@ def fp8rl_icepop_adaptive_loss(
             f"{LOSS_NAME}: verl passed no rollout_is_weights; the run needs algorithm.rollout_correction "
             "rollout_is: token with the untruncating threshold (fp8rl.adapters.verl_corrections)"
         )
+    from fp8rl.adapters import verl_loss
+
     verl_loss.check_finite_inputs(
         log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages,
         rollout_is_weights=rollout_is_weights, response_mask=response_mask,

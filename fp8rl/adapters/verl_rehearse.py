@@ -368,8 +368,7 @@ def import_metrics_step(metrics: dict | None, work: Path) -> Step:
     from verl.utils.py_functional import rename_dict
     from verl.utils.tracking import FileLogger
 
-    from fp8rl.adapters.verl_metrics import PASSTHROUGH
-    from fp8rl.cli import main as cli
+    from fp8rl.adapters.verl_metrics import PASSTHROUGH, import_log
 
     work.mkdir(parents=True, exist_ok=True)
     log, out = work / "verl_file_logger.jsonl", work / "metrics.jsonl"
@@ -386,10 +385,12 @@ def import_metrics_step(metrics: dict | None, work: Path) -> Step:
             os.environ.pop("VERL_FILE_LOGGER_PATH")
         else:
             os.environ["VERL_FILE_LOGGER_PATH"] = previous
-    with contextlib.redirect_stdout(io.StringIO()):
-        rc = cli(["verl", "import-metrics", str(log), "--out", str(out)])
-    if rc != 0 or not out.is_file():
-        return Step("import_metrics", False, f"fp8rl verl import-metrics exited {rc}")
+    try:  # what `fp8rl verl import-metrics` runs (fp8rl.commands.verl.cmd_import_metrics)
+        import_log(log, out)
+    except ValueError as exc:
+        return Step("import_metrics", False, f"fp8rl verl import-metrics refused the log: {exc}")
+    if not out.is_file():
+        return Step("import_metrics", False, "fp8rl verl import-metrics wrote no metrics.jsonl")
     rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     if len(rows) != 1:
         return Step("import_metrics", False, f"{len(rows)} rows imported from one logged step")
