@@ -23,7 +23,7 @@ import pandas as pd
 
 from fp8rl.config import ExperimentConfig
 from fp8rl.report.real_stacks import REAL_BF16_KL
-from fp8rl.vocabulary import MISMATCH_ROLLOUT, MISMATCH_SHADOW, MISMATCH_UNITS, REFERENCE_VARIANT
+from fp8rl.vocabulary import MISMATCH_ROLLOUT, MISMATCH_SHADOW, MISMATCH_UNITS, VARIANT_SPECS
 
 KEY_COLUMNS = ["variant", "granularity", "format", "condition", "noise", "target_kl"]
 USED = ("ok", "diverged")
@@ -64,7 +64,7 @@ def mismatch_table(endpoints: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFra
     """The table (module docstring) from endpoints.csv's frame, in first-seen setting order."""
     used = endpoints[endpoints["status"].isin(USED)].copy()
     used["format"] = [
-        "bf16" if v == REFERENCE_VARIANT else cfg.fp8_for(c or None).format
+        cfg.fp8_for(c or None).format if VARIANT_SPECS[v].fp8 else VARIANT_SPECS[v].precision
         for v, c in zip(used["variant"], used["condition"].fillna(""), strict=True)
     ]
     used["target_kl"] = used["target_kl"].astype(float)

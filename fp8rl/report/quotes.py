@@ -36,7 +36,7 @@ from fp8rl.report.quote_format import (
     void_line,
 )
 from fp8rl.report.quotes_dag import performance_dag, performance_startup
-from fp8rl.report.quotes_heldout import learn_mismatch, learn_secondary
+from fp8rl.report.quotes_heldout import learn_mismatch, learn_secondary, mechanism_mismatch
 from fp8rl.report.quotes_learn import clipping_findings, learn_divergence, learn_findings
 from fp8rl.report.quotes_mechanism import mechanism_excess, mechanism_verdicts
 from fp8rl.report.quotes_numerics import numerics_pins, performance_gemm_paths
@@ -206,6 +206,7 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "learn-findings": learn_findings,
     "learn-mismatch": learn_mismatch,
     "learn-secondary": learn_secondary,
+    "mechanism-mismatch": mechanism_mismatch,
     "real-stacks": real_stacks,
     "clipping-findings": clipping_findings,
     "smoke-unpinned": smoke_unpinned,

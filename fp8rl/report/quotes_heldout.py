@@ -10,6 +10,7 @@ import pandas as pd
 
 from fp8rl.report.quote_format import markdown_table, num, published_table
 from fp8rl.report.real_stacks import REAL_BF16_KL
+from fp8rl.vocabulary import VARIANT_SPECS
 
 REAL_BF16 = f"a healthy real BF16 stack's {REAL_BF16_KL:g}"
 
@@ -22,16 +23,19 @@ def _g(x: float, digits: int = 2) -> str:
 
 
 def _setting(r: dict) -> str:
-    if r["variant"] == "bf16":
-        return "bf16"
+    if not VARIANT_SPECS[r["variant"]].fp8:
+        return r["variant"]
     target = "" if pd.isna(r["target_kl"]) else f", target KL {_g(r['target_kl'])}"
-    return f"{r['variant']} {r['granularity']} {r['format']}, noise {num(r['noise'], 2)}{target}"
+    return f"{r['variant']} {r['granularity']} {r['format']}, noise {num(r['noise'], 2)}{target} ({r['condition']})"
 
 
-def mismatch_quote(published: Path, tier: str) -> str:
-    """A table of every setting of `tier`'s mismatch.csv in the field's units, trainer vs rollout and FP8
-    vs its BF16 shadow, with the KL's growth over the run and its ratio to a real BF16 stack."""
+def mismatch_quote(published: Path, tier: str, variants: tuple[str, ...] | None = None) -> str:
+    """A table of every setting of `tier`'s mismatch.csv (of `variants` only, when given) in the field's
+    units, trainer vs rollout and FP8 vs its BF16 shadow, with the KL's growth over the run and its ratio
+    to a real BF16 stack."""
     table = published_table(published, tier, "mismatch")
+    if variants is not None:
+        table = table[table["variant"].isin(variants)]
     rows = []
     for r in table.to_dict("records"):
         rows.append(
@@ -63,6 +67,12 @@ def mismatch_quote(published: Path, tier: str) -> str:
 
 def learn_mismatch(published: Path) -> str:
     return mismatch_quote(published, "learn")
+
+
+def mechanism_mismatch(published: Path) -> str:
+    """The mechanism tier's plain settings (format × granularity × dose, KV cache on or off; bf16 and
+    fp16 beside them): what each costs in the field's units before any correction."""
+    return mismatch_quote(published, "mechanism", ("bf16", "fp16", "fp8"))
 
 
 def secondary_quote(published: Path, tier: str) -> str:
