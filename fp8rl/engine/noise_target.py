@@ -42,6 +42,7 @@ PROMPTS = 128  # held-out prompts (of test.jsonl), each sampled group_size times
 SEED = 20_260_001  # the sampling generator's seed: the same stream for every candidate scale
 TOLERANCE = 0.1  # stop when |KL - target| <= 10 % of the target
 MAX_STEPS = 12
+TINY_KL = 1e-30
 MIN_SCALE, MAX_SCALE = 1 / 64, 64.0  # fp8.noise_scale's own upper bound
 
 
@@ -90,7 +91,7 @@ def _next_scale(s: float, kl: float, target: float, lo: tuple | None, hi: tuple 
         inside = math.isfinite(t) and math.log(s0) < t < math.log(s1)
         nxt = math.exp(t) if inside else math.sqrt(s0 * s1)
     else:
-        nxt = s * min(8.0, max(1 / 8, math.sqrt(target / max(kl, 1e-30))))
+        nxt = s * min(8.0, max(1 / 8, math.sqrt(target / max(kl, TINY_KL))))
     return min(MAX_SCALE, max(MIN_SCALE, nxt))
 
 
@@ -107,7 +108,7 @@ def find_noise_scale(
     s = 1.0
     for _ in range(MAX_STEPS):
         units = measure(cfg, run.with_noise_scale(s), base_policy, tokenizer, rows)
-        kl = units[f"{ROLLOUT}/kl_k3"]
+        kl = max(units[f"{ROLLOUT}/kl_k3"], TINY_KL)  # an exact 0 (no mismatch at all) has no log
         tried.append({"scale": s, "kl_k3": kl, "units": units})
         if abs(kl - target) <= TOLERANCE * target:
             break
