@@ -19,12 +19,12 @@ when verl imports it (`VERL_USE_EXTERNAL_MODULES`: every process, the trainer's 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import math
 import sys
 from collections.abc import Iterable
 from typing import Any
 
+from fp8rl.adapters.import_patch import patch_class
 from fp8rl.vocabulary import ACC_MEAN
 
 MODULE = "verl.trainer.ppo.v1.trainer_base"
@@ -70,29 +70,6 @@ def wrap(cls: type) -> type:
     return cls
 
 
-class _Finder:
-    """Wraps the trainer class right after `MODULE` executes."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != MODULE:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def patched(module):
-            exec_module(module)
-            wrap(getattr(module, CLASS))
-
-        spec.loader.exec_module = patched
-        return spec
-
-
 def install() -> None:
     """Log `acc/mean` in this process: now if verl's trainer module is loaded, else when it is."""
-    if MODULE in sys.modules:
-        wrap(getattr(sys.modules[MODULE], CLASS))
-    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    patch_class(MODULE, CLASS, wrap)

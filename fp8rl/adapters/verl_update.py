@@ -32,12 +32,12 @@ fp8rl.adapters.verl_loss installs it when verl imports it (every worker), patchi
 from __future__ import annotations
 
 import functools
-import importlib.util
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from fp8rl.adapters.import_patch import patch_class
 
 MODULE = "verl.workers.engine_workers"
 WEIGHTED_SUM = "fp8rl_sum/"  # + metric name: value x population, summed by fold
@@ -149,29 +149,6 @@ def wrap(cls: type) -> type:
     return cls
 
 
-class _Finder:
-    """Wraps the worker class right after `MODULE` executes."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != MODULE:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def patched(module):
-            exec_module(module)
-            wrap(getattr(module, CLASS))
-
-        spec.loader.exec_module = patched
-        return spec
-
-
 def install() -> None:
     """Keep `POSITION` in this process: now if verl's worker module is loaded, else when it is."""
-    if MODULE in sys.modules:
-        wrap(getattr(sys.modules[MODULE], CLASS))
-    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    patch_class(MODULE, CLASS, wrap)
