@@ -28,7 +28,14 @@ from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
 from fp8rl.config.runs import RunSpec, expand_matrix
 from fp8rl.config.study import StudyConfig, check_arms
 from fp8rl.config.training import ScheduleConfig, SFTConfig, StabilityConfig, TaskConfig
-from fp8rl.vocabulary import NO_CONDITION, NUMERICS_MODES, TIERS, VARIANT_SPECS
+from fp8rl.vocabulary import (
+    HELDOUT_METRICS,
+    HELDOUT_TASKS,
+    NO_CONDITION,
+    NUMERICS_MODES,
+    TIERS,
+    VARIANT_SPECS,
+)
 
 # The config sections a training run's result depends on (not the matrix, eval, resources,
 # containers or results_dir).
@@ -151,7 +158,7 @@ class ExperimentConfig(Strict):
                     msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
                     raise ValueError(f"matrix.conditions: {c.name!r}: its calib override: {msg}") from None
         if self.eval.heldout is not None:
-            generated = ("arithmetic", "word_problems")  # fp8rl.engine.heldout.GENERATED_TASKS
+            generated = HELDOUT_TASKS
             if self.backend != "reference" or self.task.name not in generated:
                 raise ValueError(
                     "eval.heldout: the held-out bf16 endpoint needs backend 'reference' and a generated "
@@ -159,7 +166,7 @@ class ExperimentConfig(Strict):
                     f"{self.task.name!r}"
                 )
         if self.study is not None and self.study.endpoint.metric.startswith("heldout/"):
-            allowed = ("heldout/greedy_acc", "heldout/sampled_reward", "heldout/sampled_format")
+            allowed = tuple(f"heldout/{m}" for m in HELDOUT_METRICS)
             if self.eval.heldout is None or self.study.endpoint.metric not in allowed:
                 raise ValueError(
                     f"study.endpoint.metric: {self.study.endpoint.metric!r} is a held-out endpoint: it needs "

@@ -34,10 +34,9 @@ from fp8rl.engine.model import load_hf
 from fp8rl.engine.precision import bf16_emulation
 from fp8rl.engine.sampler import decode_responses, generate
 from fp8rl.engine.tokenizer import encode_prompt, load_tokenizer
+from fp8rl.vocabulary import HELDOUT_TASKS
 
 SPLIT = "heldout"
-# tasks whose prompts come from a generator, so a held-out split can be drawn beside train and test
-GENERATED_TASKS = ("arithmetic", "word_problems")  # the config's eval.heldout check names them too
 BATCH = 256  # prompts per generate call
 
 
@@ -59,10 +58,10 @@ def heldout_rows(cfg: ExperimentConfig, data_dir: str | Path) -> list[dict]:
     if h is None:
         raise ValueError("eval.heldout: not set in this config")
     t = cfg.task
-    if t.name not in GENERATED_TASKS:
+    if t.name not in HELDOUT_TASKS:
         raise ValueError(
             f"eval.heldout: task {t.name!r} has no generator to draw held-out prompts from; "
-            f"allowed: {', '.join(GENERATED_TASKS)}"
+            f"allowed: {', '.join(HELDOUT_TASKS)}"
         )
     taken = {r["prompt"] for split in ("train.jsonl", "test.jsonl") for r in load_split(data_dir, split)}
     gen = word_problems.generate_split if t.name == "word_problems" else tasks.generate_split

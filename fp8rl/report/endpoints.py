@@ -70,6 +70,7 @@ from fp8rl.vocabulary import (
     CLIP_LOW_NEG,
     EVAL_SUITES,
     GIBBERISH_RATE,
+    HELDOUT_METRICS,
     MISMATCH_KL_K3,
     MISMATCH_ROLLOUT,
     MISMATCH_SHADOW,
@@ -113,7 +114,6 @@ MISMATCH_COLUMNS = [
     for window in ("", "_first", "_last", "_median")
     if f"{prefix}_{unit}{window}" != "mismatch_kl_k3"  # the comparison's column, in VALUE_COLUMNS
 ]
-HELDOUT_METRICS = ("greedy_acc", "sampled_reward", "sampled_format")
 HELDOUT_COLUMNS = [f"{kind}_{m}" for kind in ("base_heldout", "heldout_gain") for m in HELDOUT_METRICS]
 COLUMNS = [*ID_COLUMNS, *STATUS_COLUMNS, *WINDOW_COLUMNS, *VALUE_COLUMNS, *MISMATCH_COLUMNS, *HELDOUT_COLUMNS]
 
