@@ -46,6 +46,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"{len(manifest['problems'])} data problem(s), listed in {paths.html}:", file=sys.stderr)
         for line in manifest["problems"][:10]:
             print(f"  {line}", file=sys.stderr)
+    if manifest["notes"]:
+        print(f"{len(manifest['notes'])} data note(s) (benign: zero-width intervals), listed in {paths.html}")
     print(f"tables: {paths.tables_dir}/  plots: {paths.plots_dir}/  report: {paths.html}")
     if cfg.tracking.tensorboard:
         from fp8rl.tracking import tensorboard_command

@@ -33,7 +33,7 @@ from fp8rl.io import atomic_write_json, atomic_write_text, fsync_dir, remove_sta
 from fp8rl.provenance import git_commit
 from fp8rl.report.base_models import NOTES as BASE_NOTES
 from fp8rl.report.base_models import base_model_table, numerics_line, runs_numerics
-from fp8rl.report.comparison import comparison_table, has_conditions, zero_width_problems
+from fp8rl.report.comparison import comparison_table, has_conditions, zero_width_notes
 from fp8rl.report.control import NOTES as CONTROL_NOTES
 from fp8rl.report.control import control_summary, control_table, control_view, never_ran, void_notes
 from fp8rl.report.endpoints import FLOAT_FORMAT, endpoints_table, endpoints_view
@@ -314,7 +314,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     runset = load_tier(cfg, runs_dir)
     keys = eval_keys(runset)
     comparison = comparison_table(runset, cfg.stability.baseline_steps)
-    runset.problems.extend(zero_width_problems(comparison))
+    notes = zero_width_notes(comparison)
     throughput = throughput_table(runset)
     runs = runs_table(runset)
     counts = {s: int((runset.runs["status"] == s).sum()) for s in STATUSES}
@@ -408,6 +408,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
         header=header,
         status_counts=counts,
         problems=runset.problems,
+        notes=notes,
         sections=html_sections(tables),
         plots=captions,
         runs=runs,
@@ -425,6 +426,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
         "numerics": numerics,
         "malformed_lines": int(runset.runs["malformed_lines"].sum()),
         "problems": runset.problems,
+        "notes": notes,
         "eval_scores": keys,
         "control": control_info,
         "mechanism": paths.mechanism,

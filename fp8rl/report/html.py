@@ -1,7 +1,8 @@
 """One self-contained HTML report: tables inline, PNG plots embedded as base64 data URIs.
 
 It opens anywhere (no sibling files, no network): header with tier, config digest and git commit, run
-status counts, data problems (malformed lines, unreadable files), a short explanation of the mechanism
+status counts, data problems (malformed lines, unreadable files) and, apart, benign data notes
+(zero-width intervals), a short explanation of the mechanism
 and of how to read the figures, the comparison and throughput tables
 with their notes, the plots, and the per-run status table.
 """
@@ -49,6 +50,23 @@ def problems_heading(count: int) -> str:
     return f"<h2>Data problems ({count})</h2>"
 
 
+def notes_heading(count: int) -> str:
+    return f"<h2>Data notes ({count})</h2>"
+
+
+NOTES_LEAD = "Benign: the data is sound, but these intervals measure nothing (no spread over the seeds)."
+
+
+def _listing(heading: str, lines: list[str], max_lines: int, lead: str = "") -> str:
+    """`heading`, an optional `lead` paragraph and the first `max_lines` of `lines` as a list."""
+    shown = lines[:max_lines]
+    more = (
+        f"<li>… and {len(lines) - len(shown)} more (see report.json)</li>" if len(lines) > len(shown) else ""
+    )
+    items = "".join(f"<li><code>{html.escape(p)}</code></li>" for p in shown)
+    return f"{heading}{f'<p>{html.escape(lead)}</p>' if lead else ''}<ul>{items}{more}</ul>"
+
+
 def visible(text: str) -> str:
     """`text` with each control or format character (an ANSI colour code, a NUL, a zero-width or
     bidirectional mark) written as its Python escape, `\\x1b`: a table shows what the file held."""
@@ -92,10 +110,12 @@ def render_html(
     explainer: tuple[tuple[str, str], ...] = (),
     max_problems: int = 200,
     banner: str | None = None,
+    notes: list[str] = (),
 ) -> str:
     """The report page; `sections` are (heading, notes, formatted table), `plots` (png path, caption),
     `explainer` (term, text) pairs shown above the tables (fp8rl.report.explainer), `banner` a warning
-    shown under the run counts (a void comparison: fp8rl.report.control)."""
+    shown under the run counts (a void comparison: fp8rl.report.control); `problems` (data that could
+    not be used) and `notes` (benign remarks on sound data: zero-width intervals) in lists of their own."""
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"]
     out.append(f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>")
     out.append("<table>" + "".join(header_row(k, v) for k, v in header.items()) + "</table>")
@@ -103,14 +123,9 @@ def render_html(
     if banner:
         out.append(banner_line(banner))
     if problems:
-        shown = problems[:max_problems]
-        more = (
-            f"<li>… and {len(problems) - len(shown)} more (see report.json)</li>"
-            if len(problems) > len(shown)
-            else ""
-        )
-        items = "".join(f"<li><code>{html.escape(p)}</code></li>" for p in shown)
-        out.append(f"{problems_heading(len(problems))}<ul>{items}{more}</ul>")
+        out.append(_listing(problems_heading(len(problems)), problems, max_problems))
+    if notes:
+        out.append(_listing(notes_heading(len(notes)), notes, max_problems, NOTES_LEAD))
     if explainer:
         items = "".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in explainer)
         out.append(f'<h2 id="mechanism">The mechanism, and how to read this report</h2><dl>{items}</dl>')

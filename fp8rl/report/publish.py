@@ -182,6 +182,8 @@ def page_fragments(manifest: dict) -> dict[str, str]:
     }
     if manifest["problems"]:
         out["problems"] = html.problems_heading(len(manifest["problems"]))
+    if manifest.get("notes"):  # reports before data notes were split off have none
+        out["notes"] = html.notes_heading(len(manifest["notes"]))
     control = manifest.get("control") or {}
     if control.get("comparison_void"):
         out["control"] = html.banner_line(control["statement"])
@@ -192,7 +194,7 @@ def _unlike_page(manifest: dict, page: Path | None) -> str | None:
     """What `report.json` records that the hashed report.html, written from the same values by the same
     build, does not say (None when they agree). report.json cannot hold its own hash, so its recorded
     fields are checked against the page's renderings of them instead (`page_fragments`): the config
-    digest, git commit, build time, numerics, run counts, data problem count and void banner."""
+    digest, git commit, build time, numerics, run counts, data problem and note counts and void banner."""
     if page is None:
         return "records no hash of report.html, the page its fields are checked against"
     try:
@@ -205,6 +207,8 @@ def _unlike_page(manifest: dict, page: Path | None) -> str | None:
             return f"its {field!r} is not what report.html says"
     if "problems" not in expected and "<h2>Data problems (" in text:
         return "its 'problems' is not what report.html says"
+    if "notes" not in expected and "<h2>Data notes (" in text:
+        return "its 'notes' is not what report.html says"
     return None
 
 

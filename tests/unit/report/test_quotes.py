@@ -125,6 +125,7 @@ def _edit_manifest(tier: Path, **fields) -> None:
         (lambda t: _edit_manifest(t, status_counts={"ok": 99, "diverged": 0, "failed": 0, "missing": 0}),
          "report.json: its 'status_counts' is not what report.html says"),
         (lambda t: _edit_manifest(t, problems=["planted"]), "report.json: its 'problems' is not"),
+        (lambda t: _edit_manifest(t, notes=["planted"]), "report.json: its 'notes' is not"),
         (lambda t: _edit_manifest(t, numerics="fast"), "report.json: its fields cannot be checked"),
         (lambda t: _edit_json(t / "provenance.json", status_counts={"ok": 99}),
          "provenance.json: its 'status_counts' is not report.json's"),

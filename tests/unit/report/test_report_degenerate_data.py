@@ -1,7 +1,7 @@
 """Degenerate eval data is a named data problem, never a silent drop, a mis-averaged seed or a crash: a
 NaN score, a proportion outside [0, 1], a score over `n: 0` examples, a task given twice in one file and
 a directory where an eval file belongs; and a zero-width interval (seeds that all gave one value) is
-never counted as excluding 0."""
+never counted as excluding 0, and is a benign data note, listed apart from the data problems."""
 
 from __future__ import annotations
 
@@ -80,20 +80,24 @@ def test_a_zero_width_interval_does_not_exclude_zero():
     assert not pp(0.01, 0.01, 0.01).startswith("**") and pp(0.01, 0.005, 0.02).startswith("**")
 
 
-def test_seeds_that_all_gave_one_value_are_a_named_data_problem(tmp_path):
-    """Two seeds with the same score give [x, x]: listed under data problems, never 'significant'."""
-    from fp8rl.report.comparison import zero_width_problems
+def test_seeds_that_all_gave_one_value_are_a_named_data_note(tmp_path):
+    """Two seeds with the same score give [x, x]: listed under data notes (not problems: the data is
+    sound), never 'significant'; report.json and report.html keep the two lists apart."""
+    from fp8rl.report.comparison import zero_width_notes
 
     cfg = write_tier(tmp_path)
     runs = tmp_path / "results" / cfg.tier / "runs"
     seed0 = json.loads((runs / RUN.replace("seed1", "seed0") / "eval" / "lm_eval.json").read_text())
     _edit(runs / RUN / "eval" / "lm_eval.json", lambda results: results.__setitem__(0, seed0["results"][0]))
     table = comparison_table(load_tier(cfg), cfg.stability.baseline_steps)
-    problems = zero_width_problems(table)
-    named = [
-        p for p in problems if p.startswith("grpo/tiny/tensorwise/fp8 arith_gen/exact_match: a zero-width")
-    ]
+    notes = zero_width_notes(table)
+    named = [p for p in notes if p.startswith("grpo/tiny/tensorwise/fp8 arith_gen/exact_match: a zero-width")]
     assert len(named) == 1 and "not a significant result" in named[0]
     row = table.set_index(["algo", "variant"]).loc[KEY]
     assert row["arith_gen/exact_match ci_low"] == row["arith_gen/exact_match ci_high"]
     assert not excludes_zero(row["arith_gen/exact_match ci_low"], row["arith_gen/exact_match ci_high"])
+    manifest = build_report(cfg)
+    assert named[0] in manifest["notes"] and not any("zero-width" in p for p in manifest["problems"])
+    page = (tmp_path / "results" / cfg.tier / "report.html").read_text()
+    assert f"<h2>Data notes ({len(manifest['notes'])})</h2>" in page
+    assert ("<h2>Data problems (" in page) == bool(manifest["problems"])
