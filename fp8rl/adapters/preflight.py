@@ -2,7 +2,10 @@
 is spent. A failing check stops the job with one message per problem (exit 3).
 
     python -m fp8rl.adapters.preflight job RUN_DIR/verl_overrides.json   # start of every job (verl_launch)
-    python -m fp8rl.adapters.preflight login CONFIG                      # login node: the config's runs
+
+The login node's part (the config's checks and these exclusions on each fetched model) is
+`python -m fp8rl.validation CONFIG` (`fp8rl.validation.login_problems`): the config's checks sit above
+this module.
 
 Checks (`problems(overrides, env)`, pure, so tests feed it what a node would report):
 
@@ -163,47 +166,27 @@ def node_env(model_path: str | None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2 or args[0] not in ("job", "login"):
-        print(__doc__.split("\n\n")[1], file=sys.stderr)
+    if len(args) != 2 or args[0] != "job":
+        print("\n\n".join(__doc__.split("\n\n")[1:3]), file=sys.stderr)
         return 2
-    if args[0] == "job":
-        overrides = json.loads(Path(args[1]).read_text())["overrides"]
-        env = node_env(_overrides_map(overrides).get("actor_rollout_ref.model.path"))
-        if os.environ.get(REHEARSAL_ENV) == "1":
-            env = {k: v for k, v in env.items() if k not in NODE_KEYS}
-            print("preflight: rehearsal on a CPU machine: torch's CUDA build, the GPU, vLLM and flash-attn "
-                  "are the GPU node's and its image's, not checked here", file=sys.stderr)  # fmt: skip
-        found = problems(overrides, env)
-    else:
-        found = login_problems(args[1])
+    overrides = json.loads(Path(args[1]).read_text())["overrides"]
+    env = node_env(_overrides_map(overrides).get("actor_rollout_ref.model.path"))
+    if os.environ.get(REHEARSAL_ENV) == "1":
+        env = {k: v for k, v in env.items() if k not in NODE_KEYS}
+        print("preflight: rehearsal on a CPU machine: torch's CUDA build, the GPU, vLLM and flash-attn "
+              "are the GPU node's and its image's, not checked here", file=sys.stderr)  # fmt: skip
+    return report(problems(overrides, env), "the job stops before starting Ray")
+
+
+def report(found: list[str], consequence: str) -> int:
+    """Print each problem as `preflight: ...` on stderr; 3 when there is one, 0 (and `preflight: ok`) not."""
     for p in found:
         print(f"preflight: {p}", file=sys.stderr)
     if found:
-        print(f"preflight: {len(found)} problem(s); the job stops before starting Ray", file=sys.stderr)
+        print(f"preflight: {len(found)} problem(s); {consequence}", file=sys.stderr)
         return 3
     print("preflight: ok", file=sys.stderr)
     return 0
-
-
-def login_problems(config: str) -> list[str]:
-    """On the login node: the config's checks (as `fp8rl config validate`), the FP8 exclusions against
-    each fetched model's real module names, and the overrides' settings that need no GPU."""
-    from fp8rl.adapters.hub import read_record
-    from fp8rl.config_loader import ConfigError, load_config
-    from fp8rl.validation import CONFIG_CHECKS
-
-    try:
-        cfg = load_config(config, checks=CONFIG_CHECKS)
-    except ConfigError as exc:
-        return [str(exc)]
-    out = []
-    for name in cfg.matrix.models:
-        record = Path(cfg.results_dir) / cfg.tier / "base" / name / "model.json"
-        if record.is_file():
-            out.extend(
-                f"{name}: {p}" for p in exclusion_problems(meta_weight_modules(read_record(record)["path"]))
-            )
-    return out
 
 
 if __name__ == "__main__":

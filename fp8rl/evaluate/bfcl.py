@@ -24,14 +24,11 @@ import subprocess
 from pathlib import Path
 
 from fp8rl.config import ExperimentConfig
-from fp8rl.evaluate.eval_tasks import BFCL_PREFIX, EVALS_DIR, EvalInputError
+from fp8rl.evaluate.eval_tasks import BFCL_CATEGORIES, BFCL_PREFIX, EVALS_DIR, EvalInputError
 from fp8rl.evaluate.protocol import checkpoint_model
 from fp8rl.evaluate.schema import TaskResult
 
 HANDLERS_FILE = EVALS_DIR.parent / "containers" / "bfcl" / "handlers.txt"
-
-# fp8rl's category names -> bfcl-eval (v4) test categories.
-CATEGORIES = {"simple": "simple_python", "multiple": "multiple", "parallel": "parallel"}
 
 
 def known_handlers(path: Path = HANDLERS_FILE) -> set[str]:
@@ -94,20 +91,20 @@ def bfcl_model_name(cfg: ExperimentConfig, checkpoint: Path) -> str:
 
 
 def bfcl_categories(names: list[str]) -> list[str]:
-    unknown = [n for n in names if n not in CATEGORIES]
+    unknown = [n for n in names if n not in BFCL_CATEGORIES]
     if unknown:
         raise EvalInputError(
             f"eval.agent: unknown BFCL category {', '.join(BFCL_PREFIX + n for n in unknown)}; "
-            f"allowed: {', '.join(BFCL_PREFIX + n for n in CATEGORIES)}"
+            f"allowed: {', '.join(BFCL_PREFIX + n for n in BFCL_CATEGORIES)}"
         )
-    return [CATEGORIES[n] for n in names]
+    return [BFCL_CATEGORIES[n] for n in names]
 
 
 def read_scores(score_root: Path, names: list[str]) -> list[TaskResult]:
     """One TaskResult per category from bfcl's score files (header line of each)."""
     out = []
     for name in names:
-        cat = CATEGORIES[name]
+        cat = BFCL_CATEGORIES[name]
         files = sorted(score_root.glob(f"**/BFCL_*_{cat}_score.json"))
         files = [f for f in files if f.name.split("_", 2)[2] == f"{cat}_score.json"]
         if len(files) != 1:

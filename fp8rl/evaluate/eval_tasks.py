@@ -30,6 +30,9 @@ EVALS_DIR = Path(__file__).resolve().parents[2] / "evals"
 SUITE_DIRS = {"lm_eval": "lm_eval", "agent": "agent"}
 LM_EVAL_ALIASES = {"math500": "minerva_math500"}
 BFCL_PREFIX = "bfcl_"
+# fp8rl's BFCL category names (`bfcl_<category>` in `eval.agent`) -> bfcl-eval (v4) test categories;
+# fp8rl.evaluate.bfcl runs them.
+BFCL_CATEGORIES = {"simple": "simple_python", "multiple": "multiple", "parallel": "parallel"}
 
 
 class EvalInputError(ValueError):
@@ -72,12 +75,7 @@ def local_tasks(suite: str, root: Path | None = None) -> list[str]:
 def known_tasks(suite: str, root: Path | None = None) -> list[str]:
     """Every name a config may give in the suite's list: its local task YAMLs, then lm-eval's tasks
     (`LM_EVAL_TASKS`) or the BFCL categories (`bfcl_<category>`)."""
-    if suite == "lm_eval":
-        builtin = list(LM_EVAL_TASKS)
-    else:
-        from fp8rl.evaluate.bfcl import CATEGORIES
-
-        builtin = [BFCL_PREFIX + c for c in CATEGORIES]
+    builtin = list(LM_EVAL_TASKS) if suite == "lm_eval" else [BFCL_PREFIX + c for c in BFCL_CATEGORIES]
     local = local_tasks(suite, root)
     return local + [n for n in builtin if n not in local]
 

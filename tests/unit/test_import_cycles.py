@@ -1,11 +1,11 @@
-"""No import cycle among fp8rl's modules: a module never needs, while it loads, a module that needs it.
+"""No import cycle among fp8rl's modules: no module needs, at any point of its code, a module that needs it.
 
-`module_imports` reads, with `ast`, the fp8rl modules each module imports when it loads: its top-level
-imports, those under a module-level `if`, `try` or `with` included, those under `if TYPE_CHECKING:` and
-inside functions left out (a lazy import runs after every module involved has loaded). `from pkg import
-name` counts as an import of `pkg.name` where that is a module and of `pkg` (its `__init__`) otherwise.
-A cycle in that graph is an import that works or fails by which module some caller loads first; the
-second test loads every module, one fresh interpreter each, to catch what the reading misses.
+`module_imports` reads, with `ast`, the fp8rl modules each module imports anywhere in its code: at top
+level, under a module-level `if`, `try` or `with`, and inside functions and methods (a lazy import is an
+arrow of the graph like any other: it only hides a cycle until a caller loads the modules in the wrong
+order); those under `if TYPE_CHECKING:` are left out (they never run). `from pkg import name` counts as an
+import of `pkg.name` where that is a module and of `pkg` (its `__init__`) otherwise. The second test loads
+every module, one fresh interpreter each, to catch what the reading misses.
 """
 
 from __future__ import annotations
@@ -35,30 +35,30 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _load_time_imports(body: list[ast.stmt]):
-    """The import statements that run when a module with this body loads."""
+def _imports(body: list[ast.stmt]):
+    """Every import statement of a module with this body, at any depth, those under `if TYPE_CHECKING:`
+    left out."""
     for node in body:
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node
-        elif isinstance(node, ast.If):
-            if not _is_type_checking(node.test):
-                yield from _load_time_imports(node.body)
-            yield from _load_time_imports(node.orelse)
-        elif isinstance(node, ast.Try):
-            for part in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
-                yield from _load_time_imports(part)
-        elif isinstance(node, ast.With):
-            yield from _load_time_imports(node.body)
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            yield from _imports(node.orelse)
+        else:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.stmt):
+                    yield from _imports([child])
+                else:
+                    yield from _imports([n for n in ast.walk(child) if isinstance(n, ast.stmt)])
 
 
 def module_imports() -> dict[str, set[str]]:
-    """fp8rl module -> the fp8rl modules it imports while it loads (module docstring)."""
+    """fp8rl module -> the fp8rl modules it imports anywhere in its code (module docstring)."""
     paths = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
     graph = {}
     for name, path in paths.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         found = set()
-        for node in _load_time_imports(ast.parse(path.read_text(encoding="utf-8")).body):
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8")).body):
             if isinstance(node, ast.Import):
                 found |= {a.name for a in node.names if a.name in paths}
                 continue
@@ -103,14 +103,30 @@ def test_find_cycle_finds_one_and_only_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
-def test_module_imports_reads_the_load_time_imports_only():
+def test_module_imports_reads_every_import_but_type_checking_ones():
     graph = module_imports()
     assert "fp8rl.adapters.verl_model" in graph["fp8rl.adapters.verl_sizing"]
     # `from fp8rl.fp8 import fastgemm` is an import of the submodule, not of the package's __init__
     assert "fp8rl.fp8.fastgemm" in graph["fp8rl.fp8.linear"]
     assert "fp8rl.fp8" not in graph["fp8rl.fp8.linear"]
-    # fp8rl.commands.verl imports the adapters inside its handlers only
-    assert not any(m.startswith("fp8rl.adapters") for m in graph["fp8rl.commands.verl"])
+    # fp8rl.commands.verl imports the adapters inside its handlers only: they count
+    assert any(m.startswith("fp8rl.adapters") for m in graph["fp8rl.commands.verl"])
+
+
+def test_module_imports_counts_function_level_imports_and_skips_type_checking(tmp_path, monkeypatch):
+    pkg = tmp_path / "fp8rl"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fp8rl import c\n"
+        "def f():\n    from fp8rl import b\n"
+    )
+    (pkg / "b.py").write_text("class K:\n    def m(self):\n        import fp8rl.a\n")
+    (pkg / "c.py").write_text("")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", pkg)
+    graph = module_imports()
+    assert graph["fp8rl.a"] == {"fp8rl.b"} and graph["fp8rl.b"] == {"fp8rl.a"}
+    assert find_cycle(graph) == ["fp8rl.a", "fp8rl.b", "fp8rl.a"]
 
 
 def test_no_import_cycle_among_fp8rl_modules():

@@ -55,7 +55,6 @@ ALLOWED: dict[str, set[str]] = {
         "provenance",
         *RUN_DIR,
         "tracking",
-        "validation",
         *CORE,
     },  # fmt: skip
     "report": {
@@ -69,7 +68,7 @@ ALLOWED: dict[str, set[str]] = {
         "checkpoint_files",
         *CORE,
     },  # loader: quotes read the study
-    "validation": {"config", "engine", "adapters", "evaluate"},
+    "validation": {"config", "config_loader", "engine", "adapters", "evaluate"},
     "commands": {
         "adapters",
         "checkpoint_files",

@@ -124,7 +124,7 @@ def test_the_eval_jobs_bfcl_commands_parse_in_bfcl_eval(tmp_path, monkeypatch):
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     parsed = json.loads(res.stdout.strip().splitlines()[-1])
-    want = [bfcl.CATEGORIES[n.removeprefix(bfcl.BFCL_PREFIX)] for n in cfg.eval.agent]
+    want = [bfcl.BFCL_CATEGORIES[n.removeprefix(bfcl.BFCL_PREFIX)] for n in cfg.eval.agent]
     for i, model in enumerate(models):
         generate, evaluate = parsed[2 * i], parsed[2 * i + 1]
         handler = cfg.model(model).bfcl_handler
