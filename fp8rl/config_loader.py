@@ -9,6 +9,7 @@ bound, and how to raise it).
 
 from __future__ import annotations
 
+import shlex
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -88,13 +89,16 @@ def validate_config(
     lines: Mapping[tuple, int] | None = None,
     overrides: Iterable[str] = (),
     checks: Iterable[Check] = (),
+    override_flag: str = "--set",
 ) -> ExperimentConfig:
-    """Validate an already-parsed mapping (the Snakefile passes its `config` dict here)."""
+    """Validate an already-parsed mapping (the Snakefile passes its config files' merged mapping here,
+    with its `--config` entries as `overrides`); a problem a `key.path=value` override caused names it
+    after `override_flag`, the option it came from."""
     if not isinstance(data, dict):
         raise ConfigError(source, [f"the top level must be a mapping of keys, got {type(data).__name__}"])
     overrides = list(overrides)
     data = apply_overrides(data, overrides, source)
-    where = _Where(lines or {}, override_keys(overrides))
+    where = _Where(lines or {}, override_keys(overrides), override_flag)
     try:
         cfg = ExperimentConfig.model_validate(data)
     except ValidationError as exc:
@@ -133,6 +137,81 @@ def apply_overrides(data: dict, overrides: Iterable[str], source: str = "<config
             node = nxt
         node[parts[-1]] = value
     return data
+
+
+# Snakemake's `--config` entry whose value is fp8rl's own dotted overrides (Snakemake refuses a dotted
+# name such as `eval.limit` itself, before the Snakefile runs).
+SET_ENTRY = "set"
+
+
+def snakemake_overrides(entries: Mapping[str, Any], source: str = "--config") -> list[str]:
+    """Snakemake's `--config` entries (already parsed by Snakemake) as `key.path=value` overrides, the
+    form `fp8rl --set` takes. `set=KEY=VALUE` passes fp8rl's dotted keys through (several:
+    `set='eval.limit=20 schedule.steps=3'`, split as a shell splits words); any other entry `name=value`
+    sets that top-level key, and a YAML mapping value (`eval='{limit: 20}'`) sets each key under it.
+    Snakemake reads nested values as strings; a number, boolean or null among them gets its YAML type
+    back, any other string stays as written (a path with `#` or `: ` in it is not re-read as YAML)."""
+    out = []
+    for name, value in entries.items():
+        if name == SET_ENTRY:
+            out += _set_entry(value, source)
+        else:
+            out += [f"{key}={_yaml_text(leaf)}" for key, leaf in _leaves(str(name), value)]
+    return out
+
+
+def _set_entry(value: Any, source: str) -> list[str]:
+    """The overrides of a `set=...` entry: a string of `KEY=VALUE` words, a list of them, or a mapping."""
+    if isinstance(value, str):
+        try:
+            items = shlex.split(value)
+        except ValueError as exc:
+            raise ConfigError(source, [f"{SET_ENTRY}={value}: {exc}"]) from None
+    elif isinstance(value, list):
+        items = [str(v) for v in value]
+    elif isinstance(value, Mapping):
+        items = [f"{k}={v if isinstance(v, str) else _yaml_text(v)}" for k, v in value.items()]
+    else:
+        items = [str(value)]
+    bad = [item for item in items if "=" not in item or not item.partition("=")[0]]
+    if bad or not items:
+        raise ConfigError(
+            source, [f"{SET_ENTRY}={value!s}: expected KEY=VALUE overrides, e.g. {SET_ENTRY}=eval.limit=20"]
+        )
+    return items
+
+
+def _leaves(key: str, value: Any) -> list[tuple[str, Any]]:
+    """`(dotted key, value)` of every leaf under a `--config` entry; lists and scalars are leaves."""
+    if isinstance(value, Mapping) and value:
+        return [leaf for k, v in value.items() for leaf in _leaves(f"{key}.{k}", v)]
+    return [(key, _retyped(value))]
+
+
+def _retyped(value: Any) -> Any:
+    """A Snakemake-parsed value with the numbers, booleans and nulls of its strings typed as YAML types them."""
+    if isinstance(value, Mapping):
+        return {str(k): _retyped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_retyped(v) for v in value]
+    if not isinstance(value, str):
+        return value
+    try:
+        typed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    if isinstance(typed, (bool, int, float)) or (typed is None and value.strip() in _NULLS):
+        return typed
+    return value
+
+
+_NULLS = ("~", "null", "Null", "NULL")
+
+
+def _yaml_text(value: Any) -> str:
+    """`value` as one line of YAML that reads back as itself (quoted only where YAML needs it)."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=float("inf"), allow_unicode=True)
+    return text.removesuffix("\n...\n").strip()
 
 
 def override_keys(overrides: Iterable[str]) -> dict[tuple[str, ...], str]:
@@ -213,17 +292,19 @@ def key_lines(node: yaml.Node, prefix: tuple = ()) -> dict[tuple, int]:
 
 
 class _Where:
-    """Where a problem at a key path comes from, as its message's prefix: the `--set` override that
-    wrote the key or one of its parents (`--set KEY=VALUE: `), else the YAML line of the key or of its
+    """Where a problem at a key path comes from, as its message's prefix: the override that wrote the key
+    or one of its parents (`--set KEY=VALUE: `, or the DAG's `--config KEY=VALUE: `), else the YAML line of the key or of its
     nearest parent in the file (`line N: `), else nothing."""
 
-    def __init__(self, lines: Mapping[tuple, int], overrides: Mapping[tuple[str, ...], str]):
-        self.lines, self.overrides = lines, overrides
+    def __init__(
+        self, lines: Mapping[tuple, int], overrides: Mapping[tuple[str, ...], str], flag: str = "--set"
+    ):
+        self.lines, self.overrides, self.flag = lines, overrides, flag
 
     def __call__(self, loc: tuple) -> str:
         for n in range(len(loc), 0, -1):
             if (item := self.overrides.get(tuple(str(p) for p in loc[:n]))) is not None:
-                return f"--set {item}: "
+                return f"{self.flag} {item}: "
         for n in range(len(loc), 0, -1):
             if (line := self.lines.get(tuple(loc[:n]))) is not None:
                 return f"line {line}: "

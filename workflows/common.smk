@@ -6,10 +6,18 @@ import os
 import sys
 from pathlib import Path
 
+from snakemake.utils import update_config
+
 from fp8rl import numerics
 from fp8rl.config import TRAIN_SECTIONS, RunSpec, expand_matrix, resolve_run
 from fp8rl.vocabulary import ALGORITHMS, GRANULARITIES, NO_CONDITION, NO_GRANULARITY, VARIANTS
-from fp8rl.config_loader import ConfigError, key_lines, parse_yaml, validate_config
+from fp8rl.config_loader import (
+    ConfigError,
+    key_lines,
+    parse_yaml,
+    snakemake_overrides,
+    validate_config,
+)
 from fp8rl.validation import CONFIG_CHECKS
 from fp8rl.io import atomic_write_text
 from fp8rl.locks import RunDirLocked, hold_lock
@@ -17,15 +25,22 @@ from fp8rl.run_files import RunDir, runs_dir
 
 # ------------------------------------------------------------------------------------------ config
 
+# The config files, merged as Snakemake merges them, then Snakemake's `--config` entries on top as
+# `fp8rl --set` applies its overrides: `--config set=eval.limit=20` takes fp8rl's dotted keys (Snakemake
+# itself refuses `--config eval.limit=20`), `--config results_dir=out` a top-level key; a problem with
+# one names it (`--config eval.limit=0: ...`).
 try:
-    _lines = {}
+    _lines, _data = {}, {}
     for _file in workflow.configfiles:  # duplicate keys, alias bombs, non-UTF-8 text; key lines
-        _node = parse_yaml(Path(_file))[0]
+        _node, _values = parse_yaml(Path(_file))
         _lines.update(key_lines(_node) if _node is not None else {})
+        update_config(_data, _values or {})
     CFG = validate_config(
-        config,
+        _data,
         source=" + ".join(str(f) for f in workflow.configfiles) or "config",
         lines=_lines,
+        overrides=snakemake_overrides(workflow.config_settings.config),
+        override_flag="--config",
         checks=CONFIG_CHECKS,  # the same checks as `fp8rl config validate`
     )
 except ConfigError as exc:
