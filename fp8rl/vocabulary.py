@@ -17,7 +17,8 @@ NUMERICS_MODES = ("reproducible", "fast")
 # (fp8rl.numerics.state) because the two paths give different numbers in every numerics mode.
 FP8_BACKEND_ENV = "FP8RL_FP8_BACKEND"
 
-TIERS = ("smoke", "mechanism", "stress", "attribution", "learn", "clipping", "small", "paper")
+# Tiers are no list here: a config names its own tier (any path-safe name, fp8rl.config.tier_problem);
+# the shipped tiers are the configs in config/.
 ALGORITHMS = ("grpo", "dapo")
 VARIANTS = (
     "bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib",

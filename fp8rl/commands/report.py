@@ -57,12 +57,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from fp8rl.vocabulary import TIERS
+    from fp8rl.config import tier_problem
 
     if args.tier is None and args.file is None:
         raise UsageError("give the tier's config, --config FILE (or, without a config, the TIER)")
-    if args.tier is not None and args.tier not in TIERS:
-        raise UsageError(f"TIER {args.tier!r} is not a tier; allowed: {', '.join(TIERS)}")
+    if args.tier is not None and (problem := tier_problem(args.tier)) is not None:
+        raise UsageError(f"TIER: {problem}")
     if args.set and not args.file:
         raise UsageError("--set needs --config FILE")
     cfg = load_config(args.file, args.set) if args.file else None

@@ -53,6 +53,7 @@ from fp8rl.config.base import (
     is_hub_id,
     is_safe_path,
     long_path_part,
+    tier_problem,
 )
 from fp8rl.config.evaluation import EvalConfig, HeldoutConfig, TaskName
 from fp8rl.config.experiment import RESOURCE_RULES, TRAIN_SECTIONS, ExperimentConfig
@@ -135,4 +136,5 @@ __all__ = [
     "long_path_part",
     "reference_run",
     "resolve_run",
+    "tier_problem",
 ]

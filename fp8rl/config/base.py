@@ -74,6 +74,25 @@ def is_hub_id(repo_id: str) -> bool:
 # any filesystem (255 bytes a component) with room for the files named after them.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 NAME_MAX = 64
+
+
+def tier_problem(name: str) -> str | None:
+    """Why `name` cannot name a tier, or None. A tier is any config's own name (the shipped ones are the
+    files in config/, no list): its outputs go to `{results_dir}/{name}/`, so it must be one path-safe
+    folder name (`NAME_PATTERN`, at most `NAME_MAX` characters) other than `PUBLISHED_DIR`."""
+    if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name) or len(name) > NAME_MAX:
+        return (
+            f"{name!r} is not a path-safe tier name: use letters, digits, '_', '.' and '-', starting with a "
+            f"letter or digit, at most {NAME_MAX} characters (it names the folder {{results_dir}}/{{tier}})"
+        )
+    if name == PUBLISHED_DIR:
+        return (
+            f"{name!r} cannot be a tier: {{results_dir}}/{PUBLISHED_DIR} holds the committed publications "
+            "(`fp8rl publish`)"
+        )
+    return None
+
+
 # Seeds (task.seed, matrix.seeds): what every generator seeds from (numpy's legacy seeding stops at 2^32).
 SEED_MAX = 2**32 - 1
 

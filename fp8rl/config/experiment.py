@@ -18,6 +18,7 @@ from fp8rl.config.base import (
     in_published,
     is_safe_path,
     long_path_part,
+    tier_problem,
 )
 from fp8rl.config.evaluation import EvalConfig
 from fp8rl.config.infrastructure import ContainersConfig, HubConfig, Resources, TrackingConfig
@@ -33,7 +34,6 @@ from fp8rl.vocabulary import (
     HELDOUT_TASKS,
     NO_CONDITION,
     NUMERICS_MODES,
-    TIERS,
     VARIANT_SPECS,
 )
 
@@ -61,7 +61,10 @@ class ExperimentConfig(Strict):
 
     OMIT_AT_DEFAULT = ("study", "limits")
 
-    tier: Literal[TIERS]
+    tier: str = Field(
+        description="the tier's name, any path-safe folder name: its outputs go to {results_dir}/{tier}/ "
+        "(the shipped tiers are the configs in config/)"
+    )
     backend: Literal["reference", "verl"] = Field(
         "reference", description="reference: fp8rl's own trainer; verl: the cluster path"
     )
@@ -97,6 +100,13 @@ class ExperimentConfig(Strict):
         None,
         description="a study tier's pre-registration: arms, endpoint, planned contrasts (docs/attribution.md)",
     )
+
+    @field_validator("tier")
+    @classmethod
+    def _tier(cls, v: str) -> str:
+        if (problem := tier_problem(v)) is not None:
+            raise ValueError(problem)
+        return v
 
     @field_validator("results_dir")
     @classmethod

@@ -102,7 +102,10 @@ def test_publish_refuses_bad_input_with_exit_2(built, tmp_path, capsys):
     other = ["--set", "schedule.steps=3"]  # another config than the report was built from
     assert main(["publish", "smoke", *report_args(results), *pins, *other]) == 2
     assert "config digest" in capsys.readouterr().err
-    assert main(["publish", "bogus"]) == 2
+    assert main(["publish", "bogus", "--results-dir", str(tmp_path)]) == 2  # a tier name, but no report
+    assert "run `fp8rl report` first" in capsys.readouterr().err
+    assert main(["publish", "../smoke", "--results-dir", str(tmp_path)]) == 2
+    assert "not a path-safe tier name" in capsys.readouterr().err
     assert main(["publish"]) == 2
     assert "give the tier's config, --config FILE" in capsys.readouterr().err
     assert main(["publish", "smoke", "--set", "tier=smoke"]) == 2
