@@ -6,6 +6,11 @@ Every figure on the page is read from the tier's own tables (`control.csv`, `pla
 `study_survival.csv`, `stability.csv`, `comparison.csv`, `runs.csv`); nothing is typed by hand, so the page of a publication
 says what its tables say. The caveats are generated from the same data: a void comparison, one shared
 base, single seeds, CPU emulation of FP8 on a small scratch model.
+
+A pipeline check (`pipeline_check`: a tier without a pre-registered study or FP8 conditions, the smoke
+tier's kind) leads with what it does show, the paired excess clipping of each FP8 variant against its
+own BF16 shadow (comparison.csv), and says that its few steps cannot show learning, where a flat
+control is expected, instead of opening on a void comparison.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import pandas as pd
 
 from fp8rl.report.base_models import numerics_line
 from fp8rl.report.control import UNCHECKED, VOID, never_ran
-from fp8rl.report.quote_format import interval, markdown_table, num
+from fp8rl.report.quote_format import SIGNIFICANCE_NOTE, interval, markdown_table, num, pp
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
 # The tables the page links to, in reading order, with what each answers.
@@ -39,6 +44,26 @@ TABLE_GUIDE = (
     ("base_models", "the SFT bases the runs start from"),
     ("runs", "every run's status and divergence reason"),
     ("throughput", "seconds per step and phase"),
+)
+
+
+def pipeline_check(cfg) -> bool:
+    """Whether `cfg`'s tier checks the pipeline rather than answering a question: no pre-registered
+    study and no FP8 conditions (the smoke tier's kind)."""
+    return cfg.study is None and not cfg.matrix.conditions
+
+
+PIPELINE = (
+    "**What this tier is**: a check of the whole pipeline (data, SFT bases, training, evals, report) "
+    "end to end. {steps} steps x {prompts} prompts cannot show learning; what they do show is the "
+    "mechanism on paired tokens, below."
+)
+PAIRED_LEAD = (
+    "Each FP8 run re-scores its own tokens with quantization switched off (the BF16 shadow pass). Excess "
+    "clipping is the share of its negative-advantage tokens clipped under the FP8 ratio and not under "
+    "BF16's, less the reverse: the gradients FP8 zeroes that BF16 would keep (mean over steps, then "
+    "seeds; 95 % interval over seeds; `tables/comparison.md`, paired section). FP8 and BF16 are compared "
+    "on the same tokens, so this needs no learning from the control."
 )
 
 
@@ -64,7 +89,31 @@ def _what_ran(cfg, runs: pd.DataFrame, bases: pd.DataFrame | None, numerics: dic
     ]
 
 
-def _control(control: pd.DataFrame | None, void: bool) -> list[str]:
+def _excess_clip(comparison: pd.DataFrame | None) -> list[str]:
+    """One line per FP8 row of `comparison` that measured the paired excess clipping."""
+    if comparison is None or "excess_clip" not in comparison:
+        return []
+    lines = [
+        f"- {r['algo']}/{r['variant']}: {pp(r['excess_clip'], r['excess_clip ci_low'], r['excess_clip ci_high'])}"
+        f" ({int(r['excess_clip n'])} seed{'s' if r['excess_clip n'] != 1 else ''})"
+        for r in comparison.to_dict("records")
+        if pd.notna(r["excess_clip"])
+    ]
+    return [*lines, "", SIGNIFICANCE_NOTE] if lines else []
+
+
+def _too_short(cfg) -> str:
+    s = cfg.schedule
+    return (
+        f"- {s.steps} steps cannot show learning, so a flat control is expected here: the reward and eval "
+        "comparisons with bf16 are reported, not interpreted (the tables mark them void); the paired "
+        "excess clipping above does not rest on them."
+    )
+
+
+def _control(control: pd.DataFrame | None, void: bool, short: str | None = None) -> list[str]:
+    """The control's lines; where it did not learn, the void notice, or `short` (a pipeline check's
+    reason why no learning was expected) when given and a control run finished."""
     if control is None or control.empty:
         return ["- No bf16 run in the matrix: nothing to check the comparison against."]
     lines = [
@@ -75,7 +124,10 @@ def _control(control: pd.DataFrame | None, void: bool) -> list[str]:
         f"**{r['verdict']}**."
         for r in control.to_dict("records")
     ]
-    text = UNCHECKED if control is not None and never_ran(control.to_dict("records")) else VOID
+    unchecked = never_ran(control.to_dict("records"))
+    if void and short is not None and not unchecked:
+        return [*lines, short]
+    text = UNCHECKED if unchecked else VOID
     return [*lines, f"- {text[0].upper()}{text[1:]}."] if void else lines
 
 
@@ -171,7 +223,14 @@ def _secondary(table: pd.DataFrame | None) -> list[str]:
 
 def _caveats(cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame | None) -> list[str]:
     out = []
-    if void:
+    unchecked = control is not None and never_ran(control.to_dict("records"))
+    if void and not unchecked and pipeline_check(cfg):
+        out.append(
+            f"- Learning, or FP8 against bf16 on reward: {cfg.schedule.steps} steps x "
+            f"{cfg.schedule.prompts_per_step} prompts cannot show it (the control is flat), so no reward or "
+            "eval comparison in these tables is interpreted."
+        )
+    elif void:
         why = (
             "no bf16 control run finished"
             if control is not None and never_ran(control.to_dict("records"))
@@ -236,6 +295,10 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
     )
     if read["planned"] is None:
         findings += _rewards(read["comparison"])
+    pipeline = pipeline_check(cfg) and bool(excess := _excess_clip(read["comparison"]))
+    if pipeline:
+        s = cfg.schedule
+        ask = PIPELINE.format(steps=s.steps, prompts=s.prompts_per_step)
     guide = [
         f"- [{name}](tables/{name}.md): {what}"
         for name, what in TABLE_GUIDE
@@ -245,9 +308,17 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
         f"# Tier {cfg.tier}: summary",
         "Written by `fp8rl report` from this folder's tables; every figure below is read from them.",
         ask,
+        *(
+            ["## What it shows: paired excess clipping\n\n" + PAIRED_LEAD + "\n\n" + "\n".join(excess)]
+            if pipeline
+            else []
+        ),
         "## What ran\n\n" + "\n".join(_what_ran(cfg, read["runs"], bases, numerics)),
-        "## Did the bf16 control learn?\n\n" + "\n".join(_control(read["control"], void)),
-        "## Findings\n\n" + ("\n".join(findings) or "- No contrast or divergence table in this tier."),
+        "## Did the bf16 control learn?\n\n"
+        + "\n".join(_control(read["control"], void, _too_short(cfg) if pipeline else None)),
+        ("## Rewards (reported, not compared)" if pipeline else "## Findings")
+        + "\n\n"
+        + ("\n".join(findings) or "- No contrast or divergence table in this tier."),
         "## What it does not show\n\n" + "\n".join(_caveats(cfg, read["control"], void, bases)),
         "## Tables\n\n"
         + "\n".join(guide)

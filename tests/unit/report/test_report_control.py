@@ -79,6 +79,27 @@ def test_only_a_control_that_did_not_learn_voids_the_comparison(tier):
     assert page.index("Did the bf16 control learn?") < page.index("<h2>Comparison</h2>")
 
 
+def test_a_pipeline_check_leads_with_its_paired_excess_clipping_not_a_void_comparison(tier):
+    """The synthetic tier has no study and no FP8 conditions (a pipeline check, as smoke): SUMMARY.md
+    opens with what it shows, each FP8 variant's paired excess clipping as comparison.csv gives it, and
+    where the control stayed flat says that its steps cannot show learning instead of 'void'."""
+    from fp8rl.report.quote_format import pp
+
+    want, cfg, _ = tier
+    paths = ReportPaths.for_config(cfg)
+    page = paths.summary.read_text()
+    assert page.index("## What it shows: paired excess clipping") < page.index(
+        "## Did the bf16 control learn?"
+    )
+    comparison = pd.read_csv(paths.table("comparison", "csv"))
+    fp8 = comparison[(comparison["algo"] == "grpo") & (comparison["variant"] == "fp8")].iloc[0]
+    cols = ("excess_clip", "excess_clip ci_low", "excess_clip ci_high")
+    assert f"- grpo/fp8: {pp(*(fp8[c] for c in cols))} ({int(fp8['excess_clip n'])} seeds)" in page  # 3 seeds
+    short = f"{cfg.schedule.steps} steps cannot show learning"
+    assert (short in page) is (want != "learned")
+    assert "The comparison is void" not in page
+
+
 def _endpoints(rises: dict[tuple[str, int], float]) -> pd.DataFrame:
     rows = [
         {"algo": "grpo", "model": "m", "condition": None, "variant": "bf16", "base": base, "seed": seed,
