@@ -55,7 +55,7 @@ from fp8rl.report.markdown import (
 from fp8rl.report.mechanism import MECHANISM_NOTES, mechanism_plots, mechanism_table, mechanism_view
 from fp8rl.report.paired import seed_unit_notes
 from fp8rl.report.paths import ReportPaths
-from fp8rl.report.plots import write_plots
+from fp8rl.report.plots import arm_names, write_plots
 from fp8rl.report.summaries import eval_keys
 from fp8rl.report.summary_page import summary_page
 from fp8rl.report.throughput_table import throughput_table
@@ -355,7 +355,8 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     ]  # fmt: skip
     one_per_algo = {r.algo: r for r in cfg.runs()}.values()
     clip_bounds = {r.algo: resolve_run(cfg, r).bounds for r in one_per_algo}
-    plots = write_plots(runset, comparison, keys, throughput, paths.plots_dir, clip_bounds)
+    names = arm_names(cfg.study.arms) if cfg.study is not None else None
+    plots = write_plots(runset, comparison, keys, throughput, paths.plots_dir, clip_bounds, names)
     if paths.heldout:
         from fp8rl.report.secondary import NOTES as SECONDARY_NOTES
         from fp8rl.report.secondary import secondary_table, secondary_view

@@ -44,7 +44,7 @@ MECHANISM = (
     (
         "Reading the curves",
         "Each line is a series' mean over seeds (a series: variant, granularity and, in a study tier, "
-        "FP8 condition) and the band its min–max over seeds; an x marks a diverged run's last step "
+        "FP8 condition; in a study tier the arm, named as in the tables) and the band the middle half of the seeds (25th to 75th percentile); an x marks a diverged run's last step "
         "(where it stopped, or the end when it trained on). A working fix keeps clip/low_neg near bf16's, entropy without a "
         "spike and reward with bf16. On the calib_bounds plot the dashed lines are the fixed bounds "
         "1-ε_low and 1+ε_high: calib/low below the fixed bound means FP8 noise had widened the ratios.",

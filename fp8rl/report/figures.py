@@ -32,7 +32,8 @@ MECHANISM = {
 }
 STABILITY = {
     "survival": "Runs not yet diverged vs step (Kaplan-Meier), per variant and fp8.noise_scale dose",
-    "stability_curves": "Entropy, reward and clip/low_neg vs step (seed mean, min-max band): "
+    "stability_curves": "Entropy, reward and clip/low_neg vs step (seed mean, band: the middle half of "
+    "the seeds): "
     "top every variant at dose 1, bottom the dose sweep",
     "breaking_dose": "Fraction of runs diverged vs fp8.noise_scale dose, exact 95% intervals (dashed: one "
     "half; the horizontal bar at one half: the ED50's 95% interval, its dot the estimate)",

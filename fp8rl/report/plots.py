@@ -1,10 +1,12 @@
 """The report's figures (matplotlib, Agg backend), each written as PNG and SVG.
 
-One panel per (algo, model); one series per (variant, granularity), labelled `variant/granularity`
-(`bf16` alone). Curves use the seeds whose run is `ok` or `diverged`:
+One panel per (algo, model); one series per (variant, granularity, condition), labelled
+`variant/granularity/condition` (`bf16` alone), or in a study tier by the arm's name, as the tables name
+it (`study.arms`: `arm_names`). Curves use the seeds whose run is `ok` or `diverged`:
 
-- `entropy`: entropy vs step, mean over seeds with a min–max band; an `x` marks where a diverged run
-  stopped.
+- `entropy`: entropy vs step, mean over seeds with a band over the middle half of the seeds (25th to
+  75th percentile: a min–max band over many seeds and bases covers every series alike); an `x` marks
+  where a diverged run stopped.
 - `clip_low_neg`: `clip/low_neg` vs step, same layout.
 - `ratio_tails`: histograms over all steps and seeds of the per-step PPO-ratio tails `ratio/p01`
   (top row) and `ratio/p99` (bottom row), FP8 variants against bf16. The trainer logs ratio quantiles
@@ -30,6 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from fp8rl.config.runs import RunSpec  # noqa: E402
 from fp8rl.io import atomic_write  # noqa: E402
 from fp8rl.report.comparison import USED_STATUSES  # noqa: E402
 from fp8rl.report.figures import CORE  # noqa: E402
@@ -60,10 +63,33 @@ LEGEND_IN_PANEL_MAX = 8  # more series than this get one figure legend under the
 SERIES = ["variant", "granularity", "condition"]  # one curve, bar or histogram per series
 
 
-def series_label(variant: str, granularity: str, condition: str | None = None) -> str:
-    """`fp8_calib/tensorwise`, plus `/s4` for a study tier's FP8 condition (bf16's `none` is left off)."""
+Names = dict[tuple[str, str, str], str]  # (variant, granularity, condition) -> the series' name
+
+
+def _cond(condition: str | None) -> str:
+    return "none" if condition is None or pd.isna(condition) else condition
+
+
+def series_label(
+    variant: str, granularity: str, condition: str | None = None, names: Names | None = None
+) -> str:
+    """The series' name in `names` (a study's arm: `arm_names`), else `fp8_calib/tensorwise`, plus `/s4`
+    for a study tier's FP8 condition (bf16's `none` is left off)."""
+    if names and (name := names.get((variant, granularity, _cond(condition)))) is not None:
+        return name
     label = variant if granularity == "none" else f"{variant}/{granularity}"
-    return label if condition in (None, "none") or pd.isna(condition) else f"{label}/{condition}"
+    return label if _cond(condition) == "none" else f"{label}/{condition}"
+
+
+def arm_names(arms: dict[str, str]) -> Names:
+    """(variant, granularity, condition) -> arm name of a study's `arms` (name -> run-id prefix), so that
+    the figures name a series as the study's tables do; a series two arms share (of two algorithms or
+    models) keeps its default label."""
+    keys: dict[tuple[str, str, str], list[str]] = {}
+    for name, cell in arms.items():
+        spec = RunSpec.parse(f"{cell.strip('/')}/seed0")
+        keys.setdefault((spec.variant, spec.granularity, _cond(spec.condition)), []).append(name)
+    return {key: names[0] for key, names in keys.items() if len(names) == 1}
 
 
 def series_groups(frame: pd.DataFrame):
@@ -117,9 +143,10 @@ def step_curves(
     metrics: tuple[str, ...],
     title: str,
     bounds: dict[str, dict[str, tuple[float, str]]] | None = None,
+    names: Names | None = None,
 ) -> plt.Figure:
-    """One row per metric, one column per (algo, model); per series the mean over seeds with a
-    min–max band. `bounds`: algo -> metric -> (y, label) of a fixed reference line to draw."""
+    """One row per metric, one column per (algo, model); per series the mean over seeds with a band
+    over their middle half. `bounds`: algo -> metric -> (y, label) of a fixed reference line to draw."""
     panels = _panels(runset)
     colors = _series_colors(runset)
     fig, axes = _figure(len(panels), len(metrics))
@@ -134,12 +161,15 @@ def step_curves(
             if sub.empty:
                 _no_data(ax)
                 continue
-            _curves(ax, sub, colors)
+            _curves(ax, sub, colors, names)
             if (line := (bounds or {}).get(algo, {}).get(metric)) is not None:
                 ax.axhline(line[0], color="black", lw=1, ls="--", label=line[1])
     place_legends(fig, axes, len(colors))
     # the note on two lines: one line is wider than a one-panel figure, and its ends were cut off
-    fig.suptitle(f"{title}\n(mean over seeds, band = min–max;\nx = a diverged run's last step)", fontsize=10)
+    fig.suptitle(
+        f"{title}\n(mean over seeds, band = middle half of the seeds;\nx = a diverged run's last step)",
+        fontsize=10,
+    )
     return fig
 
 
@@ -181,18 +211,19 @@ def _series_colors(runset: RunSet) -> dict[tuple, str]:
     return dict(zip(series, distinct_colors(len(series)), strict=True))
 
 
-def _curves(ax: plt.Axes, sub: pd.DataFrame, colors: dict[tuple, str]) -> None:
+def _curves(ax: plt.Axes, sub: pd.DataFrame, colors: dict[tuple, str], names: Names | None = None) -> None:
     for key, s in series_groups(sub):
         by_step = s[np.isfinite(s["value"])].groupby("step")["value"]
         mean = by_step.mean()
-        (line,) = ax.plot(mean.index, mean.values, label=series_label(*key), color=colors.get(key))
-        ax.fill_between(mean.index, by_step.min(), by_step.max(), color=line.get_color(), alpha=0.2)
+        (line,) = ax.plot(mean.index, mean.values, label=series_label(*key, names), color=colors.get(key))
+        low, high = by_step.quantile(0.25), by_step.quantile(0.75)
+        ax.fill_between(mean.index, low, high, color=line.get_color(), alpha=0.2)
         for _, run in s[s["status"] == "diverged"].groupby("run_id"):
             last = run[np.isfinite(run["value"])].sort_values("step").tail(1)
             ax.plot(last["step"], last["value"], "x", color=line.get_color(), markersize=9, mew=2)
 
 
-def ratio_tails(runset: RunSet) -> plt.Figure:
+def ratio_tails(runset: RunSet, names: Names | None = None) -> plt.Figure:
     panels = _panels(runset)
     fig, axes = _figure(len(panels), 2)
     for row, metric in enumerate(("ratio/p01", "ratio/p99")):
@@ -208,13 +239,15 @@ def ratio_tails(runset: RunSet) -> plt.Figure:
                 continue
             bins = np.histogram_bin_edges(sub["value"], bins=30)
             for key, s in series_groups(sub):
-                ax.hist(s["value"], bins=bins, histtype="step", lw=1.5, label=series_label(*key))
+                ax.hist(s["value"], bins=bins, histtype="step", lw=1.5, label=series_label(*key, names))
     place_legends(fig, axes, series_groups(runset.runs).ngroups, fontsize=7)
     fig.suptitle("PPO-ratio tails per step: FP8 variants vs bf16")
     return fig
 
 
-def ratio_hist(runset: RunSet, clip_bounds: dict[str, tuple[float, float]]) -> plt.Figure:
+def ratio_hist(
+    runset: RunSet, clip_bounds: dict[str, tuple[float, float]], names: Names | None = None
+) -> plt.Figure:
     """FP8 vs BF16-shadow ratio histograms (module docstring); `clip_bounds`: algo -> (1-ε_low, 1+ε_high)."""
     panels = _panels(runset)
     fig, axes = _figure(len(panels), 2)
@@ -235,7 +268,7 @@ def ratio_hist(runset: RunSet, clip_bounds: dict[str, tuple[float, float]]) -> p
                     counts = np.sum([h["counts"][f"{kind}/{pop}"] for h in hists], axis=0)[1:-1]
                     if counts.sum() == 0:
                         continue
-                    label = f"{series_label(*key)} {'FP8' if kind == 'fp8' else 'BF16 shadow'}"
+                    label = f"{series_label(*key, names)} {'FP8' if kind == 'fp8' else 'BF16 shadow'}"
                     ax.stairs(counts / counts.sum(), edges, ls=style, color=f"C{i}", label=label)
                     drawn = True
             if not drawn:
@@ -263,7 +296,9 @@ def _seed_scores(runset: RunSet, key: str) -> pd.DataFrame:
     return v[v["status"].isin(USED_STATUSES) & np.isfinite(v["value"])]
 
 
-def eval_bars(comparison: pd.DataFrame, keys: list[str], runset: RunSet | None = None) -> plt.Figure:
+def eval_bars(
+    comparison: pd.DataFrame, keys: list[str], runset: RunSet | None = None, names: Names | None = None
+) -> plt.Figure:
     """Horizontal bars (one row per algo/model/series, bf16 once) of the seed mean, its 95 % t-interval
     cut to [0, 1] when the score is a proportion (stats.is_proportion), and each seed's score as a dot."""
     rows = comparison[comparison["variant"] != REFERENCE_VARIANT]
@@ -293,7 +328,7 @@ def eval_bars(comparison: pd.DataFrame, keys: list[str], runset: RunSet | None =
         for v, c in zip(rows["variant"], conds, strict=False)
     ]
     series = list(zip(rows["algo"], rows["model"], rows["variant"], grans, conds, strict=False))
-    labels = [f"{a}/{m} {series_label(v, g, c)}" for a, m, v, g, c in series]
+    labels = [f"{a}/{m} {series_label(v, g, c, names)}" for a, m, v, g, c in series]
     y = np.arange(len(rows))[::-1]  # first row on top
     colors = ["grey" if v == REFERENCE_VARIANT else "C0" for v in rows["variant"]]
     for ax, key in zip(axes.flat, keys, strict=False):
@@ -330,7 +365,7 @@ def eval_bars(comparison: pd.DataFrame, keys: list[str], runset: RunSet | None =
     return fig
 
 
-def throughput_bars(table: pd.DataFrame) -> plt.Figure:
+def throughput_bars(table: pd.DataFrame, names: Names | None = None) -> plt.Figure:
     """Tokens/s per phase per series. The `calib` phase of a variant that does not calibrate is its
     diagnostic BF16 shadow pass, drawn hatched and named so. One legend, under the panels."""
     phases = [c for c in table.columns if c.endswith(" tok/s")]
@@ -366,13 +401,14 @@ def throughput_bars(table: pd.DataFrame) -> plt.Figure:
                     )
         conds = sub["condition"] if "condition" in sub else [None] * len(sub)
         ticks = [
-            f"{series_label(v, g, c)}\n({e or 'n/a'})"
+            f"{series_label(v, g, c, names)}\n({e or 'n/a'})"
             for v, g, c, e in zip(sub["variant"], sub["granularity"], conds, sub["execution"], strict=False)
         ]
         ax.set_xticks(x + 0.4 - width / 2, ticks, rotation=30, ha="right", fontsize=7)
     if handles:
         fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=3, fontsize=7)
-    fig.suptitle("Throughput per phase (tokens/s, mean over seeds; emulated = no FP8 hardware)")
+    # the note on its own line: one line is wider than a one-panel figure, and its ends were cut off
+    fig.suptitle("Throughput per phase\n(tokens/s, mean over seeds; emulated = no FP8 hardware)", fontsize=10)
     return fig
 
 
@@ -383,8 +419,10 @@ def write_plots(
     throughput: pd.DataFrame,
     out_dir: Path,
     clip_bounds: dict[str, tuple[float, float]] | None = None,
+    names: Names | None = None,
 ) -> dict[str, list[Path]]:
-    """Draw and save every figure; returns name → [png, svg]."""
+    """Draw and save every figure, series named by `names` where it has them (`arm_names`); returns
+    name → [png, svg]."""
     bounds = {
         a: {
             CALIB_LOW: (b[0], f"fixed 1-ε_low = {b[0]:g}"),
@@ -393,17 +431,21 @@ def write_plots(
         for a, b in (clip_bounds or {}).items()
     }
     figures: dict[str, Callable[[], plt.Figure]] = {
-        "reward": lambda: step_curves(runset, (REWARD_MEAN, ACC_MEAN), "Reward and accuracy vs step"),
-        "resp_len": lambda: step_curves(runset, (RESP_LEN_MEAN,), "Response length vs step"),
-        "entropy": lambda: step_curves(runset, ("entropy",), "Entropy vs step"),
-        "clip_low_neg": lambda: step_curves(runset, (CLIP_LOW_NEG,), "clip/low_neg vs step"),
-        "calib_bounds": lambda: step_curves(
-            runset, (CALIB_LOW, CALIB_HIGH), "Calibrated clip bounds vs the fixed ones", bounds
+        "reward": lambda: step_curves(
+            runset, (REWARD_MEAN, ACC_MEAN), "Reward and accuracy vs step", names=names
         ),
-        "mismatch_kl": lambda: step_curves(runset, (MISMATCH_KL_K3,), "Rollout/trainer mismatch KL vs step"),
-        "ratio_tails": lambda: ratio_tails(runset),
-        "ratio_hist": lambda: ratio_hist(runset, clip_bounds or {}),
-        "eval_scores": lambda: eval_bars(comparison, keys, runset),
-        "throughput": lambda: throughput_bars(throughput),
+        "resp_len": lambda: step_curves(runset, (RESP_LEN_MEAN,), "Response length vs step", names=names),
+        "entropy": lambda: step_curves(runset, ("entropy",), "Entropy vs step", names=names),
+        "clip_low_neg": lambda: step_curves(runset, (CLIP_LOW_NEG,), "clip/low_neg vs step", names=names),
+        "calib_bounds": lambda: step_curves(
+            runset, (CALIB_LOW, CALIB_HIGH), "Calibrated clip bounds vs the fixed ones", bounds, names
+        ),
+        "mismatch_kl": lambda: step_curves(
+            runset, (MISMATCH_KL_K3,), "Rollout/trainer mismatch KL vs step", names=names
+        ),
+        "ratio_tails": lambda: ratio_tails(runset, names),
+        "ratio_hist": lambda: ratio_hist(runset, clip_bounds or {}, names),
+        "eval_scores": lambda: eval_bars(comparison, keys, runset, names),
+        "throughput": lambda: throughput_bars(throughput, names),
     }
     return {name: save_figure(figures[name](), out_dir, name) for name in CORE}  # fp8rl.report.figures

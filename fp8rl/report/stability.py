@@ -24,7 +24,7 @@ makes the slope unbounded and the interval one-sided or bounded by the doses run
 (binomial.dose_response).
 
 Figures: `survival` (Kaplan-Meier curves, fraction of runs not yet diverged vs step, per group),
-`stability_curves` (entropy, reward and `clip/low_neg` vs step, seed mean with a min–max band; top row
+`stability_curves` (entropy, reward and `clip/low_neg` vs step, seed mean with a band over the middle half of the seeds; top row
 every variant at dose 1, bottom row the dose sweep), `breaking_dose` (diverged fraction vs dose with
 its exact intervals, the ED50 interval at one half).
 """

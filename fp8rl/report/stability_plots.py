@@ -57,7 +57,8 @@ def _curves(runset: RunSet, per_run: pd.DataFrame, out_dir: Path) -> list[Path]:
                 by_step = g.groupby("step")["value"]
                 mean = by_step.mean()
                 line = ax.plot(mean.index, mean.values, label=_label(key, multi), lw=1)[0]
-                ax.fill_between(mean.index, by_step.min(), by_step.max(), color=line.get_color(), alpha=0.15)
+                low, high = by_step.quantile(0.25), by_step.quantile(0.75)  # as plots._curves
+                ax.fill_between(mean.index, low, high, color=line.get_color(), alpha=0.15)
             ax.set(xlabel="step", title=f"{title} ({'dose 1' if row == 0 else 'dose sweep'})")
             if metric == "entropy" and len(data) and (data["value"] > 0).all():
                 ax.set_yscale("log")

@@ -108,3 +108,58 @@ def test_no_two_reward_curves_share_a_color_in_a_tier_with_many_series(tmp_path)
         colors = {ln.get_label(): ln.get_color() for ln in lines}
         assert len(colors) > 11  # more series than the default cycle has colors
         assert len(set(colors.values())) == len(colors), colors
+
+
+def _inside_figure(fig) -> bool:
+    """Whether every text of `fig` (titles, tick labels, legends) lies inside the saved canvas."""
+    fig.canvas.draw()
+    canvas = fig.bbox
+    renderer = fig.canvas.get_renderer()
+    texts = fig.findobj(lambda o: hasattr(o, "get_text") and hasattr(o, "get_window_extent"))
+    boxes = [t.get_window_extent(renderer) for t in texts if t.get_visible() and t.get_text()]
+    return all(b.x0 >= -1 and b.y0 >= -1 and b.x1 <= canvas.x1 + 1 and b.y1 <= canvas.y1 + 1 for b in boxes)
+
+
+def test_a_one_panel_throughput_figure_keeps_its_title_inside_the_canvas():
+    """A tier with one algorithm and model draws one panel: its title's note once ran past both edges."""
+    table = pd.DataFrame(
+        {
+            "algo": ["grpo"] * 3, "model": ["tiny"] * 3, "variant": ["bf16", "fp8", "fp8_tis"],
+            "granularity": ["none", "tensorwise", "tensorwise"], "condition": ["none", "s1", "s4"],
+            "execution": ["emulated"] * 3, "rollout tok/s": [100.0, 120.0, 120.0],
+            "calib tok/s": [np.nan, 300.0, 250.0],
+        }
+    )  # fmt: skip
+    assert _inside_figure(throughput_bars(table))
+
+
+def test_a_study_names_its_series_as_its_tables_name_arms():
+    """`arm_names` maps each arm's cell to its name: the legends read `fp8_s4`, as arms.csv does; a cell
+    that is no arm keeps `variant/granularity/condition`."""
+    from fp8rl.report.plots import arm_names, series_label
+
+    names = arm_names({"bf16": "grpo/tiny/bf16/none/none", "fp8_s4": "grpo/tiny/fp8/tensorwise/s4/"})
+    assert series_label("bf16", "none", None, names) == "bf16"
+    assert series_label("fp8", "tensorwise", "s4", names) == "fp8_s4"
+    assert series_label("fp8", "tensorwise", "s8", names) == "fp8/tensorwise/s8"
+    # two arms of one series (two algorithms): the series keeps its own label
+    both = arm_names({"a": "grpo/tiny/fp8/tensorwise/s4", "b": "dapo/tiny/fp8/tensorwise/s4"})
+    assert series_label("fp8", "tensorwise", "s4", both) == "fp8/tensorwise/s4"
+
+
+def test_the_band_is_the_middle_half_of_the_seeds_not_their_extremes(tier):
+    """Each curve's band spans the 25th to 75th percentile of its seeds at each step: with many seeds
+    or bases a min–max band covers every series alike."""
+    from fp8rl.vocabulary import REWARD_MEAN
+
+    _, runset = tier
+    fig = step_curves(runset, (REWARD_MEAN,), "reward")
+    ax = fig.axes[0]
+    data = runset.metric("train", REWARD_MEAN)
+    data = data[
+        (data["algo"] == "grpo") & (data["variant"] == "bf16") & data["status"].isin(["ok", "diverged"])
+    ]
+    q = data.groupby("step")["value"].quantile([0.25, 0.75]).unstack()
+    band = ax.collections[0]  # bf16's band: the first series
+    ys = np.concatenate([p.vertices[:, 1] for p in band.get_paths()])
+    assert np.isclose(ys.min(), q[0.25].min()) and np.isclose(ys.max(), q[0.75].max())
