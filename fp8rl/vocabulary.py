@@ -8,6 +8,7 @@ docs/architecture.md ("Names") is the user-facing description.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 # ------------------------------------------------------------------------------------------ the matrix
 
@@ -20,7 +21,8 @@ FP8_BACKEND_ENV = "FP8RL_FP8_BACKEND"
 # Tiers are no list here: a config names its own tier (any path-safe name, fp8rl.config.tier_problem);
 # the shipped tiers are the configs in config/.
 ALGORITHMS = ("grpo", "dapo")
-VARIANTS = (
+# The shipped variants; VARIANTS (below) adds each new correction's two.
+_SHIPPED_VARIANTS = (
     "bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib",
     # the mismatch corrections other frameworks offer, each alone and with calibrated clipping, and FP16
     "fp8_seqtis", "fp8_seqtis_calib", "fp8_mis", "fp8_mis_calib", "fp8_icepop", "fp8_icepop_calib", "fp16",
@@ -53,10 +55,25 @@ PRECISIONS = ("bf16", "fp8", "fp16")
 #        sampler-expected score; tis_scorecenter: token TIS with the TIS-weighted score centred;
 #   qurl: QuRL's adaptive clip range (arXiv 2602.13953): each update's clip range widened by the gap
 #        between the FP8 ratio and its full-precision (BF16 shadow) reference.
-# Each is one module of fp8rl.rl.corrections that registers itself under its name.
-CORRECTIONS = (
+# Each is one module of fp8rl.rl.corrections that registers itself under its name (tis.py and
+# scorecenter.py register two each).
+_SHIPPED_CORRECTIONS = (
     "none", "tis", "seq_tis", "mis", "icepop", "icepop_adaptive", "scorecenter", "tis_scorecenter", "qurl",
 )  # fmt: skip
+# A new correction is one file: a module of fp8rl/rl/corrections/ that registers its function under the
+# module's own name (`@register_correction("<module name>")`, modules named `_*` are not corrections),
+# plus its test. It is found here by its file name, not imported (this floor imports nothing, and never
+# torch), and brings its correction name and two variants, `fp8_<name>` and `fp8_<name>_calib`
+# (VARIANT_SPECS); fp8rl.rl.corrections checks at import that each module registered its name.
+CORRECTIONS_DIR = Path(__file__).resolve().parent / "rl" / "corrections"
+NEW_CORRECTIONS = tuple(
+    sorted(
+        p.stem
+        for p in CORRECTIONS_DIR.glob("*.py")
+        if not p.stem.startswith("_") and p.stem not in _SHIPPED_CORRECTIONS
+    )
+)
+CORRECTIONS = (*_SHIPPED_CORRECTIONS, *NEW_CORRECTIONS)
 # Default bands: IcePop's [0.5, 5] (the IcePop report's and verl's example). Masked IS: [0.97, 1.03], which
 # drops about 15 % of the sequences of the smoke model at dose 1 (6-token answers, |d_t| ~ 0.02); verl's
 # geometric-mean preset [0.999, 1.001] suits thousand-token responses and would drop nearly all of them.
@@ -103,7 +120,7 @@ def _spec(name: str, precision: str, correction: str = "none", calib: bool = Fal
     return VariantSpec(name, precision, correction, calib)
 
 
-VARIANT_SPECS = {
+_SHIPPED_SPECS = {
     "bf16": _spec("bf16", "bf16"),
     "fp8": _spec("fp8", "fp8"),
     "fp8_tis": _spec("fp8_tis", "fp8", "tis"),
@@ -121,7 +138,26 @@ VARIANT_SPECS = {
     "fp8_qurl": _spec("fp8_qurl", "fp8", "qurl"),
     "fp8_icepop_adaptive": _spec("fp8_icepop_adaptive", "fp8", "icepop_adaptive"),
 }
-assert tuple(VARIANT_SPECS) == VARIANTS
+assert tuple(_SHIPPED_SPECS) == _SHIPPED_VARIANTS
+
+
+def _new_correction_specs() -> dict[str, VariantSpec]:
+    """`fp8_<name>` and `fp8_<name>_calib` of every new correction (NEW_CORRECTIONS), in name order."""
+    out = {}
+    for name in NEW_CORRECTIONS:
+        for variant, calib in ((f"fp8_{name}", False), (f"fp8_{name}_calib", True)):
+            if variant in _SHIPPED_SPECS:
+                raise ValueError(
+                    f"{CORRECTIONS_DIR / name}.py: its variant {variant!r} is a shipped variant's name; "
+                    "name the module otherwise"
+                )
+            out[variant] = _spec(variant, "fp8", name, calib=calib)
+    return out
+
+
+# Every variant: the shipped ones, then each new correction's two.
+VARIANT_SPECS = {**_SHIPPED_SPECS, **_new_correction_specs()}
+VARIANTS = tuple(VARIANT_SPECS)
 
 # The rollout/trainer mismatch under the names other frameworks log (fp8rl.rl.corrections.
 # mismatch_aliases; definitions in docs/interfaces.md), written beside `mismatch/kl_k1` and `kl_k3`.

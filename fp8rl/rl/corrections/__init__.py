@@ -9,9 +9,13 @@ score centering adds a term to the loss instead, and QuRL's adaptive clip range 
 clip bounds. The modules: `tis` (tis, seq_tis), `mis`, `icepop`, `icepop_adaptive`, `scorecenter`
 (scorecenter, tis_scorecenter), `qurl`, `none`.
 
-Adding a correction is one module here that registers its function with `@register_correction(name)`
-(every module of this package is imported below, so nothing else lists it) plus its test; its name
-joins vocabulary `CORRECTIONS` and a variant that uses it `VARIANT_SPECS` (docs/architecture.md).
+Adding a correction is one module here, named after it, that registers its function with
+`@register_correction("<module name>")`, plus its test (qurl.py and tests/unit/rl/test_rl_new_corrections.py
+are one): every module of this package is imported below, and fp8rl.vocabulary finds the new name by
+the file's name, adding the correction and its variants `fp8_<name>` and `fp8_<name>_calib`, so the
+config, the run ids, the DAG and the report take them with no other edit (CONTRIBUTING.md). A module
+whose name starts with `_` is a helper, not a correction. At import, each module must have registered
+its own name and every name of vocabulary `CORRECTIONS` must be registered.
 Calibrated clipping composes with each: it moves the clip bounds, the correction weights the loss.
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from fp8rl.rl.corrections._aliases import mismatch_aliases
 from fp8rl.rl.corrections._registry import (
     REGISTRY,
     Correction,
@@ -30,12 +35,25 @@ from fp8rl.rl.corrections._registry import (
     register_correction,
     rollout_correction,
 )
-from fp8rl.rl.corrections.aliases import mismatch_aliases
-from fp8rl.vocabulary import ICEPOP_BAND, MIS_BAND
+from fp8rl.vocabulary import CORRECTIONS, ICEPOP_BAND, MIS_BAND
 
 for _module in pkgutil.iter_modules(__path__):
     if not _module.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_module.name}")
+
+_unregistered = sorted(
+    {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")} - set(REGISTRY)
+)
+if _unregistered:
+    raise ImportError(
+        f"fp8rl.rl.corrections: module {_unregistered[0]}.py registers no correction under its own name; "
+        f'a correction module registers its function with @register_correction("{_unregistered[0]}")'
+    )
+if set(REGISTRY) != set(CORRECTIONS):
+    raise ImportError(
+        f"fp8rl.rl.corrections: registered {sorted(REGISTRY)}, but vocabulary CORRECTIONS names "
+        f"{sorted(CORRECTIONS)}"
+    )
 
 from fp8rl.rl.corrections.icepop import icepop_weights  # noqa: E402
 from fp8rl.rl.corrections.mis import mis_keep  # noqa: E402

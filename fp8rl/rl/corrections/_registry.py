@@ -1,5 +1,5 @@
 """The correction registry: each mismatch correction is one module of this package that registers one
-function under its name (vocabulary `CORRECTIONS`), as verl registers a policy loss with
+function under its name (the module's own name; vocabulary `CORRECTIONS` lists them all), as verl registers a policy loss with
 `register_policy_loss(name)` and looks it up with `get_policy_loss_fn(name)`; the trainer and the verl
 adapter call `rollout_correction(kind, ...)` and never grow an if/elif per correction.
 
@@ -88,13 +88,15 @@ REGISTRY: dict[str, CorrectionDef] = {}
 def register_correction(
     name: str, *, needs_distributions: bool = False, bounds: BoundsFn | None = None
 ) -> Callable:
-    """Decorator: register `fn(inputs, options) -> Correction` under `name` (one of vocabulary
-    `CORRECTIONS`, where the names live; a second registration of a name is an error)."""
+    """Decorator: register `fn(inputs, options) -> Correction` under `name` (the module's own name for a
+    new correction, which vocabulary `CORRECTIONS` then holds; a second registration of a name is an
+    error)."""
 
     def deco(fn: Callable[[CorrectionInputs, CorrectionOptions], Correction]):
         if name not in CORRECTIONS:
             raise ValueError(
-                f"register_correction: {name!r} is not in fp8rl.vocabulary.CORRECTIONS; add the name there"
+                f"register_correction: {name!r} is not in fp8rl.vocabulary.CORRECTIONS; a correction module "
+                "registers its own file's name (fp8rl/rl/corrections/<name>.py)"
             )
         if name in REGISTRY:
             raise ValueError(f"register_correction: {name!r} is registered twice")
