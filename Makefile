@@ -17,17 +17,17 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # The smoke tier end to end (data, SFT, every training run, lm-eval + agent benchmark, report) with the
-# local profile; `make smoke CONFIG=config/ci.yaml` runs another tier. A rerun does only what changed;
-# a run interrupted mid-way picks up where it stopped. Snakemake prints each job as it starts and
-# "N of M steps done" as each ends; a training log (logs/train/...) has a heartbeat line per step. It
-# ends with the comparison table, where the files are, and the TensorBoard command for the runs.
+# local profile; `make smoke CONFIG=config/ci.yaml` runs another tier, and
+# `make smoke SET='eval.limit=20 schedule.steps=3'` overrides config keys (the dotted keys of
+# `fp8rl --set`, passed as `snakemake --config set=...`). A rerun does only what changed; a run
+# interrupted mid-way picks up where it stopped. Snakemake prints each job as it starts (its rule and
+# command) and "N of M steps done" as each ends; a training log (logs/train/...) has a heartbeat line
+# per step. The DAG ends with the comparison table, where the files are, and the TensorBoard command
+# for the runs (the Snakefile's onsuccess).
 CONFIG ?= config/smoke.yaml
+SET ?=
 smoke: $(STAMP)
-	$(BIN)/snakemake --profile profiles/local --configfile $(CONFIG)
-	@$(BIN)/python -c "from fp8rl.config_loader import load_config; c = load_config('$(CONFIG)'); \
-	r = f'{c.results_dir}/{c.tier}'; print(open(f'{r}/tables/comparison.md').read()); \
-	print(f'tables: {r}/tables/\nplots:  {r}/plots/\nreport: {r}/report.html'); \
-	print(f'curves: tensorboard --logdir {r}/runs' if c.tracking.tensorboard else '')"
+	$(BIN)/snakemake --profile profiles/local --configfile $(CONFIG) $(if $(SET),--config set='$(SET)')
 
 # verl (for the adapter tests) cannot share the main environment: scripts/verl_test_env.sh installs it
 # without dependencies into build/verl-site, which those tests put on sys.path in a child process.

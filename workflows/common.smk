@@ -4,6 +4,7 @@
 import contextlib
 import os
 import sys
+import time
 from pathlib import Path
 
 from snakemake.utils import update_config
@@ -82,6 +83,8 @@ CONFIG_FILE = Path(R) / "config" / f"{CFG.digest()}.yaml"
 # logs. `{R}/dag.lock` (fcntl.flock, fp8rl.locks.hold_lock) is held from the first job to the end; the
 # second DAG exits 2 naming the first before any job. Jobs Snakemake spawns run without hooks.
 DAG_LOCK = contextlib.ExitStack()
+# Before any job: a report.json at least this recent was written by this DAG (printed at its end).
+DAG_START = time.time()
 
 
 onstart:
@@ -98,7 +101,11 @@ onstart:
 
 
 onsuccess:
+    # The end of any tier's DAG: its comparison table and where the tables, plots and report are.
     DAG_LOCK.close()
+    from fp8rl.commands.report import dag_end_text
+
+    print(dag_end_text(CFG, DAG_START), flush=True)
 
 
 onerror:

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fp8rl.commands.common import UsageError, add_command, add_config_args
 from fp8rl.config_loader import load_config
 
+if TYPE_CHECKING:
+    from fp8rl.config import ExperimentConfig
+
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     cfg = load_config(args.file, args.set)
     from fp8rl.run_files import runs_dir as tier_runs_dir
 
@@ -48,12 +51,49 @@ def cmd_report(args: argparse.Namespace) -> int:
             print(f"  {line}", file=sys.stderr)
     if manifest["notes"]:
         print(f"{len(manifest['notes'])} data note(s) (benign: zero-width intervals), listed in {paths.html}")
-    print(f"tables: {paths.tables_dir}/  plots: {paths.plots_dir}/  report: {paths.html}")
+    print("\n".join(report_locations(cfg, runs_dir)))
+    return 0
+
+
+def report_locations(cfg: ExperimentConfig, runs_dir: Path | None = None) -> list[str]:
+    """Where a tier's report is, one line each: its tables, plots, report.html and one-page SUMMARY.md,
+    and, when the config logs to TensorBoard, the command that shows the runs' curves."""
+    from fp8rl.report.paths import ReportPaths
+    from fp8rl.run_files import runs_dir as tier_runs_dir
+
+    paths = ReportPaths.for_config(cfg)
+    lines = [
+        f"tables:  {paths.tables_dir}/",
+        f"plots:   {paths.plots_dir}/",
+        f"report:  {paths.html}  (one page: {paths.summary})",
+    ]
     if cfg.tracking.tensorboard:
         from fp8rl.tracking import tensorboard_command
 
-        print(f"curves: {tensorboard_command(runs_dir)}")
-    return 0
+        runs = runs_dir if runs_dir is not None else tier_runs_dir(cfg.results_dir, cfg.tier)
+        lines.append(f"curves:  {tensorboard_command(runs)}")
+    return lines
+
+
+def dag_end_text(cfg: ExperimentConfig, since: float) -> str:
+    """What the DAG prints when it ends well (the Snakefile's `onsuccess:`): the tier's comparison table
+    and `report_locations`, when this DAG wrote the report (its report.json is not older than `since`, a
+    POSIX time); else one line saying that the report was not rebuilt, and where it is if it exists."""
+    from fp8rl.report.paths import ReportPaths
+
+    paths = ReportPaths.for_config(cfg)
+    try:
+        built = paths.manifest.stat().st_mtime >= since
+    except OSError:
+        return f"no report yet: the DAG's default target writes it under {paths.root}/"
+    if not built:
+        return f"report not rebuilt by this run; the last one: {paths.html}"
+    table = paths.table("comparison", "md")
+    try:
+        comparison = table.read_text(encoding="utf-8").rstrip("\n")
+    except OSError as exc:
+        comparison = f"({table}: {exc.strerror or exc})"
+    return "\n".join([f"comparison ({table}):", "", comparison, "", *report_locations(cfg)])
 
 
 def cmd_publish(args: argparse.Namespace) -> int:

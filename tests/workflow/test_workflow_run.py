@@ -71,7 +71,14 @@ def test_killed_dag_restarts_without_redoing_finished_runs(tmp_path):
     # SIGKILL leaves Snakemake's lock behind (Ctrl-C does not): unlock, then the same command again.
     assert snakemake(tmp_path, *args, check=False).returncode != 0
     snakemake(tmp_path, "--unlock", "--configfile", str(cfg))
-    snakemake(tmp_path, *args, timeout=300)
+    end = snakemake(tmp_path, *args, timeout=300)
+    # the profile's output: a line per job (its rule and command, no reasons or digest bookkeeping),
+    # and at the end the comparison table and where the report is
+    out = end.stdout + end.stderr
+    assert ": train: fp8rl train --config " in out
+    assert "Reason:" not in out and "printf '%s" not in out
+    assert "comparison (results/smoke/tables/comparison.md):" in end.stdout
+    assert "report:  results/smoke/report.html" in end.stdout
 
     assert finished.stat().st_mtime_ns == finished_mtime, "a finished run was trained again"
     rows = read_jsonl(interrupted.parent / "metrics.jsonl")
