@@ -8,7 +8,10 @@ chose, under the row's own metric names and at its `step`:
   {results_dir}/{tier}/runs` shows every run of a tier. A resumed run passes `resume_step`, and the
   writer's `purge_step` hides the events the earlier attempt wrote after its checkpoint, as
   metrics.jsonl is truncated back to it.
-- `wandb` (off): `wandb.init(mode=...)`, files under `{run}/wandb/`; offline needs no network.
+- `wandb` (off): `wandb.init(mode=...)`, files under `{run}/wandb/`; offline needs no network. Each
+  run is one W&B run named by its run id, in the group of its tier, tagged with tier, arm and
+  algorithm; its W&B id starts with the tier and a digest of `{results_dir}/{tier}`, so two configs'
+  runs of the same run id stay apart.
 - `mlflow` (off): one MLflow run per fp8rl run, named by its run id and tagged with its train digest,
   in `tracking_uri` (default: the file store `{results_dir}/{tier}/mlruns`).
 
@@ -27,6 +30,7 @@ skipped (metrics.jsonl has none: a value that is not applicable is absent).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import math
 import shlex
@@ -34,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from fp8rl.config import TrackingConfig
+from fp8rl.config import RunSpec, TrackingConfig, arm_cell
 
 TENSORBOARD_DIR = "tb"
 WANDB_DIR = "wandb"
@@ -110,6 +114,7 @@ class WandbTracker:
         config: dict | None,
         resume_step: int,
         train_digest: str | None,
+        tier_dir: Path,
     ):
         _require("wandb", "tracking.wandb.enabled", "wandb")
         import wandb
@@ -119,7 +124,9 @@ class WandbTracker:
             project=cfg.project,
             entity=cfg.entity,
             name=run_id,
-            id=wandb_run_id(run_dir, run_id, resume_step, train_digest),
+            group=Path(tier_dir).name,
+            tags=wandb_tags(Path(tier_dir).name, run_id, config),
+            id=wandb_run_id(run_dir, run_id, resume_step, train_digest, tier_dir),
             resume="allow",
             dir=str(run_dir),
             mode=cfg.mode,
@@ -134,18 +141,42 @@ class WandbTracker:
         self.run.finish()
 
 
-def wandb_run_id(run_dir: Path, run_id: str, resume_step: int, train_digest: str | None) -> str:
+def wandb_run_id(
+    run_dir: Path, run_id: str, resume_step: int, train_digest: str | None, tier_dir: str | Path = ""
+) -> str:
     """The W&B run id of this attempt: a resume continues the id the fresh start recorded, a fresh start
-    takes a new one (W&B drops steps below a run's last, so reusing it would lose the new points)."""
+    takes a new one (W&B drops steps below a run's last, so reusing it would lose the new points). It
+    starts with the tier and a digest of the tier's folder (`{results_dir}/{tier}`), so the same run id
+    under two configs (config/smoke.yaml and config/ci.yaml are both tier smoke) are two W&B runs."""
     path = run_dir / WANDB_DIR / WANDB_ID_FILE
     if resume_step and path.is_file() and not path.is_symlink():
         return path.read_text().strip()
-    parts = [run_id.replace("/", "-"), (train_digest or "")[:8], f"{time.time_ns():x}"]
+    where = hashlib.sha256(str(tier_dir).encode()).hexdigest()[:6] if str(tier_dir) else ""
+    run = run_id.replace("/", "-")
+    if len(run) > WANDB_RUN_PART:  # W&B ids stop at 128 characters
+        run = hashlib.sha256(run.encode()).hexdigest()[:16]
+    parts = [Path(tier_dir).name, where, run, (train_digest or "")[:8], f"{time.time_ns():x}"]
     new = "-".join(p for p in parts if p)
     if path.is_symlink():
         path.unlink()
     path.write_text(new + "\n")
     return new
+
+
+WANDB_RUN_PART = 80  # the run id's share of a W&B id (tier, digests and time take the rest of 128)
+
+
+def wandb_tags(tier: str, run_id: str, config: dict | None) -> list[str]:
+    """The W&B tags of a run: its tier, its arm as the tables name it (the study arm whose cells hold
+    the run, else the variant, with its FP8 condition where it has one) and its algorithm."""
+    try:
+        spec = RunSpec.parse(run_id)
+    except ValueError:
+        return [t for t in (tier, run_id.split("/", 1)[0]) if t]
+    arm = spec.variant if spec.condition is None else f"{spec.variant}/{spec.condition}"
+    arms = ((config or {}).get("study") or {}).get("arms") or {}
+    arm = next((name for name, prefix in arms.items() if arm_cell(prefix, run_id)), arm)
+    return list(dict.fromkeys(t for t in (tier, arm, spec.algo) if t))
 
 
 class MlflowTracker:
@@ -286,7 +317,9 @@ def open_trackers(
     if cfg.tensorboard:
         out.append(TensorBoardTracker(run_dir / TENSORBOARD_DIR, resume_step))
     if cfg.wandb.enabled:
-        out.append(WandbTracker(cfg.wandb, run_dir, run_id, config, resume_step, train_digest))
+        out.append(
+            WandbTracker(cfg.wandb, run_dir, run_id, config, resume_step, train_digest, Path(tier_dir))
+        )
     if cfg.mlflow.enabled:
         uri = (Path(tier_dir) / MLFLOW_DIR).resolve().as_uri()
         out.append(MlflowTracker(cfg.mlflow, uri, run_id, config, resume_step, train_digest))

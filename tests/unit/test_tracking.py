@@ -5,12 +5,20 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import time
+from pathlib import Path
 
 import pytest
 
 from fp8rl.config import TrackingConfig
-from fp8rl.tracking import TrackerUnavailable, check_trackers, open_trackers, read_tensorboard
+from fp8rl.tracking import (
+    TrackerUnavailable,
+    check_trackers,
+    open_trackers,
+    read_tensorboard,
+    wandb_tags,
+)
 
 RUN_ID = "grpo/tiny/fp8/tensorwise/seed0"
 
@@ -152,10 +160,24 @@ def test_mlflow_a_resume_keeps_only_the_points_up_to_its_checkpoint(tmp_path):
 
 def test_wandb_takes_a_new_run_id_on_a_fresh_start_and_keeps_it_on_resume(tmp_path, monkeypatch):
     """W&B drops a step below its run's last, so a fresh start under the old id would lose its points."""
+
+    inits = _fake_wandb(monkeypatch)
+    cfg = TrackingConfig(tensorboard=False, wandb={"enabled": True})
+    tier = tmp_path / "smoke"
+    _log(cfg, tmp_path / "run", tier, rows(range(1, 3)), digest="aaaa")
+    _log(cfg, tmp_path / "run", tier, rows(range(1, 3)), digest="aaaa")  # killed before a checkpoint
+    _log(cfg, tmp_path / "run", tier, rows(range(2, 4)), resume_step=1, digest="aaaa")
+    ids = inits["id"]
+    assert ids[0] != ids[1] and ids[2] == ids[1]
+    assert re.fullmatch(r"smoke-[0-9a-f]{6}-grpo-tiny-fp8-tensorwise-seed0-aaaa-[0-9a-f]+", ids[0])
+
+
+def _fake_wandb(monkeypatch) -> dict[str, list]:
+    """A stand-in `wandb` module that records the arguments of each `wandb.init`, by name."""
     import sys
     import types
 
-    ids = []
+    inits: dict[str, list] = {}
 
     class Run:
         def log(self, *a, **k):
@@ -164,14 +186,37 @@ def test_wandb_takes_a_new_run_id_on_a_fresh_start_and_keeps_it_on_resume(tmp_pa
         def finish(self):
             pass
 
-    fake = types.SimpleNamespace(init=lambda **kw: ids.append(kw["id"]) or Run(), Settings=lambda **kw: None)
-    monkeypatch.setitem(sys.modules, "wandb", fake)
+    def init(**kw):
+        for k, v in kw.items():
+            inits.setdefault(k, []).append(v)
+        return Run()
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init, Settings=lambda **kw: None))
     monkeypatch.setattr("fp8rl.tracking._require", lambda *a: None)
+    return inits
+
+
+def test_wandb_runs_of_two_configs_with_the_same_run_id_stay_apart(tmp_path, monkeypatch):
+    """config/smoke.yaml and config/ci.yaml are both tier smoke, with the same run ids: their W&B runs
+    differ by the tier folder's digest in the id, and are grouped by tier and tagged tier, arm, algorithm."""
+    inits = _fake_wandb(monkeypatch)
     cfg = TrackingConfig(tensorboard=False, wandb={"enabled": True})
-    _log(cfg, tmp_path / "run", tmp_path, rows(range(1, 3)), digest="aaaa")
-    _log(cfg, tmp_path / "run", tmp_path, rows(range(1, 3)), digest="aaaa")  # killed before a checkpoint
-    _log(cfg, tmp_path / "run", tmp_path, rows(range(2, 4)), resume_step=1, digest="aaaa")
-    assert ids[0] != ids[1] and ids[2] == ids[1] and ids[0].startswith("grpo-tiny-fp8-tensorwise-seed0-aaaa")
+    _log(cfg, tmp_path / "a" / "run", Path("results") / "smoke", rows(range(1, 2)), digest="aaaa")
+    _log(cfg, tmp_path / "b" / "run", Path("results/ci") / "smoke", rows(range(1, 2)), digest="aaaa")
+    first, second = inits["id"]
+    assert first.split("-")[:2] != second.split("-")[:2] and first.split("-")[0] == "smoke"
+    assert inits["name"] == [RUN_ID, RUN_ID] and inits["group"] == ["smoke", "smoke"]
+    assert inits["tags"] == [["smoke", "fp8", "grpo"]] * 2
+
+
+def test_wandb_tags_name_the_arm_as_the_tables_do():
+    study = {"study": {"arms": {"tis_calib": "grpo/tiny/fp8_tis_calib/tensorwise/s4"}}}
+    assert wandb_tags("clipping", "grpo/tiny/fp8_tis_calib/tensorwise/s4/seed3", study) == [
+        "clipping", "tis_calib", "grpo"
+    ]  # fmt: skip
+    assert wandb_tags("mechanism", "dapo/tiny/fp8/rowwise/e5m2_d2/seed0", None) == [
+        "mechanism", "fp8/e5m2_d2", "dapo"
+    ]  # fmt: skip
 
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb not installed")
