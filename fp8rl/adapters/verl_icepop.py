@@ -17,23 +17,19 @@ the loss spec's `icepop_adaptive` entry (verl_corrections.correction_loss_spec).
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-from verl.trainer.ppo.core_algos import register_policy_loss
 
+from fp8rl.adapters import verl_policy
 from fp8rl.rl.corrections.icepop_adaptive import adaptive_icepop_from_ratios
 
 LOSS_NAME = "fp8rl_icepop_adaptive"
 
 
 def _options() -> tuple[tuple[float, float], float]:
-    from fp8rl.adapters import verl_loss  # verl_loss imports this module to register the loss
-
-    entry = verl_loss.load_spec().get("icepop_adaptive")
+    entry = verl_policy.load_spec().get("icepop_adaptive")
     if not entry:
         raise RuntimeError(
-            f"{LOSS_NAME}: no adaptive IcePop options; set {verl_loss.SPEC_ENV} to the run's verl_loss.json "
+            f"{LOSS_NAME}: no adaptive IcePop options; set {verl_policy.SPEC_ENV} to the run's verl_loss.json "
             "(fp8rl verl train writes it)"
         )
     lo, hi = entry["band"]
@@ -49,32 +45,14 @@ def weights(rollout_is_weights: torch.Tensor, response_mask: torch.Tensor) -> to
     return w
 
 
-@register_policy_loss(LOSS_NAME)
-def fp8rl_icepop_adaptive_loss(
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    loss_agg_mode: str = "token-mean",
-    config: Any = None,
-    rollout_is_weights: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO-clip with fixed bounds through `fp8rl.rl.policy_loss`, the tokens weighted by adaptive IcePop
-    (module docstring)."""
-    if config is None:
-        raise ValueError(f"{LOSS_NAME}: verl passes the actor config; got None")
-    if rollout_is_weights is None:
-        raise ValueError(
-            f"{LOSS_NAME}: verl passed no rollout_is_weights; the run needs algorithm.rollout_correction "
-            "rollout_is: token with the untruncating threshold (fp8rl.adapters.verl_corrections)"
-        )
-    from fp8rl.adapters import verl_loss
+def _weights(call: verl_policy.LossCall) -> torch.Tensor:
+    return weights(call.rollout_is_weights, call.response_mask)
 
-    verl_loss.check_finite_inputs(
-        log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages,
-        rollout_is_weights=rollout_is_weights, response_mask=response_mask,
-    )  # fmt: skip
-    w = weights(rollout_is_weights, response_mask)
-    return verl_loss._run(
-        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, w, None, {}
-    )
+
+fp8rl_icepop_adaptive_loss = verl_policy.verl_policy_loss(
+    LOSS_NAME,
+    "PPO-clip with fixed bounds through `fp8rl.rl.policy_loss`, the tokens weighted by adaptive IcePop "
+    "(fp8rl.adapters.verl_icepop).",
+    weights_of=_weights,
+    needs_ratios="adaptive IcePop sets its band from them",
+)

@@ -61,6 +61,9 @@ PASSTHROUGH = (
     "ratio/p01",
     "ratio/p50",
     "ratio/p99",
+    "qurl/gap",
+    "qurl/low",
+    "qurl/high",
 )
 
 

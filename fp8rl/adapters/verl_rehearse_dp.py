@@ -16,7 +16,7 @@ The case names the loss, the actor's settings (`actor`: verl's clip ratios, `los
 `groups`: GRPO groups generated on each rank (`group_batch`: `groups` prompts of `n` responses of up to
 `max_len` tokens, binary rewards, a share of groups all right or all wrong whose advantages are all 0).
 Writes `{"metrics": ..., "micro_bounds": the calib/low and calib/high each trained micro-batch's loss
-used, "forward_only_calls": ...}` or `{"error": ...}` to OUT_JSON.
+used, "micro_qurl": its qurl/low and qurl/high, "forward_only_calls": ...}` or `{"error": ...}` to OUT_JSON.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ class Engine:
     def __init__(self, group, micro: int) -> None:
         self.group, self.micro = group, micro
         self.micro_bounds: list[list[float | None]] = []  # per trained micro-batch: calib/low, calib/high
+        self.micro_qurl: list[list[float | None]] = []  # per trained micro-batch: qurl/low, qurl/high
         self.forward_only_calls = 0
 
     def get_data_parallel_size(self) -> int:
@@ -96,9 +97,10 @@ class Engine:
             )
             loss, metrics = loss_function(model_output={"log_probs": _flat(mb)}, data=mb, dp_group=self.group)
             if record:  # the bounds this micro-batch's loss clipped with (weight 1: the value)
-                self.micro_bounds.append(
-                    [_value(metrics.get(f"fp8rl_sum/calib/{side}")) for side in ("low", "high")]
-                )
+                for record, name in ((self.micro_bounds, "calib"), (self.micro_qurl, "qurl")):
+                    record.append(
+                        [_value(metrics.get(f"fp8rl_sum/{name}/{side}")) for side in ("low", "high")]
+                    )
             outputs.append({"loss": float(loss.detach()), "metrics": metrics})
         return postprocess_batch_func(outputs, indices, data)
 
@@ -237,7 +239,7 @@ def main(rank: int, world: int, init_file: str, case_path: str, out_path: str) -
         metrics = tu.get(output, "metrics") if output is not None else None
         result = {"metrics": {k: [float(x) for x in v] if isinstance(v, list) else repr(v)
                               for k, v in (metrics or {}).items()},
-                  "micro_bounds": worker.engine.micro_bounds,
+                  "micro_bounds": worker.engine.micro_bounds, "micro_qurl": worker.engine.micro_qurl,
                   "forward_only_calls": worker.engine.forward_only_calls}  # fmt: skip
     except Exception as exc:  # the caller reads what went wrong on which rank
         result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}

@@ -48,6 +48,13 @@ def qurl_bounds(
         lr = torch.log(ratio.detach().double()[m]).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         lref = torch.log(ref_ratio.detach().double()[m]).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         gap = float((lr - lref).abs().mean())
+    return widened(fixed, gap)
+
+
+def widened(fixed: ClipBounds, gap: float) -> tuple[ClipBounds, dict[str, float]]:
+    """`fixed` widened by the gap `g` in log space (module docstring), with the `qurl/*` metrics: the
+    step from the gap to the bounds, shared by the reference trainer and the verl loss
+    (fp8rl.adapters.verl_qurl), which measures its gap over DP ranks."""
     bounds = ClipBounds(fixed.low * math.exp(-gap), fixed.high * math.exp(gap))
     return bounds, {"qurl/gap": gap, "qurl/low": bounds.low, "qurl/high": bounds.high}
 

@@ -22,6 +22,7 @@ VERL_TESTS = [
     "test_adapters_verl_plugin.py",
     "test_adapters_verl_corrections.py",
     "test_adapters_verl_icepop.py",
+    "test_adapters_verl_qurl.py",
     "test_adapters_verl_upstream.py",
     "test_adapters_verl_rehearse.py",
     "test_adapters_verl_sizing.py",

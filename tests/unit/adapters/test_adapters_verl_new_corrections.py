@@ -1,6 +1,6 @@
 """The corrections verl 0.9.1 cannot hand their inputs to a policy loss are refused by name, before a
-job is written; the others keep their verl settings (adaptive IcePop through its own loss:
-test_adapters_verl_icepop.py)."""
+job is written; the others keep their verl settings (adaptive IcePop and QuRL through their own
+losses: test_adapters_verl_icepop.py, test_adapters_verl_qurl.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fp8rl.vocabulary import CORRECTIONS, VARIANT_SPECS
 CFG = SimpleNamespace(tis=TISConfig())
 
 
-@pytest.mark.parametrize("variant", ["fp8_scorecenter", "fp8_tis_scorecenter", "fp8_qurl"])
+@pytest.mark.parametrize("variant", ["fp8_scorecenter", "fp8_tis_scorecenter"])
 def test_refused_with_what_verl_lacks(variant):
     why = check_corrections(CFG, VARIANT_SPECS[variant])
     assert why is not None and VARIANT_SPECS[variant].correction in why and "reference trainer" in why
@@ -37,3 +37,17 @@ def test_adaptive_icepop_runs_on_verl_through_its_loss():
     ov = correction_overrides(CFG, spec)
     assert ov["algorithm.rollout_correction.rollout_is"] == "token"
     assert ov["algorithm.rollout_correction.rollout_is_threshold"] == RAW_RATIO_THRESHOLD
+
+
+def test_qurl_runs_on_verl_through_its_loss():
+    from fp8rl.adapters.verl_corrections import policy_loss_mode
+
+    spec = VARIANT_SPECS["fp8_qurl"]
+    assert check_corrections(CFG, spec) is None
+    assert policy_loss_mode(spec) == "fp8rl_qurl"
+
+
+def test_a_correction_verl_has_no_mapping_for_is_refused_by_name():
+    spec = SimpleNamespace(name="fp8_new_one", correction="new_one", calib=False)  # a module added later
+    why = check_corrections(CFG, spec)
+    assert why is not None and "'new_one'" in why and "ROLLOUT_IS" in why
