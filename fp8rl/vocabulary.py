@@ -29,8 +29,20 @@ _SHIPPED_VARIANTS = (
     # the corrections of issue 56: score centering (alone and on TIS), QuRL's adaptive clip range, adaptive IcePop
     "fp8_scorecenter", "fp8_tis_scorecenter", "fp8_qurl", "fp8_icepop_adaptive",
 )  # fmt: skip
-# Recipe-level FP8 granularities (a run id's granularity); `bf16` runs use NO_GRANULARITY.
-GRANULARITIES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
+# Recipe-level FP8 granularities (a run id's granularity); `bf16` runs use NO_GRANULARITY. Each is one
+# module of fp8rl/fp8/recipes/, named after it, that registers its recipe (fp8rl.fp8.recipe.register_recipe):
+# the shipped ones in this order, then any other module found there by its file name (not imported:
+# this floor never imports torch), so a new recipe is its one file plus its test.
+RECIPES_DIR = Path(__file__).resolve().parent / "fp8" / "recipes"
+_SHIPPED_GRANULARITIES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
+GRANULARITIES = (
+    *_SHIPPED_GRANULARITIES,
+    *sorted(
+        p.stem
+        for p in RECIPES_DIR.glob("*.py")
+        if not p.stem.startswith("_") and p.stem not in _SHIPPED_GRANULARITIES
+    ),
+)
 NO_GRANULARITY = "none"
 # A study tier's matrix may repeat every fp8 run under named FP8 conditions (format, noise dose, KV cache):
 # the condition is then part of the run id, and bf16 runs have condition NO_CONDITION.

@@ -9,6 +9,7 @@ In `reproducible` numerics every CPU matrix product runs on the pinned OpenBLAS 
 (`fp8rl.numerics.pin_gemms`)."""
 
 from fp8rl import numerics as _numerics
+from fp8rl.fp8 import recipes as _recipes  # noqa: F401  (registers every recipe, one module each)
 from fp8rl.fp8.backend import gemm_backend, is_fp8_hardware
 from fp8rl.fp8.convert import (
     convert_to_bf16_emulation,

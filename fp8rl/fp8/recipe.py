@@ -17,10 +17,16 @@ per token in the output GEMM and one per feature in the grad-weight GEMM, as tor
 | `mxfp8`      | e4m3, 1×32 tiles, E8M0 power-of-two scales (OCP MX)   | `MXFP8BlockScaling`         | prototype mx_formats MXFP8       |
 
 `Recipe.te_recipe` / `Recipe.torchao_recipe` carry these names for the verl adapter and reports.
+
+Each recipe is one module of fp8rl/fp8/recipes/, named after it, that registers its builder here with
+`@register_recipe("<name>")`, as verl registers a policy loss; `get_recipe` looks the name up and never
+grows an if/elif. fp8rl.vocabulary finds a new module by its file name (GRANULARITIES), so the config's
+`matrix.granularities`, the run ids and the DAG take it with no other edit (CONTRIBUTING.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fp8rl.fp8.formats import RECIPE_FORMATS, FP8Format, get_format, resolve_format
@@ -90,7 +96,32 @@ class Recipe:
         return (self.output, self.grad_input, self.grad_weight)
 
 
-def _tensorwise(fmt: str, delayed: bool) -> tuple[GemmSpec, GemmSpec, GemmSpec]:
+# (recipe-level format, delayed-scaling settings: amax_history_len, amax_compute_algo) -> the Recipe
+RecipeBuilder = Callable[[str, dict], Recipe]
+BUILDERS: dict[str, RecipeBuilder] = {}
+
+
+def register_recipe(name: str) -> Callable[[RecipeBuilder], RecipeBuilder]:
+    """Decorator: register `builder(fmt, delayed_kw) -> Recipe` under `name` (its module's name, which
+    vocabulary `GRANULARITIES` then holds); a name outside it, or registered twice, is a ValueError."""
+
+    def deco(builder: RecipeBuilder) -> RecipeBuilder:
+        if name not in RECIPES:
+            raise ValueError(
+                f"register_recipe: {name!r} is not in fp8rl.vocabulary.GRANULARITIES; a recipe module "
+                "registers its own file's name (fp8rl/fp8/recipes/<name>.py)"
+            )
+        if name in BUILDERS:
+            raise ValueError(f"register_recipe: {name!r} is registered twice")
+        BUILDERS[name] = builder
+        return builder
+
+    return deco
+
+
+def tensorwise_gemms(fmt: str, delayed: bool) -> tuple[GemmSpec, GemmSpec, GemmSpec]:
+    """The three GEMMs with one scale per tensor: `fmt`'s forward format for x and W, its gradient
+    format for dy (hybrid: e4m3 and e5m2), each scale from the current amax or a `delayed` history."""
     fwd = resolve_format(fmt, "forward").name
     grad = resolve_format(fmt, "grad").name
     x = OperandSpec(fwd, "tensorwise", delayed=delayed)
@@ -118,22 +149,7 @@ def get_recipe(
         raise ValueError(
             f"amax_compute_algo: unknown {amax_compute_algo!r}; allowed: {', '.join(AMAX_ALGOS)}"
         )
+    if granularity not in BUILDERS:
+        raise ValueError(f"granularity: recipe {granularity!r} has no builder registered (fp8rl.fp8.recipes)")
     delayed_kw = {"amax_history_len": amax_history_len, "amax_compute_algo": amax_compute_algo}
-    if granularity == "tensorwise":
-        return Recipe("tensorwise", *_tensorwise(fmt, False), **delayed_kw,
-                      te_recipe="Float8CurrentScaling", torchao_recipe="tensorwise")  # fmt: skip
-    if granularity == "delayed":
-        return Recipe("delayed", *_tensorwise(fmt, True), **delayed_kw, te_recipe="DelayedScaling")
-    if granularity == "rowwise":
-        op = OperandSpec("e4m3", "rowwise", pow2_scales=True)
-        return Recipe("rowwise", GemmSpec(op, op), GemmSpec(op, op), GemmSpec(op, op), **delayed_kw,
-                      torchao_recipe="rowwise")  # fmt: skip
-    if granularity == "blockwise":
-        act = OperandSpec("e4m3", "block1d", block=128)
-        w = OperandSpec("e4m3", "block2d", block=128)
-        return Recipe("blockwise", GemmSpec(act, w), GemmSpec(act, w), GemmSpec(act, act), **delayed_kw,
-                      te_recipe="Float8BlockScaling",
-                      torchao_recipe="prototype.blockwise_fp8_training Float8BlockwiseLinear")  # fmt: skip
-    op = OperandSpec("e4m3", "mx", block=32)
-    return Recipe("mxfp8", GemmSpec(op, op), GemmSpec(op, op), GemmSpec(op, op), **delayed_kw,
-                  te_recipe="MXFP8BlockScaling", torchao_recipe="prototype.mx_formats MXFP8")  # fmt: skip
+    return BUILDERS[granularity](fmt, delayed_kw)
