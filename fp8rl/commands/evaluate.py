@@ -80,7 +80,7 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
         model_spec,
         run_lm_eval,
     )
-    from fp8rl.evaluate.schema import samples_path, write_eval
+    from fp8rl.evaluate.schema import native_path, samples_path, write_eval
     from fp8rl.provenance import provenance
 
     torch.set_num_threads(cfg.resources_for("eval").threads)
@@ -91,7 +91,7 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
 
     try:
         with hold_lock(out.with_name(f".{out.name}.lock"), "wait for that evaluation to end"):
-            for name in (out.name, samples_path(out).name):
+            for name in (out.name, samples_path(out).name, native_path(out).name):
                 remove_stale_temps(out.parent, name)  # what a killed evaluation left
             work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
             try:
@@ -113,11 +113,12 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
                 plan = plan_tasks(suite, names, data, cache_dir=work / "datasets")
                 model, model_args = model_spec(cfg, checkpoint) if plan.lm_eval_specs else ("bfcl", {})
                 samples = samples_path(out) if suite == "lm_eval" else None
+                native = native_path(out) if suite == "lm_eval" else None
                 results, failed = [], []
                 bfcl_tasks = [BFCL_PREFIX + c for c in plan.bfcl]
                 harnesses = [
                     ([n for n in names if n not in bfcl_tasks], plan.lm_eval_specs,
-                     lambda: run_lm_eval(cfg, checkpoint, plan, samples_out=samples)),
+                     lambda: run_lm_eval(cfg, checkpoint, plan, samples_out=samples, native_out=native)),
                     (bfcl_tasks, plan.bfcl, lambda: run_bfcl(cfg, checkpoint, plan.bfcl, work / "bfcl")),
                 ]  # fmt: skip
                 for tasks, planned, run in harnesses:

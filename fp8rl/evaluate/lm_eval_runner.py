@@ -29,6 +29,7 @@ from fp8rl.config import ExperimentConfig
 from fp8rl.evaluate.eval_tasks import EvalInputError, TaskPlan
 from fp8rl.evaluate.protocol import task_specs, vllm_model_args
 from fp8rl.evaluate.schema import TaskResult, normalise_lm_eval, sample_records, write_samples
+from fp8rl.io import atomic_write_text
 
 # stderr of a mean is analytic in lm-eval; bootstrap only serves other aggregations (none here).
 BOOTSTRAP_ITERS = 1000
@@ -259,11 +260,13 @@ def run_lm_eval(
     *,
     lm: Any = None,
     samples_out: Path | None = None,
+    native_out: Path | None = None,
 ) -> list[TaskResult]:
     """Evaluate the checkpoint on the plan's lm-eval tasks; one TaskResult per task x metric.
 
     `lm` replaces the model built from `model_spec` (an `lm_eval.api.model.LM` instance).
-    `samples_out`: write every scored sample there (JSONL, atomically; fp8rl.evaluate.schema)."""
+    `samples_out`: write every scored sample there (JSONL, atomically; fp8rl.evaluate.schema).
+    `native_out`: write lm-eval's own results there (`write_native`)."""
     import lm_eval
 
     tasks, manager = build_tasks(cfg, plan)
@@ -287,4 +290,17 @@ def run_lm_eval(
         return []
     if samples_out is not None:
         write_samples(samples_out, sample_records(raw, plan.report_names))
+    if native_out is not None:
+        write_native(native_out, raw)
     return normalise_lm_eval(raw, plan.report_names)
+
+
+def write_native(path: Path, raw: dict) -> Path:
+    """lm-eval's results as its own `--output_path` writes them (`results`, `groups`, `configs`,
+    `versions`, `n-shot`, `higher_is_better`, `n-samples`, `config`, ...; the samples are in the
+    samples file), with lm-eval's conversion of what JSON cannot hold, atomically."""
+    from lm_eval.utils import handle_non_serializable
+
+    native = {k: v for k, v in raw.items() if k != "samples"}
+    text = json.dumps(native, indent=2, default=handle_non_serializable, ensure_ascii=False)
+    return atomic_write_text(path, text + "\n")

@@ -112,6 +112,13 @@ def samples_path(result_file: str | Path) -> Path:
     return result_file.with_name(f"{result_file.stem}.samples.jsonl")
 
 
+def native_path(result_file: str | Path) -> Path:
+    """lm-eval's own results JSON beside a suite's flat result file (what `lm_eval --output_path`
+    writes, without the samples): `eval/lm_eval.json` -> `eval/lm_eval.native.json`."""
+    result_file = Path(result_file)
+    return result_file.with_name(f"{result_file.stem}.native.json")
+
+
 def _plain(x: Any) -> Any:
     """A JSON value: containers recursively, non-finite floats as null, anything else as its str."""
     if isinstance(x, dict):

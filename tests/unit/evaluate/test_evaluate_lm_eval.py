@@ -124,7 +124,8 @@ def test_eval_command_on_a_real_checkpoint(command, suite, tiny_checkpoint, data
     assert doc["suite"] == suite in SUITES and doc["checkpoint"] == str(tiny_checkpoint)
     assert doc["checkpoint_digest"] == checkpoint_digest(tiny_checkpoint)  # the checkpoint it scored
     left = {p.name for p in out.parent.iterdir()}
-    assert left == {out.name, *([f"{suite}.samples.jsonl"] if suite == "lm_eval" else [])}  # no temp, no lock
+    beside = [f"{suite}.samples.jsonl", f"{suite}.native.json"] if suite == "lm_eval" else []
+    assert left == {out.name, *beside}  # no temp, no lock
     assert doc["provenance"]["eval"]["model"] == "hf" and doc["provenance"]["config_digest"]
     tasks = {r["task"] for r in doc["results"]}
     assert tasks == ({"arith_gen", "arith_mc"} if suite == "lm_eval" else {"tool_call"})
@@ -137,6 +138,13 @@ def test_eval_command_on_a_real_checkpoint(command, suite, tiny_checkpoint, data
         assert {r["task"] for r in rows} == tasks and len(rows) == 5 * len(tasks)
         assert all(len(r["responses"]) == 1 for r in rows if r["task"] == "arith_gen")
         assert doc["provenance"]["eval"]["temperature"] is None
+        # lm-eval's own results JSON, as `lm_eval --output_path` writes it, holds the flat file's values
+        native = json.loads(out.with_name(f"{suite}.native.json").read_text())
+        assert {"results", "configs", "versions", "n-samples", "config"} <= set(native)
+        assert "samples" not in native and set(native["results"]) >= tasks
+        for r in doc["results"]:  # a metric of one filter is named without it in the flat file
+            (key,) = [k for k in native["results"][r["task"]] if k.split(",")[0] == r["metric"]]
+            assert native["results"][r["task"]][key] == pytest.approx(r["value"])
     else:
         assert not samples.exists()
 
