@@ -82,6 +82,7 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
     )
     from fp8rl.evaluate.schema import native_path, samples_path, write_eval
     from fp8rl.provenance import provenance
+    from fp8rl.quiet import progress_as_lines
 
     torch.set_num_threads(cfg.resources_for("eval").threads)
     from fp8rl.checkpoint_files import checkpoint_digest
@@ -110,20 +111,23 @@ def _evaluate(args: argparse.Namespace, suite: str) -> int:
                     except ValueError as exc:
                         raise EvalInputError(str(exc)) from None
                 digest = checkpoint_digest(checkpoint)
-                plan = plan_tasks(suite, names, data, cache_dir=work / "datasets")
-                model, model_args = model_spec(cfg, checkpoint) if plan.lm_eval_specs else ("bfcl", {})
-                samples = samples_path(out) if suite == "lm_eval" else None
-                native = native_path(out) if suite == "lm_eval" else None
                 results, failed = [], []
-                bfcl_tasks = [BFCL_PREFIX + c for c in plan.bfcl]
-                harnesses = [
-                    ([n for n in names if n not in bfcl_tasks], plan.lm_eval_specs,
-                     lambda: run_lm_eval(cfg, checkpoint, plan, samples_out=samples, native_out=native)),
-                    (bfcl_tasks, plan.bfcl, lambda: run_bfcl(cfg, checkpoint, plan.bfcl, work / "bfcl")),
-                ]  # fmt: skip
-                for tasks, planned, run in harnesses:
-                    if planned:
-                        results += _run_or_record(run, tasks, failed, args.on_failure)
+                with progress_as_lines():  # in a log file, a progress bar is a line, not redraws
+                    plan = plan_tasks(suite, names, data, cache_dir=work / "datasets")
+                    model, model_args = model_spec(cfg, checkpoint) if plan.lm_eval_specs else ("bfcl", {})
+                    samples = samples_path(out) if suite == "lm_eval" else None
+                    native = native_path(out) if suite == "lm_eval" else None
+                    bfcl_tasks = [BFCL_PREFIX + c for c in plan.bfcl]
+                    harnesses = [
+                        ([n for n in names if n not in bfcl_tasks], plan.lm_eval_specs,
+                         lambda: run_lm_eval(cfg, checkpoint, plan, samples_out=samples, native_out=native)),
+                        (bfcl_tasks, plan.bfcl, lambda: run_bfcl(cfg, checkpoint, plan.bfcl, work / "bfcl")),
+                    ]  # fmt: skip
+                    for tasks, planned, run in harnesses:
+                        if planned:
+                            limit = f" ({cfg.eval.limit} examples each)" if cfg.eval.limit else ""
+                            print(f"evaluating {', '.join(tasks)}{limit}", file=sys.stderr, flush=True)
+                            results += _run_or_record(run, tasks, failed, args.on_failure)
                 if samples is not None and failed and not samples.exists():
                     atomic_write_text(samples, "")  # the rule's second output: no sample was scored
             except EvalInputError as exc:

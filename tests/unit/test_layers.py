@@ -78,6 +78,7 @@ ALLOWED: dict[str, set[str]] = {
         "engine",
         "evaluate",
         "provenance",
+        "quiet",
         "report",
         "rl",
         "run_checks",

@@ -113,13 +113,16 @@ def tiny_checkpoint(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("command", "suite"), [("lm-eval", "lm_eval"), ("agent", "agent")])
-def test_eval_command_on_a_real_checkpoint(command, suite, tiny_checkpoint, data_dir, tmp_path):
+def test_eval_command_on_a_real_checkpoint(command, suite, tiny_checkpoint, data_dir, tmp_path, capsys):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(json.dumps(CFG.model_dump(mode="json")))
     out = tmp_path / "eval" / f"{suite}.json"
     (tmp_path / "eval" / f".{suite}.json.killed.tmp" / "datasets").mkdir(parents=True)  # a killed eval's
     args = ["eval", command, "--config", str(cfg), "--checkpoint", str(tiny_checkpoint)]
     assert main([*args, "--data", str(data_dir), "--out", str(out), "--set", "eval.limit=5"]) == 0
+    # stderr is no terminal here, as in a DAG log: progress bars are lines, no carriage returns
+    err = capsys.readouterr().err
+    assert "\r" not in err and "(5 examples each)" in err
     doc = json.loads(out.read_text())
     assert doc["suite"] == suite in SUITES and doc["checkpoint"] == str(tiny_checkpoint)
     assert doc["checkpoint_digest"] == checkpoint_digest(tiny_checkpoint)  # the checkpoint it scored
