@@ -23,6 +23,7 @@ from tqdm import tqdm
 from fp8rl.config import ExperimentConfig
 from fp8rl.engine import tasks
 from fp8rl.engine.data import load_split
+from fp8rl.engine.heartbeat import SFT_FIELDS, Heartbeat
 from fp8rl.engine.model import build_model, count_parameters, save_hf
 from fp8rl.engine.policy_accuracy import accuracy
 from fp8rl.engine.precision import bf16_emulation
@@ -144,6 +145,9 @@ def run_sft(
     losses: list[float] = []
     stop = _StopRule(cfg, tokenizer, train_rows, init_seed)
     model.train()
+    # without a bar (under the DAG, --no-progress) a line of step, loss, elapsed and ETA every few seconds
+    name = f"sft {model_name}" + ("" if seed is None else f"/seed{seed}")
+    beat = None if progress else Heartbeat(name, s.steps, fields=SFT_FIELDS)
     for step in tqdm(range(s.steps), desc=f"sft {model_name}", disable=not progress, mininterval=2.0):
         if stop.reached(model, step):
             break
@@ -159,6 +163,8 @@ def run_sft(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())
+        if beat is not None:
+            beat.update(step + 1, {"loss": losses[-1]})
     train_s = time.perf_counter() - t0
     if s.stop_at_accuracy is not None and not stop.met and s.on_unmet_stop == "refuse":
         last = f"{stop.checks[-1][1]:.3f} at step {stop.checks[-1][0]}" if stop.checks else "no check ran"

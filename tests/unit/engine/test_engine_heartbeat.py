@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from fp8rl.engine.heartbeat import Heartbeat
+from fp8rl.engine.heartbeat import SFT_FIELDS, Heartbeat
 
 
 class Clock:
@@ -25,8 +25,16 @@ def test_slow_steps_each_print_a_line_with_rate_and_eta():
     assert len(lines) == 3
     assert lines[-1] == (
         "[grpo/tiny/fp8/tensorwise/seed0] step 3/10 reward 0.500 entropy 1.250 clip/low_neg 0.0123 "
-        "6.00 s/step ETA 0:00:42"
+        "6.00 s/step elapsed 0:00:18 ETA 0:00:42"
     )
+
+
+def test_an_sft_heartbeat_shows_the_loss():
+    out, clock = io.StringIO(), Clock()
+    beat = Heartbeat("sft tiny", 300, stream=out, clock=clock, fields=SFT_FIELDS)
+    clock.t = 12.4
+    beat.update(40, {"loss": 1.23456})
+    assert out.getvalue() == "[sft tiny] step 40/300 loss 1.2346 0.31 s/step elapsed 0:00:12 ETA 0:01:21\n"
 
 
 def test_fast_steps_are_thinned_but_first_and_last_always_print():
@@ -46,4 +54,4 @@ def test_a_resumed_run_times_only_the_steps_it_ran():
     beat = Heartbeat("r", 10, start_step=8, stream=out, clock=clock)
     clock.t = 4.0
     beat.update(9, {})
-    assert "4.00 s/step ETA 0:00:04" in out.getvalue()
+    assert "4.00 s/step elapsed 0:00:04 ETA 0:00:04" in out.getvalue()
