@@ -4,6 +4,11 @@ Two OCP FP8 formats (docs/architecture.md#names): `e4m3` (torch `float8_e4m3fn`:
 and `e5m2` (torch `float8_e5m2`: IEEE-like, max 57344). `hybrid` is not a format but a recipe choice
 (e4m3 forward, e5m2 gradients); `resolve_format` maps it to the format of one operand role.
 
+Each format is registered here, where it is defined (`register_format`); `get_format` looks it up.
+Its name is also in vocabulary `FP8_FORMATS`, the torch-free list the config checks `fp8.format`
+against (a format is a torch dtype, so its definition cannot live on that floor); the registry refuses
+a format outside it and this module checks at import that the two hold the same names.
+
 The cast is torch's own conversion (round-to-nearest-even, bit-identical to `ml_dtypes`) preceded by a
 clamp to ±max, so overflow and ±inf saturate to ±max in both formats (torchao's `to_fp8_saturated`
 convention) and NaN stays NaN (`clamp` propagates NaN).
@@ -32,9 +37,27 @@ class FP8Format:
     mantissa_bits: int
 
 
-E4M3 = FP8Format("e4m3", torch.float8_e4m3fn, 448.0, 2.0**-6, 2.0**-9, 3)
-E5M2 = FP8Format("e5m2", torch.float8_e5m2, 57344.0, 2.0**-14, 2.0**-16, 2)
-_BY_NAME = {"e4m3": E4M3, "e5m2": E5M2}
+REGISTRY: dict[str, FP8Format] = {}
+
+
+def register_format(fmt: FP8Format) -> FP8Format:
+    """Register `fmt` under its name (one of vocabulary `FP8_FORMATS`; twice is an error); returns it."""
+    if fmt.name not in FORMATS:
+        raise ValueError(
+            f"register_format: {fmt.name!r} is not in fp8rl.vocabulary.FP8_FORMATS; add it there"
+        )
+    if fmt.name in REGISTRY:
+        raise ValueError(f"register_format: {fmt.name!r} is registered twice")
+    REGISTRY[fmt.name] = fmt
+    return fmt
+
+
+E4M3 = register_format(FP8Format("e4m3", torch.float8_e4m3fn, 448.0, 2.0**-6, 2.0**-9, 3))
+E5M2 = register_format(FP8Format("e5m2", torch.float8_e5m2, 57344.0, 2.0**-14, 2.0**-16, 2))
+if set(REGISTRY) != set(FORMATS):
+    raise ImportError(
+        f"fp8rl.fp8.formats: registered {sorted(REGISTRY)}, vocabulary FP8_FORMATS {sorted(FORMATS)}"
+    )
 
 
 def get_format(fmt: str | FP8Format) -> FP8Format:
@@ -42,7 +65,7 @@ def get_format(fmt: str | FP8Format) -> FP8Format:
     if isinstance(fmt, FP8Format):
         return fmt
     try:
-        return _BY_NAME[fmt]
+        return REGISTRY[fmt]
     except (KeyError, TypeError):
         raise ValueError(f"fmt: unknown FP8 format {fmt!r}; allowed: {', '.join(FORMATS)}") from None
 

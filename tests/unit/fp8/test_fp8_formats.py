@@ -115,3 +115,14 @@ def test_arithmetic_grid_rounding_equals_the_cast(fmt):
     )
     with pytest.raises(ValueError, match="y"):
         round_to_grid_(torch.zeros(3, dtype=torch.float64), fmt)
+
+
+def test_the_formats_are_registered_where_defined_under_the_vocabulary_names():
+    from fp8rl.fp8.formats import REGISTRY, FP8Format, register_format
+    from fp8rl.vocabulary import FP8_FORMATS
+
+    assert tuple(REGISTRY) == FP8_FORMATS
+    with pytest.raises(ValueError, match="registered twice"):
+        register_format(REGISTRY["e4m3"])
+    with pytest.raises(ValueError, match="not in fp8rl.vocabulary.FP8_FORMATS"):
+        register_format(FP8Format("e3m4", torch.float8_e4m3fn, 15.5, 0.25, 2.0**-6, 4))
