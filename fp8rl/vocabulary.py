@@ -2,6 +2,10 @@
 
 Lowest floor: imports nothing from fp8rl, so the config, the FP8 numerics (`fp8rl.fp8`), the RL
 objectives (`fp8rl.rl`), the DAG's run-id pattern and the report all import their vocabulary from here.
+The names of the mismatch corrections and the FP8 recipes are read from the file names of their
+modules (fp8rl/rl/corrections/, fp8rl/fp8/recipes/; never imported here, so no name needs torch): a new
+one is its module, registered where it is defined (CONTRIBUTING.md). A tier is no name here: a config
+names its own.
 docs/architecture.md ("Names") is the user-facing description.
 """
 
