@@ -187,7 +187,7 @@ def test_the_planned_decisions_of_an_all_failed_control_say_it_never_ran(monkeyp
     """The planned table's decision suffix follows the control: a control whose runs all failed never
     ran, and a control that ran and stayed flat did not learn."""
     import fp8rl.report.planned as planned
-    from fp8rl.report.build import study_report_tables
+    from fp8rl.report.pipeline import study_report_tables
 
     frame = pd.DataFrame([PLANNED_ROW])
     tables = {name: (frame, frame.copy(), ["n"]) for name in ("planned", "exploratory", "arms")}

@@ -121,7 +121,8 @@ def test_recorded_deviations_are_listed_by_the_report(tmp_path):
     import json
 
     from fp8rl.adapters.verl_overrides import deviations
-    from fp8rl.report.build import build_report, deviations_table
+    from fp8rl.report.build import build_report
+    from fp8rl.report.pipeline import deviations_table
 
     cfg = write_tier(tmp_path)
     runs_dir = tmp_path / "results" / "smoke" / "runs"

@@ -19,11 +19,12 @@ from report_fixtures import (
 )
 
 from fp8rl.config.runs import RunSpec
-from fp8rl.report.build import RUN_COLUMNS, build_report, runs_table
+from fp8rl.report.build import build_report
 from fp8rl.report.comparison import comparison_table
 from fp8rl.report.load import load_tier
 from fp8rl.report.mechanism import gemm_format, mechanism_table, mechanism_view
 from fp8rl.report.paths import MECHANISM_PLOTS, ReportPaths, report_outputs
+from fp8rl.report.pipeline import RUN_COLUMNS, runs_table
 
 
 @pytest.fixture(scope="module")

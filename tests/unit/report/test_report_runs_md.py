@@ -7,9 +7,10 @@ import json
 
 from report_fixtures import FAILED, write_tier
 
-from fp8rl.report.build import markdown_cells, runs_table
 from fp8rl.report.load import load_tier
 from fp8rl.report.markdown import to_markdown
+from fp8rl.report.pipeline import runs_table
+from fp8rl.report.writer import markdown_cells
 
 REASON = "RuntimeError: boom\nat step 3 | rank 0\r\n<script>alert(1)</script> & more"
 
