@@ -2,7 +2,8 @@
 fp8rl/rl/corrections/ named after the correction it registers. This test adds one, `flip`, to a copy of
 the package and checks, in a fresh interpreter, that nothing else needs an edit: the vocabulary has
 the correction and its variants `fp8_flip` and `fp8_flip_calib`, a config's matrix takes them (run ids
-included), the trainer's registry runs it, and the report orders it with the other FP8 variants."""
+included), the trainer's registry runs it, the report orders it with the other FP8 variants, and the
+verl backend refuses it by name."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ from fp8rl import vocabulary
 from fp8rl.config import ExperimentConfig, expand_matrix
 from fp8rl.rl.corrections import REGISTRY, rollout_correction
 from fp8rl.report.mechanism import FP8_VARIANTS
+from fp8rl.adapters.verl_overrides import verl_problems
+from fp8rl.config_loader import load_config
 
 cfg = ExperimentConfig.model_validate({
     "tier": "my-flip-study",
@@ -49,6 +52,7 @@ cfg = ExperimentConfig.model_validate({
 })
 old = torch.tensor([[math.log(0.5), math.log(0.5)]])
 c = rollout_correction("flip", old, old - math.log(2.0), torch.ones(1, 2))
+verl = load_config(sys.argv[1], ["matrix.variants=[bf16, fp8_flip]"])
 print(json.dumps({
     "new": list(vocabulary.NEW_CORRECTIONS),
     "variants": [v for v in vocabulary.VARIANTS if "flip" in v],
@@ -57,6 +61,7 @@ print(json.dumps({
     "run_ids": [r.run_id for r in expand_matrix(cfg)],
     "weights": c.weights.tolist(),
     "report": [v for v in FP8_VARIANTS if "flip" in v],
+    "verl": [msg for _, msg in verl_problems(verl)],
 }))
 """
 
@@ -67,10 +72,10 @@ def _copy(tmp_path: Path) -> Path:
     return root
 
 
-def _run(root: Path, code: str) -> subprocess.CompletedProcess:
+def _run(root: Path, code: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(root), "OPENBLAS_CORETYPE": "Haswell"}
     return subprocess.run(
-        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code, *args], cwd=root, env=env, capture_output=True, text=True, timeout=300
     )
 
 
@@ -78,7 +83,7 @@ def _run(root: Path, code: str) -> subprocess.CompletedProcess:
 def test_a_new_correction_is_one_file(tmp_path):
     root = _copy(tmp_path)
     (root / "fp8rl" / "rl" / "corrections" / "flip.py").write_text(FLIP)
-    done = _run(root, PROBE)
+    done = _run(root, PROBE, str(PACKAGE.parent / "config" / "verl_smoke.yaml"))
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["new"] == ["flip"] and out["registered"]
@@ -91,6 +96,8 @@ def test_a_new_correction_is_one_file(tmp_path):
     ]
     assert out["weights"] == [[0.5, 0.5]]
     assert out["report"] == ["fp8_flip", "fp8_flip_calib"]
+    # the verl backend refuses it by name until fp8rl.adapters.verl_corrections maps it
+    assert any("correction 'flip' has no verl mapping" in m for m in out["verl"]), out["verl"]
 
 
 def test_a_correction_module_that_registers_another_name_is_refused_at_import(tmp_path):
