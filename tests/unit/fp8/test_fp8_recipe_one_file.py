@@ -2,7 +2,7 @@
 fp8rl/fp8/recipes/ named after the recipe it registers. This test adds one, `block64` (1×64 activation
 and gradient tiles, 64×64 weight tiles), to a copy of the package and checks in a fresh interpreter that
 nothing else needs an edit: the vocabulary lists it, a config's matrix takes it (run ids included), and
-`get_recipe` and `convert_to_fp8` build and run it. The shipped recipes are checked against their
+`get_recipe` and `convert_to_fp8` build and run it, and the verl backend refuses it by name. The shipped recipes are checked against their
 definitions in tests/unit/fp8/."""
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ def block64(fmt: str, delayed_kw: dict) -> Recipe:
 '''
 
 PROBE = """
-import json
+import json, sys
 import torch
+from fp8rl.adapters.verl_overrides import verl_problems
+from fp8rl.config_loader import load_config
 from fp8rl import vocabulary
 from fp8rl.config import ExperimentConfig, expand_matrix
 from fp8rl.fp8 import FP8Runtime, convert_to_fp8, get_recipe
@@ -53,6 +55,7 @@ torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(128, 64))
 model = convert_to_fp8(model, recipe, runtime=FP8Runtime())
 y = model(torch.randn(4, 128))
+verl = load_config(sys.argv[1], ["matrix.granularities=[block64]"])
 print(json.dumps({
     "granularities": list(vocabulary.GRANULARITIES),
     "run_ids": [r.run_id for r in expand_matrix(cfg)],
@@ -60,6 +63,7 @@ print(json.dumps({
     "finite": bool(torch.isfinite(y).all()),
     "layer": type(model[0]).__name__,
     "layer_recipe": model[0].recipe.name,
+    "verl": [msg for _, msg in verl_problems(verl)],
 }))
 """
 
@@ -81,7 +85,12 @@ def test_a_new_recipe_is_one_file(tmp_path):
     (root / "fp8rl" / "fp8" / "recipes" / "block64.py").write_text(BLOCK64)
     env = {**os.environ, "PYTHONPATH": str(root), "OPENBLAS_CORETYPE": "Haswell"}
     done = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=root, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", PROBE, str(PACKAGE.parent / "config" / "verl_smoke.yaml")],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -89,3 +98,5 @@ def test_a_new_recipe_is_one_file(tmp_path):
     assert out["run_ids"] == ["grpo/tiny/bf16/none/seed0", "grpo/tiny/fp8/block64/seed0"]
     assert out["blocks"] == [64, 64] and out["finite"]
     assert (out["layer"], out["layer_recipe"]) == ("FP8Linear", "block64")
+    # the verl backend refuses it by name until fp8rl.adapters.verl_overrides maps it to a TE recipe
+    assert any("'block64' has no Megatron/Transformer Engine recipe" in m for m in out["verl"]), out["verl"]
