@@ -9,6 +9,11 @@ activations use current tensorwise scales. With `recipe=None` the copy emulates 
 and activations rounded to bf16; on CUDA a real bf16 GEMM). `rollout.refresh_from(policy)` copies the trainer's current weights
 (any mix of plain / converted layers: the state-dict keys are the same) and re-quantizes them.
 
+With `floor=s > 0` (bf16 only) the copy is a bf16 engine whose kernels are not the trainer's: each
+linear's fp32 output moves by `s` × a deterministic draw in [-1/2, 1/2) of its bf16 ulp before its bf16
+rounding (fp8rl.fp8.kernel_floor, salted by the layer's position), on the emulated GEMM path (not the
+`fast` or CUDA real-bf16 GEMM, whose output is rounded already).
+
 With `kv_cache_fp8=True` every forward with a cache stores keys and values in FP8 (fp8rl.fp8.kv_cache):
 a `DynamicCache` passed in (or made by `generate()`) is adopted as an `FP8DynamicCache`, and one is
 created when `use_cache` is on and none is given. The copy keeps the policy's class (as a subclass), so
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 from collections.abc import Iterable
 
 import torch
@@ -29,6 +35,7 @@ from transformers import DynamicCache
 from fp8rl.fp8 import fastgemm
 from fp8rl.fp8.convert import DEFAULT_SKIP, swap_linears
 from fp8rl.fp8.formats import round_to_bf16
+from fp8rl.fp8.kernel_floor import kernel_floor
 from fp8rl.fp8.kv_cache import FP8DynamicCache, KVCacheQuantizer
 from fp8rl.fp8.linear import QuantizedLinearBase, quantize_operand
 from fp8rl.fp8.recipe import OperandSpec, Recipe
@@ -43,11 +50,21 @@ class RolloutLinear(QuantizedLinearBase):
     runtime: FP8Runtime
     real: bool  # `fast` numerics: real bf16 GEMMs (module fp8rl.fp8.fastgemm)
     weight_op: fastgemm.Operand | None
+    floor: float  # the kernel floor's scale (bf16 only; 0: the trainer's own bf16 kernels)
+    floor_salt: int  # the layer's position: its kernel floor's own draws
 
     @classmethod
     def from_linear(
-        cls, linear: nn.Linear, recipe: Recipe | None, *, runtime: FP8Runtime | None = None
+        cls,
+        linear: nn.Linear,
+        recipe: Recipe | None,
+        *,
+        runtime: FP8Runtime | None = None,
+        floor: float = 0.0,
+        floor_salt: int = 0,
     ) -> RolloutLinear:
+        if floor and recipe is not None:
+            raise ValueError("floor: the kernel floor models a bf16 engine; give recipe=None with it")
         new = cls._wrap(linear)
         new.runtime = runtime if runtime is not None else FP8Runtime.from_env()
         if recipe is None:
@@ -55,10 +72,12 @@ class RolloutLinear(QuantizedLinearBase):
         else:
             new.act_spec = dataclasses.replace(recipe.output.a, delayed=False)
             new.weight_spec = dataclasses.replace(recipe.output.b, delayed=False)
+        new.floor, new.floor_salt = float(floor), int(floor_salt)
         new.register_buffer("weight_q", torch.empty(0), persistent=False)
         # `fast` numerics on CPU: real bf16 GEMMs (of the FP8 values, for an FP8 recipe), decided once
-        # per layer (fp8rl.fp8.fastgemm); FP8 values only, so not under a noise dose other than 1
-        new.real = new.real_bf16 and (recipe is None or new.runtime.noise_scale == 1.0)
+        # per layer (fp8rl.fp8.fastgemm); FP8 values only, so not under a noise dose other than 1, and
+        # not under a kernel floor (it moves the fp32 output before its rounding)
+        new.real = new.real_bf16 and (recipe is None or new.runtime.noise_scale == 1.0) and not new.floor
         new.weight_op = None
         new.requantize()
         return new
@@ -94,10 +113,12 @@ class RolloutLinear(QuantizedLinearBase):
             else quantize_operand(x, self.act_spec, compiled=compiled, noise_scale=self.runtime.noise_scale)
         )
         bias = None if self.bias is None else self.bias.float()
-        if self.act_spec is None and xq.is_cuda:  # a real bf16 GEMM on CUDA
+        if self.act_spec is None and xq.is_cuda and not self.floor:  # a real bf16 GEMM on CUDA
             y = F.linear(xq.bfloat16(), self.weight_q.bfloat16(), None if bias is None else bias.bfloat16())
             return y.to(x.dtype)
         y = F.linear(xq, self.weight_q, bias)
+        if self.floor:
+            y = kernel_floor(y, self.floor, self.floor_salt)
         return round_to_bf16(y).to(x.dtype)
 
     def _real_forward(self, x2: torch.Tensor) -> torch.Tensor:
@@ -163,18 +184,26 @@ def make_rollout_policy(
     kv_quantizer: KVCacheQuantizer | None = None,
     skip: Iterable[str] = DEFAULT_SKIP,
     runtime: FP8Runtime | None = None,
+    floor: float = 0.0,
 ) -> nn.Module:
     """A frozen FP8 (or, with `recipe=None`, bf16-emulated) copy of `policy` for the sampler, with
     `.refresh_from(policy)` (module docstring); its linears share `runtime` (default: a fresh
-    `FP8Runtime.from_env()`) for the compile switch."""
+    `FP8Runtime.from_env()`) for the compile switch; `floor` > 0 (bf16 only): the kernel floor's scale."""
     if recipe is not None and not isinstance(recipe, Recipe):
         raise ValueError(f"recipe: expected a Recipe or None, got {type(recipe).__name__}")
+    if not (isinstance(floor, int | float) and floor >= 0) or (floor and recipe is not None):
+        raise ValueError(f"floor: a scale >= 0 of a bf16 rollout copy (recipe=None), got {floor!r}")
     rollout = copy.deepcopy(policy)
     for p in rollout.parameters():
         p.requires_grad_(False)
         p.grad = None
     rt = runtime if runtime is not None else FP8Runtime.from_env()
-    swap_linears(rollout, lambda lin: RolloutLinear.from_linear(lin, recipe, runtime=rt), skip)
+    position = itertools.count()  # each linear's salt: its position in the model
+
+    def make(lin: nn.Linear) -> RolloutLinear:
+        return RolloutLinear.from_linear(lin, recipe, runtime=rt, floor=floor, floor_salt=next(position))
+
+    swap_linears(rollout, make, skip)
     rollout.eval()
     rollout.__class__ = _rollout_class(type(policy))
     rollout.rollout_recipe = recipe
