@@ -8,6 +8,7 @@ table gives it; **bold** marks an interval that excludes 0.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +18,22 @@ SIGNIFICANCE_NOTE = "**bold**: the 95 % interval excludes 0."
 
 class QuoteError(ValueError):
     """A block names no known generator, or its table is missing."""
+
+
+BLOCKS: dict[str, Callable[[Path], str]] = {}  # NAME of `<!-- fp8rl:results NAME -->` -> its generator
+
+
+def quoted_block(name: str) -> Callable[[Callable[[Path], str]], Callable[[Path], str]]:
+    """Register the decorated function (published folder -> the block's markdown) as the generator of
+    the quoted block `name`; a name registered twice is a ValueError naming both functions."""
+
+    def register(fn: Callable[[Path], str]) -> Callable[[Path], str]:
+        if name in BLOCKS:
+            raise ValueError(f"quoted block {name!r}: {fn.__qualname__} and {BLOCKS[name].__qualname__}")
+        BLOCKS[name] = fn
+        return fn
+
+    return register
 
 
 def num(x: float, digits: int = 2, sign: bool = False) -> str:

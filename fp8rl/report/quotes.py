@@ -8,22 +8,34 @@ edited table is refused, never quoted. So a figure in the text cannot drift from
 the text in one command. Words that depend on a figure ("the interval excludes 0") are generated with
 it; prose outside the blocks quotes no result figures (tests/unit/report/test_quotes.py checks both).
 
-The blocks of the smoke tier are here, the mechanism tier's in fp8rl.report.quotes_mechanism, the learning
-tier's in fp8rl.report.quotes_learn (its mismatch and held-out re-read in fp8rl.report.quotes_heldout), the speed benchmark's in fp8rl.report.quotes_performance, the tiers'
-run times in fp8rl.report.quotes_dag, the kernel paths and the pin's cost in
-fp8rl.report.quotes_numerics; the formats they share in fp8rl.report.quote_format.
+Each block is one function of the published folder registered under its NAME where it is defined
+(`@quoted_block(NAME)`, one registry: quote_format.BLOCKS). The blocks of the smoke tier are here, the
+mechanism tier's in fp8rl.report.quotes_mechanism, the learning tier's in fp8rl.report.quotes_learn (its
+mismatch and held-out re-read in fp8rl.report.quotes_heldout), the speed benchmark's in
+fp8rl.report.quotes_performance, the tiers' run times in fp8rl.report.quotes_dag, the kernel paths and
+the pin's cost in fp8rl.report.quotes_numerics, the real stacks' figures in fp8rl.report.real_stacks
+(`BLOCK_MODULES`); the formats they share in fp8rl.report.quote_format.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
+from fp8rl.report import (
+    quotes_dag,
+    quotes_heldout,
+    quotes_learn,
+    quotes_mechanism,
+    quotes_numerics,
+    quotes_performance,
+    real_stacks,
+)
 from fp8rl.report.quote_format import (
+    BLOCKS,
     SIGNIFICANCE_NOTE,
     QuoteError,
     excludes_zero,
@@ -33,20 +45,9 @@ from fp8rl.report.quote_format import (
     pp,
     pp_point,
     published_table,
+    quoted_block,
     void_line,
 )
-from fp8rl.report.quotes_dag import performance_dag, performance_startup
-from fp8rl.report.quotes_heldout import learn_mismatch, learn_secondary, mechanism_mismatch
-from fp8rl.report.quotes_learn import clipping_findings, learn_divergence, learn_findings
-from fp8rl.report.quotes_mechanism import mechanism_excess, mechanism_verdicts
-from fp8rl.report.quotes_numerics import numerics_pins, performance_gemm_paths
-from fp8rl.report.quotes_performance import (
-    performance_grid,
-    performance_packing,
-    performance_repro,
-    performance_summary,
-)
-from fp8rl.report.real_stacks import real_stacks
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
 BEGIN = re.compile(r"<!-- fp8rl:results (?P<name>[a-z0-9-]+) -->\n")
@@ -61,6 +62,7 @@ QUOTING_FILES = (
 # ------------------------------------------------------------------------------------------ blocks
 
 
+@quoted_block("smoke-clipping")
 def smoke_clipping(published: Path) -> str:
     """Negative-advantage clipping per variant and algorithm, its Δ vs bf16, and the paired excess."""
     comp = published_table(published, "smoke", "comparison")
@@ -97,6 +99,7 @@ def smoke_clipping(published: Path) -> str:
     return markdown_table(header, rows) + "\n\n" + SIGNIFICANCE_NOTE
 
 
+@quoted_block("smoke-verdicts")
 def smoke_verdicts(published: Path) -> str:
     """Per algorithm, the sentences the smoke tier's conclusions rest on, with their figures: does FP8
     clip more than bf16, does calibration bring it within 20 % of bf16, is its paired excess below
@@ -163,6 +166,7 @@ def within_20(calib: pd.Series, bf16: pd.Series) -> str:
     return f"not shown within {100 * WITHIN:.0f} % of bf16: {span}"
 
 
+@quoted_block("smoke-bases")
 def smoke_bases(published: Path) -> str:
     """The spread of the per-seed base models the smoke runs start from."""
     bases = published_table(published, "smoke", "base_models")
@@ -173,6 +177,7 @@ def smoke_bases(published: Path) -> str:
     )
 
 
+@quoted_block("smoke-unpinned")
 def smoke_unpinned(published: Path) -> str:
     """How far a run on another kernel path lands: the smoke tier rerun unpinned (`numerics: fast`,
     MKL's generic branch) against the published, pinned one, within the bands of `fp8rl check`, and
@@ -196,29 +201,10 @@ def smoke_unpinned(published: Path) -> str:
     return "\n".join(out)
 
 
-GENERATORS: dict[str, Callable[[Path], str]] = {
-    "smoke-clipping": smoke_clipping,
-    "smoke-bases": smoke_bases,
-    "smoke-verdicts": smoke_verdicts,
-    "mechanism-excess": mechanism_excess,
-    "mechanism-verdicts": mechanism_verdicts,
-    "learn-divergence": learn_divergence,
-    "learn-findings": learn_findings,
-    "learn-mismatch": learn_mismatch,
-    "learn-secondary": learn_secondary,
-    "mechanism-mismatch": mechanism_mismatch,
-    "real-stacks": real_stacks,
-    "clipping-findings": clipping_findings,
-    "smoke-unpinned": smoke_unpinned,
-    "performance-summary": performance_summary,
-    "performance-grid": performance_grid,
-    "performance-packing": performance_packing,
-    "performance-repro": performance_repro,
-    "performance-dag": performance_dag,
-    "performance-startup": performance_startup,
-    "numerics-pins": numerics_pins,
-    "performance-gemm-paths": performance_gemm_paths,
-}
+# The modules whose functions register quoted blocks (`@quoted_block(NAME)`, into quote_format.BLOCKS):
+# importing them registers their blocks; a new block is one decorated function in one of them.
+BLOCK_MODULES = (quotes_dag, quotes_heldout, quotes_learn, quotes_mechanism, quotes_numerics, quotes_performance,
+                 real_stacks)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ files
@@ -231,9 +217,9 @@ def render(text: str, published: Path, source: str = "") -> str:
         end = text.find(END, m.end())
         if end < 0:
             raise QuoteError(f"{source}: block {m['name']!r} has no closing {END}")
-        if m["name"] not in GENERATORS:
-            raise QuoteError(f"{source}: unknown block {m['name']!r}; known: {', '.join(GENERATORS)}")
-        out += [text[pos : m.end()], GENERATORS[m["name"]](published).rstrip("\n") + "\n"]
+        if m["name"] not in BLOCKS:
+            raise QuoteError(f"{source}: unknown block {m['name']!r}; known: {', '.join(sorted(BLOCKS))}")
+        out += [text[pos : m.end()], BLOCKS[m["name"]](published).rstrip("\n") + "\n"]
         pos = end
     return "".join(out) + text[pos:]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fp8rl.report.quote_format import QuoteError, markdown_table, num
+from fp8rl.report.quote_format import QuoteError, markdown_table, num, quoted_block
 from fp8rl.report.quotes_performance import benchmark_record, commit_and_machine
 
 SMOKE_DAG = Path("benchmarks") / "smoke_dag.json"
@@ -43,6 +43,7 @@ def _measured(record: dict) -> str:
     return f"Measured at commit {commit} on {where}."
 
 
+@quoted_block("performance-dag")
 def performance_dag(published: Path) -> str:
     """Two paragraphs: the smoke DAG's span and the stress tier's training span, each against its target,
     with the per-rule split that sets them."""
@@ -64,6 +65,7 @@ def performance_dag(published: Path) -> str:
     )
 
 
+@quoted_block("performance-startup")
 def performance_startup(published: Path) -> str:
     """A table and a sentence: per job kind of the smoke DAG, the median seconds a fresh process spends
     importing what that job imports, its mean job time in the smoke DAG record, and the share; then the

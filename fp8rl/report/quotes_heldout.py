@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fp8rl.report.quote_format import markdown_table, num, published_table
+from fp8rl.report.quote_format import markdown_table, num, published_table, quoted_block
 from fp8rl.report.real_stacks import REAL_BF16_KL
 from fp8rl.vocabulary import VARIANT_SPECS
 
@@ -65,10 +65,12 @@ def mismatch_quote(published: Path, tier: str, variants: tuple[str, ...] | None 
     return markdown_table(header, rows) + note
 
 
+@quoted_block("learn-mismatch")
 def learn_mismatch(published: Path) -> str:
     return mismatch_quote(published, "learn")
 
 
+@quoted_block("mechanism-mismatch")
 def mechanism_mismatch(published: Path) -> str:
     """The mechanism tier's plain settings (format × granularity × dose, KV cache on or off; bf16 and
     fp16 beside them): what each costs in the field's units before any correction."""
@@ -82,5 +84,6 @@ def secondary_quote(published: Path, tier: str) -> str:
     return "\n".join(secondary_lines(published_table(published, tier, "secondary")))
 
 
+@quoted_block("learn-secondary")
 def learn_secondary(published: Path) -> str:
     return secondary_quote(published, "learn")

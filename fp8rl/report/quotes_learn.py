@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from fp8rl.report.quote_format import QuoteError, interval, markdown_table, num, pp_point, published_table
+from fp8rl.report.quote_format import (
+    QuoteError,
+    interval,
+    markdown_table,
+    num,
+    pp_point,
+    published_table,
+    quoted_block,
+)
 
 TIER = "learn"
 
@@ -19,10 +27,12 @@ def _p(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"= {num(p, 3)}"
 
 
+@quoted_block("learn-findings")
 def learn_findings(published: Path) -> str:
     return study_findings(published, TIER)
 
 
+@quoted_block("clipping-findings")
 def clipping_findings(published: Path) -> str:
     """The study's findings and, after the contrasts, what calibration did to the clipping itself."""
     return study_findings(published, "clipping", after_contrasts=[clipping_per_arm(published, "clipping")])
@@ -140,6 +150,7 @@ def _divergences(published: Path, tier: str, stab: pd.DataFrame | None) -> str:
     return f"- Divergences (runs flagged / {among}): {cells}."
 
 
+@quoted_block("learn-divergence")
 def learn_divergence(published: Path) -> str:
     return divergence_table(published, "learn")
 

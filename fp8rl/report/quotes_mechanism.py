@@ -23,6 +23,7 @@ from fp8rl.report.quote_format import (
     pp,
     pp_point,
     published_table,
+    quoted_block,
     void_line,
 )
 from fp8rl.report.stats import holm, p_from_interval
@@ -30,6 +31,7 @@ from fp8rl.report.stats import holm, p_from_interval
 ALPHA = 0.05
 
 
+@quoted_block("mechanism-excess")
 def mechanism_excess(published: Path) -> str:
     """Excess clipping per noise dose, format and variant (GRPO, tensorwise, FP8 KV cache on), with the
     share of plain FP8's excess that calibration removes."""
@@ -73,6 +75,7 @@ def mechanism_excess(published: Path) -> str:
     )
 
 
+@quoted_block("mechanism-verdicts")
 def mechanism_verdicts(published: Path) -> str:
     """The mechanism tier's conclusions with their figures (GRPO, FP8 KV cache on): where plain FP8's
     excess clipping is shown at s = 1 (Holm over the granularities), how it grows per doubling of the

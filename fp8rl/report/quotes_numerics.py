@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from fp8rl import numerics
-from fp8rl.report.quote_format import QuoteError, markdown_table, num
+from fp8rl.report.quote_format import QuoteError, markdown_table, num, quoted_block
 from fp8rl.report.quotes_performance import benchmark_record, commit_and_machine
 
 GEMM_RECORD = Path("benchmarks") / "gemm_paths.json"
@@ -44,6 +44,7 @@ def _kernel_path(runs: dict[str, list[str]]) -> str:
     return "an earlier pin: reproduces only on a CPU like that one; to be re-run under today's"
 
 
+@quoted_block("numerics-pins")
 def numerics_pins(published: Path) -> str:
     """One row per published tier: when, on which CPU, under which MKL branch and on which GEMM kernel its
     runs ran, and whether
@@ -67,6 +68,7 @@ def numerics_pins(published: Path) -> str:
     return markdown_table(["tier", "published", "CPU", "MKL branch", "GEMMs", "kernel path"], rows)
 
 
+@quoted_block("performance-gemm-paths")
 def performance_gemm_paths(published: Path) -> str:
     """Per thread count, the range over the grid of the pin's fp32 GEMM time (the pinned OpenBLAS kernel)
     over each other path's (MKL's COMPATIBLE branch, its AVX2 branch, the CPU's own AUTO), with where it

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fp8rl.report.quote_format import QuoteError, markdown_table, num
+from fp8rl.report.quote_format import QuoteError, markdown_table, num, quoted_block
 
 RECORD = Path("benchmarks") / "vs_trl.json"
 PACKING_RECORD = Path("benchmarks") / "vs_trl_packing.json"
@@ -78,6 +78,7 @@ def vs_trl_shapes(n: int) -> str:
     return f"{n} shape{'s' if n > 1 else ''} of `benchmarks/vs_trl.py`"
 
 
+@quoted_block("performance-summary")
 def performance_summary(published: Path) -> str:
     """One paragraph: the grid's ranges of the three targeted ratios and of what the pin costs."""
     r = vs_trl_record(published)
@@ -101,6 +102,7 @@ def performance_summary(published: Path) -> str:
     return f"Over {vs_trl_shapes(len(r['shapes']))}, " + "; ".join(parts) + ". " + measured_on(r)
 
 
+@quoted_block("performance-grid")
 def performance_grid(published: Path) -> str:
     """The grid: per shape, fp8rl's bf16 step, TRL's faster mode, and the ratios."""
     r = vs_trl_record(published)
@@ -133,6 +135,7 @@ def performance_grid(published: Path) -> str:
     )
 
 
+@quoted_block("performance-packing")
 def performance_packing(published: Path) -> str:
     """One paragraph: what training on real tokens only saves, over the packing record's grid."""
     r = vs_trl_record(published, PACKING_RECORD)
@@ -156,6 +159,7 @@ def _by_threads(record: dict, key: str) -> str:
     return ", ".join(parts)
 
 
+@quoted_block("performance-repro")
 def performance_repro(published: Path) -> str:
     """A table and a paragraph: the reproducible bf16 step against the fast one per shape of the repro
     record, with the 1.5x target, and, when published, the same grid before OpenBLAS's idle threads were

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fp8rl.report.quote_format import markdown_table
+from fp8rl.report.quote_format import markdown_table, quoted_block
 
 # the trainer-vs-rollout per-token KL of a healthy BF16 stack: NeMo-RL's CI reference value
 REAL_BF16_KL = 2e-3
@@ -39,6 +39,7 @@ FIGURES = (
 )
 
 
+@quoted_block("real-stacks")
 def real_stacks(_published: Path) -> str:
     """The quoted block: the public figures as a markdown table (the publications are not read)."""
     rows = [[s, f.replace("|", "\\|"), src] for s, f, src in FIGURES]

@@ -177,3 +177,22 @@ PROSE_HISTORY = ("docs/performance.md",)
 def test_prose_outside_the_blocks_quotes_no_result_figures(name):
     found = [m.group(0) for m in FIGURE.finditer(_results_prose(name))]
     assert found == [], f"{name}: figures outside generated blocks: {found[:10]}"
+
+
+def test_every_block_the_docs_quote_is_registered_where_it_is_defined():
+    """Each `<!-- fp8rl:results NAME -->` of the quoting files names a generator registered with
+    `@quoted_block(NAME)` in one of quotes.BLOCK_MODULES, and a name cannot be registered twice."""
+    from fp8rl.report.quote_format import BLOCKS, quoted_block
+    from fp8rl.report.quotes import BLOCK_MODULES
+
+    used = {
+        m["name"]
+        for f in QUOTING_FILES
+        if (REPO / f).is_file()
+        for m in BEGIN.finditer((REPO / f).read_text())
+    }
+    assert used and used <= set(BLOCKS), used - set(BLOCKS)
+    homes = {m.__name__ for m in BLOCK_MODULES} | {"fp8rl.report.quotes"}
+    assert {fn.__module__ for fn in BLOCKS.values()} <= homes
+    with pytest.raises(ValueError, match="smoke-clipping"):
+        quoted_block("smoke-clipping")(lambda published: "")
