@@ -226,7 +226,7 @@ REFERENCE_VARIANT = "bf16"
 # ----------------------------------------------------------------------------------- tasks and evals
 # Training tasks (`task.name`) by the backend that trains on them: the reference trainer builds its own
 # (fp8rl.engine.data); verl trains on a hub dataset that `fp8rl data` converts (fp8rl.adapters.hub).
-REFERENCE_TASKS = ("arithmetic", "word_problems", "gsm8k")
+REFERENCE_TASKS = ("arithmetic", "word_problems", "longform", "gsm8k")
 VERL_TASKS = ("dapo-math-17k",)
 # The evaluation suites: `eval.lm_eval_tasks` -> eval/lm_eval.json, `eval.agent` -> eval/agent.json,
 # `eval.heldout` -> eval/heldout.json (the bf16 sampler on held-out prompts, fp8rl.engine.heldout).
@@ -234,7 +234,7 @@ EVAL_SUITES = ("lm_eval", "agent", "heldout")
 # The held-out endpoint's metrics (eval/heldout.json, task `heldout`) and the tasks it can draw held-out
 # prompts for (those with a generator beside their train and test splits).
 HELDOUT_METRICS = ("greedy_acc", "sampled_reward", "sampled_format")
-HELDOUT_TASKS = ("arithmetic", "word_problems")
+HELDOUT_TASKS = ("arithmetic", "word_problems", "longform")
 # lm-eval's own tasks a config may name beside the local task YAMLs (evals/): the ones whose data
 # `fp8rl fetch data` snapshots for an offline compute node (fp8rl.adapters.hub.EVAL_DATASETS).
 LM_EVAL_TASKS = ("gsm8k", "math500", "aime24", "aime25")

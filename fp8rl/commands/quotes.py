@@ -42,7 +42,9 @@ def cmd_quotes(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(sub, "quotes", help="check or regenerate the result figures README.md and docs/ quote")
+    p = add_command(
+        sub, "quotes", help="check or regenerate the result figures README.md and docs/ quote", doc=__doc__
+    )
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--check", action="store_true", help="exit 1 naming every block that differs")
     mode.add_argument("--write", action="store_true", help="rewrite the blocks from the tables")

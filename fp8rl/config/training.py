@@ -44,14 +44,26 @@ class ScheduleConfig(Strict):
     )
 
 
+class SubwordTokenizerConfig(Strict):
+    """The byte-level BPE `fp8rl data` trains for scratch models with `tokenizer: bpe`
+    (fp8rl.engine.bpe_tokenizer): its size and the filler text beside the task's training rows."""
+
+    vocab_size: int = Field(4096, ge=300, le=262_144, description="tokens, the special tokens included")
+    filler_sentences: int = Field(20_000, ge=0, le=10_000_000, description="generated filler sentences")
+
+
 class TaskConfig(Strict):
-    """The RL task: synthetic arithmetic (smoke/cpu) or a math dataset (paper)."""
+    """The RL task: synthetic arithmetic (smoke/cpu), story problems with written reasoning (longform)
+    or a math dataset (paper); `tokenizer`: the subword tokenizer the data step trains, if any."""
+
+    OMIT_AT_DEFAULT = ("tokenizer",)
 
     name: str = "arithmetic"
     levels: list[str] = ["add2"]
     n_train: int = Field(2000, gt=0)
     n_test: int = Field(200, gt=0)
     seed: int = Field(1234, ge=0, le=SEED_MAX)
+    tokenizer: SubwordTokenizerConfig | None = None
 
 
 class SFTConfig(Strict):

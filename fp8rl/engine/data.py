@@ -2,12 +2,15 @@
 
 Files in the output directory: `train.jsonl` and `test.jsonl` (rows `id`, `level`, `prompt`, `answer`;
 no test prompt occurs in train), `tool_test.jsonl` (function-calling rows `id`, `prompt`, `call`) and
-`tool_train.jsonl` (the same format, for the SFT warm start; disjoint from the test prompts), plus
+`tool_train.jsonl` (the same format, for the SFT warm start; disjoint from the test prompts; not for the
+tasks of `NO_TOOL_SFT`), plus
 `data.json` with the counts and the config digest of the task section. The task (`task.name`):
 `arithmetic` (generated, fp8rl.engine.tasks), `word_problems` (generated math word problems,
-fp8rl.engine.word_problems; rows add a gsm8k-style `solution`), or `gsm8k` (the hub's `openai/gsm8k`,
-`main` config, through the `datasets` cache: needs hub access once; `n_train`/`n_test` first rows of its
-train/test splits).
+fp8rl.engine.word_problems; rows add a gsm8k-style `solution`), `longform` (story problems with written
+reasoning, fp8rl.engine.longform; rows add the worked answer as `target`), or `gsm8k` (the hub's
+`openai/gsm8k`, `main` config, through the `datasets` cache: needs hub access once; `n_train`/`n_test`
+first rows of its train/test splits). With `task.tokenizer` set, also `tokenizer/`: the subword tokenizer
+trained on the training rows plus filler text (fp8rl.engine.bpe_tokenizer), recorded in `data.json`.
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fp8rl.config import ExperimentConfig
-from fp8rl.engine import tasks, word_problems
+from fp8rl.engine import tasks
 from fp8rl.io import atomic_write_json, atomic_write_jsonl, read_jsonl_lines
 from fp8rl.vocabulary import REFERENCE_TASKS
 
 DATA_TASKS = REFERENCE_TASKS  # the tasks this module builds rows for
 GSM8K = ("openai/gsm8k", "main")
+# Tasks whose SFT learns the task alone: no `tool_train.jsonl` (the char tiers' SFT spends a fifth of its
+# batches on the agent benchmark's `calc(...)` calls; the longform testbed runs no agent benchmark).
+NO_TOOL_SFT = ("longform",)
 
 
 def gsm8k_rows(split: str, n: int) -> list[dict]:
@@ -51,22 +57,20 @@ def build_splits(cfg: ExperimentConfig) -> dict[str, list[dict]]:
     if t.name == "gsm8k":
         train, test = gsm8k_rows("train", t.n_train), gsm8k_rows("test", t.n_test)
     else:
-        gen = word_problems.generate_split if t.name == "word_problems" else tasks.generate_split
+        gen = tasks.split_generator(t.name)
         test = gen(t.levels, t.n_test, t.seed, split="test")
         train = gen(t.levels, t.n_train, t.seed, split="train", exclude={r["prompt"] for r in test})
     tool_test = tasks.generate_tool_split(t.n_test, t.seed, split="test")
     test_prompts = {r["prompt"] for r in tool_test}
-    tool_train = [
+    splits = {"train.jsonl": train, "test.jsonl": test, "tool_test.jsonl": tool_test}
+    if t.name in NO_TOOL_SFT:
+        return splits
+    splits["tool_train.jsonl"] = [
         r
         for r in tasks.generate_tool_split(max(t.n_train // 4, 1), t.seed, split="train")
         if r["prompt"] not in test_prompts
     ]
-    return {
-        "train.jsonl": train,
-        "test.jsonl": test,
-        "tool_train.jsonl": tool_train,
-        "tool_test.jsonl": tool_test,
-    }
+    return splits
 
 
 def task_digest(cfg: ExperimentConfig) -> str:
@@ -85,6 +89,15 @@ def write_data(cfg: ExperimentConfig, out_dir: str | Path) -> dict:
         "task_digest": task_digest(cfg),
         "counts": {k: len(v) for k, v in splits.items()},
     }
+    if cfg.task.tokenizer is not None:
+        from fp8rl.engine.bpe_tokenizer import TOKENIZER_DIR, build_bpe_tokenizer
+
+        tk = cfg.task.tokenizer
+        build_bpe_tokenizer(
+            splits["train.jsonl"], vocab_size=tk.vocab_size, filler_sentences=tk.filler_sentences,
+            seed=cfg.task.seed, out_dir=out_dir / TOKENIZER_DIR,
+        )  # fmt: skip
+        info["tokenizer"] = {"dir": TOKENIZER_DIR, "vocab_size": tk.vocab_size}
     atomic_write_json(out_dir / "data.json", info)
     return info
 

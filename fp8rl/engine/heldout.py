@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from fp8rl.config import ExperimentConfig
-from fp8rl.engine import tasks, word_problems
+from fp8rl.engine import tasks
 from fp8rl.engine.data import load_split
 from fp8rl.engine.model import load_hf
 from fp8rl.engine.precision import bf16_emulation
@@ -64,7 +64,7 @@ def heldout_rows(cfg: ExperimentConfig, data_dir: str | Path) -> list[dict]:
             f"allowed: {', '.join(HELDOUT_TASKS)}"
         )
     taken = {r["prompt"] for split in ("train.jsonl", "test.jsonl") for r in load_split(data_dir, split)}
-    gen = word_problems.generate_split if t.name == "word_problems" else tasks.generate_split
+    gen = tasks.split_generator(t.name)
     try:
         return gen(t.levels, h.prompts, t.seed, split=SPLIT, exclude=taken)
     except ValueError as exc:

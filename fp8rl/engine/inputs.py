@@ -5,8 +5,9 @@ ValueError naming the file (and line, or key) and the command exits 2.
 
 - `check_base(cfg, model, base_dir)`: the base model directory is the model the config describes,
   read from its files' headers, never by loading the weights: `config.json` must be a JSON object of
-  the config's architecture (a scratch model: every size of `models[].arch` and the char tokenizer's
-  vocabulary; a pretrained one: the architecture and parameter count its `base.json` recorded when
+  the config's architecture (a scratch model: every size of `models[].arch` and its tokenizer's
+  vocabulary, the char tokenizer's or `task.tokenizer.vocab_size`; a pretrained one: the architecture
+  and parameter count its `base.json` recorded when
   `fp8rl model` wrote it), and the safetensors weights must hold a tensor of the right shape for every
   weight of that architecture, each whole (a truncated file is named). The layer count is checked
   against the weights before the model is built on the meta device, so a tampered `num_hidden_layers`
@@ -127,11 +128,16 @@ def _scratch_problems(cfg: ExperimentConfig, model: str, config: dict, base: Pat
     where = f"{base / 'config.json'}"
     expected = {k: getattr(arch, a) for k, a in ARCH_KEYS.items()}
     expected["num_key_value_heads"] = arch.num_kv_heads or arch.num_heads
-    expected["vocab_size"] = len(build_char_tokenizer())
+    bpe = cfg.model(model).tokenizer == "bpe" and cfg.task.tokenizer is not None
+    expected["vocab_size"] = cfg.task.tokenizer.vocab_size if bpe else len(build_char_tokenizer())
     out = []
     for key, want in expected.items():
         if config.get(key) != want:
-            src = f"models[{model}].arch.{ARCH_KEYS[key]}" if key in ARCH_KEYS else "the char tokenizer"
+            src = (
+                f"models[{model}].arch.{ARCH_KEYS[key]}"
+                if key in ARCH_KEYS
+                else ("task.tokenizer.vocab_size" if bpe else "the char tokenizer")
+            )
             src = "models[].arch.num_kv_heads" if key == "num_key_value_heads" else src
             out.append(f"{where}: {key} is {config.get(key)!r}, but {src} makes it {want}")
     if config.get("model_type") != "llama":
@@ -249,10 +255,10 @@ def check_sft_data(cfg: ExperimentConfig, model: str, data_dir: str | Path) -> N
     `schedule.max_new_tokens` within `models[].arch.max_position_embeddings`; ValueError naming the
     file and line."""
     from fp8rl.engine import tasks
-    from fp8rl.engine.tokenizer import build_char_tokenizer
+    from fp8rl.engine.bpe_tokenizer import scratch_tokenizer
 
     data = Path(data_dir)
-    tok = build_char_tokenizer()
+    tok = scratch_tokenizer(cfg.model(model).tokenizer, data)
     limit = cfg.model(model).arch.max_position_embeddings
 
     def n(text: str) -> int:

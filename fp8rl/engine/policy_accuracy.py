@@ -22,8 +22,10 @@ def accuracy(
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
     batch_size: int = 256,
+    verifier=tasks.reward,
 ) -> float:
-    """Fraction of `rows` whose response (one sample, or greedy) gets reward 1."""
+    """Fraction of `rows` whose response (one sample, or greedy) gets reward 1 from `verifier(response,
+    answer)` (the task's: fp8rl.engine.tasks.reward_fn; the arithmetic one by default)."""
     correct = 0.0
     for i in range(0, len(rows), batch_size):
         chunk = rows[i : i + batch_size]
@@ -39,5 +41,5 @@ def accuracy(
             greedy=greedy,
         )
         texts = decode_responses(tokenizer, batch)
-        correct += sum(tasks.reward(t, r["answer"]) for t, r in zip(texts, chunk, strict=True))
+        correct += sum(verifier(t, r["answer"]) for t, r in zip(texts, chunk, strict=True))
     return correct / max(len(rows), 1)

@@ -14,6 +14,7 @@ Face format plus `sft.json` (loss curve summary, test accuracies, seconds, prove
 from __future__ import annotations
 
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -22,12 +23,12 @@ from tqdm import tqdm
 
 from fp8rl.config import ExperimentConfig
 from fp8rl.engine import tasks
+from fp8rl.engine.bpe_tokenizer import scratch_tokenizer
 from fp8rl.engine.data import load_split
 from fp8rl.engine.heartbeat import SFT_FIELDS, Heartbeat
 from fp8rl.engine.model import build_model, count_parameters, save_hf
 from fp8rl.engine.policy_accuracy import accuracy
 from fp8rl.engine.precision import bf16_emulation
-from fp8rl.engine.tokenizer import build_char_tokenizer
 from fp8rl.provenance import provenance
 
 TOOL_FRACTION = 0.2  # share of SFT batches drawn from the function-calling examples
@@ -105,9 +106,14 @@ class _StopRule:
             max_new_tokens=self.cfg.schedule.max_new_tokens,
             temperature=self.cfg.schedule.temperature,
             generator=self.gen,
+            verifier=tasks.reward_fn(self.cfg.task.name),
         )
         model.train()
         self.checks.append([step, acc])
+        print(
+            f"sft stop rule: step {step}: sampled accuracy {acc:.3f} (target {s.stop_at_accuracy:g})",
+            file=sys.stderr,
+        )
         self.met = acc >= s.stop_at_accuracy
         return self.met
 
@@ -130,7 +136,7 @@ def run_sft(
         )
     torch.set_num_threads(cfg.resources_for("sft").threads)
     t0 = time.perf_counter()
-    tokenizer = build_char_tokenizer()
+    tokenizer = scratch_tokenizer(mcfg.tokenizer, data_dir)
     init_seed = sft_seed(cfg.task.seed, seed)
     model = build_model(mcfg.arch, tokenizer, seed=init_seed)
     precision = bf16_emulation(model)
@@ -177,7 +183,10 @@ def run_sft(
     model.eval()
     test = load_split(data_dir, "test.jsonl")
     eval_gen = torch.Generator().manual_seed(cfg.task.seed + 1)
-    acc_greedy = accuracy(model, tokenizer, test, max_new_tokens=cfg.schedule.max_new_tokens, greedy=True)
+    verifier = tasks.reward_fn(cfg.task.name)
+    acc_greedy = accuracy(
+        model, tokenizer, test, max_new_tokens=cfg.schedule.max_new_tokens, greedy=True, verifier=verifier
+    )
     acc_sampled = accuracy(
         model,
         tokenizer,
@@ -185,6 +194,7 @@ def run_sft(
         max_new_tokens=cfg.schedule.max_new_tokens,
         temperature=cfg.schedule.temperature,
         generator=eval_gen,
+        verifier=verifier,
     )
     tail = losses[-max(len(losses) // 10, 1) :]
     info = {

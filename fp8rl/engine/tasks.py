@@ -25,7 +25,9 @@ response has the level's form at all (the gibberish rate counts the rest). The t
 for which an exact match is what `math_verify` would decide too. Math answers of larger tiers are
 checked with `math_verify` (`math_reward`): the `small` tier's generated word problems (`word_problems`,
 fp8rl.engine.word_problems) and `gsm8k`. `reward_fn(task.name)` picks the verifier and
-`format_fn(task.name)` the format check.
+`format_fn(task.name)` the format check. The `longform` testbed's story problems with written reasoning
+(fp8rl.engine.longform) bring their own verifier and format check; `split_generator(task.name)` gives a
+generated task's row generator.
 """
 
 from __future__ import annotations
@@ -134,12 +136,14 @@ def positions_needed(levels: list[str], max_new_tokens: int) -> int:
 def config_problems(cfg: ExperimentConfig) -> list[tuple[tuple, str]]:
     """What the arithmetic task needs of a config beyond its schema, as `(key path, message)` pairs
     (`load_config(..., checks=[config_problems])` reports them with their lines): known levels, and
-    scratch models with enough positions for the longest prompt and answer."""
-    if cfg.task.name == "word_problems":
-        from fp8rl.engine import word_problems
-
+    scratch models with enough positions for the longest prompt and answer, and a `task.tokenizer` for a
+    scratch model whose tokenizer is `bpe`."""
+    for i, model in enumerate(cfg.models):
+        if model.source == "scratch" and model.tokenizer == "bpe" and cfg.task.tokenizer is None:
+            return [(("models", i, "tokenizer"), "bpe needs task.tokenizer (the data step trains it)")]
+    if cfg.task.name in ("word_problems", "longform"):
         try:
-            word_problems.check_levels(cfg.task.levels)
+            _module(cfg.task.name).check_levels(cfg.task.levels)
         except ValueError as exc:
             return [(("task", "levels"), str(exc).removeprefix("task.levels: "))]
         return []
@@ -270,18 +274,51 @@ def has_number(response: str) -> bool:
     return _NUMBER.search(response) is not None
 
 
+def _module(task_name: str):
+    """The module of a generated task other than arithmetic (imported when first needed)."""
+    if task_name == "longform":
+        from fp8rl.engine import longform
+
+        return longform
+    from fp8rl.engine import word_problems
+
+    return word_problems
+
+
+def _longform_reward(response: str, answer: str) -> float:
+    return _module("longform").reward(response, answer)
+
+
+def _longform_format(response: str) -> bool:
+    return _module("longform").format_ok(response)
+
+
 REWARDS: dict[str, Callable[[str, str], float]] = {
     "arithmetic": reward,
     "math": math_reward,
     "word_problems": math_reward,
+    "longform": _longform_reward,
     "gsm8k": math_reward,
 }
 FORMATS: dict[str, Callable[[str], bool]] = {
     "arithmetic": format_ok,
     "math": has_number,
     "word_problems": has_number,
+    "longform": _longform_format,
     "gsm8k": has_number,
 }
+
+
+def split_generator(task_name: str) -> Callable[..., list[dict]]:
+    """The `generate_split(levels, n, seed, *, split, exclude)` of a generated task (`arithmetic`,
+    `word_problems`, `longform`); ValueError naming the known ones."""
+    if task_name == "arithmetic":
+        return generate_split
+    if task_name in ("word_problems", "longform"):
+        return _module(task_name).generate_split
+    raise ValueError(
+        f"task.name: {task_name!r} is not generated; generated: arithmetic, word_problems, longform"
+    )
 
 
 def reward_fn(task_name: str) -> Callable[[str, str], float]:

@@ -1,0 +1,173 @@
+"""Story problems answered with written reasoning (the `longform` testbed's task, `task.name: longform`).
+
+A person starts with some items and two to four events change the count (buys, finds, gets, wins;
+gives, loses, sells, uses). The answer is the count at the end, reached through one written sentence per
+step and a closing `The answer is N.`:
+
+| level     | events | prompt (example)                                                            |
+|-----------|--------|-----------------------------------------------------------------------------|
+| `events2` | 2      | Anna has 23 shells. Then she buys 7 more. Later she gives 5 to Ben. How many shells does Anna have now? |
+| `events3` | 3      | ... one more event                                                          |
+| `events4` | 4      | ... two more events                                                         |
+
+A worked answer (the row's `target`, what the SFT learns):
+`At first Anna holds 23 shells. Then after buying 7 more, she has 23 + 7 = 30 shells. So because she
+gave 5 to Ben, she keeps 30 - 5 = 25 shells now. The answer is 25.`
+Every sentence is composed of slots drawn from a few phrasings each (opening, connective, clause, verb,
+noun phrase), so a model that has learned the task still has real choices to sample: the testbed needs
+per-token entropy well above zero (its acceptance asks for at least 0.3 nats at the start of RL), and a
+sampled token of the wrong kind is visible in the text.
+
+`format_ok` (the gibberish rate's format check): the response is one or more sentences, each a
+capitalised word, then words, numbers and `+ - =` one space apart (a comma may follow a word), no capital
+inside but a name, and a full stop; every word is one of the task's words (`LEXICON`: the templates' words, names and items); it states at least
+one equation `a + b = c` or `a - b = c`; and its last sentence is `The answer is N.`. `reward`: 1.0 for
+a well-formed response whose `N` is the answer, else 0.0. Running totals stay in 1..99.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+NAMES = {"Anna": "she", "Ben": "he", "Mia": "she", "Tom": "he", "Sara": "she", "Leo": "he", "Nora": "she",
+         "Omar": "he", "Lily": "she", "Max": "he", "Zoe": "she", "Sam": "he"}  # fmt: skip
+ITEMS = ("apples", "pencils", "cookies", "stickers", "marbles", "books", "cards", "shells", "coins", "eggs",
+         "stamps", "beads")  # fmt: skip
+# (present, gerund, past) of each event; `{n}` the amount, `{other}` another person.
+GAINS = (
+    ("buys {n} more", "buying {n} more", "bought {n} more"),
+    ("finds {n} more", "finding {n} more", "found {n} more"),
+    ("gets {n} from {other}", "getting {n} from {other}", "got {n} from {other}"),
+    ("wins {n} more", "winning {n} more", "won {n} more"),
+)
+LOSSES = (
+    ("gives {n} to {other}", "giving {n} to {other}", "gave {n} to {other}"),
+    ("loses {n}", "losing {n}", "lost {n}"),
+    ("sells {n}", "selling {n}", "sold {n}"),
+    ("uses {n}", "using {n}", "used {n}"),
+)
+PROMPT_LINKS = ("Then", "After that", "Later", "Next")
+# The slots of a worked sentence.
+OPENINGS = ("{name} starts with {a} {item}.", "At first {name} has {a} {item}.",
+            "{name} begins with {a} {item}.", "In the beginning {name} holds {a} {item}.")  # fmt: skip
+LINKS = ("Then", "Next", "Now", "So", "After that")
+CLAUSES = ("after {gerund}", "by {gerund}", "once {pron} {past}", "because {pron} {past}")
+VERBS = ("has", "holds", "keeps", "counts")
+NOUNS = ("{item}", "{item} in total", "{item} now", "of them")
+CLOSING = "The answer is {y}."
+LEVELS = {"events2": 2, "events3": 3, "events4": 4}
+
+_TEMPLATE_TEXT = " ".join(
+    [*PROMPT_LINKS, *OPENINGS, *LINKS, *CLAUSES, *VERBS, *NOUNS, CLOSING, *NAMES, *NAMES.values(), *ITEMS,
+     "has", "How many", "does", "have now", *(p for ev in (*GAINS, *LOSSES) for p in ev)]
+)  # fmt: skip
+# Every word a well-formed answer may use (lower case; placeholders are not words).
+LEXICON = frozenset(w.lower() for w in re.findall(r"[A-Za-z]+", re.sub(r"\{\w+\}", " ", _TEMPLATE_TEXT)))
+# One sentence: a capitalised word, then words, numbers or `+ - =` one space apart (a comma may follow a
+# word), a full stop at the end.
+_SENTENCE = re.compile(r"[A-Z][a-z]*(?:,? (?:[A-Za-z]+|\d+|[+=-]))*\.")
+_EQUATION = re.compile(r"\d+ [+-] \d+ = -?\d+")
+_CLOSING = re.compile(r"The answer is (-?\d+)\.")
+
+
+def check_levels(levels: list[str]) -> None:
+    """ValueError naming the unknown level(s) and the allowed ones."""
+    bad = [lv for lv in levels if lv not in LEVELS]
+    if bad:
+        raise ValueError(
+            f"task.levels: unknown longform level {', '.join(bad)}; allowed: {', '.join(LEVELS)}"
+        )
+
+
+def _events(rng: random.Random, k: int, start: int) -> list[tuple[bool, int]]:
+    """`k` (gain?, amount) events whose running total stays in 1..99."""
+    out, total = [], start
+    for _ in range(k):
+        gain = total < 12 or (total <= 87 and rng.random() < 0.5)
+        n = rng.randint(2, min(19, 99 - total)) if gain else rng.randint(2, min(19, total - 1))
+        total += n if gain else -n
+        out.append((gain, n))
+    return out
+
+
+def draw(rng: random.Random, k: int) -> tuple[str, int, str]:
+    """One problem with `k` events: (prompt, answer, worked answer)."""
+    name = rng.choice(list(NAMES))
+    pron = NAMES[name]
+    other = rng.choice([n for n in NAMES if n != name])
+    item = rng.choice(ITEMS)
+    start = rng.randint(10, 60)
+    events = _events(rng, k, start)
+    prompt = [f"{name} has {start} {item}."]
+    work = [rng.choice(OPENINGS).format(name=name, a=start, item=item)]
+    total = start
+    for gain, n in events:
+        present, gerund, past = rng.choice(GAINS) if gain else rng.choice(LOSSES)
+        fill = {"n": n, "other": other}
+        prompt.append(f"{rng.choice(PROMPT_LINKS)} {pron} {present.format(**fill)}.")
+        new = total + n if gain else total - n
+        clause = rng.choice(CLAUSES).format(gerund=gerund.format(**fill), past=past.format(**fill), pron=pron)
+        noun = rng.choice(NOUNS).format(item=item)
+        verb = rng.choice(VERBS)
+        work.append(
+            f"{rng.choice(LINKS)} {clause}, {pron} {verb} {total} {'+' if gain else '-'} {n} = {new} {noun}."
+        )
+        total = new
+    prompt.append(f"How many {item} does {name} have now?")
+    work.append(CLOSING.format(y=total))
+    return " ".join(prompt), total, " ".join(work)
+
+
+def generate_split(
+    levels: list[str], n: int, seed: int, *, split: str, exclude: set[str] = frozenset()
+) -> list[dict]:
+    """`n` distinct problems cycling through `levels`, from a seed; rows `id`, `level`, `prompt`, `answer`
+    and `target` (the worked answer). Prompts in `exclude` (another split's) are skipped. ValueError when
+    the templates cannot give `n` distinct problems."""
+    check_levels(levels)
+    rng = random.Random(f"{seed}:longform:{split}")
+    rows: list[dict] = []
+    seen = set(exclude)
+    misses = 0
+    while len(rows) < n:
+        level = levels[len(rows) % len(levels)]
+        prompt, answer, work = draw(rng, LEVELS[level])
+        if prompt in seen:
+            misses += 1
+            if misses > 1000 + 10 * n:
+                raise ValueError(f"cannot draw {n} distinct {split} longform problems from levels {levels}")
+            continue
+        seen.add(prompt)
+        rows.append(
+            {"id": f"{level}-{len(rows):06d}", "level": level, "prompt": prompt, "answer": str(answer),
+             "target": work}
+        )  # fmt: skip
+    return rows
+
+
+def extract_answer(response: str) -> str | None:
+    """The `N` of a well-formed response's closing `The answer is N.`, else None (`format_ok`)."""
+    text = response.strip()
+    sentences = _SENTENCE.findall(text)
+    if not sentences or " ".join(sentences) != text:
+        return None
+    if any(w.lower() not in LEXICON for w in re.findall(r"[A-Za-z]+", text)):
+        return None
+    if any(w[0].isupper() and w not in NAMES for s in sentences for w in re.findall(r"[A-Za-z]+", s)[1:]):
+        return None  # a capital inside a sentence: two sentences run together
+    if not _EQUATION.search(text):
+        return None
+    m = _CLOSING.fullmatch(sentences[-1])
+    return m.group(1) if m else None
+
+
+def format_ok(response: str) -> bool:
+    """Whether a response is well-formed worked text ending in `The answer is N.` (module docstring)."""
+    return extract_answer(response) is not None
+
+
+def reward(response: str, answer: str) -> float:
+    """1.0 for a well-formed response whose stated answer equals `answer`, else 0.0."""
+    got = extract_answer(response)
+    return 1.0 if got is not None and int(got) == int(answer) else 0.0
