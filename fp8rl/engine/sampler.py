@@ -31,6 +31,7 @@ from transformers import LlamaForCausalLM
 
 from fp8rl.engine.device import generator_on, module_device
 from fp8rl.engine.divergence import Diverged
+from fp8rl.engine.kv_reserve import reserve
 
 # transformers >= 5.2x names the KV-cache argument `cache`; earlier releases `past_key_values`.
 CACHE_KWARG = (
@@ -154,9 +155,12 @@ def generate(
     generator: torch.Generator | None = None,
     greedy: bool = False,
     keep_distributions: bool = False,
+    reserve_cache: bool = True,
 ) -> RolloutBatch:
     """Sample one response per prompt (repeat a prompt n times for n samples); see the module doc
-    (`keep_distributions`: also record each position's sampling distribution)."""
+    (`keep_distributions`: also record each position's sampling distribution; `reserve_cache=False`:
+    grow the KV cache by concatenation, as `transformers` does, instead of writing it in place — the
+    same tokens and log-probs, slower: for benchmarks and the bit-identity test)."""
     if not prompts:
         raise ValueError("generate: no prompts")
     if max_new_tokens <= 0:
@@ -175,6 +179,8 @@ def generate(
         cache.batch_select_indices(rows)
         ids, mask, logits = ids[rows], mask[rows], logits[rows]
     bsz, plen = ids.shape
+    if reserve_cache:
+        reserve(cache, plen + max_new_tokens)
     next_pos = mask.sum(-1, keepdim=True)  # [B, 1] position of the first response token
     tokens = torch.full((bsz, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logps = torch.zeros((bsz, max_new_tokens), device=device)
