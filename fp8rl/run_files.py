@@ -11,6 +11,9 @@ A run of tier `T` lives in `{results_dir}/T/runs/{run id}/` (`runs_dir`, `RunDir
 - `throughput.json`: per-phase seconds and tokens, one schema for both trainers
   (fp8rl.run_records.throughput_record);
 - `ratio_hist.json`: an FP8 run's FP8 vs BF16-shadow ratio histogram;
+- `samples.jsonl` (`schedule.log_samples`): the first samples of every step, one JSON object each (`step`,
+  `text`, `reward`, `format_ok`, `gibberish`), appended like metrics.jsonl and cut back to the
+  checkpoint's step on resume (`RunDir.append_samples`, `RunDir.reset_samples`);
 - `checkpoint/`: the HF model (+ trainer state); `eval/lm_eval.json`, `eval/agent.json`: `fp8rl eval`,
   each with the `checkpoint_digest` of the checkpoint it scored (fp8rl.checkpoint_files);
 - `run.json`: whose directory it is (`{"run_id": ...}`), written by the first trainer on it (`RunDir.claim`);
@@ -42,6 +45,7 @@ METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 THROUGHPUT_FILE = "throughput.json"
 RATIO_HIST_FILE = "ratio_hist.json"
+SAMPLES_FILE = "samples.jsonl"
 CHECKPOINT_DIR = "checkpoint"
 NOISE_FILE = "noise.json"  # fp8.target_kl: the noise scale the run's search found (fp8rl.engine.noise_target)
 HISTORY_DIR = "checkpoints"  # schedule.keep_every: checkpoints/step{N:05d}/, the weights at step N
@@ -87,6 +91,7 @@ class RunDir:
     summary = RootPath(SUMMARY_FILE)
     throughput = RootPath(THROUGHPUT_FILE)
     ratio_hist = RootPath(RATIO_HIST_FILE)
+    samples = RootPath(SAMPLES_FILE)
     checkpoint = RootPath(CHECKPOINT_DIR)
     history = RootPath(HISTORY_DIR)
 
@@ -160,23 +165,23 @@ class RunDir:
         """Append one step's metrics (non-finite values dropped: absent, never NaN); returns the new size.
         All or nothing: a failed write (a full disk) is cut back off before the error goes on, so the
         file never ends in half a line the summary would contradict. A symbolic link is not followed."""
-        line = (json.dumps(_finite_only(row), allow_nan=False) + "\n").encode()
-        fd = os.open(self.metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
-        try:
-            size = os.fstat(fd).st_size
-            try:
-                view = memoryview(line)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            except BaseException:
-                with suppress(OSError):
-                    os.ftruncate(fd, size)
-                    os.fsync(fd)
-                raise
-            return size + len(line)
-        finally:
-            os.close(fd)
+        return _append(self.metrics, (json.dumps(_finite_only(row), allow_nan=False) + "\n").encode())
+
+    def reset_samples(self, last_step: int) -> None:
+        """Keep the rows of `samples.jsonl` up to `last_step` (the checkpoint a run resumes from; 0: none),
+        rewritten atomically; nothing to do when there is no file and nothing to keep."""
+        if not self.samples.exists():
+            if last_step == 0:
+                return
+            rows = []
+        else:
+            rows = [r for r in read_jsonl(self.samples) if int(r["step"]) <= last_step]
+        atomic_write_text(self.samples, "".join(json.dumps(r) + "\n" for r in rows))
+
+    def append_samples(self, step: int, rows: list[dict]) -> None:
+        """Append one step's sample rows (`step` added to each) to `samples.jsonl`, all or nothing."""
+        if rows:
+            _append(self.samples, "".join(json.dumps({"step": step, **r}) + "\n" for r in rows).encode())
 
     def write_summary(self, summary: dict) -> None:
         atomic_write_json(self.summary, summary)
@@ -203,6 +208,27 @@ class RunDir:
 
     def read_throughput(self) -> dict:
         return _read_object(self.throughput)
+
+
+def _append(path: Path, line: bytes) -> int:
+    """Append `line` to `path` and fsync; returns the new size. A failed write is cut back off before the
+    error goes on (the file never ends in half a line); a symbolic link is not followed."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except BaseException:
+            with suppress(OSError):
+                os.ftruncate(fd, size)
+                os.fsync(fd)
+            raise
+        return size + len(line)
+    finally:
+        os.close(fd)
 
 
 def _finite_only(row: dict) -> dict:

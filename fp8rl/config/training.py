@@ -16,7 +16,7 @@ STEPS_MAX = (
 
 
 class ScheduleConfig(Strict):
-    OMIT_AT_DEFAULT = ("remove_padding", "keep_every")
+    OMIT_AT_DEFAULT = ("remove_padding", "keep_every", "log_samples")
 
     steps: int = Field(20, gt=0, le=STEPS_MAX, description="RL optimizer steps (one rollout batch each)")
     prompts_per_step: int = Field(8, gt=0)
@@ -35,6 +35,13 @@ class ScheduleConfig(Strict):
         gt=0,
         description="keep the policy's weights every N steps in checkpoints/step{N}/ (Hugging Face files, "
         "for `fp8rl eval heldout` of mid-run checkpoints); None keeps only the final checkpoint",
+    )
+    log_samples: int = Field(
+        0,
+        ge=0,
+        le=4096,
+        description="write the first N samples of every step (text, reward, format check, gibberish "
+        "reason) to the run's samples.jsonl; 0 writes none",
     )
     remove_padding: bool = Field(
         False,

@@ -27,6 +27,7 @@ class StepRollout:
     rewards: torch.Tensor  # [B] shaped rewards of `batch`
     advantages: torch.Tensor  # [B]
     metrics: dict[str, float]
+    samples: list[dict] = field(default_factory=list)  # `schedule.log_samples` rows for samples.jsonl
 
 
 def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
@@ -82,6 +83,18 @@ class GeneratedSamples:
         self.lengths.append(batch.response_lengths.float())
         self.texts += texts
         self.format_ok += [format_check(t) for t in texts]
+
+    def log_rows(self, n: int) -> list[dict]:
+        """The first `n` samples as rows of a run's `samples.jsonl` (without the step): `text`, `reward`
+        (the unshaped task accuracy), `format_ok` and `gibberish` (fp8rl.rl.gibberish_reason, None when
+        the sample is not gibberish)."""
+        from fp8rl.rl import gibberish_reason
+
+        acc = torch.cat(self.acc).tolist() if self.acc else []
+        return [
+            {"text": t, "reward": float(a), "format_ok": ok, "gibberish": gibberish_reason(t, ok)}
+            for t, a, ok in zip(self.texts[:n], acc[:n], self.format_ok[:n], strict=True)
+        ]
 
     def metrics(self) -> dict[str, float]:
         from fp8rl.rl import gibberish_rate
@@ -167,10 +180,11 @@ def collect_rollouts(
     if refill:
         metrics["dapo/dropped_groups"] = float(dropped)
         metrics["dapo/kept_groups"] = float(kept_groups)
+    samples = generated.log_rows(schedule.log_samples) if schedule.log_samples else []
     if not kept_batches:
         empty = torch.zeros(0)
-        return StepRollout(None, empty, empty, metrics)
+        return StepRollout(None, empty, empty, metrics, samples)
     batch = concat_batches(kept_batches, tokenizer.pad_token_id)
     rewards = torch.cat(kept_rewards)
     adv = grpo_advantages(rewards, g, norm_std=algo.norm_adv_by_std)
-    return StepRollout(batch, rewards, adv, metrics)
+    return StepRollout(batch, rewards, adv, metrics, samples)

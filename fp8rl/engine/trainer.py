@@ -284,10 +284,12 @@ class Trainer:
         )
         if resume is None:
             self.dir.reset_metrics(0)
+            self.dir.reset_samples(0)
             return 0
         meta, state = resume
         self._restore(state)
         self.dir.reset_metrics(int(meta["metrics_offset"]))
+        self.dir.reset_samples(int(meta["step"]))
         return int(meta["step"])
 
     def run(self) -> dict:
@@ -404,6 +406,7 @@ class Trainer:
                 format_check=self.format_check, keep_distributions=self.correction.needs_distributions,
             )  # fmt: skip
             ph.tokens = ro.metrics["tok/rollout"]
+        self.dir.append_samples(step, ro.samples)
         metrics: dict[str, float] = {"step": step, **ro.metrics}
         if ro.batch is not None:  # None: dynamic sampling kept no group this step
             batch = ro.batch
