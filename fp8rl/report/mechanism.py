@@ -46,7 +46,7 @@ from fp8rl.report.comparison import USED_STATUSES  # noqa: E402
 from fp8rl.report.figures import MECHANISM  # noqa: E402
 from fp8rl.report.load import RunSet  # noqa: E402
 from fp8rl.report.markdown import fmt, fmt_ci  # noqa: E402
-from fp8rl.report.plots import save_figure  # noqa: E402
+from fp8rl.report.plot_base import save_figure  # noqa: E402
 from fp8rl.report.stats import (  # noqa: E402
     RANGE_METHOD,
     SEED_MEAN_METHOD,

@@ -252,7 +252,8 @@ def deviations_section(data: ReportData) -> Section:
 def comparison_section(data: ReportData) -> Section:
     """Every variant against bf16 (fp8rl.report.comparison), its paired FP8-vs-shadow part, and the
     figures every report has (fp8rl.report.plots)."""
-    from fp8rl.report.plots import arm_names, write_plots
+    from fp8rl.report.plot_base import arm_names
+    from fp8rl.report.plots import write_plots
 
     cfg = data.cfg
     view = comparison_view(data.comparison, data.keys)

@@ -26,20 +26,26 @@ from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from fp8rl.config.runs import RunSpec  # noqa: E402
-from fp8rl.io import atomic_write  # noqa: E402
-from fp8rl.report.comparison import USED_STATUSES  # noqa: E402
-from fp8rl.report.figures import CORE  # noqa: E402
-from fp8rl.report.load import RunSet  # noqa: E402
-from fp8rl.report.paths import PLOT_FORMATS  # noqa: E402
-from fp8rl.report.stats import is_proportion  # noqa: E402
-from fp8rl.vocabulary import (  # noqa: E402
+from fp8rl.report.comparison import USED_STATUSES
+from fp8rl.report.figures import CORE
+from fp8rl.report.load import RunSet
+from fp8rl.report.plot_base import (
+    PANEL,
+    Names,
+    distinct_colors,
+    figure_grid,
+    no_data,
+    place_legends,
+    plt,
+    save_figure,
+    series_groups,
+    series_label,
+)
+from fp8rl.report.stats import is_proportion
+from fp8rl.vocabulary import (
     ACC_MEAN,
     CALIB_HIGH,
     CALIB_LOW,
@@ -52,90 +58,12 @@ from fp8rl.vocabulary import (  # noqa: E402
     VARIANT_SPECS,
 )
 
-PANEL = (4.6, 3.2)
 EVAL_SOURCES = EVAL_SUITES
 RATIO_TICKS = (0.25, 0.5, 0.8, 1.0, 1.25, 2.0, 4.0)
-# SVG text as <text> (not glyph paths): smaller files, and much faster to write
-matplotlib.rcParams["svg.fonttype"] = "none"
-
-
-LEGEND_IN_PANEL_MAX = 8  # more series than this get one figure legend under the panels
-SERIES = ["variant", "granularity", "condition"]  # one curve, bar or histogram per series
-
-
-Names = dict[tuple[str, str, str], str]  # (variant, granularity, condition) -> the series' name
-
-
-def _cond(condition: str | None) -> str:
-    return "none" if condition is None or pd.isna(condition) else condition
-
-
-def series_label(
-    variant: str, granularity: str, condition: str | None = None, names: Names | None = None
-) -> str:
-    """The series' name in `names` (a study's arm: `arm_names`), else `fp8_calib/tensorwise`, plus `/s4`
-    for a study tier's FP8 condition (bf16's `none` is left off)."""
-    if names and (name := names.get((variant, granularity, _cond(condition)))) is not None:
-        return name
-    label = variant if granularity == "none" else f"{variant}/{granularity}"
-    return label if _cond(condition) == "none" else f"{label}/{condition}"
-
-
-def arm_names(arms: dict[str, str]) -> Names:
-    """(variant, granularity, condition) -> arm name of a study's `arms` (name -> run-id prefix), so that
-    the figures name a series as the study's tables do; a series two arms share (of two algorithms or
-    models) keeps its default label."""
-    keys: dict[tuple[str, str, str], list[str]] = {}
-    for name, cell in arms.items():
-        spec = RunSpec.parse(f"{cell.strip('/')}/seed0")
-        keys.setdefault((spec.variant, spec.granularity, _cond(spec.condition)), []).append(name)
-    return {key: names[0] for key, names in keys.items() if len(names) == 1}
-
-
-def series_groups(frame: pd.DataFrame):
-    """`groupby` over SERIES in matrix order, keeping the runs whose condition is None."""
-    return frame.groupby(SERIES, sort=False, dropna=False)
 
 
 def _panels(runset: RunSet) -> list[tuple[str, str]]:
     return list(dict.fromkeys(zip(runset.runs["algo"], runset.runs["model"], strict=False)))
-
-
-def _figure(n_cols: int, n_rows: int = 1) -> tuple[plt.Figure, np.ndarray]:
-    fig, axes = plt.subplots(
-        n_rows,
-        max(n_cols, 1),
-        figsize=(PANEL[0] * max(n_cols, 1), PANEL[1] * n_rows),
-        squeeze=False,
-        layout="constrained",
-    )
-    return fig, axes
-
-
-def _no_data(ax: plt.Axes) -> None:
-    ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="grey")
-
-
-# What makes a figure file the same bytes for the same data: the SVG without its creation date and with
-# element ids hashed from a fixed salt (matplotlib draws them at random otherwise); the PNG has no date.
-SAVE_METADATA = {"svg": {"Date": None}, "png": {}}
-SVG_SALT = {"svg.hashsalt": "fp8rl"}
-
-
-def save_figure(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
-    """Write `name.png` and `name.svg` atomically, byte for byte the same for the same figure; returns
-    their paths."""
-    paths = []
-    with matplotlib.rc_context(SVG_SALT):
-        for ext in PLOT_FORMATS:
-            path = out_dir / f"{name}.{ext}"
-            meta = SAVE_METADATA.get(ext, {})
-            atomic_write(
-                path, lambda tmp, ext=ext, meta=meta: fig.savefig(tmp, format=ext, dpi=100, metadata=meta)
-            )
-            paths.append(path)
-    plt.close(fig)
-    return paths
 
 
 def step_curves(
@@ -149,7 +77,7 @@ def step_curves(
     over their middle half. `bounds`: algo -> metric -> (y, label) of a fixed reference line to draw."""
     panels = _panels(runset)
     colors = _series_colors(runset)
-    fig, axes = _figure(len(panels), len(metrics))
+    fig, axes = figure_grid(len(panels), len(metrics))
     for row, metric in enumerate(metrics):
         data = runset.metric("train", metric)
         data = data[data["status"].isin(USED_STATUSES)]
@@ -159,7 +87,7 @@ def step_curves(
             ax.set_xlabel("step")
             ax.set_ylabel(metric)
             if sub.empty:
-                _no_data(ax)
+                no_data(ax)
                 continue
             _curves(ax, sub, colors, names)
             if (line := (bounds or {}).get(algo, {}).get(metric)) is not None:
@@ -171,37 +99,6 @@ def step_curves(
         fontsize=10,
     )
     return fig
-
-
-def place_legends(fig: plt.Figure, axes: np.ndarray, n_series: int, fontsize: int = 6) -> None:
-    """A legend in each panel that drew something, or, past LEGEND_IN_PANEL_MAX series (a study tier's
-    conditions), one legend under the panels so that no panel is buried under its own."""
-    if n_series <= LEGEND_IN_PANEL_MAX:
-        for ax in axes.flat:
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=fontsize)
-        return
-    handles: dict[str, object] = {}
-    for ax in axes.flat:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            handles.setdefault(label, handle)
-    width, height = fig.get_size_inches()
-    ncols = max(1, min(4, int(width // 2.6)))
-    fig.set_size_inches(width, height + 0.14 * -(-len(handles) // ncols))  # room for the legend's rows
-    fig.legend(
-        list(handles.values()), list(handles), loc="outside lower center", ncols=ncols, fontsize=fontsize
-    )
-
-
-def distinct_colors(n: int) -> list[str]:
-    """`n` colors, no two alike: matplotlib's default cycle up to 10, `tab20` up to 20, beyond that `n`
-    evenly spaced hues of `turbo` (a study tier's conditions give more series than any fixed cycle)."""
-    if n <= 10:  # tab10: the default cycle's colors, as hex (a prop cycle takes no "C0" references)
-        return [matplotlib.colors.to_hex(c) for c in plt.get_cmap("tab10").colors[:n]]
-    if n <= 20:
-        return [matplotlib.colors.to_hex(c) for c in plt.get_cmap("tab20").colors[:n]]
-    turbo = plt.get_cmap("turbo")
-    return [matplotlib.colors.to_hex(turbo(0.05 + 0.9 * i / (n - 1))) for i in range(n)]
 
 
 def _series_colors(runset: RunSet) -> dict[tuple, str]:
@@ -225,7 +122,7 @@ def _curves(ax: plt.Axes, sub: pd.DataFrame, colors: dict[tuple, str], names: Na
 
 def ratio_tails(runset: RunSet, names: Names | None = None) -> plt.Figure:
     panels = _panels(runset)
-    fig, axes = _figure(len(panels), 2)
+    fig, axes = figure_grid(len(panels), 2)
     for row, metric in enumerate(("ratio/p01", "ratio/p99")):
         data = runset.metric("train", metric)
         data = data[data["status"].isin(USED_STATUSES) & np.isfinite(data["value"])]
@@ -235,7 +132,7 @@ def ratio_tails(runset: RunSet, names: Names | None = None) -> plt.Figure:
             ax.set_xlabel("PPO ratio π_θ/π_old")
             ax.set_ylabel("steps")
             if sub.empty:
-                _no_data(ax)
+                no_data(ax)
                 continue
             bins = np.histogram_bin_edges(sub["value"], bins=30)
             for key, s in series_groups(sub):
@@ -250,7 +147,7 @@ def ratio_hist(
 ) -> plt.Figure:
     """FP8 vs BF16-shadow ratio histograms (module docstring); `clip_bounds`: algo -> (1-ε_low, 1+ε_high)."""
     panels = _panels(runset)
-    fig, axes = _figure(len(panels), 2)
+    fig, axes = figure_grid(len(panels), 2)
     used = runset.runs[runset.runs["status"].isin(USED_STATUSES)]
     for row, pop in enumerate(("all", "neg")):
         for ax, (algo, model) in zip(axes[row], panels, strict=False):
@@ -272,7 +169,7 @@ def ratio_hist(
                     ax.stairs(counts / counts.sum(), edges, ls=style, color=f"C{i}", label=label)
                     drawn = True
             if not drawn:
-                _no_data(ax)
+                no_data(ax)
                 continue
             ax.set_xscale("log")
             ax.set_yscale("log")
@@ -315,7 +212,7 @@ def eval_bars(
         ax.set_axis_off()
     if not keys:
         axes[0][0].set_axis_on()
-        _no_data(axes[0][0])
+        no_data(axes[0][0])
         return fig
     grans = [
         "none" if v == REFERENCE_VARIANT else g
@@ -370,14 +267,14 @@ def throughput_bars(table: pd.DataFrame, names: Names | None = None) -> plt.Figu
     diagnostic BF16 shadow pass, drawn hatched and named so. One legend, under the panels."""
     phases = [c for c in table.columns if c.endswith(" tok/s")]
     panels = list(dict.fromkeys(zip(table["algo"], table["model"], strict=False)))
-    fig, axes = _figure(len(panels))
+    fig, axes = figure_grid(len(panels))
     handles: dict[str, object] = {}
     for ax, (algo, model) in zip(axes[0], panels, strict=False):
         sub = table[(table["algo"] == algo) & (table["model"] == model)]
         ax.set_title(f"{algo} / {model}")
         ax.set_ylabel("tokens/s")
         if sub[phases].isna().all().all():
-            _no_data(ax)
+            no_data(ax)
             continue
         x = np.arange(len(sub))
         width = 0.8 / max(len(phases), 1)

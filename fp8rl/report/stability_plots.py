@@ -10,14 +10,8 @@ import pandas as pd
 
 from fp8rl.report.figures import STABILITY, STUDY_SURVIVAL
 from fp8rl.report.load import RunSet
-from fp8rl.report.plots import PANEL, distinct_colors, plt, save_figure
+from fp8rl.report.plot_base import distinct_colors, figure_grid, plt, save_figure
 from fp8rl.report.stability import CURVES, GROUP, _group_times, breaking_dose_table, kaplan_meier
-
-
-def _figure(n_cols: int, n_rows: int = 1):
-    return plt.subplots(
-        n_rows, n_cols, figsize=(PANEL[0] * n_cols, PANEL[1] * n_rows), squeeze=False, layout="constrained"
-    )
 
 
 def _label(key: tuple, multi_panel: bool) -> str:
@@ -27,7 +21,7 @@ def _label(key: tuple, multi_panel: bool) -> str:
 
 
 def _survival(per_run: pd.DataFrame, out_dir: Path) -> list[Path]:
-    fig, axes = _figure(1)
+    fig, axes = figure_grid(1)
     ax = axes[0, 0]
     multi = per_run[["algo", "model"]].drop_duplicates().shape[0] > 1
     ax.set_prop_cycle(color=distinct_colors(max(per_run.groupby(GROUP).ngroups, 1)))
@@ -41,7 +35,7 @@ def _survival(per_run: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 
 def _curves(runset: RunSet, per_run: pd.DataFrame, out_dir: Path) -> list[Path]:
-    fig, axes = _figure(len(CURVES), 2)
+    fig, axes = figure_grid(len(CURVES), 2)
     train = runset.metric("train")
     dose_of = dict(zip(per_run["run_id"], per_run["noise"], strict=True))
     train = train[train["run_id"].isin(dose_of)].assign(noise=lambda v: v["run_id"].map(dose_of))
@@ -68,7 +62,7 @@ def _curves(runset: RunSet, per_run: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 
 def _breaking(table: pd.DataFrame, out_dir: Path) -> list[Path]:
-    fig, axes = _figure(1)
+    fig, axes = figure_grid(1)
     ax = axes[0, 0]
     fits = breaking_dose_table(table).set_index(GROUP[:4]) if not table.empty else None
     for i, (key, g) in enumerate(table.groupby(GROUP[:4], sort=False)):
@@ -115,7 +109,7 @@ def write_study_survival_plot(per_arm: pd.DataFrame, arms: list[str], out_dir: P
     """The figure of `figures.STUDY_SURVIVAL`: one Kaplan-Meier curve per arm of `arms` that has trained
     runs (`per_arm`: study_survival.arm_runs), labelled with the arm's name and its runs; returns name ->
     files."""
-    fig, axes = _figure(1)
+    fig, axes = figure_grid(1)
     ax = axes[0, 0]
     n = max(len(arms), 1)
     # arms that never diverge share the line at 1: each has its own dash and a width that narrows from

@@ -82,7 +82,7 @@ def write_study_gap_plot(gaps: pd.DataFrame, cfg: ExperimentConfig, out_dir: Pat
     """The figure of `figures.STUDY_GAP`: per non-control arm its `gap` line and interval band (`gaps`
     from `reward_gaps`), each arm in its colour of the survival figure, the zero line and the endpoint's
     window shaded; returns name -> files."""
-    from fp8rl.report.plots import PANEL, distinct_colors, plt, save_figure
+    from fp8rl.report.plot_base import PANEL, distinct_colors, plt, save_figure
 
     arms = list(cfg.study.arms)
     colors = dict(zip(arms, distinct_colors(max(len(arms), 1)), strict=False))

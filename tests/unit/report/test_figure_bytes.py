@@ -1,4 +1,4 @@
-"""A report figure written twice from the same data is the same bytes (fp8rl.report.plots.save_figure):
+"""A report figure written twice from the same data is the same bytes (fp8rl.report.plot_base.save_figure):
 a re-published tier whose data did not change changes no figure file."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 from fp8rl.report.paths import PLOT_FORMATS
-from fp8rl.report.plots import save_figure
+from fp8rl.report.plot_base import save_figure
 
 
 def _figure() -> plt.Figure:

@@ -89,7 +89,7 @@ def test_report_page_explains_the_mechanism_before_the_numbers(tier):
 def test_distinct_colors_gives_n_different_colors(n):
     from matplotlib.colors import to_hex
 
-    from fp8rl.report.plots import distinct_colors
+    from fp8rl.report.plot_base import distinct_colors
 
     assert len({to_hex(c) for c in distinct_colors(n)}) == n
 
@@ -136,7 +136,7 @@ def test_a_one_panel_throughput_figure_keeps_its_title_inside_the_canvas():
 def test_a_study_names_its_series_as_its_tables_name_arms():
     """`arm_names` maps each arm's cell to its name: the legends read `fp8_s4`, as arms.csv does; a cell
     that is no arm keeps `variant/granularity/condition`."""
-    from fp8rl.report.plots import arm_names, series_label
+    from fp8rl.report.plot_base import arm_names, series_label
 
     names = arm_names({"bf16": "grpo/tiny/bf16/none/none", "fp8_s4": "grpo/tiny/fp8/tensorwise/s4/"})
     assert series_label("bf16", "none", None, names) == "bf16"
