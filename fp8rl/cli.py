@@ -15,9 +15,10 @@ import importlib
 import importlib.metadata
 import os
 import sys
+import textwrap
 
 from fp8rl import numerics, quiet
-from fp8rl.commands.common import EXIT_CODES, UsageError, resolve_config_arg
+from fp8rl.commands.common import EXIT_CODES, UsageError, describe, resolve_config_arg
 from fp8rl.config_loader import ConfigError
 
 # One module per area; each defines `register(subparsers)`.
@@ -46,9 +47,13 @@ def package_version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fp8rl",
-        description="Benchmark and reproducibility harness for fully-FP8 RL of LLMs. `fp8rl COMMAND --help` "
-        "says what a command does and its exit codes.",
-        epilog=EXIT_CODES,
+        description=describe(
+            "fp8rl",
+            "Benchmark and reproducibility harness for fully-FP8 RL of LLMs. `fp8rl COMMAND --help` says "
+            "what a command reads and writes, with an example, and its exit codes.",
+        ),
+        epilog=textwrap.fill(EXIT_CODES, 100),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

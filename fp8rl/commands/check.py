@@ -45,7 +45,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "check",
         help="compare a fresh tier run's per-variant metrics with a published report's, within bands from "
         "the published seeds; exit 1 naming what left its band",
-        doc=__doc__,
     )
     p.add_argument("results", help="the fresh tier's report directory (e.g. results/ci/smoke)")
     p.add_argument(

@@ -9,6 +9,8 @@ import inspect
 import sys
 import textwrap
 
+from fp8rl.commands.usage import USAGE
+
 EXIT_CODES = (
     "exit status: 0 when the command did its work; 2 on bad input found before any work started (a config "
     "or usage error, printed without a traceback); any other code is described in the command's help."
@@ -20,20 +22,24 @@ class UsageError(Exception):
     """Bad input found before any work started: printed as is, exit code 2."""
 
 
-def add_command(
-    sub: argparse._SubParsersAction, name: str, *, help: str, doc: str, description: str | None = None
-) -> argparse.ArgumentParser:
-    """Subcommand `name` of `sub`. `help` is its line in the parent's list; its own --help shows
-    `description` (default: `help`), then `doc`, the docstring of the module that implements it (what
-    its commands do, their arguments and the exit codes particular to them), then `EXIT_CODES`."""
-    head = description or f"{help[0].upper()}{help[1:]}."
-    return sub.add_parser(
+def add_command(sub: argparse._SubParsersAction, name: str, *, help: str) -> argparse.ArgumentParser:
+    """Subcommand `name` of `sub`. `help` is its line in the parent's list; its own --help shows that
+    line, then its text for users (`USAGE` of fp8rl.commands.usage: what it reads and writes, an
+    example, its own exit codes), then `EXIT_CODES`."""
+    parser = sub.add_parser(
         name,
         help=help,
-        description=f"{textwrap.fill(head, 100)}\n\n{inspect.cleandoc(doc)}",
         epilog=textwrap.fill(EXIT_CODES, 100),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.description = describe(parser.prog, f"{help[0].upper()}{help[1:]}.")
+    return parser
+
+
+def describe(prog: str, head: str) -> str:
+    """The --help description of the command `prog` (`fp8rl eval lm-eval`): `head`, then its USAGE text."""
+    path = prog.split(" ", 1)[1] if " " in prog else ""
+    return f"{textwrap.fill(head, 100)}\n\n{inspect.cleandoc(USAGE[path])}"
 
 
 def add_config_args(

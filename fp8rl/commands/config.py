@@ -97,22 +97,18 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p_config = add_command(sub, "config", help="validate, show or export the config schema", doc=__doc__)
+    p_config = add_command(sub, "config", help="validate, show or export the config schema")
     config_sub = p_config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
-    p = add_command(
-        config_sub, "validate", help="validate a config file; exit 2 with the problems", doc=__doc__
-    )
+    p = add_command(config_sub, "validate", help="validate a config file; exit 2 with the problems")
     add_config_args(p, legacy_positional=True)
     p.set_defaults(func=cmd_config_validate)
-    p = add_command(
-        config_sub, "show", help="print the resolved config with every default filled in", doc=__doc__
-    )
+    p = add_command(config_sub, "show", help="print the resolved config with every default filled in")
     add_config_args(p, legacy_positional=True)
     p.set_defaults(func=cmd_config_show)
-    p = add_command(config_sub, "schema", help="print the JSON schema of the config", doc=__doc__)
+    p = add_command(config_sub, "schema", help="print the JSON schema of the config")
     p.set_defaults(func=cmd_config_schema)
 
-    p = add_command(sub, "matrix", help="list the run ids of a config's matrix", doc=__doc__)
+    p = add_command(sub, "matrix", help="list the run ids of a config's matrix")
     add_config_args(p, legacy_positional=True)
     for axis in MATRIX_AXES:
         p.add_argument(f"--{axis}", action="append", help=f"keep only runs with this {axis} (repeatable)")

@@ -125,28 +125,20 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p_c = add_command(
-        sub, "containers", help="build the pinned images, make .sif files, check the pins", doc=__doc__
-    )
+    p_c = add_command(sub, "containers", help="build the pinned images, make .sif files, check the pins")
     c_sub = p_c.add_subparsers(dest="containers_command", required=True, metavar="ACTION")
-    p = add_command(
-        c_sub, "build", help="build containers/NAME with docker buildx or podman; record its id", doc=__doc__
-    )
+    p = add_command(c_sub, "build", help="build containers/NAME with docker buildx or podman; record its id")
     p.add_argument("name", help="train, eval, bfcl or cpu")
     add_config_args(p)
     p.add_argument("--out", required=True, help="the image record, e.g. results/containers/train.json")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.set_defaults(func=cmd_build)
-    p = add_command(
-        c_sub, "sif", help="make an Apptainer .sif from the built (or prebuilt) image", doc=__doc__
-    )
+    p = add_command(c_sub, "sif", help="make an Apptainer .sif from the built (or prebuilt) image")
     p.add_argument("name", help="train, eval, bfcl or cpu")
     add_config_args(p)
     p.add_argument("--out", required=True, help="the .sif file, e.g. results/containers/train.sif")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.set_defaults(func=cmd_sif)
-    p = add_command(
-        c_sub, "check", help="list unpinned base images and requirements; exit 1 if any", doc=__doc__
-    )
+    p = add_command(c_sub, "check", help="list unpinned base images and requirements; exit 1 if any")
     p.add_argument("--root", help="the containers folder (default: the repository's containers/)")
     p.set_defaults(func=cmd_check)

@@ -113,21 +113,19 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(sub, "data", help="write the task splits (train/test/tool) of a tier", doc=__doc__)
+    p = add_command(sub, "data", help="write the task splits (train/test/tool) of a tier")
     add_config_args(p)
     p.add_argument("--out", required=True, help="output directory, e.g. results/smoke/data")
     p.add_argument("--hub", help="the record `fetch data` wrote (hub datasets; default OUT/hub.json)")
     p.set_defaults(func=cmd_data)
 
-    p_f = add_command(
-        sub, "fetch", help="download hub datasets or a model into hub.home (login node)", doc=__doc__
-    )
+    p_f = add_command(sub, "fetch", help="download hub datasets or a model into hub.home (login node)")
     f_sub = p_f.add_subparsers(dest="fetch_command", required=True, metavar="WHAT")
-    p = add_command(f_sub, "data", help="the training set and lm-eval's eval sets -> a record", doc=__doc__)
+    p = add_command(f_sub, "data", help="the training set and lm-eval's eval sets -> a record")
     add_config_args(p)
     p.add_argument("--out", required=True, help="record to write, e.g. results/paper/data/hub.json")
     p.set_defaults(func=cmd_fetch_data)
-    p = add_command(f_sub, "model", help="one hf model at its pinned revision -> a record", doc=__doc__)
+    p = add_command(f_sub, "model", help="one hf model at its pinned revision -> a record")
     add_config_args(p)
     p.add_argument("--model", required=True, help="a model name of the config")
     p.add_argument("--out", required=True, help="record to write, e.g. results/paper/base/NAME/model.json")

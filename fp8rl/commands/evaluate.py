@@ -224,15 +224,13 @@ def _run_or_record(run, tasks: list[str], failed: list[dict], on_failure: str) -
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p_eval = add_command(
-        sub, "eval", help="evaluate a checkpoint: lm-eval tasks or the agent benchmark", doc=__doc__
-    )
+    p_eval = add_command(sub, "eval", help="evaluate a checkpoint: lm-eval tasks or the agent benchmark")
     eval_sub = p_eval.add_subparsers(dest="eval_command", required=True, metavar="SUITE")
     for name, suite, help_text in (
         ("lm-eval", "lm_eval", "lm-eval tasks of eval.lm_eval_tasks -> eval/lm_eval.json"),
         ("agent", "agent", "function-calling benchmark of eval.agent -> eval/agent.json"),
     ):
-        p = add_command(eval_sub, name, help=help_text, doc=__doc__)
+        p = add_command(eval_sub, name, help=help_text)
         add_config_args(p)
         p.add_argument("--checkpoint", required=True, help="Hugging Face model directory")
         p.add_argument(
@@ -251,7 +249,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         eval_sub,
         "heldout",
         help="the held-out bf16 endpoint of eval.heldout -> eval/heldout.json",
-        doc=__doc__,
     )
     add_config_args(p)
     p.add_argument("--checkpoint", required=True, help="Hugging Face model directory (a run's, or a base)")

@@ -42,9 +42,7 @@ def cmd_quotes(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(
-        sub, "quotes", help="check or regenerate the result figures README.md and docs/ quote", doc=__doc__
-    )
+    p = add_command(sub, "quotes", help="check or regenerate the result figures README.md and docs/ quote")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--check", action="store_true", help="exit 1 naming every block that differs")
     mode.add_argument("--write", action="store_true", help="rewrite the blocks from the tables")

@@ -127,16 +127,12 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(
-        sub, "report", help="tables, plots and an HTML report of every run of a tier", doc=__doc__
-    )
+    p = add_command(sub, "report", help="tables, plots and an HTML report of every run of a tier")
     add_config_args(p)
     p.add_argument("--runs-dir", help="read runs from here instead of {results_dir}/{tier}/runs")
     p.set_defaults(func=cmd_report)
 
-    p = add_command(
-        sub, "publish", help="copy a tier's report with provenance into results/published/TIER", doc=__doc__
-    )
+    p = add_command(sub, "publish", help="copy a tier's report with provenance into results/published/TIER")
     p.add_argument(
         "tier",
         nargs="?",

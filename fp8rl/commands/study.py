@@ -133,13 +133,12 @@ def _print_table(rows: list[dict[str, float]], meta: dict) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p_study = add_command(sub, "study", help="small self-contained experiments", doc=__doc__)
+    p_study = add_command(sub, "study", help="small self-contained experiments")
     study_sub = p_study.add_subparsers(dest="study_command", required=True, metavar="STUDY")
     p = add_command(
         study_sub,
         "ratio-noise",
         help="clip/low_neg under fixed vs calibrated bounds as FP8-like noise is added to PPO log-ratios",
-        doc=__doc__,
     )
     add_config_args(p, required=False)  # without one: fp8rl.config's defaults
     p.add_argument("--algo", choices=["grpo", "dapo"], default="grpo", help="whose clip_low/clip_high to use")

@@ -229,7 +229,7 @@ def _train_locked(args: argparse.Namespace, cfg, run, out, base: Path, data: Pat
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(sub, "sft", help="train a scratch model's base checkpoint (BF16 warm start)", doc=__doc__)
+    p = add_command(sub, "sft", help="train a scratch model's base checkpoint (BF16 warm start)")
     add_config_args(p)
     p.add_argument("--model", required=True, help="a model name of the config")
     p.add_argument("--data", required=True, help="the directory `fp8rl data` wrote")
@@ -247,7 +247,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         sub,
         "model",
         help="write a pretrained model's base directory (hub id or weights package)",
-        doc=__doc__,
     )
     add_config_args(p)
     p.add_argument("--model", required=True, help="a model name of the config (source hf or package)")
@@ -256,9 +255,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=cmd_model)
 
-    p = add_command(
-        sub, "train", help="one GRPO/DAPO run of the matrix with the reference trainer", doc=__doc__
-    )
+    p = add_command(sub, "train", help="one GRPO/DAPO run of the matrix with the reference trainer")
     add_config_args(p)
     p.add_argument("--run", required=True, help="run id algo/model/variant/granularity/seedN")
     p.add_argument("--base", required=True, help="base model directory (fp8rl sft)")

@@ -162,14 +162,10 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p_v = add_command(
-        sub, "verl", help="train a paper-tier run through verl (Ray, Megatron, vLLM)", doc=__doc__
-    )
+    p_v = add_command(sub, "verl", help="train a paper-tier run through verl (Ray, Megatron, vLLM)")
     v_sub = p_v.add_subparsers(dest="verl_command", required=True, metavar="ACTION")
 
-    p = add_command(
-        v_sub, "train", help="train one run through verl; same arguments as `fp8rl train`", doc=__doc__
-    )
+    p = add_command(v_sub, "train", help="train one run through verl; same arguments as `fp8rl train`")
     _run_args(p)
     p.add_argument("--base", required=True, help="base model directory (HF format), else the model's hf_id")
     p.add_argument("--data", required=True, help="directory with train.jsonl and test.jsonl")
@@ -196,13 +192,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         v_sub,
         "rehearse",
         help="run each job type's real job script on this CPU machine up to its first GPU point",
-        description="Each job type of the config (one run per algorithm, variant and granularity, and per model; "
-        "or the --run ids): the job script `fp8rl verl train` writes, run with this interpreter "
-        "(verl and ray importable) up to where verl first asks for GPUs, then on CPU what follows a "
-        "step's GPU work (verl's actor update over two gloo ranks, its metrics through verl's file logger "
-        "and the import, the export's tokenizer in transformers 4.51.3), each step passed or failed. "
-        "Exit 1 when a job stops before that point or a step after it fails.",
-        doc=__doc__,
     )
     add_config_args(p)
     p.add_argument("--run", action="append", default=[], help="rehearse this run id (repeatable)")
@@ -215,16 +204,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=int, default=900, help="seconds per job (default 900)")
     p.set_defaults(func=cmd_rehearse)
 
-    p = add_command(v_sub, "overrides", help="print verl's Hydra overrides for one run", doc=__doc__)
+    p = add_command(v_sub, "overrides", help="print verl's Hydra overrides for one run")
     _run_args(p)
     p.add_argument("--base", help="base model directory (default: the model's hf_id)")
     p.add_argument("--out", default="RUN_DIR", help="the run directory the paths point into")
     p.add_argument("--json", action="store_true", help="overrides, loss spec and deviations as JSON")
     p.set_defaults(func=cmd_overrides)
 
-    p = add_command(
-        v_sub, "import-metrics", help="verl's file-logger JSONL -> fp8rl metrics.jsonl", doc=__doc__
-    )
+    p = add_command(v_sub, "import-metrics", help="verl's file-logger JSONL -> fp8rl metrics.jsonl")
     p.add_argument("log", help="verl's log (VERL_FILE_LOGGER_PATH)")
     p.add_argument("--out", required=True, help="metrics.jsonl to write")
     p.set_defaults(func=cmd_import_metrics)

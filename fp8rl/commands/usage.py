@@ -1,0 +1,273 @@
+"""What `fp8rl COMMAND --help` tells a user, per command: what it does, what it reads and writes, an
+example, and the exit codes particular to it (`add_command` shows it under the command's one-line
+summary, with the exit codes every command shares after it). Written for someone running the
+commands, so it names files, config keys and other commands, never the modules behind them; the
+developer notes stay in each command module's docstring. `USAGE` has one entry per command path
+(`"eval lm-eval"`; `""` is `fp8rl` itself), and a test holds every command to it.
+"""
+
+from __future__ import annotations
+
+USAGE: dict[str, str] = {
+    "": """
+Every Snakemake rule of the DAG calls one of these commands; each also runs on its own. A command that
+needs a config takes it as `--config FILE` (a YAML file of config/) and any key of it as
+`--set KEY=VALUE`. Start with:
+
+    fp8rl study ratio-noise                              # seconds: the mechanism on synthetic ratios
+    fp8rl config validate --config config/smoke.yaml     # every problem of a config, before any run
+    fp8rl matrix --config config/smoke.yaml              # the runs a config's DAG trains
+""",
+    "config": """
+Read an experiment config: check it, print it with every default, or print the schema of all keys.
+
+    fp8rl config validate --config config/smoke.yaml
+    fp8rl config show --config config/smoke.yaml --set schedule.steps=3
+    fp8rl config schema
+""",
+    "config validate": """
+Reads the config file (and the `--set` overrides) and checks every key and value, and what the tier
+needs of them; writes nothing. Prints `ok` and the number of runs, or each problem with its key, its
+line in the file (or the `--set` that caused it) and the allowed values, and exits 2.
+
+    fp8rl config validate --config config/smoke.yaml --set matrix.seeds=[0,1]
+""",
+    "config show": """
+Reads the config file (and the `--set` overrides) and prints it as YAML with every default filled in:
+the settings a run of this config uses. Writes nothing.
+
+    fp8rl config show --config config/smoke.yaml
+""",
+    "config schema": """
+Prints the JSON schema of the experiment config: every section and key, its type, default and
+description. Reads and writes nothing.
+
+    fp8rl config schema > schema.json
+""",
+    "matrix": """
+Reads the config and lists the run ids its DAG trains (`algo/model/variant/granularity/[condition/]seedN`),
+with a count per axis; `--algo`, `--variant` and the other axis options keep only matching runs.
+Writes nothing.
+
+    fp8rl matrix --config config/smoke.yaml --variant fp8_calib
+    fp8rl matrix --config config/paper.yaml --json
+""",
+    "report": """
+Reads every run of the tier (`{results_dir}/{tier}/runs/`, or `--runs-dir`), their eval files and the
+base models, and writes the tier's report under `{results_dir}/{tier}/`: `tables/` (CSV and Markdown),
+`plots/` (PNG and SVG), `report.html`, `SUMMARY.md` (the tier on one page) and `report.json` (run
+counts, data problems, and a hash of every file), swapped in whole. It prints the run counts, the data
+problems and where the files are. Another report or publish on the same tier at the same time exits 2.
+
+    fp8rl report --config config/smoke.yaml          # -> results/smoke/
+""",
+    "publish": """
+Reads a tier's finished report (`{results_dir}/{tier}/`), checks each file against its `report.json`,
+and copies it with `provenance.json` into `{results_dir}/published/{tier}/` (or `--out`), swapped in
+whole. A report that is missing, incomplete, edited since it was built, being written, or (with
+`--config`) built from another config exits 2 naming the problem.
+
+    fp8rl publish --config config/smoke.yaml                                  # -> results/published/smoke/
+    fp8rl publish --config config/ci.yaml --out results/published/ci
+""",
+    "eval": """
+Score one checkpoint and write one result file (the schema of docs/interfaces.md):
+
+    fp8rl eval lm-eval --config FILE --checkpoint DIR --data DIR --out eval/lm_eval.json
+    fp8rl eval agent   --config FILE --checkpoint DIR --data DIR --out eval/agent.json
+    fp8rl eval heldout --config FILE --checkpoint DIR --data DIR --out eval/heldout.json
+""",
+    "eval lm-eval": """
+Reads the checkpoint (a Hugging Face model folder), the task splits in `--data` and the config's
+`eval` section (tasks, `limit`, batch size, generation length, sampling), runs lm-eval offline, and
+writes `--out` (one score per task and metric, with its standard error, the number of examples and the
+checkpoint's fingerprint), every scored sample beside it (`lm_eval.samples.jsonl`) and lm-eval's own
+results JSON (`lm_eval.native.json`). A missing or damaged checkpoint, data file or task, or an `--out`
+that cannot be written, exits 2 before any model is loaded. `--on-failure record` writes the tasks
+that finished and lists the crashed ones instead of exiting non-zero.
+
+    fp8rl eval lm-eval --config config/smoke.yaml --data results/smoke/data \\
+        --checkpoint results/smoke/runs/grpo/tiny/bf16/none/seed0/checkpoint --out /tmp/lm_eval.json
+""",
+    "eval agent": """
+Reads the checkpoint and the function-calling test split in `--data` (`tool_test.jsonl`; BFCL on the
+paper tier), asks the model for a tool call per example and scores the call by parsing it, never by
+running it; writes `--out` in the same schema as `eval lm-eval`. Exit codes and `--on-failure` as there.
+
+    fp8rl eval agent --config config/smoke.yaml --data results/smoke/data \\
+        --checkpoint results/smoke/runs/grpo/tiny/bf16/none/seed0/checkpoint --out /tmp/agent.json
+""",
+    "eval heldout": """
+The held-out endpoint of a config with `eval.heldout`: reads the checkpoint and samples it with the
+bf16 sampler, whatever the run's variant, on prompts that neither `train.jsonl` nor `test.jsonl` of
+`--data` holds; writes `--out` with the greedy accuracy, the sampled reward at the training
+temperature and the answer-format rate, each with its standard error. Any checkpoint a run kept (its
+final one, a base, `checkpoints/step{N}/`) can be scored. Exits 2 when `eval.heldout` is not set.
+
+    fp8rl eval heldout --config config/learn.yaml --data results/learn/data \\
+        --checkpoint results/learn/runs/grpo/tiny/bf16/none/seed0/checkpoint --out /tmp/heldout.json
+""",
+    "data": """
+Writes the tier's task splits into `--out`: `train.jsonl`, `test.jsonl` and, for the agent benchmark,
+`tool_train.jsonl` and `tool_test.jsonl`, one example per line, plus `data.json` saying how they were
+made. The arithmetic tasks are generated from `task.seed` (offline, any machine); a hub dataset is
+converted from the snapshot `fp8rl fetch data` recorded (`--hub`). A second `fp8rl data` on the same
+`--out` at the same time exits 2, and so does a task the config's backend cannot build.
+
+    fp8rl data --config config/smoke.yaml --out results/smoke/data
+""",
+    "fetch": """
+The only commands that download: run them where there is internet (a login node). They fill the
+config's hub cache (`hub.home`) and write a record of what they fetched (repository, commit, file
+hashes); every other command then reads that cache offline.
+
+    fp8rl fetch data  --config config/paper.yaml --out results/paper/data/hub.json
+    fp8rl fetch model --config config/paper.yaml --model qwen3-8b --out results/paper/base/qwen3-8b/model.json
+""",
+    "fetch data": """
+Downloads the training set and lm-eval's eval sets the config names into `hub.home` at their pinned
+revisions, and writes `--out`, the record of each file fetched (repository, commit, path, sha256, size).
+
+    fp8rl fetch data --config config/paper.yaml --out results/paper/data/hub.json
+""",
+    "fetch model": """
+Downloads the model `--model` (a `models[].name` of the config whose source is a hub id) at its pinned
+revision into `hub.home`, and writes `--out`, the record of its files.
+
+    fp8rl fetch model --config config/paper.yaml --model qwen3-8b --out results/paper/base/qwen3-8b/model.json
+""",
+    "sft": """
+Trains the base model every RL run of a scratch model starts from: a small model initialised at random,
+trained with supervised next-token loss on `--data`'s `train.jsonl` (and the tool-call examples) for
+`sft.steps` steps, or until `sft.stop_at_accuracy`. Writes `--out`: the model in Hugging Face format
+and `sft.json` (loss, test accuracies, seconds, provenance). `--seed` builds the base of that RL seed
+(`sft.per_seed`). With `--no-progress` (as under the DAG) it prints a line of step, loss, elapsed time
+and ETA every few seconds instead of a progress bar.
+
+    fp8rl sft --config config/smoke.yaml --model tiny --data results/smoke/data --out /tmp/base/tiny
+""",
+    "model": """
+Writes the base directory of a pretrained model (`--model`, source `hf` or `package`): loads it from
+the hub cache or its weights package and saves it to `--out` in Hugging Face format with `base.json`.
+
+    fp8rl model --config config/small.yaml --model smollm2-135m --out results/small/base/smollm2-135m
+""",
+    "train": """
+Trains one run of the matrix (`--run`, a run id of `fp8rl matrix`) with the reference trainer: GRPO or
+DAPO from the base in `--base` on `--data`'s `train.jsonl`, in the run's precision (bf16, or FP8 with
+its correction). Writes the run directory `--out`: `config.yaml`, `metrics.jsonl` (one line per step),
+TensorBoard events in `tb/`, `checkpoint/` (resumable), `throughput.json` and, last, `summary.json`
+(`ok`, `diverged` with its reason, or `failed`). Run again on the same `--out` it resumes from the
+checkpoint. `--reference` is the finished bf16 run a `calib.reference: run` cell calibrates against.
+Bad arguments (a run id outside the matrix, a base of another model, a malformed data row) exit 2
+before any work; so does a second trainer on the same `--out`. It exits 0 for a finished or diverged
+run. On SIGTERM (a Slurm time limit) it saves a checkpoint after the current step and exits 143; the
+next `fp8rl train` resumes there.
+
+    fp8rl train --config config/smoke.yaml --run grpo/tiny/fp8_calib/tensorwise/seed0 \\
+        --base results/smoke/base/tiny --data results/smoke/data --out /tmp/run
+""",
+    "study": """
+Small experiments that need no DAG.
+
+    fp8rl study ratio-noise      # seconds: FP8-like noise on PPO ratios vs the clip fraction
+""",
+    "study ratio-noise": """
+The paper's mechanism on synthetic PPO ratios, in seconds: adds FP8-like noise of each `--levels`
+standard deviation to the log-ratios of a synthetic batch and prints, per level, the share of
+negative-advantage tokens clipped below the lower bound with the fixed bounds and with calibrated
+bounds, beside the BF16 reference, and FP8's excess over BF16 on the same tokens. The clip settings
+come from `--config` (with `--algo`, `--set`), or from the config defaults without one. Reads no
+files; `--out` also writes the rows as JSON.
+
+    fp8rl study ratio-noise
+    fp8rl study ratio-noise --config config/smoke.yaml --algo dapo --levels 0,0.1,0.2 --json
+""",
+    "containers": """
+The pinned container images the cluster runs each rule in (`containers:` in the config): build them,
+make Apptainer `.sif` files, and check that every base image and requirement is pinned.
+
+    fp8rl containers check
+    fp8rl containers build train --config config/paper.yaml --out results/paper/containers/train.json --dry-run
+""",
+    "containers build": """
+Builds the image `name` (train, eval, bfcl or cpu) from `containers/NAME` with docker buildx or
+podman, and writes `--out`, a record of the image and its id. `--dry-run` prints the engine commands
+instead of running them.
+
+    fp8rl containers build train --config config/paper.yaml --out results/paper/containers/train.json
+""",
+    "containers sif": """
+Converts the built image `name` (train, eval, bfcl or cpu; with `containers.mode: prebuilt`, the
+published one) into an Apptainer `.sif` file at `--out`. `--dry-run` prints the commands instead.
+
+    fp8rl containers sif train --config config/paper.yaml --out results/paper/containers/train.sif
+""",
+    "containers check": """
+Reads `containers/` (under `--root`) and lists every base image without a digest and every
+requirement without an exact, hash-locked pin. Writes nothing. Exits 1 if it found any.
+
+    fp8rl containers check
+""",
+    "verl": """
+The paper tier's training through verl (Ray, Megatron, vLLM) on a GPU cluster. `verl train` is what
+the DAG's train rule runs there; the others check or inspect a run without GPUs.
+
+    fp8rl verl overrides --config config/paper.yaml --run grpo/qwen3-8b/fp8_calib/blockwise/seed0
+    fp8rl verl rehearse --config config/paper.yaml
+""",
+    "verl train": """
+Takes the arguments of `fp8rl train` and writes the same run directory: checks that verl can run the
+cell, writes verl's inputs and its job script, runs it (Ray across the Slurm allocation, verl, the
+checkpoint in Hugging Face format), then imports verl's log as `metrics.jsonl` and writes
+`summary.json` and `throughput.json`. `--override KEY=VALUE` adds a Hydra override for verl;
+`--dry-run` stops before running. It exits 1 when the run failed, so the DAG resubmits it, except on
+its last attempt (`--on-failure record`) or when it failed as the attempt before did: then
+`summary.json` says `failed` and it exits 0. A second one on the same `--out` exits 2.
+
+    fp8rl verl train --config config/paper.yaml --run grpo/qwen3-8b/fp8_calib/blockwise/seed0 \\
+        --base results/paper/base/qwen3-8b --data results/paper/data --out results/paper/runs/... --dry-run
+""",
+    "verl rehearse": """
+Runs each job type's real job script on a CPU machine (a login node) up to the first point that needs a
+GPU (one job per algorithm, variant, granularity and model, or the `--run` ids), then on CPU what
+follows a step's GPU work (verl's actor update over two processes, its metrics through verl's file
+logger and the import, the export's tokenizer), and prints each step as passed or failed: a check of
+the cluster path before a GPU allocation. Works in `--out` (a new temporary folder by default). Exits
+1 when a job stops before that point or a step after it fails.
+
+    fp8rl verl rehearse --config config/paper.yaml
+""",
+    "verl overrides": """
+Prints the Hydra overrides `fp8rl verl train` would give verl for the run `--run` (one per line; with
+`--json` also the loss and where the run deviates from the paper's setup). Writes nothing; `--out` is
+the run directory the printed paths point into.
+
+    fp8rl verl overrides --config config/paper.yaml --run grpo/qwen3-8b/fp8_calib/blockwise/seed0
+""",
+    "verl import-metrics": """
+Reads verl's file-logger JSONL (`log`, the file `VERL_FILE_LOGGER_PATH` named) and writes `--out`, a
+`metrics.jsonl` under fp8rl's metric names, one line per step, as `fp8rl train` writes it;
+`fp8rl verl train` does this itself after a run.
+
+    fp8rl verl import-metrics verl_metrics.jsonl --out metrics.jsonl
+""",
+    "check": """
+Compares a fresh tier's report (`RESULTS`, e.g. `results/ci/smoke`) with a published one
+(`--against`): for each variant and metric the published comparison table gives with a 95 % interval,
+the fresh mean must lie in that interval (widened about its mean by `--widen`, plus `--atol` for
+rounding); a published cell missing from the fresh table fails too. Prints every band. Exits 1
+naming each metric and variant outside its band, 0 when all are inside, 2 when either report's files
+are not the ones its `report.json` records or the publication has no band at all (one seed).
+
+    fp8rl check results/ci/smoke --against results/published/ci
+""",
+    "quotes": """
+README.md and docs/ quote result figures in generated blocks (`<!-- fp8rl:results NAME -->`). `--check`
+regenerates each block from the published tables under `results/published/` and exits 1 naming every
+block that differs; `--write` rewrites the blocks. Each publication is first checked against its
+`report.json` (an edited one exits 2 naming the file).
+
+    fp8rl quotes --check
+""",
+}
