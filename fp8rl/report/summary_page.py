@@ -105,8 +105,8 @@ def _excess_clip(comparison: pd.DataFrame | None) -> list[str]:
 def _too_short(cfg) -> str:
     s = cfg.schedule
     return (
-        f"- {s.steps} steps cannot show learning, so a flat control is expected here: the reward and eval "
-        "comparisons with bf16 are reported, not interpreted (the tables mark them void); the paired "
+        f"- {s.steps} steps cannot show learning, so a control that did not learn is expected here: the reward "
+        "and eval comparisons with bf16 are reported, not interpreted (the tables mark them void); the paired "
         "excess clipping above does not rest on them."
     )
 
@@ -227,7 +227,7 @@ def _caveats(cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame 
     if void and not unchecked and pipeline_check(cfg):
         out.append(
             f"- Learning, or FP8 against bf16 on reward: {cfg.schedule.steps} steps x "
-            f"{cfg.schedule.prompts_per_step} prompts cannot show it (the control is flat), so no reward or "
+            f"{cfg.schedule.prompts_per_step} prompts cannot show it (the control did not learn), so no reward or "
             "eval comparison in these tables is interpreted."
         )
     elif void:
