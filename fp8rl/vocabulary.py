@@ -32,6 +32,8 @@ _SHIPPED_VARIANTS = (
     "fp8_seqtis", "fp8_seqtis_calib", "fp8_mis", "fp8_mis_calib", "fp8_icepop", "fp8_icepop_calib", "fp16",
     # the corrections of issue 56: score centering (alone and on TIS), QuRL's adaptive clip range, adaptive IcePop
     "fp8_scorecenter", "fp8_tis_scorecenter", "fp8_qurl", "fp8_icepop_adaptive",
+    # bf16 whose rollout engine differs from its trainer as a real bf16 engine does (fp8rl.fp8.kernel_floor)
+    "bf16_floor",
 )  # fmt: skip
 # Recipe-level FP8 granularities (a run id's granularity); `bf16` runs use NO_GRANULARITY. Each is one
 # module of fp8rl/fp8/recipes/, named after it, that registers its recipe (fp8rl.fp8.recipe.register_recipe):
@@ -108,10 +110,15 @@ class VariantSpec:
     precision: str
     correction: str
     calib: bool
+    # the rollout copy computes with other bf16 kernels than the trainer (the `floor` section): a real
+    # bf16 stack's trainer-vs-rollout mismatch, where `bf16` has none
+    floor: bool = False
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS or self.correction not in CORRECTIONS:
             raise ValueError(f"variant {self.name}: unknown precision or correction")
+        if self.floor and self.precision != "bf16":
+            raise ValueError(f"variant {self.name}: a rollout floor is a bf16 variant's")
 
     @property
     def fp8(self) -> bool:
@@ -132,8 +139,10 @@ class VariantSpec:
         return self.correction != "none"
 
 
-def _spec(name: str, precision: str, correction: str = "none", calib: bool = False) -> VariantSpec:
-    return VariantSpec(name, precision, correction, calib)
+def _spec(
+    name: str, precision: str, correction: str = "none", calib: bool = False, floor: bool = False
+) -> VariantSpec:
+    return VariantSpec(name, precision, correction, calib, floor)
 
 
 _SHIPPED_SPECS = {
@@ -153,6 +162,7 @@ _SHIPPED_SPECS = {
     "fp8_tis_scorecenter": _spec("fp8_tis_scorecenter", "fp8", "tis_scorecenter"),
     "fp8_qurl": _spec("fp8_qurl", "fp8", "qurl"),
     "fp8_icepop_adaptive": _spec("fp8_icepop_adaptive", "fp8", "icepop_adaptive"),
+    "bf16_floor": _spec("bf16_floor", "bf16", floor=True),
 }
 assert tuple(_SHIPPED_SPECS) == _SHIPPED_VARIANTS
 
@@ -222,6 +232,10 @@ MISMATCH_ROLLOUT = "mismatch"
 MISMATCH_SHADOW = "shadow_mismatch"
 # The variant every comparison is made against.
 REFERENCE_VARIANT = "bf16"
+# The trainer-vs-rollout per-token KL (k3) of a healthy real BF16 RL stack (NeMo-RL's CI reference value;
+# public figures: 1-2e-3, fp8rl.report.real_stacks): what the mismatch calibration table divides by and
+# the `bf16_floor` arm's default target (`floor.target_kl`).
+REAL_BF16_KL = 2e-3
 
 # ----------------------------------------------------------------------------------- tasks and evals
 # Training tasks (`task.name`) by the backend that trains on them: the reference trainer builds its own

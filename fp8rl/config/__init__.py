@@ -14,7 +14,8 @@ modules above it in this list:
   bounds of names and seeds, `Fraction` and the vocabulary's field types
 - `models`: `models` (`ModelConfig`, `ArchConfig`)
 - `algorithms`: `algorithms` (`GRPOConfig`, `DAPOConfig`)
-- `precision`: `fp8`, `tis`, `calib`
+- `precision`: `fp8`, `tis`, `calib`, `floor` (`FloorConfig`: the `bf16_floor` arm's rollout), and the
+  range of a searched noise scale (`MIN_NOISE_SCALE`, `MAX_NOISE_SCALE`)
 - `training`: `schedule`, `task`, `sft`, `stability`
 - `evaluation`: `eval`
 - `infrastructure`: `resources`, `hub`, `containers`, `tracking`
@@ -68,7 +69,14 @@ from fp8rl.config.infrastructure import (
 from fp8rl.config.limits import LIMITS, limit_problems
 from fp8rl.config.matrix import ConditionConfig, MatrixConfig
 from fp8rl.config.models import ArchConfig, ModelConfig
-from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
+from fp8rl.config.precision import (
+    MAX_NOISE_SCALE,
+    MIN_NOISE_SCALE,
+    CalibConfig,
+    FloorConfig,
+    FP8Config,
+    TISConfig,
+)
 from fp8rl.config.resolved import ResolvedRun, resolve_run
 from fp8rl.config.runs import AXES, HasMatrix, RunSpec, expand_matrix, find_run, reference_run
 from fp8rl.config.study import ContrastConfig, EndpointConfig, StudyConfig, arm_cell, check_arms
@@ -78,6 +86,8 @@ __all__ = [
     "AXES",
     "HUB_ID",
     "LIMITS",
+    "MAX_NOISE_SCALE",
+    "MIN_NOISE_SCALE",
     "NAME_MAX",
     "NAME_PATTERN",
     "PATH_PART_MAX",
@@ -102,6 +112,7 @@ __all__ = [
     "HeldoutConfig",
     "ExperimentConfig",
     "FP8Config",
+    "FloorConfig",
     "Fraction",
     "GRPOConfig",
     "GranularityName",

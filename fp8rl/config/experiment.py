@@ -25,7 +25,7 @@ from fp8rl.config.infrastructure import ContainersConfig, HubConfig, Resources, 
 from fp8rl.config.limits import LIMITS
 from fp8rl.config.matrix import MatrixConfig
 from fp8rl.config.models import ModelConfig
-from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
+from fp8rl.config.precision import CalibConfig, FloorConfig, FP8Config, TISConfig
 from fp8rl.config.runs import RunSpec, expand_matrix
 from fp8rl.config.study import StudyConfig, check_arms
 from fp8rl.config.training import ScheduleConfig, SFTConfig, StabilityConfig, TaskConfig
@@ -59,7 +59,7 @@ RESOURCE_RULES = ("default", "data", "sft", "train", "eval", "report")
 class ExperimentConfig(Strict):
     """One experiment (a tier): the whole YAML file."""
 
-    OMIT_AT_DEFAULT = ("study", "limits")
+    OMIT_AT_DEFAULT = ("study", "limits", "floor")
 
     tier: str = Field(
         description="the tier's name, any path-safe folder name: its outputs go to {results_dir}/{tier}/ "
@@ -81,6 +81,11 @@ class ExperimentConfig(Strict):
     fp8: FP8Config = FP8Config()
     tis: TISConfig = TISConfig()
     calib: CalibConfig = CalibConfig()
+    floor: FloorConfig | None = Field(
+        None,
+        description="the bf16_floor arm's rollout floor (fp8rl.fp8.kernel_floor); None: a target KL of a "
+        "healthy real BF16 stack's",
+    )
     schedule: ScheduleConfig = ScheduleConfig()
     task: TaskConfig = TaskConfig()
     sft: SFTConfig = SFTConfig()
@@ -167,6 +172,7 @@ class ExperimentConfig(Strict):
                 except ValidationError as exc:
                     msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
                     raise ValueError(f"matrix.conditions: {c.name!r}: its calib override: {msg}") from None
+        self._check_floor()
         if self.eval.heldout is not None:
             generated = HELDOUT_TASKS
             if self.backend != "reference" or self.task.name not in generated:
@@ -187,6 +193,21 @@ class ExperimentConfig(Strict):
             bases = {r.run_id: self.base_of(r.model, r.seed) for r in runs}
             check_arms(self.study, [r.run_id for r in runs], bases)
         return self
+
+    def _check_floor(self) -> None:
+        """A `floor` section needs a `bf16_floor` run to apply to; that arm runs on the reference trainer
+        (a verl stack's bf16 rollout engine has its real floor already)."""
+        floored = [v for v in self.matrix.variants if VARIANT_SPECS[v].floor]
+        if self.floor is not None and not floored:
+            raise ValueError(
+                "floor: set, but matrix.variants has no bf16_floor arm for it to apply to (the bf16 arm "
+                "stays exact); add bf16_floor or drop the section"
+            )
+        if floored and self.backend != "reference":
+            raise ValueError(
+                f"matrix.variants: {floored[0]} models a bf16 rollout engine's own kernels on the reference "
+                f"trainer; backend {self.backend!r} runs a real engine, whose bf16 arm has its floor already"
+            )
 
     def _check_mini_batches(self) -> None:
         """`mini_batches` updates per epoch, exactly: verl's mini-batch is prompts_per_step // mini_batches
@@ -228,6 +249,13 @@ class ExperimentConfig(Strict):
             if c.name == condition:
                 return FP8Config.model_validate({**self.fp8.model_dump(), **c.fp8})
         raise KeyError(f"no condition named {condition!r}")
+
+    def floor_for(self, variant: str) -> FloorConfig | None:
+        """The rollout floor of a run of `variant`: the `floor` section (its defaults when the config has
+        none) for a `bf16_floor` run, None for every other variant."""
+        if not VARIANT_SPECS[variant].floor:
+            return None
+        return self.floor if self.floor is not None else FloorConfig()
 
     def calib_for(self, condition: str | None) -> CalibConfig:
         """The `calib` section a calibrated run under `condition` uses: the tier's, with the condition's
@@ -300,6 +328,9 @@ class ExperimentConfig(Strict):
     ) -> str:
         if model is not None:
             picked["model"] = self.model(model).model_dump(mode="json")
+        # only a floor run adds the key: every other run keeps its digest
+        if variant is not None and (floor := self.floor_for(variant)) is not None:
+            picked["floor"] = floor.model_dump(mode="json")
         if condition is not None and condition != NO_CONDITION:
             picked["condition"] = self.fp8_for(condition).model_dump(mode="json")
             # only a condition that overrides calib adds the key: the others keep their digests

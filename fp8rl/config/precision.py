@@ -1,9 +1,9 @@
 """What the FP8 variants change: what runs in FP8 and how it is scaled (`fp8`), truncated importance
-sampling (`tis`) and calibrated clipping (`calib`)."""
+sampling (`tis`) and calibrated clipping (`calib`); and the `bf16_floor` arm's rollout (`floor`)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -13,10 +13,14 @@ from fp8rl.vocabulary import (
     CALIB_POPULATIONS,
     CALIB_UPPER_MODES,
     FP8_OPTIMIZERS,
+    REAL_BF16_KL,
     RECIPE_FORMATS,
     TIS_LEVELS,
     CalibReference,
 )
+
+# The range of a searched noise scale: `fp8.noise_scale`'s and the kernel floor's (fp8rl.engine.noise_target)
+MIN_NOISE_SCALE, MAX_NOISE_SCALE = 1 / 64, 64.0
 
 
 class FP8Config(Strict):
@@ -196,4 +200,44 @@ class CalibConfig(Strict):
                 "upper: 'quantile' needs a reference for the upper tail; a 'static:<q>' reference gives "
                 "only the lower quantile, so use upper: 'proportional'"
             )
+        return self
+
+
+class FloorConfig(Strict):
+    """The `bf16_floor` arm: a bf16 run whose rollout copy computes with other bf16 kernels than its
+    trainer, so the two differ as a real BF16 trainer and a real BF16 rollout engine do (the `bf16` arm's
+    two compute the same bits). Each GEMM output of the rollout copy moves by `scale` × a deterministic
+    draw in [-1/2, 1/2) of its bf16 ulp before its bf16 rounding (fp8rl.fp8.kernel_floor); the scale is
+    searched, before the first step, for the trainer-vs-rollout KL `target_kl` on held-out prompts at the
+    base (fp8rl.engine.noise_target, as `fp8.target_kl`), or fixed with `scale`."""
+
+    target_kl: float | None = Field(
+        REAL_BF16_KL,
+        gt=0.0,
+        le=1.0,
+        description=(
+            "the per-token KL (k3) between the trainer and the rollout at the base that the floor's scale is "
+            f"searched for; default {REAL_BF16_KL:g}, a healthy real BF16 stack's (docs/mismatch.md)"
+        ),
+    )
+    scale: float | None = Field(
+        None,
+        ge=MIN_NOISE_SCALE,
+        le=MAX_NOISE_SCALE,
+        description="a fixed scale instead of a search (in bf16 ulps of each GEMM output); target_kl is then unset",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _scale_replaces_target(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("scale") is not None and "target_kl" not in data:
+            return {**data, "target_kl": None}
+        return data
+
+    @model_validator(mode="after")
+    def _one_of(self) -> FloorConfig:
+        if self.target_kl is not None and self.scale is not None:
+            raise ValueError("give target_kl (the scale is searched) or scale (fixed), not both")
+        if self.target_kl is None and self.scale is None:
+            raise ValueError(f"give target_kl (e.g. {REAL_BF16_KL:g}) or scale")
         return self

@@ -9,8 +9,9 @@ tier's `fp8` section for runs outside a condition), the fixed PPO clip interval 
 calibration options (`calib`: the tier's section, with the run's condition's `calib` overrides for a
 calibrated variant) and the mismatch-correction options, the bf16 run a `calib.reference: run` cell reads its
 targets from (`reference`, None otherwise), the noise dose its FP8 operands carry (1 for non-FP8
-variants) and the digest of everything its training depends on (`train_digest`: the checkpoint and DAG
-key).
+variants), a `bf16_floor` run's rollout floor (`floor`, None otherwise), the trainer-vs-rollout KL a
+run's noise is searched for (`target_kl`: `fp8.target_kl` or `floor.target_kl`) and the digest of
+everything its training depends on (`train_digest`: the checkpoint and DAG key).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from fp8rl.config.algorithms import DAPOConfig, GRPOConfig
 from fp8rl.config.models import ModelConfig
-from fp8rl.config.precision import CalibConfig, FP8Config, TISConfig
+from fp8rl.config.precision import CalibConfig, FloorConfig, FP8Config, TISConfig
 from fp8rl.config.runs import RunSpec, reference_run
 from fp8rl.vocabulary import VariantSpec
 
@@ -44,6 +45,7 @@ class ResolvedRun:
     tis: TISConfig
     reference: RunSpec | None
     cfg: ExperimentConfig = field(repr=False, compare=False)  # for the digest, made on first use
+    floor: FloorConfig | None = None  # a `bf16_floor` run's rollout floor
 
     @cached_property
     def train_digest(self) -> str:
@@ -60,10 +62,33 @@ class ResolvedRun:
         return self.spec.run_id
 
     def with_noise_scale(self, scale: float) -> ResolvedRun:
-        """The same run with its FP8 operands at noise scale `scale` (the scale a `fp8.target_kl` search
-        found); the train digest stays the config's, which names the target."""
+        """The same run with its FP8 operands at noise scale `scale`, or, for a `bf16_floor` run, its
+        rollout floor at scale `scale` (the scale a `target_kl` search found); the train digest stays the
+        config's, which names the target."""
+        if self.floor is not None:
+            return dataclasses.replace(self, floor=self.floor.model_copy(update={"scale": float(scale)}))
         fp8 = self.fp8.model_copy(update={"noise_scale": float(scale)})
         return dataclasses.replace(self, fp8=fp8)
+
+    @property
+    def target_kl(self) -> float | None:
+        """The trainer-vs-rollout KL the run's noise scale is searched for before its first step:
+        `fp8.target_kl` of an FP8 run, `floor.target_kl` of a `bf16_floor` run; None: no search."""
+        if self.variant.fp8:
+            return self.fp8.target_kl
+        return None if self.floor is None else self.floor.target_kl
+
+    @property
+    def floor_scale(self) -> float:
+        """The rollout floor's scale (fp8rl.fp8.kernel_floor): the fixed or found `floor.scale` of a
+        `bf16_floor` run; 0 (no floor) for every other run and before a search."""
+        return 0.0 if self.floor is None or self.floor.scale is None else self.floor.scale
+
+    @property
+    def mismatch_scale(self) -> float:
+        """The scale of the run's modelled mismatch, endpoints.csv's `noise`: the rollout floor's scale
+        of a `bf16_floor` run, the FP8 dose otherwise (1 outside FP8 variants)."""
+        return self.floor_scale if self.floor is not None else self.noise_scale
 
     @cached_property
     def bounds(self) -> ClipBounds:
@@ -113,4 +138,5 @@ def resolve_run(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> ResolvedR
         tis=cfg.tis,
         reference=reference_run(spec) if needs_reference else None,
         cfg=cfg,
+        floor=cfg.floor_for(spec.variant),
     )

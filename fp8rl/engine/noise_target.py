@@ -1,21 +1,25 @@
-"""Noise set by its effect: the FP8 noise scale whose trainer-vs-rollout mismatch is a target KL.
+"""Noise set by its effect: the noise scale whose trainer-vs-rollout mismatch is a target KL.
 
-`fp8.noise_scale` s makes every quantized operand `x + s·(Q(x) − x)`; its effect on the mismatch depends
-on the model, the recipe and the task, so a multiplier says little about where a run sits beside real
-stacks (docs/mismatch.md). A condition that names `fp8: {target_kl: K}` gets, before its first step, the
-scale whose per-token KL (k3) between the trainer and the rollout engine is K, measured the way the
-trainer measures it every step: the run's own precision setup (policy and rollout copy at scale s) on
-its base model, `group_size` samples of each of the first `PROMPTS` prompts of `test.jsonl` (never
-trained on) at the training temperature from a fixed generator (the same random stream for every
-candidate scale), scored by the trainer.
+Two knobs are searched this way. `fp8.noise_scale` s makes every quantized operand `x + s·(Q(x) − x)`;
+a `bf16_floor` run's `floor.scale` s moves each GEMM output of its bf16 rollout copy by s × a draw of its
+bf16 ulp (fp8rl.fp8.kernel_floor). The effect of either on the mismatch depends on the model, the recipe
+and the task, so a scale says little about where a run sits beside real stacks (docs/mismatch.md). A
+run that names `fp8: {target_kl: K}` (an FP8 run) or `floor: {target_kl: K}` (a `bf16_floor` run, K a
+healthy real BF16 stack's KL by default) gets, before its first step, the scale whose per-token KL (k3)
+between the trainer and the rollout engine is K, measured the way the trainer measures it every step:
+the run's own precision setup (policy and rollout copy at scale s) on its base model, `group_size`
+samples of each of the first `PROMPTS` prompts of `test.jsonl` (never trained on) at the training
+temperature from a fixed generator (the same random stream for every candidate scale), scored by the
+trainer.
 
 The search works in log-log space, where the KL grows about as s² for small errors: from s = 1 it steps
 to `s·sqrt(K / KL(s))` until the target is bracketed, then interpolates between the bracket's ends,
 keeping the bracket; it stops when a measured KL is within `TOLERANCE` (relative) of K, after
-`MAX_STEPS` measurements (keeping the closest), or refuses (ValueError) a target outside what
-`[MIN_SCALE, MAX_SCALE]` reaches. The result (`NoiseSearch`: the scale, its four mismatch units, every
-candidate tried) is written to the run's `noise.json` and `summary.json` and held fixed for the run; a
-resumed run reads it back instead of searching again when its train digest matches.
+`MAX_STEPS` measurements (keeping the closest), or refuses (ValueError naming the key) a target outside
+what `[MIN_NOISE_SCALE, MAX_NOISE_SCALE]` reaches. The result (`NoiseSearch`: the scale, its four
+mismatch units, every candidate tried) is written to the run's `noise.json` and `summary.json` and held
+fixed for the run; a resumed run reads it back instead of searching again when its train digest and
+target match.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from fp8rl.config import ExperimentConfig, ResolvedRun
+from fp8rl.config import MAX_NOISE_SCALE, MIN_NOISE_SCALE, ExperimentConfig, ResolvedRun
 from fp8rl.engine.data import load_split
 from fp8rl.engine.precision import setup_precision
 from fp8rl.engine.sampler import generate
@@ -43,7 +47,6 @@ SEED = 20_260_001  # the sampling generator's seed: the same stream for every ca
 TOLERANCE = 0.1  # stop when |KL - target| <= 10 % of the target
 MAX_STEPS = 12
 TINY_KL = 1e-30
-MIN_SCALE, MAX_SCALE = 1 / 64, 64.0  # fp8.noise_scale's own upper bound
 
 
 @dataclass
@@ -92,16 +95,18 @@ def _next_scale(s: float, kl: float, target: float, lo: tuple | None, hi: tuple 
         nxt = math.exp(t) if inside else math.sqrt(s0 * s1)
     else:
         nxt = s * min(8.0, max(1 / 8, math.sqrt(target / max(kl, TINY_KL))))
-    return min(MAX_SCALE, max(MIN_SCALE, nxt))
+    return min(MAX_NOISE_SCALE, max(MIN_NOISE_SCALE, nxt))
 
 
 def find_noise_scale(
     cfg: ExperimentConfig, run: ResolvedRun, base_policy, tokenizer, data_dir: str | Path
 ) -> NoiseSearch:
-    """Search the scale whose trainer-vs-rollout KL is `run.fp8.target_kl` (module docstring)."""
-    target = run.fp8.target_kl
-    if target is None or not run.variant.fp8:
-        raise ValueError(f"{run.run_id}: no fp8.target_kl to search a noise scale for")
+    """Search the scale whose trainer-vs-rollout KL is `run.target_kl` (module docstring)."""
+    target = run.target_kl
+    key = "floor.target_kl" if run.floor is not None else "fp8.target_kl"
+    knob = "kernel floor scale" if run.floor is not None else "noise scale"
+    if target is None:
+        raise ValueError(f"{run.run_id}: no fp8.target_kl or floor.target_kl to search a scale for")
     rows = load_split(data_dir, "test.jsonl")[:PROMPTS]
     tried: list[dict] = []
     lo = hi = None
@@ -114,17 +119,17 @@ def find_noise_scale(
             break
         if kl < target:
             lo = (s, kl) if lo is None or s > lo[0] else lo
-            if s >= MAX_SCALE:
+            if s >= MAX_NOISE_SCALE:
                 raise ValueError(
-                    f"{run.run_id}: fp8.target_kl {target:g} is out of reach: noise scale {MAX_SCALE:g} gives "
+                    f"{run.run_id}: {key} {target:g} is out of reach: {knob} {MAX_NOISE_SCALE:g} gives "
                     f"a trainer-vs-rollout KL of {kl:.3g} on this base"
                 )
         else:
             hi = (s, kl) if hi is None or s < hi[0] else hi
-            if s <= MIN_SCALE:
+            if s <= MIN_NOISE_SCALE:
                 raise ValueError(
-                    f"{run.run_id}: fp8.target_kl {target:g} is below what this recipe reaches: noise "
-                    f"scale {MIN_SCALE:g} still gives a trainer-vs-rollout KL of {kl:.3g} on this base"
+                    f"{run.run_id}: {key} {target:g} is below what this recipe reaches: {knob} "
+                    f"{MIN_NOISE_SCALE:g} still gives a trainer-vs-rollout KL of {kl:.3g} on this base"
                 )
         s = _next_scale(s, kl, target, lo, hi)
     best = min(tried, key=lambda t: abs(math.log(t["kl_k3"] / target)))
@@ -147,7 +152,7 @@ def load_or_find(
     path = Path(run_dir) / NOISE_FILE
     try:
         found = json.loads(path.read_text())
-        if found.get("train_digest") == run.train_digest and found.get("target_kl") == run.fp8.target_kl:
+        if found.get("train_digest") == run.train_digest and found.get("target_kl") == run.target_kl:
             return NoiseSearch(**found)
     except (OSError, ValueError, TypeError):
         pass

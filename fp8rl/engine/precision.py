@@ -4,6 +4,9 @@ variant's precision.
 - `bf16`: the policy's transformer linears compute bf16 GEMMs: real ones on CUDA, emulated on the CPU
   (operands rounded to bf16, fp32 compute); the rollout copy likewise; AdamW with fp32 moments. Master
   weights stay fp32.
+- `bf16_floor`: `bf16` whose rollout copy computes with other bf16 kernels than the trainer: each of its
+  GEMM outputs moves by the run's floor scale × a deterministic draw of its bf16 ulp before rounding
+  (fp8rl.fp8.kernel_floor; the scale fixed or found by a target-KL search, `run.floor_scale`).
 - `fp8*`: the linears run the run's FP8 recipe (granularity, `fp8.format`) in the forward and both
   backward GEMMs (`fp8.gemms`), the rollout copy quantizes weights and activations per recipe
   (`fp8.rollout`, optional FP8 KV cache `fp8.kv_cache`), and AdamW keeps its moments in FP8
@@ -109,6 +112,7 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec 
             rollout_recipe,
             kv_cache_fp8=bool(spec.fp8 and f.kv_cache),
             runtime=rollout_runtime(runtime, run),
+            floor=run.floor_scale,
         )
     s = cfg.schedule
     optimizer = fp8.build_adamw(
@@ -136,10 +140,12 @@ def setup_precision(model: torch.nn.Module, cfg: ExperimentConfig, run: RunSpec 
     elif not cuda and fp8.fastgemm.enabled():  # `fast` numerics: real bf16 GEMMs where faster
         bf16_path = "bf16 (cpu, real where faster)"
         fp8_path = fp8_path if real_fp8 or runtime.noise_scale != 1 else fp8_path + " (bf16 GEMM)"
+    # a kernel floor computes the emulated GEMM whatever the device (its output moves before rounding)
+    rollout_bf16 = f"bf16-emulated, kernel floor {run.floor_scale:.4g}" if run.floor_scale else bf16_path
     gemms = {
         "policy": fp8_path if (spec.fp8 and f.gemms) else bf16_path,
         # the FP8 rollout copy quantizes weights and activations per recipe, then computes in fp32
-        "rollout": f"fp8 {run.spec.granularity} emulated" if rollout_recipe is not None else bf16_path,
+        "rollout": f"fp8 {run.spec.granularity} emulated" if rollout_recipe is not None else rollout_bf16,
         "shadow": bf16_path,
         "embeddings_lm_head": "fp32",
     }

@@ -171,10 +171,11 @@ class Trainer:
         torch.use_deterministic_algorithms(True, warn_only=True)
         self.tokenizer = load_tokenizer(self.base_dir)
         policy = load_hf(self.base_dir).to(self.device)
-        # `fp8.target_kl`: the noise scale that gives the target mismatch at the base, found (or read back
-        # from noise.json) before anything else is built, then held fixed (fp8rl.engine.noise_target)
+        # `fp8.target_kl` / `floor.target_kl`: the noise (or kernel floor) scale that gives the target
+        # mismatch at the base, found (or read back from noise.json) before anything else is built, then
+        # held fixed (fp8rl.engine.noise_target)
         self.noise: NoiseSearch | None = None
-        if self.spec.fp8 and self.resolved.fp8.target_kl is not None:
+        if self.resolved.target_kl is not None:
             self.noise = load_or_find(
                 cfg, self.resolved, policy, self.tokenizer, self.data_dir, self.dir.root
             )
@@ -383,8 +384,8 @@ class Trainer:
         return summary
 
     def _noise_summary(self) -> dict | None:
-        """summary.json's `noise`: a `fp8.target_kl` run's target, the scale it trained at, the mismatch
-        units its search measured there."""
+        """summary.json's `noise`: a `fp8.target_kl` (or `floor.target_kl`) run's target, the scale it
+        trained at, the mismatch units its search measured there."""
         if self.noise is None:
             return None
         n = self.noise

@@ -11,7 +11,8 @@ Columns (`COLUMNS`, then one per eval score `{task}/{metric}`):
   with `sft.per_seed`, b the run's seed, or its seed % `sft.bases`; `{model}` for a tier's shared
   scratch base, the model's `source` for a pretrained one), `variant`, `granularity`, `condition` (blank outside matrices with FP8 conditions), `seed`,
   `noise` (the run's `fp8.noise_scale`: the dose, or the scale its `fp8.target_kl` search found, from
-  its `noise.json`; 1 for bf16), `target_kl` (blank unless the run's condition names one), `arm` (the
+  its `noise.json`; 1 for bf16; a `bf16_floor` run's kernel floor scale, fixed or found for its
+  `floor.target_kl`), `target_kl` (blank unless the run's condition or floor names one), `arm` (the
   study arms the run belongs to,
   `;`-joined; blank without a `study` section);
 - status: `status`, `reason`, `last_step` (the last step summary.json records), `steps_planned`,
@@ -244,8 +245,8 @@ def _noise(cfg: ExperimentConfig, spec: RunSpec, runs_dir: str | Path) -> dict:
     from fp8rl.run_files import NOISE_FILE, RunDir
 
     resolved = resolve_run(cfg, spec)
-    target = resolved.fp8.target_kl if resolved.variant.fp8 else None
-    scale = resolved.noise_scale
+    target = resolved.target_kl
+    scale = resolved.mismatch_scale
     if target is not None:
         found = read_json_object(RunDir.of(runs_dir, spec.run_id).root / NOISE_FILE)
         value = found.get("noise_scale")

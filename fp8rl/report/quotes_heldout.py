@@ -23,9 +23,9 @@ def _g(x: float, digits: int = 2) -> str:
 
 
 def _setting(r: dict) -> str:
-    if not VARIANT_SPECS[r["variant"]].fp8:
-        return r["variant"]
     target = "" if pd.isna(r["target_kl"]) else f", target KL {_g(r['target_kl'])}"
+    if not VARIANT_SPECS[r["variant"]].fp8:
+        return r["variant"] + target  # a bf16_floor arm's target
     return f"{r['variant']} {r['granularity']} {r['format']}, noise {num(r['noise'], 2)}{target} ({r['condition']})"
 
 
