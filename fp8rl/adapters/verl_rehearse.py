@@ -38,6 +38,10 @@ reported passed or failed (`Step`):
    machine's transformers, as the train image's transformers 5 does), exported with the `--tokenizer`
    the job script passes (fp8rl.adapters.verl_checkpoint), loaded by the bfcl image's transformers
    4.51.3 from `build/tf4-venv` (skipped, and said so, without it).
+4. `checkpoint`: the job killed at its time limit and resumed by the next one, through verl's own
+   checkpoint and dataloader code with the job's overrides and the job script's `prune_saves`
+   (fp8rl.adapters.verl_rehearse_ckpt): every step of the chain equals an uninterrupted run's. Once
+   per distinct set of trainer and data settings in a working directory (its `checkpoint_step`).
 
 Without `--base` the model is a stand-in (`stand_in_model`: a character tokenizer with a ChatML template
 and a two-layer config of the model's family); without `--data`, a few stand-in problems; a calib cell
@@ -269,9 +273,11 @@ def _kill_group(proc: subprocess.Popen) -> None:
 # ------------------------------------------------------------------------------ past the GPU point
 
 
-def after_marker(out: Path, base: Path, *, timeout_s: int = TIMEOUT_S) -> list[Step]:
+def after_marker(out: Path, base: Path, *, timeout_s: int = TIMEOUT_S, checkpoint: bool = True) -> list[Step]:
     """The steps past the marker (module docstring) for the run files under `out`; a step that raises
-    fails with the error, the others still run."""
+    fails with the error, the others still run. `checkpoint`: with step 4 (minutes on two cores)."""
+    from fp8rl.adapters import verl_rehearse_ckpt
+
     overrides = dict(o.split("=", 1) for o in json.loads((out / OVERRIDES_FILE).read_text())["overrides"])
     steps = []
     metrics: dict | None = None
@@ -283,7 +289,10 @@ def after_marker(out: Path, base: Path, *, timeout_s: int = TIMEOUT_S) -> list[S
     for name, fn in (
         ("import_metrics", lambda: import_metrics_step(metrics, out / "rehearsal_import")),
         ("tokenizer", lambda: tokenizer_step(out, base)),
+        ("checkpoint", lambda: verl_rehearse_ckpt.checkpoint_step(out, base, timeout_s)),
     ):
+        if name == "checkpoint" and not checkpoint:
+            continue
         try:
             steps.append(fn())
         except Exception as exc:  # noqa: BLE001
