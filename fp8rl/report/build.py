@@ -28,7 +28,7 @@ from pathlib import Path
 from fp8rl.config import ExperimentConfig
 from fp8rl.io import atomic_write_json, atomic_write_text, fsync_dir, remove_stale_temps, sha256_file
 from fp8rl.provenance import git_commit
-from fp8rl.report.base_models import numerics_line, runs_numerics
+from fp8rl.report.base_models import numerics_line
 from fp8rl.report.explainer import MECHANISM
 from fp8rl.report.html import render_html
 from fp8rl.report.paths import ReportPaths
@@ -127,7 +127,7 @@ def write_report(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, fina
     tables, figures = build_sections(data)
     write_tables(tables, paths, data.title)
 
-    numerics = runs_numerics(runs_dir)
+    numerics = data.numerics
     void = data.control_info["comparison_void"]
     atomic_write_text(paths.summary, summary_page(cfg, paths.tables_dir, void, numerics))
     header = {

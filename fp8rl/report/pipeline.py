@@ -16,7 +16,7 @@ import pandas as pd
 
 from fp8rl.config import ExperimentConfig, resolve_run
 from fp8rl.report.base_models import NOTES as BASE_NOTES
-from fp8rl.report.base_models import base_model_table
+from fp8rl.report.base_models import base_model_table, runs_numerics
 from fp8rl.report.comparison import comparison_table, has_conditions, zero_width_notes
 from fp8rl.report.control import NOTES as CONTROL_NOTES
 from fp8rl.report.control import control_summary, control_table, control_view, never_ran, void_notes
@@ -62,8 +62,9 @@ def runs_table(runset: RunSet) -> pd.DataFrame:
 class ReportData:
     """What every table of a tier's report is computed from, loaded once by `load_report_data`: the
     config, the runs (`runset`, and `runs`, their status table), the per-run endpoints, the comparison
-    per variant and the control check built on them, and where the figures go (`paths`, the report's
-    staging folder). `notes`: benign data notes (zero-width intervals), apart from `runset.problems`."""
+    per variant and the control check built on them, the numerics the runs recorded, and where the
+    figures go (`paths`, the report's staging folder). `notes`: benign data notes (zero-width
+    intervals), apart from `runset.problems`."""
 
     cfg: ExperimentConfig
     runset: RunSet
@@ -79,6 +80,7 @@ class ReportData:
     bases: pd.DataFrame
     counts: dict[str, int]
     notes: list[str]
+    numerics: dict
 
     @property
     def title(self) -> str:
@@ -107,6 +109,7 @@ def load_report_data(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, 
         bases=base_model_table(root, runset.problems),
         counts={s: int((runset.runs["status"] == s).sum()) for s in STATUSES},
         notes=zero_width_notes(comparison),
+        numerics=runs_numerics(runs_dir),
     )
 
 
