@@ -9,10 +9,13 @@ is the floor of the trainer-vs-rollout mismatch of a real BF16 RL stack (docs/mi
 `kernel_floor(y, scale, salt)` models it on a GEMM's fp32 output before its bf16 rounding:
 `y + scale · u · ulp(y)`, with `ulp(y)` the spacing of bf16 values at `y` (2^(e-7) for |y| in
 [2^e, 2^(e+1)); 0 for y = 0) and `u` uniform in [-1/2, 1/2), a hash of y's fp32 bits, the output's
-column and `salt` (the layer). It costs about a dozen elementwise int32 operations per output. At `scale` ≤ 1 the rounding that follows flips to the neighbouring bf16
-value exactly the outputs within `scale`/2 ulp of a boundary, the effect of another summation order; a
-larger `scale` stands in for more of it than one GEMM of the model shows (more layers, more GEMMs per
-token, longer sequences than the model at hand has), and is what a target KL search sets.
+column and `salt` (the layer), in about a dozen elementwise int32 operations per output. At `scale` ≤ 1
+the bf16 rounding that follows moves an output to the neighbouring bf16 value only when it lies within
+`scale`/2 ulp of a rounding boundary (a share `scale`/4 of the outputs), as another summation order
+does; a larger `scale` stands in for more of it than one GEMM of the model shows (more layers, more
+GEMMs per token, longer sequences than the model at hand has), and is what a target KL search sets.
+The move is three IEEE operations (`u·scale`, times the power of two `ulp(y)`, plus `y`), none fused, so
+its bits do not depend on the CPU's vector unit.
 
 The perturbation is deterministic (the same output of the same layer always moves the same way, as a
 fixed kernel does), needs no random state (a resumed run computes the same bits) and is independent
@@ -68,4 +71,5 @@ def kernel_floor(y: torch.Tensor, scale: float, salt: int = 0) -> torch.Tensor:
     if scale == 0:
         return y
     y32 = y.float()
-    return y32.addcmul(_uniform_hash(y32, salt), bf16_ulp(y32), value=float(scale)).to(y.dtype)
+    move = _uniform_hash(y32, salt).mul_(float(scale)).mul_(bf16_ulp(y32))  # the last factor: exact
+    return (y32 + move).to(y.dtype)
