@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from fp8rl.config.acceptance import AcceptanceConfig
 from fp8rl.config.algorithms import AlgorithmsConfig, DAPOConfig, GRPOConfig
 from fp8rl.config.base import (
     PATH_PART_MAX,
@@ -59,7 +60,7 @@ RESOURCE_RULES = ("default", "data", "sft", "train", "eval", "report")
 class ExperimentConfig(Strict):
     """One experiment (a tier): the whole YAML file."""
 
-    OMIT_AT_DEFAULT = ("study", "limits", "floor")
+    OMIT_AT_DEFAULT = ("study", "limits", "floor", "acceptance")
 
     tier: str = Field(
         description="the tier's name, any path-safe folder name: its outputs go to {results_dir}/{tier}/ "
@@ -104,6 +105,9 @@ class ExperimentConfig(Strict):
     study: StudyConfig | None = Field(
         None,
         description="a study tier's pre-registration: arms, endpoint, planned contrasts (docs/attribution.md)",
+    )
+    acceptance: AcceptanceConfig | None = Field(
+        None, description="a testbed's acceptance on its bf16 runs, before any FP8 run (docs/longform.md)"
     )
 
     @field_validator("tier")
