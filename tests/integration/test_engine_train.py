@@ -237,7 +237,11 @@ def test_sigkill_and_resume_writes_identical_metrics(tier, train, tmp_path, rest
         assert want and events.get(name) == pytest.approx(want, rel=1e-6), name
     # --no-progress: heartbeat lines on stderr, the first and the last step of the resumed process at least
     beats = [line for line in resumed.stderr.read().splitlines() if line.startswith(f"[{run_id}] step ")]
-    assert beats[0].startswith(f"[{run_id}] step 3/5 reward ") and " s/step ETA " in beats[0]
+    assert (
+        beats[0].startswith(f"[{run_id}] step 3/5 reward ")
+        and " s/step elapsed " in beats[0]
+        and " ETA " in beats[0]
+    )
     assert beats[-1].startswith(f"[{run_id}] step 5/5 ") and beats[-1].endswith("ETA 0:00:00")
 
 
