@@ -34,13 +34,3 @@ rule all:
     default_target: True
     input:
         rules.report.output,
-    message:
-        f"all: the {CFG.tier} tier's report under {R}/"
-
-
-# Snakemake prints each job as its `message:`: here, for every rule with a shell command, the rule's
-# name and that command without the digest bookkeeping it ends with (RECORD_DIGEST, common.smk). The
-# profiles print no shell command and no reasons; `snakemake -n -p` still shows whole commands.
-for _rule in workflow.rules:
-    if _rule.shellcmd and not _rule.message:
-        _rule.message = f"{{rule}}: {_rule.shellcmd.removesuffix(RECORD_DIGEST)}"

@@ -98,6 +98,14 @@ onstart:
         sys.exit(2)
     if not CONFIG_FILE.is_file():
         atomic_write_text(CONFIG_FILE, yaml.safe_dump(CFG.model_dump(mode="json"), sort_keys=False))
+    # A run prints each job as its `message:`: for a rule with a shell command, the rule's name and that
+    # command without the digest bookkeeping it ends with (RECORD_DIGEST). With the profiles (no shell
+    # lines, no reasons) that is one line per job; a dry run keeps Snakemake's full job blocks.
+    for _each in workflow.rules:
+        if _each.shellcmd and not _each.message:
+            _each.message = f"{{rule}}: {_each.shellcmd.removesuffix(RECORD_DIGEST)}"
+        elif _each.name == "all":
+            _each.message = f"all: the {CFG.tier} tier's report under {R}/"
 
 
 onsuccess:
