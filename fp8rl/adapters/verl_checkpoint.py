@@ -81,11 +81,19 @@ def compat_config(config: dict) -> dict:
     return out
 
 
+# transformers 5's class for any tokenizer.json-backed tokenizer, which 4.x does not have
+TF5_TOKENIZER_CLASS = "TokenizersBackend"
+
+
 def compat_tokenizer_config(config: dict) -> dict:
     """tokenizer_config.json readable by transformers 4.x too: transformers 5 writes the additional
     special tokens as an `extra_special_tokens` list, which 4.x reads as a name -> token mapping
-    (`'list' object has no attribute 'keys'`). The list goes back to `additional_special_tokens`."""
+    (`'list' object has no attribute 'keys'`): the list goes back to `additional_special_tokens`; and it
+    names the class `TokenizersBackend` (`Tokenizer class TokenizersBackend does not exist`): 4.x's
+    class for the same tokenizer.json is `PreTrainedTokenizerFast`."""
     out = dict(config)
+    if out.get("tokenizer_class") == TF5_TOKENIZER_CLASS:
+        out["tokenizer_class"] = "PreTrainedTokenizerFast"
     extra = out.get("extra_special_tokens")
     if isinstance(extra, list):
         del out["extra_special_tokens"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fp8rl.adapters import preflight
-from fp8rl.adapters.verl_checkpoint import CheckpointError, compat_config, export
+from fp8rl.adapters.verl_checkpoint import CheckpointError, compat_config, compat_tokenizer_config, export
 from fp8rl.adapters.verl_launch import DEADLINE_ENV, render_script
 from fp8rl.adapters.verl_overrides import VerlPaths, verl_overrides
 from fp8rl.adapters.verl_sizing import (
@@ -430,3 +430,13 @@ def test_a_job_has_the_cpus_verl_reserves_before_its_first_step():
     assert load_config(smoke, checks=CONFIG_CHECKS).resources_for("train").threads >= 13
     with pytest.raises(ConfigError, match=r"resources\.train\.threads: 8 CPUs per job, but verl reserves 13"):
         load_config(smoke, ["resources.train.threads=8"], checks=CONFIG_CHECKS)
+
+
+def test_a_converted_tokenizer_config_names_its_class_as_transformers_4_does():
+    """transformers 5 writes a tokenizer.json-backed tokenizer's class as `TokenizersBackend`, which 4.x
+    does not have; the export's conversion (used without --tokenizer) names 4.x's class for it."""
+    out = compat_tokenizer_config({"tokenizer_class": "TokenizersBackend", "extra_special_tokens": ["<a>"]})
+    assert out["tokenizer_class"] == "PreTrainedTokenizerFast" and out["additional_special_tokens"] == ["<a>"]
+    assert (
+        compat_tokenizer_config({"tokenizer_class": "Qwen2Tokenizer"})["tokenizer_class"] == "Qwen2Tokenizer"
+    )
