@@ -42,6 +42,12 @@ UPSTREAM := build/upstream
 $(UPSTREAM): scripts/upstream_src.sh containers/train/requirements.lock containers/bfcl/requirements.lock
 	PY=$(BIN)/python scripts/upstream_src.sh
 
+# The cpu image's pinned packages (its requirements.lock, installed as its Dockerfile installs it) for
+# rehearsing the report job in them (tests/unit/adapters/test_adapters_image_rehearse.py skips without
+# it): scripts/image_venv.sh, ~2 GB, minutes.
+build/venv-cpu/.lock-sha256: scripts/image_venv.sh containers/cpu/requirements.lock
+	scripts/image_venv.sh cpu
+
 test: $(STAMP) $(VERL_SITE) $(UPSTREAM)
 	$(BIN)/python -m pytest -q
 

@@ -1,0 +1,274 @@
+"""Rehearse a DAG job in its container image's pinned Python packages, on a machine without the image:
+the job's real command, run by the interpreter of `build/venv-IMAGE` (scripts/image_venv.sh: the image's
+`requirements.lock` installed as its Dockerfile installs it, fp8rl installed into it with --no-deps as
+the image installs it), with the image's environment (`IMAGE_ENV`), to its end or to its first GPU
+point. Each job first installs this working tree's fp8rl into the venv (`install_fp8rl`), as an image
+built from it has it.
+
+Jobs (`JOBS`: job -> image):
+
+- `report` (cpu image; workflows/report.smk's `fp8rl report --config FILE`): the report of the CI
+  tier's finished runs (a copy of `results/ci`, the DAG's output there), then its tables against the
+  published CI tables byte for byte (scripts/check_reproduced.sh), so a pinned pandas, numpy, scipy or
+  matplotlib that computes or writes a table differently from the development machine's shows here.
+- `data` (train image; `fp8rl data --config FILE --out DIR --hub RECORD`): the paper tier's splits
+  from a fetched hub record, to its end, compared with the same command's output on this machine.
+- `export` (train image; the job script's `python -m fp8rl.adapters.verl_checkpoint export ... --tokenizer
+  BASE`): a verl save whose tokenizer the train lock's transformers wrote, exported, and loaded by the
+  bfcl image's transformers 4.51.3 (`build/tf4-venv`), as the agent eval's first call loads it.
+
+The train image's jobs run in a venv of its lock without its CUDA builds (`CPU_ONLY=1
+scripts/image_venv.sh train`: torch, its NVIDIA libraries, triton, vLLM, FlashInfer, Transformer
+Engine left out and listed), which the data and export jobs do not import. Not rehearsed in an image's
+packages yet: `eval lm` (eval image) and `eval agent` (bfcl image), whose first steps import the CUDA
+builds of torch and vLLM (the tokenizer the agent eval loads is checked in transformers 4.51.3 by
+`export`), and the training job itself (fp8rl.adapters.verl_rehearse, in verl's test environment).
+
+    python -m fp8rl.adapters.image_rehearse report [--venv build/venv-cpu] [--work DIR]
+    python -m fp8rl.adapters.image_rehearse data --hub RESULTS/data/hub.json [--set KEY=VALUE ...]
+    python -m fp8rl.adapters.image_rehearse export --base MODEL_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCK_STAMP = ".lock-sha256"  # scripts/image_venv.sh writes it last
+# the environment each image's Dockerfile sets for its jobs
+IMAGE_ENV = {"cpu": {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"}}
+TAIL_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class Result:
+    """How one job's rehearsal ended: `ok`, `skipped` (no venv), and what it found."""
+
+    job: str
+    ok: bool
+    detail: str
+    skipped: bool = False
+
+    def line(self) -> str:
+        how = "skipped" if self.skipped else "passed" if self.ok else "FAILED"
+        return f"{self.job} in its image's packages: {how} ({self.detail})"
+
+
+def venv_problem(venv: Path, image: str) -> str | None:
+    """Why `venv` is not a complete venv of `image`'s current lock (None: it is)."""
+    stamp = venv / LOCK_STAMP
+    if not stamp.is_file():
+        return f"no complete {venv} (scripts/image_venv.sh {image})"
+    import hashlib
+
+    lock = ROOT / "containers" / image / "requirements.lock"
+    want = hashlib.sha256(lock.read_bytes()).hexdigest()
+    if stamp.read_text().split()[0] != want:
+        return f"{venv} was built from another {lock.relative_to(ROOT)} (scripts/image_venv.sh {image})"
+    return None
+
+
+def image_env(venv: Path, image: str, work: Path) -> dict[str, str]:
+    """The job's environment as the image gives it: the venv first on PATH, the image's own variables
+    (`IMAGE_ENV`), a home in `work`; nothing of this machine's Python setup (PYTHONPATH, a numerics pin)."""
+    home = work / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    return {"PATH": f"{venv / 'bin'}{os.pathsep}/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
+            "LANG": "C.UTF-8", "VIRTUAL_ENV": str(venv), "TMPDIR": tempfile.gettempdir(),
+            **IMAGE_ENV.get(image, {})}  # fmt: skip
+
+
+def install_fp8rl(venv: Path) -> None:
+    """This working tree's fp8rl into `venv`, as the image installs it (`pip install --no-deps
+    --no-build-isolation`, not editable: what the package ships is what runs), replacing the one the
+    venv was built with; an image built from this tree has the same."""
+    subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+         "--no-build-isolation", "--force-reinstall", str(ROOT)], check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+
+
+def _run(venv: Path, image: str, argv: list[str], cwd: Path, timeout_s: int) -> subprocess.CompletedProcess:
+    env = image_env(venv, image, cwd)
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
+def report_job(
+    venv: Path, work: Path, results: Path = ROOT / "results" / "ci", timeout_s: int = 1800
+) -> Result:
+    """The `report` job of the CI tier in the cpu image's packages (module docstring)."""
+    if problem := venv_problem(venv, "cpu"):
+        return Result("report", True, problem, skipped=True)
+    install_fp8rl(venv)
+    tier_dir = results / "smoke"
+    if not (tier_dir / "runs").is_dir():
+        return Result(
+            "report", True, f"no finished CI runs under {tier_dir} (.ci/run makes them)", skipped=True
+        )
+    copy = work / "results_ci"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(results, copy, symlinks=True)
+    for stale in ("tables", "plots", "SUMMARY.md", "report.html", "report.json"):
+        target = copy / "smoke" / stale
+        shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+    argv = [str(venv / "bin" / "fp8rl"), "report", "--config", str(ROOT / "config" / "ci.yaml"),
+            "--set", f"results_dir={copy}"]  # fmt: skip
+    res = _run(venv, "cpu", argv, work, timeout_s)
+    if res.returncode != 0:
+        out = (res.stdout + res.stderr)[-TAIL_CHARS:]
+        return Result("report", False, f"fp8rl report exited {res.returncode}:\n{out}")
+    check = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "check_reproduced.sh"), str(ROOT / "results" / "published" / "ci"),
+         str(copy / "smoke")], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if check.returncode != 0:
+        out = (check.stdout + check.stderr)[-TAIL_CHARS:]
+        return Result("report", False, f"its tables differ from the published CI tables:\n{out}")
+    versions = _versions(venv, "cpu", work, "pandas", "numpy", "scipy", "matplotlib", "torch")
+    return Result(
+        "report", True, f"the CI report's tables equal the published ones byte for byte ({versions})"
+    )
+
+
+VERSIONS = (
+    "import importlib.metadata as m, sys; print(', '.join(f'{p} {m.version(p)}' for p in sys.argv[1:]))"
+)
+
+
+def _versions(venv: Path, image: str, work: Path, *packages: str) -> str:
+    return _run(
+        venv, image, [str(venv / "bin" / "python"), "-c", VERSIONS, *packages], work, 120
+    ).stdout.strip()
+
+
+SPLITS = ("train.jsonl", "test.jsonl", "tool_test.jsonl")
+
+
+def data_job(venv: Path, work: Path, hub_record: Path, sets: list[str] = (), timeout_s: int = 900) -> Result:
+    """The paper tier's `data` job (train image; workflows/data.smk: `fp8rl data --config FILE --out DIR
+    --hub RECORD`) from a fetched hub record (`fp8rl fetch data`, which runs outside the images), to its
+    end, in the train lock's packages; its splits must equal the same command's in this machine's
+    environment, byte for byte."""
+    if problem := venv_problem(venv, "train"):
+        return Result("data", True, problem, skipped=True)
+    install_fp8rl(venv)
+    args = ["data", "--config", str(ROOT / "config" / "paper.yaml"), *(a for x in sets for a in ("--set", x))]
+    outs = {}
+    for where, cmd in (
+        ("image", [str(venv / "bin" / "fp8rl")]),
+        ("host", [sys.executable, "-m", "fp8rl.cli"]),
+    ):
+        out = work / f"data_{where}"
+        shutil.rmtree(out, ignore_errors=True)
+        argv = [*cmd, *args, "--out", str(out), "--hub", str(hub_record)]
+        res = _run(venv, "train", argv, work, timeout_s) if where == "image" else subprocess.run(
+            argv, cwd=work, capture_output=True, text=True, timeout=timeout_s
+        )  # fmt: skip
+        if res.returncode != 0:
+            tail = (res.stdout + res.stderr)[-TAIL_CHARS:]
+            return Result("data", False, f"fp8rl data exited {res.returncode} ({where}):\n{tail}")
+        outs[where] = out
+    differ = [n for n in SPLITS if (outs["image"] / n).read_bytes() != (outs["host"] / n).read_bytes()]
+    if differ:
+        return Result("data", False, f"{', '.join(differ)} differ from this machine's (under {work})")
+    rows = {n: len((outs["image"] / n).read_text().splitlines()) for n in SPLITS}
+    versions = _versions(venv, "train", work, "pandas", "pyarrow", "numpy")
+    return Result("data", True, f"its splits {rows} equal this machine's byte for byte ({versions})")
+
+
+EXPORT_LOAD = """
+import sys
+from transformers import AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+assert tok.chat_template, "no chat template"
+print(len(tok("1 + 1?")["input_ids"]))
+"""
+VERL_TOKENIZER_SAVE = (
+    "import sys; from transformers import AutoTokenizer; "
+    "AutoTokenizer.from_pretrained(sys.argv[1]).save_pretrained(sys.argv[2])"
+)
+
+
+def export_job(venv: Path, work: Path, base: Path, tf4_python: Path, timeout_s: int = 600) -> Result:
+    """The export a training job ends with (train image; fp8rl.adapters.verl_checkpoint as the job
+    script calls it: `python -m fp8rl.adapters.verl_checkpoint export ACTOR TARGET [--tokenizer BASE]`,
+    with the base's tokenizer when the run's model is a folder, else verl's converted) of a verl save
+    whose tokenizer the train lock's transformers wrote (as verl's checkpoint manager saves it), each
+    form loaded by the bfcl image's transformers 4.51.3 (`tf4_python`), as the agent eval first does."""
+    from fp8rl.adapters.verl_checkpoint import HF_SUBDIR
+
+    if problem := venv_problem(venv, "train"):
+        return Result("export", True, problem, skipped=True)
+    install_fp8rl(venv)
+    if not Path(tf4_python).is_file():
+        return Result("export", True, f"no {tf4_python} (make build/upstream)", skipped=True)
+    actor = work / "verl_save" / "actor"
+    shutil.rmtree(actor.parent, ignore_errors=True)
+    hf = actor / HF_SUBDIR
+    py = str(venv / "bin" / "python")
+    res = _run(venv, "train", [py, "-c", VERL_TOKENIZER_SAVE, str(base), str(hf)], work, timeout_s)
+    if res.returncode != 0:
+        return Result(
+            "export", False, f"verl's tokenizer save failed:\n{(res.stdout + res.stderr)[-TAIL_CHARS:]}"
+        )
+    shutil.copyfile(base / "config.json", hf / "config.json")
+    (hf / "model.safetensors").write_bytes(b"")  # the weights are not what this job's check reads
+    for form, extra in (("with --tokenizer BASE", ["--tokenizer", str(base)]), ("without --tokenizer", [])):
+        target = work / ("checkpoint" if extra else "checkpoint_no_tokenizer")
+        argv = [py, "-m", "fp8rl.adapters.verl_checkpoint", "export", str(actor), str(target), *extra]
+        res = _run(venv, "train", argv, work, timeout_s)
+        if res.returncode != 0:
+            tail = (res.stdout + res.stderr)[-TAIL_CHARS:]
+            return Result("export", False, f"the export {form} exited {res.returncode}:\n{tail}")
+        res = subprocess.run([str(tf4_python), "-c", EXPORT_LOAD, str(target)], capture_output=True,
+                             text=True, timeout=timeout_s)  # fmt: skip
+        if res.returncode != 0:
+            tail = res.stderr[-TAIL_CHARS:]
+            return Result("export", False, f"transformers 4.51.3 cannot load the export {form}:\n{tail}")
+    versions = _versions(venv, "train", work, "transformers", "tokenizers")
+    return Result(
+        "export", True, f"the export, with and without --tokenizer, loads in transformers 4.51.3 ({versions})"
+    )
+
+
+JOBS = {"report": "cpu", "data": "train", "export": "train"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m fp8rl.adapters.image_rehearse", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("job", choices=sorted(JOBS))
+    p.add_argument("--venv", type=Path, help="the image's venv (default: build/venv-IMAGE)")
+    p.add_argument("--work", type=Path, help="working directory (default: a new temporary one)")
+    p.add_argument("--hub", type=Path, help="data: the record `fp8rl fetch data` wrote")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="data: a config override")
+    p.add_argument("--base", type=Path, help="export: the base model folder (its tokenizer)")
+    args = p.parse_args(argv)
+    image = JOBS[args.job]
+    venv = (args.venv or ROOT / "build" / f"venv-{image}").resolve()
+    work = (args.work or Path(tempfile.mkdtemp(prefix=f"fp8rl-image-{args.job}-"))).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    if args.job == "report":
+        result = report_job(venv, work)
+    elif args.job == "data":
+        if args.hub is None:
+            p.error("data needs --hub RECORD (from `fp8rl fetch data`)")
+        result = data_job(venv, work, args.hub.resolve(), args.set)
+    else:
+        if args.base is None:
+            p.error("export needs --base MODEL_DIR")
+        result = export_job(venv, work, args.base.resolve(), ROOT / "build" / "tf4-venv" / "bin" / "python")
+    print(result.line())
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Make build/venv-IMAGE: a virtual environment with an image's pinned Python packages, installed as its
+# Dockerfile installs them (`pip install --require-hashes --no-deps -r containers/IMAGE/requirements.lock`,
+# then fp8rl with --no-deps), for rehearsing that image's jobs on a machine without the image
+# (fp8rl.adapters.image_rehearse). The interpreter is this machine's python3 (the cpu image's 3.11;
+# the GPU images' Dockerfiles use Ubuntu's 3.12: a lock whose wheels need 3.12 does not install here,
+# and pip says which). The cpu lock's torch+cpu comes from `--extra-index-url`, as in its Dockerfile, or
+# from a local copy (pip's find-links).
+#   scripts/image_venv.sh cpu                      # -> build/venv-cpu
+#   PY=python3.12 CPU_ONLY=1 scripts/image_venv.sh train     # the train lock but its CUDA builds
+set -euo pipefail
+cd "$(dirname "$0")/.."
+IMAGE="${1:?usage: scripts/image_venv.sh IMAGE [TARGET]}"
+TARGET="${2:-build/venv-$IMAGE}"
+LOCK="containers/$IMAGE/requirements.lock"
+PY="${PY:-python3}"
+[ -f "$LOCK" ] || { echo "error: no $LOCK" >&2; exit 2; }
+EXTRA=()
+if [ "$IMAGE" = cpu ] && [ -n "${FP8RL_TORCH_INDEX:-}" ]; then
+    EXTRA=(--extra-index-url "$FP8RL_TORCH_INDEX")
+fi
+# CPU_ONLY=1: leave out the lock's CUDA builds (a GPU image's torch, its NVIDIA libraries, triton, vLLM,
+# FlashInfer, Transformer Engine), listed in TARGET/.left-out; the jobs that import none of them (data,
+# export) still run in the rest
+REQS="$LOCK"
+GPU_ONLY='^(torch|torchvision|torchaudio|triton|vllm|xformers|flashinfer-[a-z-]+|nvidia-[a-z0-9-]+|transformer-engine[a-z0-9-]*|flash-attn|deep-gemm|cupy-cuda[0-9x]+)=='
+rm -rf "$TARGET"
+"$PY" -m venv "$TARGET"
+if [ "${CPU_ONLY:-0}" = 1 ]; then
+    REQS="$TARGET/requirements.cpu-only.lock"
+    awk -v re="$GPU_ONLY" '/^[A-Za-z0-9]/ { skip = ($0 ~ re) } !skip' "$LOCK" > "$REQS"
+    grep -E "$GPU_ONLY" "$LOCK" | sed 's/ .*//' > "$TARGET/.left-out"
+    echo "left out (CUDA builds): $(wc -l < "$TARGET/.left-out") packages, listed in $TARGET/.left-out"
+fi
+"$TARGET/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps \
+    "${EXTRA[@]}" -r "$REQS"
+"$TARGET/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation .
+sha256sum "$LOCK" > "$TARGET/.lock-sha256"  # written last: the venv is complete and from this lock
+echo "image venv ready: $TARGET ($IMAGE lock, $(du -sh "$TARGET" | cut -f1))"

@@ -1,0 +1,125 @@
+"""A DAG job in its image's pinned packages (fp8rl.adapters.image_rehearse): the report job, run by the
+cpu image's venv (scripts/image_venv.sh cpu -> build/venv-cpu; skipped without it), reproduces the
+published CI tables, and a report of other runs does not."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fp8rl.adapters import image_rehearse
+from fp8rl.adapters.image_rehearse import ROOT, report_job, venv_problem
+
+VENV = ROOT / "build" / "venv-cpu"
+CI_RESULTS = ROOT / "results" / "ci"
+
+
+def _needs_venv_and_runs() -> None:
+    if problem := venv_problem(VENV, "cpu"):
+        pytest.skip(problem)
+    if not (CI_RESULTS / "smoke" / "runs").is_dir():
+        pytest.skip(f"no finished CI runs under {CI_RESULTS} (.ci/run makes them)")
+
+
+def test_a_venv_not_built_from_the_current_lock_is_named(tmp_path):
+    assert "scripts/image_venv.sh cpu" in venv_problem(tmp_path, "cpu")
+    (tmp_path / image_rehearse.LOCK_STAMP).write_text(hashlib.sha256(b"another lock").hexdigest() + "  x\n")
+    assert "built from another containers/cpu/requirements.lock" in venv_problem(tmp_path, "cpu")
+    lock = ROOT / "containers" / "cpu" / "requirements.lock"
+    (tmp_path / image_rehearse.LOCK_STAMP).write_text(hashlib.sha256(lock.read_bytes()).hexdigest() + "  x\n")
+    assert venv_problem(tmp_path, "cpu") is None
+
+
+def test_the_job_sees_the_images_environment_not_this_machines(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/somewhere")
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    env = image_rehearse.image_env(tmp_path / "venv", "cpu", tmp_path)
+    assert env["PATH"].startswith(str(tmp_path / "venv" / "bin")) and env["HF_HUB_OFFLINE"] == "1"
+    assert "PYTHONPATH" not in env and "OPENBLAS_CORETYPE" not in env
+
+
+@pytest.mark.slow
+def test_the_report_job_in_the_cpu_images_packages_reproduces_the_published_ci_tables(tmp_path):
+    _needs_venv_and_runs()
+    result = report_job(VENV, tmp_path)
+    assert result.ok and not result.skipped, result.detail
+    assert "byte for byte" in result.detail and "pandas" in result.detail
+
+
+@pytest.mark.slow
+def test_a_report_of_other_runs_fails_the_comparison(tmp_path):
+    """The check has teeth: one run fewer, and the report's tables are not the published ones."""
+    _needs_venv_and_runs()
+    results = tmp_path / "ci"
+    shutil.copytree(CI_RESULTS, results, symlinks=True)
+    runs = sorted(p for p in (results / "smoke" / "runs").rglob("summary.json"))
+    shutil.rmtree(runs[-1].parent)
+    result = report_job(VENV, tmp_path / "work", results=results)
+    assert not result.ok, result.detail
+    assert isinstance(result.detail, str) and Path(tmp_path / "work").is_dir()
+
+
+TRAIN_VENV = ROOT / "build" / "venv-train"
+TF4 = ROOT / "build" / "tf4-venv" / "bin" / "python"
+
+
+def _needs_train_venv() -> None:
+    if problem := venv_problem(TRAIN_VENV, "train"):
+        pytest.skip(problem)
+
+
+@pytest.mark.slow
+def test_the_data_job_in_the_train_images_packages_writes_this_machines_splits(tmp_path, monkeypatch):
+    """DAPO-Math-17k shaped like the published parquet, from a stand-in hub (tests.hub_fixtures), fetched
+    on this machine as the fetch_data rule does; the data job then runs in the train lock's packages."""
+    _needs_train_venv()
+    from fp8rl.cli import main
+    from tests.hub_fixtures import make_hub
+
+    monkeypatch.setenv("FP8RL_HUB_MIRROR", str(make_hub(tmp_path / "mirror", models=("Qwen/Qwen3-8B",))))
+    sets = [f"hub.home={tmp_path / 'hf'}", "task.n_test=3", "task.n_train=100"]
+    record = tmp_path / "data" / "hub.json"
+    paper = str(ROOT / "config" / "paper.yaml")
+    assert (
+        main(
+            [
+                "fetch",
+                "data",
+                "--config",
+                paper,
+                *(a for s in sets for a in ("--set", s)),
+                "--out",
+                str(record),
+            ]
+        )
+        == 0
+    )
+    result = image_rehearse.data_job(TRAIN_VENV, tmp_path / "work", record, sets)
+    assert result.ok and not result.skipped, result.detail
+    assert "'train.jsonl': 9" in result.detail and "pyarrow" in result.detail
+
+
+@pytest.mark.slow
+def test_the_export_in_the_train_images_packages_loads_in_the_bfcl_images_transformers(tmp_path):
+    _needs_train_venv()
+    if not TF4.is_file():
+        pytest.skip(f"no {TF4} (make build/upstream)")
+    from fp8rl.adapters.verl_rehearse import stand_in_model
+
+    base = stand_in_model(tmp_path / "base", "qwen3")
+    result = image_rehearse.export_job(TRAIN_VENV, tmp_path / "work", base, TF4)
+    assert result.ok and not result.skipped, result.detail
+    assert "transformers 5.9.0" in result.detail  # verl's tokenizer saved by the train image's transformers
+    # the check has teeth: the save as that transformers wrote it, not exported, does not load there
+    import subprocess
+
+    from fp8rl.adapters.verl_checkpoint import HF_SUBDIR
+
+    raw = tmp_path / "work" / "verl_save" / "actor" / HF_SUBDIR
+    res = subprocess.run(
+        [str(TF4), "-c", image_rehearse.EXPORT_LOAD, str(raw)], capture_output=True, text=True
+    )
+    assert res.returncode != 0 and "TokenizersBackend does not exist" in res.stderr
