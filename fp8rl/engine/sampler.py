@@ -23,6 +23,7 @@ nothing else is computed, and the tokens and log-probs are the same either way.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -155,12 +156,13 @@ def generate(
     generator: torch.Generator | None = None,
     greedy: bool = False,
     keep_distributions: bool = False,
-    reserve_cache: bool = True,
+    reserve_cache: bool | None = None,
 ) -> RolloutBatch:
     """Sample one response per prompt (repeat a prompt n times for n samples); see the module doc
-    (`keep_distributions`: also record each position's sampling distribution; `reserve_cache=False`:
-    grow the KV cache by concatenation, as `transformers` does, instead of writing it in place — the
-    same tokens and log-probs, slower: for benchmarks and the bit-identity test)."""
+    (`keep_distributions`: also record each position's sampling distribution; `reserve_cache=False`,
+    or `FP8RL_SAMPLER_CACHE=grow` in the environment when it is not given: grow the KV cache by
+    concatenation, as `transformers` does, instead of writing it in place — the same tokens and
+    log-probs, slower: for benchmarks and the bit-identity test)."""
     if not prompts:
         raise ValueError("generate: no prompts")
     if max_new_tokens <= 0:
@@ -179,6 +181,8 @@ def generate(
         cache.batch_select_indices(rows)
         ids, mask, logits = ids[rows], mask[rows], logits[rows]
     bsz, plen = ids.shape
+    if reserve_cache is None:
+        reserve_cache = os.environ.get("FP8RL_SAMPLER_CACHE", "reserved") != "grow"
     if reserve_cache:
         reserve(cache, plen + max_new_tokens)
     next_pos = mask.sum(-1, keepdim=True)  # [B, 1] position of the first response token

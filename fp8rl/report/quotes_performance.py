@@ -195,3 +195,31 @@ def performance_repro(published: Path) -> str:
             + measured_on(before)
         )
     return out
+
+
+STEP_AB_RECORD = Path("benchmarks") / "step_ab_longform.json"
+STEP_TARGET = 2.0  # the realistic testbed's step against the code before the speed work
+
+
+@quoted_block("performance-step-ab")
+def performance_step_ab(published: Path) -> str:
+    """A table and a paragraph: the longform testbed's step with transformers' growing KV cache and with
+    the reserved one (`benchmarks/step_ab.py --json`), per phase, with the bit-for-bit check and the 2x
+    target."""
+    r = benchmark_record(published, STEP_AB_RECORD, "step_ab.py", "arms")
+    phases = list(r["arms"]["after"]["phase_s"])
+    rows = [
+        [f"{arm} (`{r['switch']}={r[arm]}`)", num(a["step_s"], 3), *(num(a["phase_s"][p], 3) for p in phases)]
+        for arm, a in ((arm, r["arms"][arm]) for arm in ("before", "after"))
+    ]
+    rows.append(
+        ["before / after", f"{num(r['ratios']['step'])}×", *(f"{num(r['ratios'][p])}×" for p in phases)]
+    )
+    met = r["ratios"]["step"] >= STEP_TARGET
+    return (
+        markdown_table(["arm", "step (s)", *(f"{p} (s)" for p in phases)], rows)
+        + f"\n\n`{r['run']}` of `{r['config']}`, seconds per step (phases per step). The metrics of the two "
+        f"arms are {'the same bit for bit' if r['metrics_same'] else 'NOT the same'} (timing keys aside). "
+        f"Target: the testbed's step ≥ {num(STEP_TARGET, 1)}× faster than before the speed work: "
+        f"{'met' if met else 'not met'} by this change alone. " + measured_on(r)
+    )
