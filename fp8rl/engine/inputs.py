@@ -233,7 +233,7 @@ def positions(config: dict) -> int | None:
 def check_train_data(cfg: ExperimentConfig, base_dir: str | Path, data_dir: str | Path, config: dict) -> None:
     """Every row of `train.jsonl`, and its prompt plus `schedule.max_new_tokens` within the base model's
     positions; ValueError naming the file and line."""
-    from fp8rl.engine.tokenizer import encode_prompt, load_tokenizer
+    from fp8rl.engine.tokenizer import encode_prompts, load_tokenizer
 
     path = Path(data_dir) / "train.jsonl"
     rows = load_split_lines(data_dir, "train.jsonl")
@@ -243,9 +243,9 @@ def check_train_data(cfg: ExperimentConfig, base_dir: str | Path, data_dir: str 
     tokenizer = load_tokenizer(base_dir)
     new = cfg.schedule.max_new_tokens
     what = f"the prompt plus schedule.max_new_tokens ({new})"
-    if problem := length_problem(
-        rows, path, lambda r: len(encode_prompt(tokenizer, r["prompt"])) + new, limit, what
-    ):
+    encoded = encode_prompts(tokenizer, [r["prompt"] for _, r in rows])
+    tokens = {id(r): len(ids) for (_, r), ids in zip(rows, encoded, strict=True)}
+    if problem := length_problem(rows, path, lambda r: tokens[id(r)] + new, limit, what):
         raise ValueError(problem)
 
 

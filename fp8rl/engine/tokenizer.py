@@ -94,3 +94,14 @@ def encode_prompt(tokenizer, prompt: str) -> list[int]:
     else:
         text = prompt
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
+    """`encode_prompt` of every prompt, in one batched call of the tokenizer (the same ids; a fast
+    tokenizer encodes a batch many times faster than row by row: a training set's prompts are encoded at
+    every run's start)."""
+    if not prompts:
+        return []
+    if getattr(tokenizer, "chat_template", None):
+        return [encode_prompt(tokenizer, p) for p in prompts]
+    return tokenizer(list(prompts), add_special_tokens=False)["input_ids"]

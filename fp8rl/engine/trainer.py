@@ -70,7 +70,7 @@ from fp8rl.engine.sampler import RolloutBatch, sampler_distributions
 from fp8rl.engine.scoring import score
 from fp8rl.engine.shadow import ShadowPass
 from fp8rl.engine.stop import Interrupted, StopRequest
-from fp8rl.engine.tokenizer import encode_prompt, load_tokenizer
+from fp8rl.engine.tokenizer import encode_prompts, load_tokenizer
 from fp8rl.engine.update_batch import MiniBatch, StepMeans, StepScores
 from fp8rl.engine.update_bounds import RunTargets, UpdateBounds
 from fp8rl.fp8 import fp8_state_dict, load_fp8_state_dict
@@ -224,7 +224,7 @@ class Trainer:
         # synthetic phantom clipping (fp8.ratio_noise, attribution tier); level 0 elsewhere
         self.ratio_noise = RatioNoise(self.resolved.ratio_noise)
         rows = load_split(self.data_dir, "train.jsonl")
-        self.prompt_ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in rows]
+        self.prompt_ids = encode_prompts(self.tokenizer, [r["prompt"] for r in rows])
         self.answers = [r["answer"] for r in rows]
         self.verifier = tasks.reward_fn(cfg.task.name)
         self.format_check = tasks.format_fn(cfg.task.name)
