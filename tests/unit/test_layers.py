@@ -24,6 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "quiet": set(),
     "numerics": {"vocabulary", "pinned_blas"},  # pinned_blas: reproducible mode's GEMM route
     "pinned_blas": set(),
+    "startup_hook": {"numerics"},  # the interpreter-start hook: writes numerics' OpenBLAS pin into a .pth
     "provenance": {"numerics"},
     "config": {"vocabulary", "rl"},  # rl.bounds: a resolved run's fixed clip interval
     "config_loader": {"config"},
