@@ -42,11 +42,16 @@ UPSTREAM := build/upstream
 $(UPSTREAM): scripts/upstream_src.sh containers/train/requirements.lock containers/bfcl/requirements.lock
 	PY=$(BIN)/python scripts/upstream_src.sh
 
-# The cpu image's pinned packages (its requirements.lock, installed as its Dockerfile installs it) for
-# rehearsing the report job in them (tests/unit/adapters/test_adapters_image_rehearse.py skips without
-# it): scripts/image_venv.sh, ~2 GB, minutes.
+# An image's pinned packages (its requirements.lock, installed as its Dockerfile installs it) for
+# rehearsing its jobs in them (tests/unit/adapters/test_adapters_image_rehearse.py skips a job without
+# its venv): scripts/image_venv.sh, minutes each; the cpu lock ~2 GB.
 build/venv-cpu/.lock-sha256: scripts/image_venv.sh containers/cpu/requirements.lock
 	scripts/image_venv.sh cpu
+# the train lock less its CUDA builds (data, export) and the whole eval lock (~11 GB; eval lm-eval)
+build/venv-train/.lock-sha256: scripts/image_venv.sh containers/train/requirements.lock
+	PY=python3.12 CPU_ONLY=1 scripts/image_venv.sh train
+build/venv-eval/.lock-sha256: scripts/image_venv.sh containers/eval/requirements.lock
+	PY=python3.12 scripts/image_venv.sh eval
 
 test: $(STAMP) $(VERL_SITE) $(UPSTREAM)
 	$(BIN)/python -m pytest -q

@@ -2,10 +2,9 @@
 # Make build/venv-IMAGE: a virtual environment with an image's pinned Python packages, installed as its
 # Dockerfile installs them (`pip install --require-hashes --no-deps -r containers/IMAGE/requirements.lock`,
 # then fp8rl with --no-deps), for rehearsing that image's jobs on a machine without the image
-# (fp8rl.adapters.image_rehearse). The interpreter is this machine's python3 (the cpu image's 3.11;
-# the GPU images' Dockerfiles use Ubuntu's 3.12: a lock whose wheels need 3.12 does not install here,
-# and pip says which). The cpu lock's torch+cpu comes from `--extra-index-url`, as in its Dockerfile, or
-# from a local copy (pip's find-links).
+# (fp8rl.adapters.image_rehearse). The interpreter is $PY: the image's Python (the cpu image's 3.11; the
+# GPU images' Ubuntu 3.12, PY=python3.12). The cpu lock's torch+cpu comes from PyTorch's CPU index
+# (FP8RL_TORCH_INDEX, as in its Dockerfile) or a local copy (pip's find-links).
 #   scripts/image_venv.sh cpu                      # -> build/venv-cpu
 #   PY=python3.12 CPU_ONLY=1 scripts/image_venv.sh train     # the train lock but its CUDA builds
 set -euo pipefail

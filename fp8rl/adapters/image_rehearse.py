@@ -17,22 +17,29 @@ Jobs (`JOBS`: job -> image):
   BASE`): a verl save whose tokenizer the train lock's transformers wrote, exported, and loaded by the
   bfcl image's transformers 4.51.3 (`build/tf4-venv`), as the agent eval's first call loads it.
 
+- `eval-lm` (eval image, its whole lock: CUDA builds of torch and vLLM, which import on a CPU;
+  `fp8rl eval lm-eval --config FILE --checkpoint CKPT --data DIR --out OUT --on-failure record`) to its
+  first GPU point: inputs checked, lm-eval's tasks planned, the `fp8rl-vllm` model built, and the only
+  failure recorded vLLM's finding no GPU (`GPU_POINT`).
+
 The train image's jobs run in a venv of its lock without its CUDA builds (`CPU_ONLY=1
 scripts/image_venv.sh train`: torch, its NVIDIA libraries, triton, vLLM, FlashInfer, Transformer
 Engine left out and listed), which the data and export jobs do not import. Not rehearsed in an image's
-packages yet: `eval lm` (eval image) and `eval agent` (bfcl image), whose first steps import the CUDA
-builds of torch and vLLM (the tokenizer the agent eval loads is checked in transformers 4.51.3 by
-`export`), and the training job itself (fp8rl.adapters.verl_rehearse, in verl's test environment).
+packages: `eval agent` (bfcl image: its own vLLM 0.8.5 on torch 2.6; the tokenizer it loads first is
+checked in transformers 4.51.3 by `export`), and the training job itself (fp8rl.adapters.verl_rehearse,
+in verl's test environment).
 
     python -m fp8rl.adapters.image_rehearse report [--venv build/venv-cpu] [--work DIR]
     python -m fp8rl.adapters.image_rehearse data --hub RESULTS/data/hub.json [--set KEY=VALUE ...]
     python -m fp8rl.adapters.image_rehearse export --base MODEL_DIR
+    python -m fp8rl.adapters.image_rehearse eval-lm --checkpoint MODEL_DIR --data DATA_DIR [--set ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -238,7 +245,58 @@ def export_job(venv: Path, work: Path, base: Path, tf4_python: Path, timeout_s: 
     )
 
 
-JOBS = {"report": "cpu", "data": "train", "export": "train"}
+# what vLLM (or torch under it) says when it finds no GPU: the eval jobs' first GPU point (vLLM 0.24:
+# its platform has no device type, and its engine config's DeviceConfig refuses the empty string)
+GPU_POINT = re.compile(
+    r"Device string must not be empty|Failed to infer device type|No CUDA GPUs are available|"
+    r"Found no NVIDIA driver|NVIDIA driver on your system|libcuda\.so",
+    re.IGNORECASE,
+)
+
+
+def eval_lm_job(
+    venv: Path, work: Path, checkpoint: Path, data: Path, sets: list[str] = (), timeout_s: int = 1800
+) -> Result:
+    """The paper tier's `eval_lm` job (eval image; workflows/eval.smk: `fp8rl eval lm-eval --config FILE
+    --checkpoint CKPT --data DIR --out OUT --on-failure ...`) to its first GPU point: its inputs checked,
+    lm-eval's tasks planned from the local data and the `fp8rl-vllm` model built, whose vLLM engine
+    then finds no GPU. With `--on-failure record` the job records that and exits 0; the rehearsal passes
+    when that is the only failure recorded."""
+    if problem := venv_problem(venv, "eval"):
+        return Result("eval lm-eval", True, problem, skipped=True)
+    install_fp8rl(venv)
+    out = work / "eval" / "lm_eval.json"
+    shutil.rmtree(out.parent, ignore_errors=True)
+    out.parent.mkdir(parents=True)
+    argv = [str(venv / "bin" / "fp8rl"), "eval", "lm-eval", "--config", str(ROOT / "config" / "paper.yaml"),
+            *(a for x in sets for a in ("--set", x)), "--checkpoint", str(checkpoint), "--data", str(data),
+            "--out", str(out), "--on-failure", "record"]  # fmt: skip
+    res = _run(venv, "eval", argv, work, timeout_s)
+    log = res.stdout + res.stderr
+    (work / "eval_lm.log").write_text(log)
+    if res.returncode != 0:
+        return Result(
+            "eval lm-eval",
+            False,
+            f"the job exited {res.returncode} before its first GPU point:\n{log[-TAIL_CHARS:]}",
+        )
+    import json
+
+    failed = json.loads(out.read_text()).get("failed") or []
+    reasons = [f.get("reason", "") for f in failed]
+    if "evaluating " not in log or not reasons or not all(GPU_POINT.search(r) for r in reasons):
+        return Result(
+            "eval lm-eval", False, f"it did not stop at vLLM's GPU (failures {reasons}):\n{log[-TAIL_CHARS:]}"
+        )
+    versions = _versions(venv, "eval", work, "lm-eval", "vllm", "transformers", "torch")
+    return Result(
+        "eval lm-eval",
+        True,
+        f"tasks planned, stopped where vLLM needs a GPU: {reasons[0][:160]} ({versions})",
+    )
+
+
+JOBS = {"report": "cpu", "data": "train", "export": "train", "eval-lm": "eval"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hub", type=Path, help="data: the record `fp8rl fetch data` wrote")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="data: a config override")
     p.add_argument("--base", type=Path, help="export: the base model folder (its tokenizer)")
+    p.add_argument("--checkpoint", type=Path, help="eval-lm: a Hugging Face model folder")
+    p.add_argument("--data", type=Path, help="eval-lm: the data job's folder")
     args = p.parse_args(argv)
     image = JOBS[args.job]
     venv = (args.venv or ROOT / "build" / f"venv-{image}").resolve()
@@ -262,6 +322,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.hub is None:
             p.error("data needs --hub RECORD (from `fp8rl fetch data`)")
         result = data_job(venv, work, args.hub.resolve(), args.set)
+    elif args.job == "eval-lm":
+        if args.checkpoint is None or args.data is None:
+            p.error("eval-lm needs --checkpoint MODEL_DIR and --data DATA_DIR")
+        result = eval_lm_job(venv, work, args.checkpoint.resolve(), args.data.resolve(), args.set)
     else:
         if args.base is None:
             p.error("export needs --base MODEL_DIR")

@@ -123,3 +123,61 @@ def test_the_export_in_the_train_images_packages_loads_in_the_bfcl_images_transf
         [str(TF4), "-c", image_rehearse.EXPORT_LOAD, str(raw)], capture_output=True, text=True
     )
     assert res.returncode != 0 and "TokenizersBackend does not exist" in res.stderr
+
+
+EVAL_VENV = ROOT / "build" / "venv-eval"
+
+
+def _eval_sets(mirror: Path) -> None:
+    """The stand-in hub's four paper eval sets in their hub layouts, splits and fields (one problem each),
+    as lm-eval's tasks read them (gsm8k's `main` config with a train split for its few-shot examples)."""
+    import json
+
+    def put(repo: str, rows: dict[str, list[dict]], readme: str | None = None) -> None:
+        d = mirror / repo
+        shutil.rmtree(d)
+        for path, split_rows in rows.items():
+            (d / path).parent.mkdir(parents=True, exist_ok=True)
+            (d / path).write_text("".join(json.dumps(r) + "\n" for r in split_rows))
+        if readme:
+            (d / "README.md").write_text(readme)
+
+    q = "What is 1 + 1?"
+    splits = "".join(f"  - split: {s}\n    path: main/{s}.jsonl\n" for s in ("train", "test"))
+    put("openai/gsm8k", {f"main/{s}.jsonl": [{"question": q, "answer": "1 + 1 = 2\n#### 2"}] for s in ("train", "test")},
+        f"---\nconfigs:\n- config_name: main\n  data_files:\n{splits}---\n")  # fmt: skip
+    put("HuggingFaceH4/MATH-500", {"test.jsonl": [{"problem": q, "solution": "$\\boxed{2}$", "answer": "2",
+                                                   "subject": "Prealgebra", "level": 1, "unique_id": "1"}]})  # fmt: skip
+    put("Maxwell-Jia/AIME_2024", {"train.jsonl": [{"ID": "1", "Problem": q, "Solution": "2", "Answer": 2}]})
+    put("math-ai/aime25", {"test.jsonl": [{"problem": q, "answer": "2", "id": "0"}]})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("eval_sets", [True, False])
+def test_the_eval_lm_job_in_the_eval_images_packages_reaches_vllms_gpu(tmp_path, monkeypatch, eval_sets):
+    """The paper tier's data from a stand-in hub, a stand-in checkpoint: the eval job in the eval lock's
+    packages (lm-eval, the CUDA builds of torch and vLLM) stops only where vLLM needs a GPU; with eval
+    sets lm-eval cannot build a task from (the stand-in hub's one-line placeholders) it stops before."""
+    if problem := venv_problem(EVAL_VENV, "eval"):
+        pytest.skip(problem)
+    from fp8rl.adapters.verl_rehearse import stand_in_model
+    from fp8rl.cli import main
+    from tests.hub_fixtures import make_hub
+
+    mirror = make_hub(tmp_path / "mirror", models=("Qwen/Qwen3-8B",))
+    if eval_sets:
+        _eval_sets(mirror)
+    monkeypatch.setenv("FP8RL_HUB_MIRROR", str(mirror))
+    sets = [f"hub.home={tmp_path / 'hf'}", "task.n_test=3", "task.n_train=100"]
+    flags = [a for s in sets for a in ("--set", s)]
+    data, paper = tmp_path / "data", str(ROOT / "config" / "paper.yaml")
+    assert main(["fetch", "data", "--config", paper, *flags, "--out", str(data / "hub.json")]) == 0
+    assert main(["data", "--config", paper, *flags, "--out", str(data), "--hub", str(data / "hub.json")]) == 0
+    checkpoint = stand_in_model(tmp_path / "checkpoint", "qwen3")
+    (checkpoint / "model.safetensors").write_bytes(b"")
+    result = image_rehearse.eval_lm_job(EVAL_VENV, tmp_path / "work", checkpoint, data, sets)
+    if not eval_sets:
+        assert not result.ok and "cannot build the task" in result.detail, result.detail
+        return
+    assert result.ok and not result.skipped, result.detail
+    assert "vllm 0.24.0" in result.detail and "Device string must not be empty" in result.detail
