@@ -289,7 +289,7 @@ def after_marker(out: Path, base: Path, *, timeout_s: int = TIMEOUT_S, checkpoin
     for name, fn in (
         ("import_metrics", lambda: import_metrics_step(metrics, out / "rehearsal_import")),
         ("tokenizer", lambda: tokenizer_step(out, base)),
-        ("checkpoint", lambda: verl_rehearse_ckpt.checkpoint_step(out, base, timeout_s)),
+        ("checkpoint", lambda: Step("checkpoint", *verl_rehearse_ckpt.checkpoint_step(out, base, timeout_s))),
     ):
         if name == "checkpoint" and not checkpoint:
             continue

@@ -45,7 +45,6 @@ import sys
 from pathlib import Path
 
 from fp8rl.adapters.verl_launch import OVERRIDES_FILE
-from fp8rl.adapters.verl_rehearse import Step
 from fp8rl.adapters.verl_run import SCRIPT_FILE
 
 STATE_FILE = "stand_in_actor.json"
@@ -260,11 +259,13 @@ CHAIN_OWN = ("trainer.default_local_dir", "trainer.experiment_name", "data.train
 CHAIN_DONE = "rehearsal_checkpoint_done"  # under the rehearsal's working directory: one file per chain
 
 
-def checkpoint_step(out: Path, base: Path | None = None, timeout_s: int = CHAIN_TIMEOUT_S) -> Step:
-    """Step 4: the job killed at its time limit and resumed, through verl's own checkpoint code
-    (fp8rl.adapters.verl_rehearse_ckpt). Run once per distinct set of the trainer and data overrides a
-    chain depends on (`CHAIN_KEYS`) in one working directory; a job with a set already rehearsed names
-    the job that rehearsed it."""
+def checkpoint_step(
+    out: Path, base: Path | None = None, timeout_s: int = CHAIN_TIMEOUT_S
+) -> tuple[bool, str]:
+    """`(ok, what it found)` of the rehearsal's step 4 (fp8rl.adapters.verl_rehearse): the job killed at
+    its time limit and resumed (`rehearse_chain`). Run once per distinct set of the trainer and data
+    overrides a chain depends on (`CHAIN_KEYS`) in one working directory; a job with a set already
+    rehearsed names the job that rehearsed it."""
     overrides = json.loads((out / OVERRIDES_FILE).read_text())
     keys = sorted(
         o for o in overrides["overrides"] if o.startswith(CHAIN_KEYS) and not o.startswith(CHAIN_OWN)
@@ -272,13 +273,11 @@ def checkpoint_step(out: Path, base: Path | None = None, timeout_s: int = CHAIN_
     done = out.parent / CHAIN_DONE / (hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16] + ".json")
     if done.is_file():
         earlier = json.loads(done.read_text())
-        return Step(
-            "checkpoint", earlier["ok"], f"as {earlier['run_id']} (the same trainer and data settings)"
-        )
+        return earlier["ok"], f"as {earlier['run_id']} (the same trainer and data settings)"
     ok, detail = rehearse_chain(out, out / "rehearsal_checkpoint", base, timeout_s=timeout_s)
     done.parent.mkdir(parents=True, exist_ok=True)
     done.write_text(json.dumps({"run_id": overrides["run_id"], "ok": ok}))
-    return Step("checkpoint", ok, detail)
+    return ok, detail
 
 
 def main(spec: str, last: str, save_until: str, out: str) -> None:
