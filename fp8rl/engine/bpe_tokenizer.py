@@ -4,8 +4,9 @@ text, saved as a Hugging Face `PreTrainedTokenizerFast`.
 The char tokenizer (fp8rl.engine.tokenizer) has 52 symbols, all of them task symbols, so a garbled
 sample there is a malformed number at worst. A real vocabulary is mostly tokens the task never uses.
 This one is trained with the `tokenizers` library, as GPT-2's and Llama 3's are: a byte-level
-pre-tokenizer (any text encodes, nothing is `<unk>`), digits split one per token first (as Qwen's and
-Llama's tokenizers do, so that numbers are spelled digit by digit), then BPE merges learned up to
+pre-tokenizer (any text encodes, nothing is `<unk>`), digits split one per token first (as Qwen's
+tokenizer does, so that numbers are spelled digit by digit; a space before a number stays with its first
+digit, as a space stays with the word it precedes), then BPE merges learned up to
 `vocab_size` over the training prompts and worked answers of the task plus `filler_sentences` sentences of
 generated filler text (fp8rl.engine.filler). `<pad>`, `<bos>`, `<eos>`, `<unk>` are its first ids, as in
 the char tokenizer; it adds no special tokens when encoding. `AutoTokenizer.from_pretrained(dir)` loads
@@ -32,11 +33,14 @@ MIN_FREQUENCY = 2  # a pair seen once is not merged
 def train_bpe(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
     """A byte-level BPE of exactly `vocab_size` tokens (special tokens included) trained on `texts`;
     ValueError when the corpus is too small to fill it (more filler text fills it)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+        [
+            pre_tokenizers.Split(Regex(r" ?[0-9]"), behavior="isolated"),  # one digit a token, with its space
+            pre_tokenizers.ByteLevel(add_prefix_space=False),
+        ]
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(

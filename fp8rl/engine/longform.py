@@ -11,18 +11,19 @@ step and a closing `The answer is N.`:
 | `events4` | 4      | ... two more events                                                         |
 
 A worked answer (the row's `target`, what the SFT learns):
-`At first Anna holds 23 shells. Then after buying 7 more, she has 23 + 7 = 30 shells. So because she
+`At first Anna has 23 shells. Then after buying 7 more, she has 23 + 7 = 30 shells. Later because Anna
 gave 5 to Ben, she keeps 30 - 5 = 25 shells now. The answer is 25.`
-Every sentence is composed of slots drawn from a few phrasings each (opening, connective, clause, verb,
-noun phrase), so a model that has learned the task still has real choices to sample: the testbed needs
-per-token entropy well above zero (its acceptance asks for at least 0.3 nats at the start of RL), and a
-sampled token of the wrong kind is visible in the text.
+Every sentence is composed of slots drawn from several phrasings each (opening; per step the link,
+clause, subject, verb and noun phrase), so a model that has learned the task still has real choices to
+sample: the testbed needs per-token entropy well above zero at the start of RL, and a sampled token of
+the wrong kind is visible in the text.
 
-`format_ok` (the gibberish rate's format check): the response is one or more sentences, each a
-capitalised word, then words, numbers and `+ - =` one space apart (a comma may follow a word), no capital
-inside but a name, and a full stop; every word is one of the task's words (`LEXICON`: the templates' words, names and items); it states at least
-one equation `a + b = c` or `a - b = c`; and its last sentence is `The answer is N.`. `reward`: 1.0 for
-a well-formed response whose `N` is the answer, else 0.0. Running totals stay in 1..99.
+`format_ok` (the gibberish rate's format check): the response is an answer of the task's grammar
+(`GRAMMAR`, built from the slots): an opening sentence, one or more step sentences each stating an
+equation `a + b = c` or `a - b = c`, and the closing `The answer is N.`, with the task's names, items and
+phrasings, one space between words. The arithmetic is not checked there: a well-formed answer may be
+wrong. `reward`: 1.0 for a well-formed response whose `N` is the answer, else 0.0. Running totals stay in
+1..99.
 """
 
 from __future__ import annotations
@@ -48,27 +49,49 @@ LOSSES = (
     ("uses {n}", "using {n}", "used {n}"),
 )
 PROMPT_LINKS = ("Then", "After that", "Later", "Next")
-# The slots of a worked sentence.
+# The slots of a worked answer: an opening, then per event `{link} {clause}, {subject} {verb} {x} ± {n}
+# = {y} {noun}.`, then the closing. Every slot's phrasings are drawn uniformly.
 OPENINGS = ("{name} starts with {a} {item}.", "At first {name} has {a} {item}.",
-            "{name} begins with {a} {item}.", "In the beginning {name} holds {a} {item}.")  # fmt: skip
-LINKS = ("Then", "Next", "Now", "So", "After that")
-CLAUSES = ("after {gerund}", "by {gerund}", "once {pron} {past}", "because {pron} {past}")
-VERBS = ("has", "holds", "keeps", "counts")
-NOUNS = ("{item}", "{item} in total", "{item} now", "of them")
+            "{name} begins with {a} {item}.", "In the beginning {name} holds {a} {item}.",
+            "First, {name} has {a} {item}.", "To start, {name} owns {a} {item}.",
+            "{name} has {a} {item} at the start.", "At the start {name} keeps {a} {item}.")  # fmt: skip
+LINKS = ("Then", "Next", "Now", "So", "After that", "Later", "And then", "After this")
+CLAUSES = ("after {gerund}", "by {gerund}", "once {pron} {past}", "because {pron} {past}",
+           "when {pron} {past}", "since {pron} {past}")  # fmt: skip
+SUBJECTS = ("{pron}", "{name}")
+VERBS = ("has", "holds", "keeps", "counts", "owns", "now has")
+NOUNS = ("{item}", "{item} in total", "{item} now", "of them", "{item} in all", "{item} altogether")
 CLOSING = "The answer is {y}."
 LEVELS = {"events2": 2, "events3": 3, "events4": 4}
 
-_TEMPLATE_TEXT = " ".join(
-    [*PROMPT_LINKS, *OPENINGS, *LINKS, *CLAUSES, *VERBS, *NOUNS, CLOSING, *NAMES, *NAMES.values(), *ITEMS,
-     "has", "How many", "does", "have now", *(p for ev in (*GAINS, *LOSSES) for p in ev)]
-)  # fmt: skip
-# Every word a well-formed answer may use (lower case; placeholders are not words).
-LEXICON = frozenset(w.lower() for w in re.findall(r"[A-Za-z]+", re.sub(r"\{\w+\}", " ", _TEMPLATE_TEXT)))
-# One sentence: a capitalised word, then words, numbers or `+ - =` one space apart (a comma may follow a
-# word), a full stop at the end.
-_SENTENCE = re.compile(r"[A-Z][a-z]*(?:,? (?:[A-Za-z]+|\d+|[+=-]))*\.")
-_EQUATION = re.compile(r"\d+ [+-] \d+ = -?\d+")
-_CLOSING = re.compile(r"The answer is (-?\d+)\.")
+
+def _alternatives(options, **fill: str) -> str:
+    """A regex group matching any of `options`, each `{key}` in them standing for the pattern `fill[key]`."""
+
+    def one(text: str) -> str:
+        parts = re.split(r"\{(\w+)\}", text)
+        return "".join(re.escape(part) if i % 2 == 0 else fill[part] for i, part in enumerate(parts))
+
+    return "(?:" + "|".join(one(o) for o in options) + ")"
+
+
+def _grammar() -> re.Pattern:
+    """The well-formed answers: an opening, one or more step sentences, the closing (module docstring)."""
+    name, num, item = _alternatives(NAMES), r"\d+", _alternatives(ITEMS)
+    pron = _alternatives(sorted(set(NAMES.values())))
+    events = [*GAINS, *LOSSES]
+    gerund = _alternatives([e[1] for e in events], n=num, other=name)
+    past = _alternatives([e[2] for e in events], n=num, other=name)
+    step = (
+        _alternatives(LINKS) + " " + _alternatives(CLAUSES, gerund=gerund, past=past, pron=pron) + ", "
+        + _alternatives(SUBJECTS, pron=pron, name=name) + " " + _alternatives(VERBS)
+        + rf" {num} [+-] {num} = {num} " + _alternatives(NOUNS, item=item) + r"\."
+    )  # fmt: skip
+    opening = _alternatives(OPENINGS, name=name, a=num, item=item)
+    return re.compile(rf"{opening}(?: {step})+ The answer is ({num})\.")
+
+
+GRAMMAR = _grammar()
 
 
 def check_levels(levels: list[str]) -> None:
@@ -108,11 +131,10 @@ def draw(rng: random.Random, k: int) -> tuple[str, int, str]:
         prompt.append(f"{rng.choice(PROMPT_LINKS)} {pron} {present.format(**fill)}.")
         new = total + n if gain else total - n
         clause = rng.choice(CLAUSES).format(gerund=gerund.format(**fill), past=past.format(**fill), pron=pron)
-        noun = rng.choice(NOUNS).format(item=item)
-        verb = rng.choice(VERBS)
-        work.append(
-            f"{rng.choice(LINKS)} {clause}, {pron} {verb} {total} {'+' if gain else '-'} {n} = {new} {noun}."
-        )
+        subject = rng.choice(SUBJECTS).format(pron=pron, name=name)
+        verb, noun = rng.choice(VERBS), rng.choice(NOUNS).format(item=item)
+        op = "+" if gain else "-"
+        work.append(f"{rng.choice(LINKS)} {clause}, {subject} {verb} {total} {op} {n} = {new} {noun}.")
         total = new
     prompt.append(f"How many {item} does {name} have now?")
     work.append(CLOSING.format(y=total))
@@ -147,23 +169,13 @@ def generate_split(
 
 
 def extract_answer(response: str) -> str | None:
-    """The `N` of a well-formed response's closing `The answer is N.`, else None (`format_ok`)."""
-    text = response.strip()
-    sentences = _SENTENCE.findall(text)
-    if not sentences or " ".join(sentences) != text:
-        return None
-    if any(w.lower() not in LEXICON for w in re.findall(r"[A-Za-z]+", text)):
-        return None
-    if any(w[0].isupper() and w not in NAMES for s in sentences for w in re.findall(r"[A-Za-z]+", s)[1:]):
-        return None  # a capital inside a sentence: two sentences run together
-    if not _EQUATION.search(text):
-        return None
-    m = _CLOSING.fullmatch(sentences[-1])
+    """The `N` of a well-formed response's closing `The answer is N.` (`GRAMMAR`), else None."""
+    m = GRAMMAR.fullmatch(response.strip())
     return m.group(1) if m else None
 
 
 def format_ok(response: str) -> bool:
-    """Whether a response is well-formed worked text ending in `The answer is N.` (module docstring)."""
+    """Whether a response is a well-formed worked answer ending in `The answer is N.` (module docstring)."""
     return extract_answer(response) is not None
 
 

@@ -43,7 +43,7 @@ def test_the_tokenizer_has_a_real_vocabulary_and_loads_with_auto_tokenizer(built
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert tok.eos_token_id not in ids and tok.decode(ids) == text  # byte-level: a lossless round trip
     # digits one per token (numbers spelled digit by digit), words whole
-    assert tok.tokenize(" has 47 apples") == ["Ġhas", "Ġ", "4", "7", "Ġapples"]
+    assert tok.tokenize(" has 47 apples") == ["Ġhas", "Ġ4", "7", "Ġapples"]
     # most of the vocabulary is never used by the task: a sampled token can be nonsense
     used = {
         i for r in rows for i in tok(r["prompt"] + " " + r["target"], add_special_tokens=False)["input_ids"]
