@@ -24,7 +24,7 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast
 
-from fp8rl.engine.tokenizer import SPECIAL_TOKENS
+from fp8rl.engine.tokenizer import SPECIAL_TOKENS, as_fast_tokenizer
 
 TOKENIZER_DIR = "tokenizer"  # under the data directory
 MIN_FREQUENCY = 2  # a pair seen once is not merged
@@ -56,16 +56,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
             f"task.tokenizer.vocab_size: the corpus fills {tok.get_vocab_size()} of {vocab_size} tokens "
             "(raise task.tokenizer.filler_sentences)"
         )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="<pad>",
-        bos_token="<bos>",
-        eos_token="<eos>",
-        unk_token="<unk>",
-        padding_side="left",
-        model_max_length=4096,
-        clean_up_tokenization_spaces=False,
-    )
+    return as_fast_tokenizer(tok)
 
 
 def corpus(task_rows: list[dict], filler_sentences: int, seed: int) -> list[str]:

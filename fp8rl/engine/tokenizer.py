@@ -30,7 +30,13 @@ def build_char_tokenizer(alphabet: str = ALPHABET) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    fast = PreTrainedTokenizerFast(
+    return as_fast_tokenizer(tok)
+
+
+def as_fast_tokenizer(tok) -> PreTrainedTokenizerFast:
+    """A `tokenizers.Tokenizer` over `SPECIAL_TOKENS` as the scratch models' `PreTrainedTokenizerFast`
+    (left padding, no clean-up of spaces): the char tokenizer's and the longform testbed's BPE's."""
+    return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         pad_token="<pad>",
         bos_token="<bos>",
@@ -40,7 +46,6 @@ def build_char_tokenizer(alphabet: str = ALPHABET) -> PreTrainedTokenizerFast:
         model_max_length=4096,
         clean_up_tokenization_spaces=False,
     )
-    return fast
 
 
 # The JSON files AutoTokenizer parses without naming them when they are broken.
