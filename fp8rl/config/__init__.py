@@ -34,6 +34,7 @@ Import the names from `fp8rl.config`, not from the modules. Names follow docs/ar
 run id is `{algo}/{model}/{variant}/{granularity}/seed{seed}` and `bf16` runs use granularity `none`.
 """
 
+from fp8rl.config.acceptance import AcceptanceConfig
 from fp8rl.config.algorithms import AlgorithmBase, AlgorithmsConfig, DAPOConfig, GRPOConfig
 from fp8rl.config.base import (
     HUB_ID,
@@ -80,9 +81,17 @@ from fp8rl.config.precision import (
 from fp8rl.config.resolved import ResolvedRun, resolve_run
 from fp8rl.config.runs import AXES, HasMatrix, RunSpec, expand_matrix, find_run, reference_run
 from fp8rl.config.study import ContrastConfig, EndpointConfig, StudyConfig, arm_cell, check_arms
-from fp8rl.config.training import STEPS_MAX, ScheduleConfig, SFTConfig, StabilityConfig, TaskConfig
+from fp8rl.config.training import (
+    STEPS_MAX,
+    ScheduleConfig,
+    SFTConfig,
+    StabilityConfig,
+    SubwordTokenizerConfig,
+    TaskConfig,
+)
 
 __all__ = [
+    "AcceptanceConfig",
     "AXES",
     "HUB_ID",
     "LIMITS",
@@ -128,6 +137,7 @@ __all__ = [
     "SFTConfig",
     "ScheduleConfig",
     "StabilityConfig",
+    "SubwordTokenizerConfig",
     "StudyConfig",
     "Strict",
     "TISConfig",

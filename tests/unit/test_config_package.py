@@ -21,6 +21,7 @@ ORDER = [
     "precision",
     "training",
     "evaluation",
+    "acceptance",
     "infrastructure",
     "limits",
     "matrix",
