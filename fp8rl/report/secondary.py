@@ -122,7 +122,8 @@ NAMES = {
 
 def secondary_lines(table: pd.DataFrame) -> list[str]:
     """Bullets of the table (its csv frame): per held-out metric the control's gain over its base and the
-    registered contrasts with their intervals (the planned ones with their Holm p); no decision."""
+    study's contrasts with their intervals (the planned ones first, with their Holm p; then the exploratory
+    ones, which a study may add later, as learn's bf16_floor contrasts were); no decision."""
     from fp8rl.report.quote_format import interval, num
 
     lines = []
@@ -140,5 +141,9 @@ def secondary_lines(table: pd.DataFrame) -> list[str]:
                 holm = f", p (Holm) {num(r['p_adjusted'], 3)}" if r["family"] == "planned" else ""
                 parts.append(f"{r['arm']} − {r['reference']} {ci}{holm}")
         if parts:
-            lines.append(f"- {name}, the registered contrasts: " + "; ".join(parts) + ".")
+            lines.append(
+                f"- {name}, the study's contrasts (planned with their Holm p, then exploratory): "
+                + "; ".join(parts)
+                + "."
+            )
     return lines
