@@ -130,21 +130,31 @@ def test_without_its_spec_the_loss_says_so(registry, monkeypatch):
         )
 
 
-def test_the_cell_composes_and_validates_in_verl(compose, capsys):  # noqa: F811 (the fixture)
+def composed_paper_cell(compose_fn, variant: str):
+    """The paper tier's qwen3-8b GRPO blockwise cell of `variant`, composed by verl's Hydra config and
+    validated; checks the loss `fp8rl_{variant minus fp8_}` and token-level rollout ratios with a
+    threshold that truncates nothing (the adaptive corrections read the raw ratios). (cfg, spec, config)."""
     from fp8rl.adapters.verl_corrections import RAW_RATIO_THRESHOLD
-    from fp8rl.adapters.verl_overrides import loss_spec, verl_overrides
+    from fp8rl.adapters.verl_overrides import verl_overrides
     from fp8rl.config_loader import load_config
 
     cfg = load_config(
         ROOT / "config/paper.yaml",
-        ["matrix.variants=[bf16,fp8_icepop_adaptive]", "matrix.seeds=[0]", "matrix.models=[qwen3-8b]",
+        [f"matrix.variants=[bf16,{variant}]", "matrix.seeds=[0]", "matrix.models=[qwen3-8b]",
          "matrix.algorithms=[grpo]", "matrix.granularities=[blockwise]"],
     )  # fmt: skip
-    (spec,) = [s for s in cfg.runs() if s.variant == "fp8_icepop_adaptive"]
-    c = compose(verl_overrides(cfg, spec, PATHS))
+    (spec,) = [s for s in cfg.runs() if s.variant == variant]
+    c = compose_fn(verl_overrides(cfg, spec, PATHS))
     _validate(c)
-    assert c.actor_rollout_ref.actor.policy_loss.loss_mode == "fp8rl_icepop_adaptive"
+    assert c.actor_rollout_ref.actor.policy_loss.loss_mode == "fp8rl_" + variant.removeprefix("fp8_")
     rc = c.algorithm.rollout_correction
     assert rc.rollout_is == "token" and float(rc.rollout_is_threshold) == RAW_RATIO_THRESHOLD
+    return cfg, spec, c
+
+
+def test_the_cell_composes_and_validates_in_verl(compose, capsys):  # noqa: F811 (the fixture)
+    from fp8rl.adapters.verl_overrides import loss_spec
+
+    cfg, spec, _ = composed_paper_cell(compose, "fp8_icepop_adaptive")
     assert set(loss_spec(cfg, spec)["icepop_adaptive"]) == {"band", "mask_frac"}
     capsys.readouterr()

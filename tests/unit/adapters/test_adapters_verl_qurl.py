@@ -25,7 +25,7 @@ from fp8rl.rl import ClipBounds, LossTerms, policy_loss
 from fp8rl.rl.corrections.qurl import qurl_bounds
 from fp8rl.vocabulary import VARIANT_SPECS
 from tests.unit.adapters.test_adapters_verl_compose import PATHS, _validate, compose  # noqa: F401 (fixture)
-from tests.unit.adapters.test_adapters_verl_icepop import ROOT, _actor_config, _batch
+from tests.unit.adapters.test_adapters_verl_icepop import _actor_config, _batch, composed_paper_cell
 
 RC = "algorithm.rollout_correction"
 SPEC = VARIANT_SPECS["fp8_qurl"]
@@ -157,18 +157,5 @@ def test_one_pair_of_bounds_per_update_across_dp_ranks(verl_site, tmp_path):
 
 
 def test_the_cell_composes_and_validates_in_verl(compose, capsys):  # noqa: F811 (the fixture)
-    from fp8rl.adapters.verl_overrides import verl_overrides
-    from fp8rl.config_loader import load_config
-
-    cfg = load_config(
-        ROOT / "config/paper.yaml",
-        ["matrix.variants=[bf16,fp8_qurl]", "matrix.seeds=[0]", "matrix.models=[qwen3-8b]",
-         "matrix.algorithms=[grpo]", "matrix.granularities=[blockwise]"],
-    )  # fmt: skip
-    (spec,) = [s for s in cfg.runs() if s.variant == "fp8_qurl"]
-    c = compose(verl_overrides(cfg, spec, PATHS))
-    _validate(c)
-    assert c.actor_rollout_ref.actor.policy_loss.loss_mode == "fp8rl_qurl"
-    rc = c.algorithm.rollout_correction
-    assert rc.rollout_is == "token" and float(rc.rollout_is_threshold) == RAW_RATIO_THRESHOLD
+    composed_paper_cell(compose, "fp8_qurl")
     capsys.readouterr()
