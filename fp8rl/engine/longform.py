@@ -31,6 +31,8 @@ from __future__ import annotations
 import random
 import re
 
+from fp8rl.engine.word_problems import distinct_problems
+
 NAMES = {"Anna": "she", "Ben": "he", "Mia": "she", "Tom": "he", "Sara": "she", "Leo": "he", "Nora": "she",
          "Omar": "he", "Lily": "she", "Max": "he", "Zoe": "she", "Sam": "he"}  # fmt: skip
 ITEMS = ("apples", "pencils", "cookies", "stickers", "marbles", "books", "cards", "shells", "coins", "eggs",
@@ -149,23 +151,13 @@ def generate_split(
     the templates cannot give `n` distinct problems."""
     check_levels(levels)
     rng = random.Random(f"{seed}:longform:{split}")
-    rows: list[dict] = []
-    seen = set(exclude)
-    misses = 0
-    while len(rows) < n:
-        level = levels[len(rows) % len(levels)]
-        prompt, answer, work = draw(rng, LEVELS[level])
-        if prompt in seen:
-            misses += 1
-            if misses > 1000 + 10 * n:
-                raise ValueError(f"cannot draw {n} distinct {split} longform problems from levels {levels}")
-            continue
-        seen.add(prompt)
-        rows.append(
-            {"id": f"{level}-{len(rows):06d}", "level": level, "prompt": prompt, "answer": str(answer),
-             "target": work}
-        )  # fmt: skip
-    return rows
+    problems = distinct_problems(
+        levels, n, rng, lambda r, level: draw(r, LEVELS[level]), f"{split} longform problems", exclude
+    )
+    return [
+        {"id": f"{level}-{i:06d}", "level": level, "prompt": prompt, "answer": str(answer), "target": work}
+        for i, (level, prompt, answer, work) in enumerate(problems)
+    ]
 
 
 def extract_answer(response: str) -> str | None:

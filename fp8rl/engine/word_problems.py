@@ -77,6 +77,28 @@ def check_levels(levels: list[str]) -> None:
         )
 
 
+def distinct_problems(
+    levels: list[str], n: int, rng: random.Random, draw: Callable, what: str, exclude: set[str] = frozenset()
+) -> list[tuple[str, str, int, str]]:
+    """`n` problems `(level, question, answer, work)` cycling through `levels`, each from `draw(rng,
+    level)`, skipping a question already drawn or in `exclude` (another split's). ValueError naming
+    `what` when the templates cannot give `n` distinct ones."""
+    out: list[tuple[str, str, int, str]] = []
+    seen = set(exclude)
+    misses = 0
+    while len(out) < n:
+        level = levels[len(out) % len(levels)]
+        question, answer, work = draw(rng, level)
+        if question in seen:
+            misses += 1
+            if misses > 1000 + 10 * n:
+                raise ValueError(f"cannot draw {n} distinct {what} from levels {levels}")
+            continue
+        seen.add(question)
+        out.append((level, question, answer, work))
+    return out
+
+
 def generate_split(
     levels: list[str], n: int, seed: int, *, split: str, exclude: set[str] = frozenset()
 ) -> list[dict]:
@@ -85,25 +107,16 @@ def generate_split(
     cannot give `n` distinct problems."""
     check_levels(levels)
     rng = random.Random(f"{seed}:words:{split}")
-    rows: list[dict] = []
-    seen = set(exclude)
-    misses = 0
-    while len(rows) < n:
-        level = levels[len(rows) % len(levels)]
-        question, answer, work = LEVELS[level](rng)
-        if question in seen:
-            misses += 1
-            if misses > 1000 + 10 * n:
-                raise ValueError(f"cannot draw {n} distinct {split} word problems from levels {levels}")
-            continue
-        seen.add(question)
-        rows.append(
-            {
-                "id": f"{level}-{len(rows):06d}",
-                "level": level,
-                "prompt": question,
-                "answer": str(answer),
-                "solution": f"{work}\n#### {answer}",
-            }
-        )
-    return rows
+    problems = distinct_problems(
+        levels, n, rng, lambda r, level: LEVELS[level](r), f"{split} word problems", exclude
+    )
+    return [
+        {
+            "id": f"{level}-{i:06d}",
+            "level": level,
+            "prompt": question,
+            "answer": str(answer),
+            "solution": f"{work}\n#### {answer}",
+        }
+        for i, (level, question, answer, work) in enumerate(problems)
+    ]
