@@ -2,7 +2,9 @@
 from their published tables: whether the bf16 control learned (`control.csv`), the pre-registered
 contrasts (`planned.csv`, `exploratory.csv`), divergence per variant and noise dose (`stability.csv`,
 `breaking_dose.csv`: the learning tier) or per study arm (`study_survival.csv`: the clipping tier), and
-for the clipping tier what calibration did to the clipping itself (`arms.csv`, `endpoints.csv`)."""
+for the clipping tier what calibration did to the clipping itself (`arms.csv`, `endpoints.csv`). The
+control, the planned contrasts and the divergences are said as the tier's SUMMARY.md says them
+(fp8rl.report.findings)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from fp8rl.report.control import never_ran
+from fp8rl.report.findings import control_lines, planned_lines, stability_lines, survival_lines
 from fp8rl.report.quote_format import (
     QuoteError,
     interval,
@@ -66,31 +70,21 @@ def clipping_per_arm(published: Path, tier: str) -> str:
 def study_findings(published: Path, tier: str, after_contrasts: tuple[str, ...] | list[str] = ()) -> str:
     """A few bullets for a pre-registered study tier: the control's reward rise with its interval and
     verdict, each planned contrast with its interval, Holm p and decision (Welch t over seeds, or the
-    paired t over bases of `study.unit: base`), each exploratory contrast marked as such, the entropy
-    peak after the baseline steps over the baseline per arm (`entropy_line`), and where runs diverged, of which kind (`stability.csv`, or
-    `study_survival.csv` for a study without a dose axis). `after_contrasts`: a tier's own lines,
-    placed after the contrasts."""
+    paired t over bases of `study.unit: base`), as SUMMARY.md says them (fp8rl.report.findings), each
+    exploratory contrast marked as such, the entropy peak after the baseline steps over the baseline per
+    arm (`entropy_line`), and where runs diverged, of which kind (`stability.csv`, or
+    `study_survival.csv` for a study without a dose axis). `after_contrasts`: a tier's own lines, placed
+    after the contrasts."""
     control = published_table(published, tier, "control")
     if control.empty:
         raise QuoteError(f"{published / tier}: control.csv has no bf16 group")
-    lines = []
-    for r in control.to_dict("records"):
-        lines.append(
-            f"- bf16 control: sampled reward {num(r['reward_first'])} over the first steps → "
-            f"{num(r['reward_last'])} over the last ones, a rise of "
-            f"{interval(r['rise'], r['low'], r['high'])} over {int(r['n'])} {r['unit'].split(' ')[0]}s: "
-            f"**{r['verdict']}**."
-        )
+    groups = control.to_dict("records")
     void = not (control["verdict"] == "learned").all()
     planned = published_table(published, tier, "planned")
     paired = "bases" in planned  # study.unit: base (fp8rl.report.paired)
     test = "paired t over bases" if paired else "Welch t"
-    for r in planned.to_dict("records"):
-        lines.append(
-            f"- {r['arm']} − {r['reference']} (final-window reward, {test}, Holm): "
-            f"{interval(r['difference'], r['low'], r['high'], 3)}, p (Holm) = {num(r['p_adjusted'], 3)}: "
-            f"{r['decision']}" + (" (void: the control did not learn)" if void else "") + "."
-        )
+    lines = control_lines(control, void, who="bf16 control, ")
+    lines += planned_lines(planned, void, never_ran(groups), how=f" (final-window reward, {test}, Holm)")
     if (published / tier / "tables" / "exploratory.csv").is_file():
         for r in published_table(published, tier, "exploratory").to_dict("records"):
             lines.append(
@@ -99,11 +93,12 @@ def study_findings(published: Path, tier: str, after_contrasts: tuple[str, ...] 
                 f"p {_p(r['p'])}, unadjusted)."
             )
     lines += after_contrasts
-    tables = published / tier / "tables"
-    stab = published_table(published, tier, "stability") if (tables / "stability.csv").is_file() else None
     if (line := entropy_line(published, tier)) is not None:
         lines.append(line)
-    lines.append(_divergences(published, tier, stab))
+    if (published / tier / "tables" / "stability.csv").is_file():
+        lines += stability_lines(published_table(published, tier, "stability"))
+    else:
+        lines += survival_lines(published_table(published, tier, "study_survival"))
     return "\n".join(lines)
 
 
@@ -124,30 +119,6 @@ def entropy_line(published: Path, tier: str) -> str | None:
         f"- Entropy after the baseline steps, over its baseline (a surge would be several times it): each "
         f"arm's median run {medians}; the highest run {num(top['peak_entropy_rel'])} ({top['arm']})."
     )
-
-
-def _divergences(published: Path, tier: str, stab: pd.DataFrame | None) -> str:
-    """Runs flagged per variant and dose (`stability.csv`) or per study arm (`study_survival.csv`)."""
-    if stab is None:
-        table, of, among = published_table(published, tier, "study_survival"), "trained", "runs that trained"
-
-        def label(r: dict) -> str:
-            return r["arm"]
-    else:
-        table, of, among = stab, "runs", "runs"
-
-        def label(r: dict) -> str:
-            return f"{r['variant']} at dose {num(r['noise'], 0)}"
-
-    broke = table[table["diverged"] > 0]
-    if broke.empty:
-        return f"- Divergences: none in {int(table[of].sum())} runs."
-    cells = "; ".join(
-        f"{label(r)}: {int(r['diverged'])}/{int(r[of])}"
-        + (f" ({r['kinds']})" if isinstance(r.get("kinds"), str) and r["kinds"] else "")
-        for r in broke.to_dict("records")
-    )
-    return f"- Divergences (runs flagged / {among}): {cells}."
 
 
 @quoted_block("learn-divergence")

@@ -3,8 +3,9 @@ found (with intervals) and what it does not show, written by `fp8rl report` from
 written and copied by `fp8rl publish` with them (report.json hashes it like every other output).
 
 Every figure on the page is read from the tier's own tables (`control.csv`, `planned.csv`,
-`study_survival.csv`, `stability.csv`, `comparison.csv`, `runs.csv`); nothing is typed by hand, so the page of a publication
-says what its tables say. The caveats are generated from the same data: a void comparison, one shared
+`study_survival.csv`, `stability.csv`, `comparison.csv`, `runs.csv`); nothing is typed by hand, so the page
+of a publication says what its tables say. The control, the planned contrasts and the divergences are
+said by fp8rl.report.findings, in the words of the quoted blocks of README.md and docs/. The caveats are generated from the same data: a void comparison, one shared
 base, single seeds, CPU emulation of FP8 on a small scratch model.
 
 A pipeline check (`pipeline_check`: a tier without a pre-registered study or FP8 conditions, the smoke
@@ -21,8 +22,9 @@ from pathlib import Path
 import pandas as pd
 
 from fp8rl.report.base_models import numerics_line
-from fp8rl.report.control import UNCHECKED, VOID, never_ran
-from fp8rl.report.quote_format import SIGNIFICANCE_NOTE, interval, markdown_table, num, pp
+from fp8rl.report.control import never_ran
+from fp8rl.report.findings import control_lines, planned_lines, stability_lines, survival_lines
+from fp8rl.report.quote_format import SIGNIFICANCE_NOTE, markdown_table, num, pp
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
 # The tables the page links to, in reading order, with what each answers.
@@ -109,66 +111,6 @@ def _too_short(cfg) -> str:
         "and eval comparisons with bf16 are reported, not interpreted (the tables mark them void); the paired "
         "excess clipping above does not rest on them."
     )
-
-
-def _control(control: pd.DataFrame | None, void: bool, short: str | None = None) -> list[str]:
-    """The control's lines; where it did not learn, the void notice, or `short` (a pipeline check's
-    reason why no learning was expected) when given and a control run finished."""
-    if control is None or control.empty:
-        return ["- No bf16 run in the matrix: nothing to check the comparison against."]
-    lines = [
-        f"- {r['algo']}/{r['model']}"
-        + (f" ({r['condition']})" if isinstance(r["condition"], str) and r["condition"] != "none" else "")
-        + f": sampled reward {num(r['reward_first'])} → {num(r['reward_last'])}, rise "
-        f"{interval(r['rise'], r['low'], r['high'], 3)} over {int(r['n'])} units ({r['unit']}): "
-        f"**{r['verdict']}**."
-        for r in control.to_dict("records")
-    ]
-    unchecked = never_ran(control.to_dict("records"))
-    if void and short is not None and not unchecked:
-        return [*lines, short]
-    text = UNCHECKED if unchecked else VOID
-    return [*lines, f"- {text[0].upper()}{text[1:]}."] if void else lines
-
-
-def _planned(planned: pd.DataFrame | None, void: bool, unchecked: bool = False) -> list[str]:
-    if planned is None or planned.empty:
-        return []
-    tail = f" (void: the control {'never ran' if unchecked else 'did not learn'})" if void else ""
-    return [
-        f"- {r['contrast']}: {r['arm']} − {r['reference']} = {interval(r['difference'], r['low'], r['high'], 3)}, "
-        f"p (adjusted) = {num(r['p_adjusted'], 3)}: {r['decision']}{tail}."
-        for r in planned.to_dict("records")
-    ]
-
-
-def _stability(stability: pd.DataFrame | None) -> list[str]:
-    if stability is None or stability.empty:
-        return []
-    broke = stability[stability["diverged"] > 0]
-    if broke.empty:
-        return [f"- Divergences: none in {int(stability['runs'].sum())} runs."]
-    cells = "; ".join(
-        f"{r['variant']} at dose {num(r['noise'], 0)}: {int(r['diverged'])}/{int(r['runs'])}"
-        + (f" ({r['kinds']})" if isinstance(r.get("kinds"), str) and r["kinds"] else "")
-        for r in broke.to_dict("records")
-    )
-    return [f"- Divergences (runs flagged / runs): {cells}."]
-
-
-def _survival(survival: pd.DataFrame | None) -> list[str]:
-    """Divergences per study arm (study_survival.csv; tiers with a study and no dose axis)."""
-    if survival is None or survival.empty:
-        return []
-    if not survival["diverged"].any():
-        return [f"- Divergences: none in {int(survival['trained'].sum())} runs that trained."]
-    cells = "; ".join(
-        f"{r['arm']} {int(r['diverged'])}/{int(r['trained'])}"
-        + (f" ({r['kinds']})" if isinstance(r["kinds"], str) and r["kinds"] else "")
-        + (f", median step {num(r['median_div_step'], 0)}" if math.isfinite(r["median_div_step"]) else "")
-        for r in survival.to_dict("records")
-    )
-    return [f"- Divergences per arm (runs flagged / runs that trained; Kaplan-Meier median step): {cells}."]
 
 
 MAX_LISTED_REWARDS = 10  # more cells than this: a table, one row per setting and a column per variant
@@ -284,13 +226,13 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
         else f"**The question**: how the FP8 variants compare with {REFERENCE_VARIANT} in this tier."
     )
     findings = (
-        _planned(
+        planned_lines(
             read["planned"],
             void,
             read["control"] is not None and never_ran(read["control"].to_dict("records")),
         )
-        + _survival(read["study_survival"])
-        + _stability(read["stability"])
+        + survival_lines(read["study_survival"])
+        + stability_lines(read["stability"])
         + _secondary(read["secondary"])
     )
     if read["planned"] is None:
@@ -315,7 +257,7 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
         ),
         "## What ran\n\n" + "\n".join(_what_ran(cfg, read["runs"], bases, numerics)),
         "## Did the bf16 control learn?\n\n"
-        + "\n".join(_control(read["control"], void, _too_short(cfg) if pipeline else None)),
+        + "\n".join(control_lines(read["control"], void, _too_short(cfg) if pipeline else None)),
         ("## Rewards (reported, not compared)" if pipeline else "## Findings")
         + "\n\n"
         + ("\n".join(findings) or "- No contrast or divergence table in this tier."),

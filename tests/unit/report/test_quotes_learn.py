@@ -53,7 +53,10 @@ def test_exploratory_contrasts_and_the_entropy_peak_are_quoted_as_such(tmp_path)
 
 def test_a_learning_control_and_its_contrasts(tmp_path):
     text = learn_findings(_publish(tmp_path))
-    assert "a rise of 0.30 [0.22, 0.38] over 3 bases: **learned**" in text
+    assert (
+        "- bf16 control, grpo/tiny: sampled reward 0.50 → 0.80, rise 0.300 [0.220, 0.380] over 3 units (base): **learned**."
+        in text
+    )
     assert "fp8_s4 − bf16" in text and "−0.410 [−0.520, −0.300]" in text and "void" not in text
     assert "Divergences: none in 3 runs." in text
 
@@ -62,6 +65,7 @@ def test_a_flat_control_voids_every_contrast(tmp_path):
     text = learn_findings(_publish(tmp_path, rise=(0.02, -0.05, 0.09), diverged=2))
     assert "**flat**" in text
     assert "(void: the control did not learn)" in text
+    assert "- The comparison is void: the bf16 control did not learn." in text
     assert "fp8 at dose 4: 2/3 (reward_collapse)" in text
 
 

@@ -245,13 +245,13 @@ def test_the_study_findings_quote_reads_the_paired_tables(tier):
     text = study_findings(paths.root.parent, cfg.tier)
     lines = text.splitlines()
     control = pd.read_csv(paths.table("control", "csv")).iloc[0]
-    assert lines[0].endswith(f"{interval(control['rise'], control['low'], control['high'])} over 3 bases: "
-                             f"**{control['verdict']}**.")  # fmt: skip
+    assert lines[0].endswith(f"{interval(control['rise'], control['low'], control['high'], 3)} over 3 units "
+                             f"(base): **{control['verdict']}**.")  # fmt: skip
     planned = pd.read_csv(paths.table("planned", "csv"))
     for r in planned.to_dict("records"):
         want = (
-            f"- {r['arm']} − {r['reference']} (final-window reward, paired t over bases, Holm): "
-            f"{interval(r['difference'], r['low'], r['high'], 3)}, p (Holm) = {num(r['p_adjusted'], 3)}"
+            f"- {r['contrast']} (final-window reward, paired t over bases, Holm): {r['arm']} − {r['reference']} "
+            f"= {interval(r['difference'], r['low'], r['high'], 3)}, p (adjusted) = {num(r['p_adjusted'], 3)}"
         )
         assert any(line.startswith(want) for line in lines), want
     (explo,) = [line for line in lines if line.startswith("- Exploratory")]
@@ -264,5 +264,5 @@ def test_the_study_findings_quote_reads_the_paired_tables(tier):
     assert f"the highest run {num(top['peak_rel_entropy_max'])} ({top['arm']})." in entropy
     for r in surv.to_dict("records"):
         assert f"{r['arm']} {num(r['peak_rel_entropy_median'])}" in entropy
-    assert lines[-1] == f"- Divergences: none in {int(surv['trained'].sum())} runs."
+    assert lines[-1] == f"- Divergences: none in {int(surv['trained'].sum())} runs that trained."
     assert int(surv["trained"].sum()) == len(ends) - 1  # the failed run did not train

@@ -156,15 +156,16 @@ def test_an_all_failed_control_is_not_said_to_have_not_learned():
     """Every bf16 run failed: the control never ran, which the summary must not call a control that did
     not learn (it says so in the statement, the tables' notes and SUMMARY.md's control and caveats)."""
     from fp8rl.report.control import UNCHECKED, void_notes
-    from fp8rl.report.summary_page import _caveats, _control, _planned
+    from fp8rl.report.findings import control_lines, planned_lines
+    from fp8rl.report.summary_page import _caveats
 
     failed = _endpoints({("b", 0): math.nan, ("b", 1): math.nan}).assign(status="failed")
     table = control_table(failed)
     summary = control_summary(table)
     assert summary["comparison_void"] is True
-    said = [summary["statement"], *void_notes(summary, ["n"]), *_control(table, True)]
+    said = [summary["statement"], *void_notes(summary, ["n"]), *control_lines(table, True)]
     said += _caveats(CFG_ONE_SEED, table, True, None)
-    said += _planned(pd.DataFrame([PLANNED_ROW]), True, True)
+    said += planned_lines(pd.DataFrame([PLANNED_ROW]), True, True)
     assert not [s for s in said if "did not learn" in s], said
     assert UNCHECKED in summary["statement"].lower()
     assert any("No conclusion about FP8 against bf16: no bf16 control run finished" in s for s in said)
