@@ -1,7 +1,8 @@
 """The findings a tier's SUMMARY.md and the quoted blocks of README.md and docs/ both state, one function
 each, from the tier's tables: whether the bf16 control learned (`control.csv`), the pre-registered
 contrasts (`planned.csv`), and where runs diverged, per variant and noise dose (`stability.csv`) or per
-study arm (`study_survival.csv`). `summary_page` reads them from the tables it has just written, the
+study arm (`study_survival.csv`); and the bold void line a quoted verdict block starts with where the
+comparison is void. `summary_page` reads them from the tables it has just written, the
 quoted blocks (fp8rl.report.quotes_learn) from a publication's, so the page and the docs say a finding in
 the same words and with the same figures.
 
@@ -15,7 +16,7 @@ import math
 
 import pandas as pd
 
-from fp8rl.report.control import UNCHECKED, VOID, never_ran
+from fp8rl.report.control import UNCHECKED, VOID, never_ran, void_text
 from fp8rl.report.quote_format import interval, num
 
 
@@ -89,3 +90,18 @@ def survival_lines(survival: pd.DataFrame | None) -> list[str]:
         for r in survival.to_dict("records")
     )
     return [f"- Divergences per arm (runs flagged / runs that trained; Kaplan-Meier median step): {cells}."]
+
+
+def void_line(control: pd.DataFrame | None) -> str | None:
+    """The line a quoted verdict block starts with where the comparison is void: the void notice in bold
+    (control.void_text: a control that never ran is said so) and each group's verdict and rise; None where
+    every group learned, or for a publication without a control table (which then says nothing)."""
+    if control is None or control.empty or (control["verdict"] == "learned").all():
+        return None
+    groups = control.to_dict("records")
+    cells = "; ".join(
+        f"{r['algo']}/{r['model']}: {r['verdict']}, rise {interval(r['rise'], r['low'], r['high'], 3)}"
+        for r in groups
+    )
+    text = void_text(groups)
+    return f"- **{text[0].upper()}{text[1:]}** ({cells}; `tables/control.csv`)."

@@ -82,6 +82,12 @@ def published_table(published: Path, tier: str, name: str) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
+def optional_table(published: Path, tier: str, name: str) -> pd.DataFrame | None:
+    """`{published}/{tier}/tables/{name}.csv`, or None when the tier has not published it."""
+    path = published / tier / "tables" / f"{name}.csv"
+    return pd.read_csv(path) if path.is_file() else None
+
+
 def excludes_zero(lo: float, hi: float) -> bool:
     """Whether the interval [lo, hi] lies on one side of 0: False when either end is missing, and for a
     zero-width interval (seeds that all gave one value measure no spread, so they show nothing)."""
@@ -93,23 +99,3 @@ def interval(est: float, lo: float, hi: float, digits: int = 2) -> str:
     if math.isnan(lo):
         return num(est, digits)
     return f"{num(est, digits)} [{num(lo, digits)}, {num(hi, digits)}]"
-
-
-VOID_LINE = "- **The comparison is void: the bf16 control did not learn** ({groups}; `tables/control.csv`)."
-
-
-def void_line(published: Path, tier: str) -> str | None:
-    """The line a verdict block starts with when the tier's published bf16 control did not learn
-    (`tables/control.csv`, fp8rl.report.control); None when it learned, or for a publication made before
-    the control table existed (which then says nothing about it)."""
-    path = published / tier / "tables" / "control.csv"
-    if not path.is_file():
-        return None
-    control = pd.read_csv(path)
-    if control.empty or (control["verdict"] == "learned").all():
-        return None
-    groups = "; ".join(
-        f"{r['algo']}/{r['model']}: {r['verdict']}, rise {interval(r['rise'], r['low'], r['high'], 3)}"
-        for r in control.to_dict("records")
-    )
-    return VOID_LINE.format(groups=groups)

@@ -34,6 +34,7 @@ from fp8rl.report import (
     quotes_performance,
     real_stacks,
 )
+from fp8rl.report.findings import void_line
 from fp8rl.report.quote_format import (
     BLOCKS,
     SIGNIFICANCE_NOTE,
@@ -41,12 +42,12 @@ from fp8rl.report.quote_format import (
     excludes_zero,
     markdown_table,
     num,
+    optional_table,
     pct,
     pp,
     pp_point,
     published_table,
     quoted_block,
-    void_line,
 )
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
@@ -105,7 +106,7 @@ def smoke_verdicts(published: Path) -> str:
     clip more than bf16, does calibration bring it within 20 % of bf16, is its paired excess below
     plain FP8's."""
     verdicts = smoke_verdicts_from(published_table(published, "smoke", "comparison"))
-    void = void_line(published, "smoke")
+    void = void_line(optional_table(published, "smoke", "control"))
     return verdicts if void is None else f"{void}\n{verdicts}"
 
 

@@ -19,6 +19,7 @@ from fp8rl.report.quote_format import (
     interval,
     markdown_table,
     num,
+    optional_table,
     pp_point,
     published_table,
     quoted_block,
@@ -85,18 +86,18 @@ def study_findings(published: Path, tier: str, after_contrasts: tuple[str, ...] 
     test = "paired t over bases" if paired else "Welch t"
     lines = control_lines(control, void, who="bf16 control, ")
     lines += planned_lines(planned, void, never_ran(groups), how=f" (final-window reward, {test}, Holm)")
-    if (published / tier / "tables" / "exploratory.csv").is_file():
-        for r in published_table(published, tier, "exploratory").to_dict("records"):
-            lines.append(
-                f"- Exploratory, not a planned test: {r['arm']} − {r['reference']}: "
-                f"{interval(r['difference'], r['low'], r['high'], 3)} ({'paired t' if paired else 'Welch'} "
-                f"p {_p(r['p'])}, unadjusted)."
-            )
+    exploratory = optional_table(published, tier, "exploratory")
+    for r in [] if exploratory is None else exploratory.to_dict("records"):
+        lines.append(
+            f"- Exploratory, not a planned test: {r['arm']} − {r['reference']}: "
+            f"{interval(r['difference'], r['low'], r['high'], 3)} ({'paired t' if paired else 'Welch'} "
+            f"p {_p(r['p'])}, unadjusted)."
+        )
     lines += after_contrasts
     if (line := entropy_line(published, tier)) is not None:
         lines.append(line)
-    if (published / tier / "tables" / "stability.csv").is_file():
-        lines += stability_lines(published_table(published, tier, "stability"))
+    if (stability := optional_table(published, tier, "stability")) is not None:
+        lines += stability_lines(stability)
     else:
         lines += survival_lines(published_table(published, tier, "study_survival"))
     return "\n".join(lines)
@@ -164,8 +165,8 @@ def divergence_table(published: Path, tier: str) -> str:
         )
         if tests:
             out += f" Fisher's exact test, two-sided: {tests}."
-    breaking = published / tier / "tables" / "breaking_dose.csv"
-    bd = pd.read_csv(breaking) if breaking.is_file() else pd.DataFrame()
+    bd = optional_table(published, tier, "breaking_dose")
+    bd = pd.DataFrame() if bd is None else bd
     if "ed50" in bd:  # tables published before the logistic fit have no ED50
         lines = [
             f"- {r['variant']}: diverged {r['diverged_by_dose']} at doses {r['doses']}; ED50 "

@@ -15,16 +15,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from fp8rl.report.findings import void_line
 from fp8rl.report.quote_format import (
     SIGNIFICANCE_NOTE,
     excludes_zero,
     markdown_table,
     num,
+    optional_table,
     pp,
     pp_point,
     published_table,
     quoted_block,
-    void_line,
 )
 from fp8rl.report.stats import holm, p_from_interval
 
@@ -127,7 +128,7 @@ def mechanism_verdicts(published: Path) -> str:
         f"- Shown: the excess differs from 0 by a one-sample t-test over the seeds, its p adjusted with Holm "
         f"over the granularities of one dose and variant, below {ALPHA:g}."
     )
-    if (void := void_line(published, "mechanism")) is not None:
+    if (void := void_line(optional_table(published, "mechanism", "control"))) is not None:
         lines.insert(0, void)
     return "\n".join(lines)
 

@@ -92,7 +92,8 @@ def test_a_verdict_block_starts_void_where_the_published_control_did_not_learn(t
     import shutil
     from pathlib import Path
 
-    from fp8rl.report.quote_format import void_line
+    from fp8rl.report.findings import void_line
+    from fp8rl.report.quote_format import optional_table
     from fp8rl.report.quotes import smoke_verdicts
 
     repo = Path(__file__).resolve().parents[3]
@@ -100,7 +101,7 @@ def test_a_verdict_block_starts_void_where_the_published_control_did_not_learn(t
     tables.mkdir(parents=True)
     shutil.copy(repo / "results/published/smoke/tables/comparison.csv", tables)
     before = smoke_verdicts(tmp_path)
-    assert void_line(tmp_path, "smoke") is None  # published before the control table: nothing said
+    assert void_line(optional_table(tmp_path, "smoke", "control")) is None  # no control table: nothing said
     row = {"algo": "grpo", "model": "tiny", "condition": None, "runs": 3, "used": 3, "diverged": 0,
            "unit": "base", "n": 3, "reward_first": 0.42, "reward_last": 0.32}  # fmt: skip
     for verdict, rise, low, high in (("learned", 0.2, 0.1, 0.3), ("fell", -0.1, -0.15, -0.05)):
@@ -114,3 +115,10 @@ def test_a_verdict_block_starts_void_where_the_published_control_did_not_learn(t
                 "- **The comparison is void: the bf16 control did not learn** (grpo/tiny: fell"
             )
             assert text.endswith(before)
+    # no control run finished: said so (control.UNCHECKED), not that the control did not learn
+    never = {"n": 0, "used": 0, "rise": float("nan"), "low": float("nan"), "high": float("nan")}
+    pd.DataFrame([row | never | {"verdict": "no interval"}]).to_csv(tables / "control.csv", index=False)
+    assert smoke_verdicts(tmp_path).startswith(
+        "- **The comparison is void: no bf16 control run finished, so whether it learns is unknown** "
+        "(grpo/tiny: no interval, rise n/a; `tables/control.csv`).\n"
+    )
