@@ -166,6 +166,29 @@ def _group_times(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return times, g["diverged"].to_numpy().astype(int)
 
 
+def diverged_fraction(g: pd.DataFrame) -> dict:
+    """Of a group of `run_stability` rows: runs diverged, their fraction and its exact interval (the
+    stability and study_survival tables' columns)."""
+    k, n = int(g["diverged"].sum()), len(g)
+    lo, hi = clopper_pearson(k, n)
+    return {"diverged": k, "diverged_frac": k / n if n else math.nan, "diverged_low": lo, "diverged_high": hi}
+
+
+def divergence_steps(g: pd.DataFrame) -> dict:
+    """Of a group of `run_stability` rows: the Kaplan-Meier median step of the first divergence, the range
+    of the divergence steps and how the runs diverged, with counts."""
+    steps = g.loc[g["diverged"], "div_step"]
+    times, events = _group_times(g)
+    return {
+        "median_div_step": km_median(times, events) if len(g) else math.nan,
+        "div_step_min": float(steps.min()) if len(steps) else math.nan,
+        "div_step_max": float(steps.max()) if len(steps) else math.nan,
+        "kinds": ", ".join(
+            f"{kind}: {c}" for kind, c in g.loc[g["diverged"], "div_kind"].value_counts().items()
+        ),
+    }
+
+
 def _reference_counts(per_run: pd.DataFrame, algo, model, variant: str, gran, noise) -> tuple[str, int, int]:
     """(reference variant, its diverged count, its runs) at the same dose; ("", 0, 0) without one."""
     ref = REFERENCE.get(variant, "fp8")
@@ -184,26 +207,14 @@ def stability_table(per_run: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for key, g in per_run.groupby(GROUP, sort=False):
         k, n = int(g["diverged"].sum()), len(g)
-        lo, hi = clopper_pearson(k, n)
         ref, ref_k, ref_n = _reference_counts(per_run, *key)
-        times, events = _group_times(g)
-        steps = g.loc[g["diverged"], "div_step"]
-        row = dict(zip(GROUP, key, strict=True)) | {
-            "runs": n,
-            "diverged": k,
-            "diverged_frac": k / n,
-            "diverged_low": lo,
-            "diverged_high": hi,
+        row = dict(zip(GROUP, key, strict=True)) | {"runs": n} | diverged_fraction(g)
+        row |= {
             "vs": ref,
             "vs_diverged": f"{ref_k}/{ref_n}" if ref else "",
             "fisher_p": fisher_p(k, n, ref_k, ref_n) if ref else math.nan,
-            "median_div_step": km_median(times, events),
-            "div_step_min": float(steps.min()) if k else math.nan,
-            "div_step_max": float(steps.max()) if k else math.nan,
-            "kinds": ", ".join(
-                f"{kind}: {c}" for kind, c in g.loc[g["diverged"], "div_kind"].value_counts().items()
-            ),
         }
+        row |= divergence_steps(g)
         for col, metric in SEED_COLUMNS.items():
             ci = t_interval(g[col], bounds=value_range(metric))
             row |= {col: ci.estimate, f"{col}_low": ci.low, f"{col}_high": ci.high}

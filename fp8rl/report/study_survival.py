@@ -5,7 +5,8 @@ A dose-axis tier has the stability report (fp8rl.report.stability) with a surviv
 dose; a study tier whose arms share one dose would otherwise show divergence only as a count in the arms
 table. Built from the same per-run rows (`stability.run_stability`: `diverged`, `div_step` and `div_kind`
 from each run's summary.json `divergence`, `last_step` from its metrics), each run assigned to the arm
-whose cell it belongs to (`config.arm_cell`), with the study's arm names as row labels:
+whose cell it belongs to (`config.arm_cell`), with the study's arm names as row labels; the divergence
+columns are computed as the stability table's (`stability.diverged_fraction`, `divergence_steps`):
 
 - `runs`: the arm's runs in the matrix; `trained`: those that trained (status ok or diverged; failed and
   missing runs are not in the curve);
@@ -33,8 +34,8 @@ import pandas as pd
 
 from fp8rl.config import ExperimentConfig, arm_cell
 from fp8rl.report.load import RunSet
-from fp8rl.report.stability import _group_times, km_median
-from fp8rl.report.stats import BINOMIAL_METHOD, clopper_pearson
+from fp8rl.report.stability import diverged_fraction, divergence_steps
+from fp8rl.report.stats import BINOMIAL_METHOD
 
 COLUMNS = [
     "arm", "cell", "runs", "trained", "diverged", "diverged_frac", "diverged_low", "diverged_high",
@@ -71,28 +72,16 @@ def survival_table(runset: RunSet, per_arm: pd.DataFrame, cfg: ExperimentConfig)
     rows = []
     for arm, prefix in cfg.study.arms.items():
         g = per_arm[per_arm["arm"] == arm]
-        k, n = int(g["diverged"].sum()), len(g)
-        lo, hi = clopper_pearson(k, n)
-        steps = g.loc[g["diverged"], "div_step"]
         censored = g.loc[~g["diverged"].astype(bool), "last_step"]
-        times, events = _group_times(g)
         peaks = g["peak_rel_entropy"].dropna()
         rows.append(
             {
                 "arm": arm,
                 "cell": prefix,
                 "runs": int(sum(arm_cell(prefix, r) for r in runset.runs["run_id"])),
-                "trained": n,
-                "diverged": k,
-                "diverged_frac": k / n if n else math.nan,
-                "diverged_low": lo,
-                "diverged_high": hi,
-                "median_div_step": km_median(times, events) if n else math.nan,
-                "div_step_min": float(steps.min()) if k else math.nan,
-                "div_step_max": float(steps.max()) if k else math.nan,
-                "kinds": ", ".join(
-                    f"{kind}: {c}" for kind, c in g.loc[g["diverged"], "div_kind"].value_counts().items()
-                ),
+                "trained": len(g),
+                **diverged_fraction(g),
+                **divergence_steps(g),
                 "censored": len(censored),
                 "censored_at_min": float(censored.min()) if len(censored) else math.nan,
                 "censored_at_max": float(censored.max()) if len(censored) else math.nan,
