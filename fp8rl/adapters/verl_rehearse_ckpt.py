@@ -15,11 +15,13 @@ with every override of the job (`verl_overrides.json`), and the v1 trainer class
 callback), and each step's metrics go through verl's `FileLogger` to the attempt's log, as the job
 script names it, and back through fp8rl's import of the attempts (`import_logs`).
 
-Stand-ins, and what they leave unrehearsed: the actor worker group (no Megatron on a CPU) is
-`StandInActor`, whose "update" hashes the step's prompts into its state, saves that state under
-`global_step_N/actor/` and loads it, with fp8rl's step bookkeeping (fp8rl.adapters.verl_update `wrap`,
-as on verl's `TrainingWorker`): Megatron's own checkpoint manager (model, optimizer, RNG shards) is
-not run. The job's data is its own `train.parquet` rows repeated (each prompt made distinct) to
+Stand-ins, and what they leave unrehearsed: the actor worker group (no Megatron training on a CPU) is
+`StandInActor`, whose "update" hashes the step's prompts into its state, with fp8rl's step bookkeeping
+(fp8rl.adapters.verl_update `wrap`, as on verl's `TrainingWorker`). Its state is saved under
+`global_step_N/actor/` and loaded either as a JSON file (`actor="stand-in"`) or, with `megatron`, by
+verl's own Megatron checkpoint manager in the paper's layout (the Hugging Face tree through the bridge,
+optimizer and RNG states in megatron-core's dist_ckpt; fp8rl.adapters.verl_rehearse_megatron, which
+also reads the saves left as the job script does and exports the last). The job's data is its own `train.parquet` rows repeated (each prompt made distinct) to
 `2S` steps of `data.train_batch_size` prompts plus a few, so the second job resumes at an epoch's
 end and draws the next epoch's first batch; `data.train_files`, `data.val_files` and
 `trainer.default_local_dir` point at this rehearsal's folder (and the model path at the rehearsal's
@@ -31,7 +33,7 @@ the two the script keeps.
 
 `checkpoint_step` is the rehearsal's step: once per distinct set of the overrides a chain depends on.
 
-    python -m fp8rl.adapters.verl_rehearse_ckpt OVERRIDES_JSON LAST SAVE_UNTIL OUT_JSON
+    python -m fp8rl.adapters.verl_rehearse_ckpt OVERRIDES_JSON LAST SAVE_UNTIL OUT_JSON [stand-in|megatron]
 """
 
 from __future__ import annotations
@@ -94,10 +96,12 @@ def _compose(overrides: list[str]):
         return compose(config_name=CONFIG_NAME, overrides=overrides)
 
 
-def run_job(overrides: list[str], last: int, save_until: int) -> dict:
+def run_job(overrides: list[str], last: int, save_until: int, actor: str = "stand-in") -> dict:
     """One job: verl's trainer resumes (or starts), runs steps to `last`, saves at verl's cadence up to
     step `save_until` (a later step is "killed" before its save), logs each step through verl's
-    `FileLogger` to `$VERL_FILE_LOGGER_PATH`; its steps' records and where it resumed."""
+    `FileLogger` to `$VERL_FILE_LOGGER_PATH`; its steps' records and where it resumed. `actor`:
+    `stand-in` (`StandInActor`'s JSON state) or `megatron` (verl's Megatron checkpoint manager,
+    fp8rl.adapters.verl_rehearse_megatron)."""
     from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback
     from verl.trainer.ppo.utils import need_critic
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
@@ -115,8 +119,15 @@ def run_job(overrides: list[str], last: int, save_until: int) -> dict:
     trainer.parameter_sync_step = config.trainer.v1.get(trainer.trainer_mode, {}).get(
         "parameter_sync_step", 1
     )
-    actor_cls = verl_update.wrap(type("StandInActorWorker", (StandInActor,), {}))
-    trainer.actor_rollout_wg = actor_cls()
+    if actor == "megatron":
+        from fp8rl.adapters.verl_rehearse_megatron import megatron_actor_class
+
+        actor_cls = verl_update.wrap(megatron_actor_class(StandInActor))
+        trainer.actor_rollout_wg = actor_cls()
+        trainer.actor_rollout_wg.attach(config, str(config.actor_rollout_ref.model.path))
+    else:
+        actor_cls = verl_update.wrap(type("StandInActorWorker", (StandInActor,), {}))
+        trainer.actor_rollout_wg = actor_cls()
     trainer._init_tokenizer()
     trainer._init_dataloader()
     trainer._load_checkpoint()
@@ -170,12 +181,22 @@ def _prune(script: Path, ckpt: Path) -> None:
     subprocess.run(["bash", "-c", m[0] + "prune_saves"], check=True, timeout=60)
 
 
-def _spawn(overrides: list[str], last: int, save_until: int, log: Path, work: Path, timeout_s: int) -> dict:
+def _spawn(
+    overrides: list[str], last: int, save_until: int, log: Path, work: Path, timeout_s: int,
+    megatron: Path | None = None,
+) -> dict:  # fmt: skip
     spec, out = work / f"job-{log.stem}.json", work / f"result-{log.stem}.json"
     spec.write_text(json.dumps(overrides))
     env = dict(os.environ, VERL_FILE_LOGGER_PATH=str(log), OMP_NUM_THREADS="1")
+    actor = "stand-in"
+    if megatron is not None:  # megatron-core's sources after verl's environment
+        actor, env["PYTHONPATH"] = (
+            "megatron",
+            os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(megatron)])),
+        )
     res = subprocess.run(
-        [sys.executable, "-m", "fp8rl.adapters.verl_rehearse_ckpt", str(spec), str(last), str(save_until), str(out)],
+        [sys.executable, "-m", "fp8rl.adapters.verl_rehearse_ckpt", str(spec), str(last), str(save_until), str(out),
+         actor],
         env=env, capture_output=True, text=True, timeout=timeout_s,
     )  # fmt: skip
     if res.returncode != 0 or not out.is_file():
@@ -184,10 +205,16 @@ def _spawn(overrides: list[str], last: int, save_until: int, log: Path, work: Pa
 
 
 def rehearse_chain(
-    run_dir: Path, work: Path, base: Path | None = None, timeout_s: int = CHAIN_TIMEOUT_S
+    run_dir: Path,
+    work: Path,
+    base: Path | None = None,
+    timeout_s: int = CHAIN_TIMEOUT_S,
+    megatron: bool = False,
 ) -> tuple[bool, str]:
     """Run the chain of the module docstring for the run files under `run_dir` (`base`: the model
-    folder the tokenizer is read from, when the job names a hub id): `(ok, what it found)`."""
+    folder the tokenizer is read from, when the job names a hub id): `(ok, what it found)`. With
+    `megatron` the actor saves and loads through verl's Megatron checkpoint manager, and the saves left
+    are read as the job script reads them (fp8rl.adapters.verl_rehearse_megatron)."""
     import shutil
 
     from fp8rl.adapters.verl_metrics import import_logs
@@ -213,14 +240,24 @@ def rehearse_chain(
     logs = work / "verl_logs"
     logs.mkdir(parents=True, exist_ok=True)
     s, last = save_freq, 3 * save_freq
+    site = None
+    if megatron:
+        from fp8rl.adapters.verl_rehearse_megatron import megatron_site
 
-    whole = _spawn(job, last, last, logs / "uninterrupted.jsonl", work, timeout_s)
+        site = megatron_site(work)
+        if site is None:
+            return False, "no megatron-core sources (scripts/upstream_src.sh makes build/upstream)"
+
+    def spawn(last_step: int, save_until: int, name: str) -> dict:
+        return _spawn(job, last_step, save_until, logs / f"{name}.jsonl", work, timeout_s, site)
+
+    whole = spawn(last, last, "uninterrupted")
     for d in ckpt.glob("*"):
         subprocess.run(["rm", "-rf", str(d)], check=True)
     _prune(script, ckpt)
-    first = _spawn(job, 2 * s + 1, 2 * s, logs / "attempt-001.jsonl", work, timeout_s)  # killed in step 2S+1
+    first = spawn(2 * s + 1, 2 * s, "attempt-001")  # killed in step 2S+1
     _prune(script, ckpt)  # the next job's script, before verl starts
-    second = _spawn(job, last, last, logs / "attempt-002.jsonl", work, timeout_s)
+    second = spawn(last, last, "attempt-002")
     _prune(script, ckpt)  # its end
 
     problems = []
@@ -243,9 +280,21 @@ def rehearse_chain(
     left = sorted(int(p.name.removeprefix("global_step_")) for p in ckpt.glob("global_step_*"))
     if left != [last - s, last]:
         problems.append(f"saves left {left}, the script keeps {[last - s, last]}")
+    if megatron and not problems:
+        from fp8rl.adapters.verl_rehearse_megatron import check_saves
+
+        tokenizer_dir = Path(base) if base is not None else Path(keyed["actor_rollout_ref.model.path"])
+        problems += check_saves(ckpt, tokenizer_dir, work, chain[-1]["actor"])
     if problems:
         return False, "; ".join(problems)
-    return True, (
+    layout = (
+        "verl's Megatron checkpoint manager (model/huggingface through the bridge, optimizer and RNG "
+        "in megatron-core dist_ckpt) saved and loaded the actor, the last save's export holds the last "
+        "step's weights; "
+        if megatron
+        else ""
+    )
+    return True, layout + (
         f"{last} steps of {batch} prompts (save_freq {s}) as one job and as two, the first killed in step "
         f"{2 * s + 1}: the second resumed at step {2 * s} through verl's _load_checkpoint, every step's "
         f"prompts (the second epoch's first batch included), stand-in actor state and fp8rl step equal, "
@@ -265,7 +314,8 @@ def checkpoint_step(
     """`(ok, what it found)` of the rehearsal's step 4 (fp8rl.adapters.verl_rehearse): the job killed at
     its time limit and resumed (`rehearse_chain`). Run once per distinct set of the trainer and data
     overrides a chain depends on (`CHAIN_KEYS`) in one working directory; a job with a set already
-    rehearsed names the job that rehearsed it."""
+    rehearsed names the job that rehearsed it. The actor saves through verl's Megatron checkpoint
+    manager where megatron-core's pinned sources are (build/upstream), else as the JSON stand-in."""
     overrides = json.loads((out / OVERRIDES_FILE).read_text())
     keys = sorted(
         o for o in overrides["overrides"] if o.startswith(CHAIN_KEYS) and not o.startswith(CHAIN_OWN)
@@ -274,17 +324,23 @@ def checkpoint_step(
     if done.is_file():
         earlier = json.loads(done.read_text())
         return earlier["ok"], f"as {earlier['run_id']} (the same trainer and data settings)"
-    ok, detail = rehearse_chain(out, out / "rehearsal_checkpoint", base, timeout_s=timeout_s)
+    from fp8rl.adapters.verl_rehearse_megatron import has_megatron_sources
+
+    work = out / "rehearsal_checkpoint"
+    megatron = has_megatron_sources()
+    ok, detail = rehearse_chain(out, work, base, timeout_s=timeout_s, megatron=megatron)
+    if not megatron:
+        detail += " (the JSON stand-in actor: no megatron-core sources, scripts/upstream_src.sh)"
     done.parent.mkdir(parents=True, exist_ok=True)
     done.write_text(json.dumps({"run_id": overrides["run_id"], "ok": ok}))
     return ok, detail
 
 
-def main(spec: str, last: str, save_until: str, out: str) -> None:
+def main(spec: str, last: str, save_until: str, out: str, actor: str = "stand-in") -> None:
     overrides = json.loads(Path(spec).read_text())
-    result = run_job(overrides, int(last), int(save_until))
+    result = run_job(overrides, int(last), int(save_until), actor)
     Path(out).write_text(json.dumps(result))
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

@@ -54,3 +54,50 @@ def test_a_resumed_job_without_the_dataloader_state_fails_the_chain(tmp_path, ve
     monkeypatch.setattr(verl_rehearse_ckpt, "_prune", prune_and_lose_the_dataloader_state)
     ok, detail = verl_rehearse_ckpt.rehearse_chain(out, tmp_path / "chain", base)
     assert not ok and "step 3: uninterrupted" in detail, detail
+
+
+def _needs_megatron_sources(tmp_path: Path) -> None:
+    import pytest
+
+    from fp8rl.adapters.verl_rehearse_megatron import megatron_site
+
+    if megatron_site(tmp_path / "site") is None:
+        pytest.skip("no megatron-core sources (scripts/upstream_src.sh makes build/upstream)")
+
+
+def test_a_killed_job_resumes_through_verls_megatron_checkpoint_manager(tmp_path, verl_site):
+    """The paper's layout: verl's MegatronCheckpointManager writes each save (its manifest, the bridge's
+    Hugging Face tree, megatron-core dist_ckpt for the optimizer and RNG), retains within each job, and
+    the resumed job loads it; the script's pruning leaves two saves and the last one exports."""
+    _needs_megatron_sources(tmp_path)
+    out, base = _run_dir(tmp_path, "grpo/qwen3-8b/fp8_tis/blockwise/seed0")
+    ok, detail = verl_rehearse_ckpt.rehearse_chain(out, tmp_path / "chain", base, megatron=True)
+    assert ok, detail
+    assert "Megatron checkpoint manager" in detail and "saves left [2, 3]" in detail
+    actor = tmp_path / "chain" / "verl_checkpoints" / "global_step_3" / "actor"
+    for part in ("ckpt_contents.json", "model/huggingface/model.safetensors", "optimizer/dist_ckpt/metadata.json",
+                 "extra/dist_ckpt/metadata.json", "transformer_config.json"):  # fmt: skip
+        assert (actor / part).is_file(), part
+    assert (tmp_path / "chain" / "checkpoint" / "model.safetensors").is_file()
+
+
+def test_a_save_without_its_optimizer_shards_fails_the_megatron_chain(tmp_path, verl_site, monkeypatch):
+    """The check has teeth: the resumed job loads the optimizer through megatron-core's dist_checkpointing,
+    so a save that lost `optimizer/dist_ckpt/` stops the second job."""
+    _needs_megatron_sources(tmp_path)
+    import shutil
+
+    out, base = _run_dir(tmp_path, "grpo/qwen3-8b/fp8_tis/blockwise/seed0")
+    prune = verl_rehearse_ckpt._prune
+
+    def prune_and_lose_the_optimizer(script: Path, ckpt: Path) -> None:
+        prune(script, ckpt)
+        for path in ckpt.glob("global_step_*/actor/optimizer/dist_ckpt"):
+            shutil.rmtree(path)
+
+    monkeypatch.setattr(verl_rehearse_ckpt, "_prune", prune_and_lose_the_optimizer)
+    try:
+        ok, detail = verl_rehearse_ckpt.rehearse_chain(out, tmp_path / "chain", base, megatron=True)
+    except RuntimeError as exc:  # the job process's own failure
+        ok, detail = False, str(exc)
+    assert not ok and "attempt-002" in detail, detail
