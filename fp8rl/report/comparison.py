@@ -35,6 +35,8 @@ from fp8rl.report.load import STATUSES, RunSet
 from fp8rl.report.stats import (
     Interval,
     delta_range,
+    finite,
+    finite_mean,
     seed_delta,
     seed_interval,
     t_interval,
@@ -88,12 +90,6 @@ def _groups(runs: pd.DataFrame) -> list[tuple[str, str, str, str | None]]:
         names = list(dict.fromkeys(fp8["condition"])) if conds else [None]
         out += [(algo, model, g, c) for g in grans for c in names] or [(algo, model, NO_GRANULARITY, None)]
     return out
-
-
-def _finite_mean(values: pd.Series) -> tuple[float, int]:
-    x = values.to_numpy(dtype=float)
-    x = x[np.isfinite(x)]
-    return (float(x.mean()) if x.size else math.nan), int(x.size)
 
 
 def _ci_cells(prefix: str, ci: Interval, *, n: bool = False) -> dict:
@@ -150,8 +146,7 @@ def comparison_table(runset: RunSet, baseline_steps: int) -> pd.DataFrame:
                 d = NO_INTERVAL if no_delta else welch_interval(used[key], ref[key], bounds=delta_range(key))
                 row |= _delta_cells(key, d)
             for column, *_ in DIAGNOSTICS:
-                mean, n = _finite_mean(used[column])
-                row |= {column: mean, f"{column} n": n}
+                row |= {column: finite_mean(used[column]), f"{column} n": finite(used[column]).size}
             for column, metric in STEP_INTERVALS:
                 values = per_seed(metric, used["run_id"])
                 row |= _ci_cells(column, seed_interval(values, bounds=value_range(metric)))

@@ -62,6 +62,7 @@ import pandas as pd
 from fp8rl.config import ExperimentConfig, RunSpec, arm_cell, resolve_run
 from fp8rl.io import loads_json
 from fp8rl.report.load import RunSet
+from fp8rl.report.stats import finite_mean
 from fp8rl.report.summaries import eval_keys, peak_over_baseline
 from fp8rl.vocabulary import (
     ACC_MEAN,
@@ -163,12 +164,6 @@ def base_of(cfg: ExperimentConfig, spec: RunSpec) -> str:
     return cfg.base_of(spec.model, spec.seed)
 
 
-def _mean(values: pd.Series) -> float:
-    v = values.to_numpy(dtype=float)
-    v = v[np.isfinite(v)]
-    return float(v.mean()) if v.size else math.nan
-
-
 def _window_values(m: pd.DataFrame, status: str, steps: int, baseline_steps: int) -> dict:
     """The WINDOW_COLUMNS of one run from its step × metric frame `m`."""
     first_end, last_start = windows(steps)
@@ -179,7 +174,7 @@ def _window_values(m: pd.DataFrame, status: str, steps: int, baseline_steps: int
     def window(metric: str, last: bool, empty_is_zero: bool = False) -> float:
         s = col(metric)
         s = s[s.index >= last_start] if last else s[s.index <= first_end]
-        value = _mean(s)
+        value = finite_mean(s)
         if math.isnan(value) and empty_is_zero and status == "diverged" and m.index.max() < last_start:
             return 0.0
         return value
@@ -197,7 +192,7 @@ def _window_values(m: pd.DataFrame, status: str, steps: int, baseline_steps: int
         "entropy_peak": float(finite.max()) if finite.size else math.nan,
         "entropy_baseline": float(np.median(head)) if head.size else math.nan,
         "peak_entropy_rel": peak_over_baseline(ent, baseline_steps) if ent.size else math.nan,
-        "gibberish_rate": _mean(col(GIBBERISH_RATE)),
+        "gibberish_rate": finite_mean(col(GIBBERISH_RATE)),
         "gibberish_last": window(GIBBERISH_RATE, True),
     }
 
@@ -210,13 +205,13 @@ def _mismatch_columns(m: pd.DataFrame, steps: int) -> dict:
         for unit in MISMATCH_UNITS:
             s = m[f"{prefix}/{unit}"] if f"{prefix}/{unit}" in m else pd.Series(dtype=float)
             name = f"{prefix}_{unit}"
-            out[f"{name}_first"] = _mean(s[s.index <= first_end])
-            out[f"{name}_last"] = _mean(s[s.index >= last_start])
+            out[f"{name}_first"] = finite_mean(s[s.index <= first_end])
+            out[f"{name}_last"] = finite_mean(s[s.index >= last_start])
             finite = s.to_numpy(dtype=float)
             finite = finite[np.isfinite(finite)]
             out[f"{name}_median"] = float(np.median(finite)) if finite.size else math.nan
             if name != "mismatch_kl_k3":
-                out[name] = _mean(s)
+                out[name] = finite_mean(s)
     return out
 
 
@@ -285,10 +280,10 @@ def _value_columns(m: pd.DataFrame) -> dict:
         "final_reward": float(reward.iloc[-1]) if len(reward) else math.nan,
         "best_reward": float(reward.max()) if len(reward) else math.nan,
     }
-    out |= {column: _mean(col(metric)) for column, metric in STEP_MEANS}
-    out["excess_clip"] = _mean(col("phantom/low_neg") - col("phantom/missed_neg"))
-    out["mismatch_kl_step1"] = _mean(col(MISMATCH_KL_K3)[col(MISMATCH_KL_K3).index == 1])
-    out["entropy_step1"] = _mean(col("entropy")[col("entropy").index == 1])
+    out |= {column: finite_mean(col(metric)) for column, metric in STEP_MEANS}
+    out["excess_clip"] = finite_mean(col("phantom/low_neg") - col("phantom/missed_neg"))
+    out["mismatch_kl_step1"] = finite_mean(col(MISMATCH_KL_K3)[col(MISMATCH_KL_K3).index == 1])
+    out["entropy_step1"] = finite_mean(col("entropy")[col("entropy").index == 1])
     out["final_acc"] = float(acc.iloc[-ACC_WINDOW:].mean()) if len(acc) else math.nan
     out["best_acc"] = float(acc.rolling(ACC_WINDOW, min_periods=1).mean().max()) if len(acc) else math.nan
     return out
@@ -341,7 +336,7 @@ def endpoints_table(runset: RunSet, cfg: ExperimentConfig, runs_dir: str | Path)
             row["endpoint"] = float(found.iloc[0]) if len(found) else math.nan
         ev = evals[evals["run_id"] == r.run_id] if r.status in USED else evals.iloc[0:0]
         for key in keys:
-            row[key] = _mean(ev[ev["metric"] == key]["value"])
+            row[key] = finite_mean(ev[ev["metric"] == key]["value"])
         if cfg.eval.heldout is not None:
             own = {m: row.get(f"heldout/{m}", math.nan) for m in HELDOUT_METRICS}
             row |= _heldout_columns(own, base_heldout(runs_dir, cfg, spec))

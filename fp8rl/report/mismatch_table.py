@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
 from fp8rl.config import ExperimentConfig
 from fp8rl.report.real_stacks import REAL_BF16_KL
+from fp8rl.report.stats import finite_mean
 from fp8rl.vocabulary import MISMATCH_ROLLOUT, MISMATCH_SHADOW, MISMATCH_UNITS, VARIANT_SPECS
 
 KEY_COLUMNS = ["variant", "granularity", "format", "condition", "noise", "target_kl"]
@@ -54,12 +54,6 @@ NOTES = [
 ]
 
 
-def _mean(values: pd.Series) -> float:
-    v = values.to_numpy(dtype=float)
-    v = v[np.isfinite(v)]
-    return float(v.mean()) if v.size else math.nan
-
-
 def mismatch_table(endpoints: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
     """The table (module docstring) from endpoints.csv's frame, in first-seen setting order."""
     used = endpoints[endpoints["status"].isin(USED)].copy()
@@ -71,13 +65,13 @@ def mismatch_table(endpoints: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFra
     rows = []
     keys = ["variant", "granularity", "format", "condition", "target_kl"]
     for key, sub in used.groupby(keys, sort=False, dropna=False):
-        row = dict(zip(keys, key, strict=True)) | {"noise": _mean(sub["noise"]), "runs": len(sub)}
+        row = dict(zip(keys, key, strict=True)) | {"noise": finite_mean(sub["noise"]), "runs": len(sub)}
         for prefix in (MISMATCH_ROLLOUT, MISMATCH_SHADOW):
             for u in MISMATCH_UNITS:
-                row[f"{prefix}_{u}"] = _mean(sub[f"{prefix}_{u}"])
-                row[f"{prefix}_{u}_median"] = _mean(sub[f"{prefix}_{u}_median"])
+                row[f"{prefix}_{u}"] = finite_mean(sub[f"{prefix}_{u}"])
+                row[f"{prefix}_{u}_median"] = finite_mean(sub[f"{prefix}_{u}_median"])
             for u in ("kl_k3", "abs_dlogp"):
-                first, last = _mean(sub[f"{prefix}_{u}_first"]), _mean(sub[f"{prefix}_{u}_last"])
+                first, last = finite_mean(sub[f"{prefix}_{u}_first"]), finite_mean(sub[f"{prefix}_{u}_last"])
                 row |= {f"{prefix}_{u}_first": first, f"{prefix}_{u}_last": last}
                 row[f"{prefix}_{u}_growth"] = last / first if first > 0 else math.nan
         row["kl_x_real_bf16"] = row[f"{MISMATCH_ROLLOUT}_kl_k3"] / REAL_BF16_KL

@@ -36,7 +36,7 @@ import pandas as pd
 from fp8rl.config import ContrastConfig, ExperimentConfig, StudyConfig, arm_cell
 from fp8rl.report import paired
 from fp8rl.report.load import RunSet
-from fp8rl.report.stats import finite, holm, sample_sd, t_interval, welch, welch_power
+from fp8rl.report.stats import finite, finite_mean, holm, sample_sd, t_interval, welch, welch_power
 from fp8rl.vocabulary import CLIP_LOW_NEG, MISMATCH_KL_K3
 
 STUDY_TABLES = ("arms", "planned", "exploratory")
@@ -185,9 +185,7 @@ def _metric_mean(runset: RunSet, run_ids: list[str], metric: str, step: int | No
         v = v[v["step"] == step]
     if v.empty:
         return math.nan
-    per_run = v.groupby("run_id")["value"].mean().to_numpy(dtype=float)
-    per_run = per_run[np.isfinite(per_run)]
-    return float(per_run.mean()) if per_run.size else math.nan
+    return finite_mean(v.groupby("run_id")["value"].mean())
 
 
 def _excess(runset: RunSet, run_ids: list[str]) -> float:
@@ -198,9 +196,7 @@ def _excess(runset: RunSet, run_ids: list[str]) -> float:
     wide = v.pivot_table(index=["run_id", "step"], columns="metric", values="value")
     if not {"phantom/low_neg", "phantom/missed_neg"} <= set(wide.columns):
         return math.nan
-    per_run = (wide["phantom/low_neg"] - wide["phantom/missed_neg"]).groupby(level=0).mean().to_numpy()
-    per_run = per_run[np.isfinite(per_run)]
-    return float(per_run.mean()) if per_run.size else math.nan
+    return finite_mean((wide["phantom/low_neg"] - wide["phantom/missed_neg"]).groupby(level=0).mean())
 
 
 def arms_table(runset: RunSet, cfg: ExperimentConfig, endpoints: pd.DataFrame) -> pd.DataFrame:

@@ -173,6 +173,12 @@ def finite(values: Iterable[float]) -> np.ndarray:
     return arr[np.isfinite(arr)]
 
 
+def finite_mean(values: Iterable[float]) -> float:
+    """The mean of the finite values; NaN when there is none."""
+    arr = finite(values)
+    return float(arr.mean()) if arr.size else math.nan
+
+
 # An SD below this fraction of a sample's largest magnitude is float rounding, not spread.
 SPREAD_RTOL = 1e-9
 

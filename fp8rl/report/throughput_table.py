@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
 from fp8rl.report.comparison import has_conditions
 from fp8rl.report.load import RunSet
+from fp8rl.report.stats import finite_mean
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
 PHASES = ("rollout", "logprob", "train", "calib")
@@ -84,6 +84,4 @@ def throughput_table(runset: RunSet) -> pd.DataFrame:
 def _mean(frame: pd.DataFrame, column: str) -> float:
     if column not in frame or frame.empty:
         return math.nan
-    x = frame[column].to_numpy(dtype=float)
-    x = x[np.isfinite(x)]
-    return float(x.mean()) if x.size else math.nan
+    return finite_mean(frame[column])
