@@ -4,9 +4,11 @@
 # then fp8rl with --no-deps), for rehearsing that image's jobs on a machine without the image
 # (fp8rl.adapters.image_rehearse). The interpreter is $PY: the image's Python (the cpu image's 3.11; the
 # GPU images' Ubuntu 3.12, PY=python3.12). The cpu lock's torch+cpu comes from PyTorch's CPU index
-# (FP8RL_TORCH_INDEX, as in its Dockerfile) or a local copy (pip's find-links).
+# (FP8RL_TORCH_INDEX, as in its Dockerfile) or a local copy (pip's find-links). A $PY that does not run
+# (a pyenv shim of a version not selected) is looked up among pyenv's installed versions.
 #   scripts/image_venv.sh cpu                      # -> build/venv-cpu
 #   PY=python3.12 CPU_ONLY=1 scripts/image_venv.sh train     # the train lock but its CUDA builds
+#   PY=python3.12 scripts/image_venv.sh bfcl       # the bfcl lock, CUDA builds of torch and vLLM included
 set -euo pipefail
 cd "$(dirname "$0")/.."
 IMAGE="${1:?usage: scripts/image_venv.sh IMAGE [TARGET]}"
@@ -14,6 +16,11 @@ TARGET="${2:-build/venv-$IMAGE}"
 LOCK="containers/$IMAGE/requirements.lock"
 PY="${PY:-python3}"
 [ -f "$LOCK" ] || { echo "error: no $LOCK" >&2; exit 2; }
+if ! "$PY" -c '' 2>/dev/null; then
+    found=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"${PY#python}"*/bin/"$PY" 2>/dev/null | tail -n 1 || true)
+    [ -n "$found" ] || { echo "error: no $PY (the $IMAGE image's Python) on this machine" >&2; exit 2; }
+    PY="$found"
+fi
 EXTRA=()
 if [ "$IMAGE" = cpu ] && [ -n "${FP8RL_TORCH_INDEX:-}" ]; then
     EXTRA=(--extra-index-url "$FP8RL_TORCH_INDEX")

@@ -22,17 +22,23 @@ Jobs (`JOBS`: job -> image):
   first GPU point: inputs checked, lm-eval's tasks planned, the `fp8rl-vllm` model built, and the only
   failure recorded vLLM's finding no GPU (`GPU_POINT`).
 
+- `eval-agent` (bfcl image, its whole lock: bfcl-eval 2026.3.23, transformers 4.51.3, the CUDA builds
+  of torch 2.6 and vLLM 0.8.5; `fp8rl eval agent --config FILE --checkpoint CKPT --data DIR --out OUT
+  --on-failure record`) to its first GPU point: fp8rl runs `bfcl generate`, whose model handler (the
+  run's `bfcl_handler`) checks the checkpoint folder, loads its tokenizer and config with the image's
+  transformers (`OSSHandler.spin_up_local_server`) and starts `vllm serve` on it, whose engine then
+  finds no GPU (`GPU_POINT`).
+
 The train image's jobs run in a venv of its lock without its CUDA builds (`CPU_ONLY=1
 scripts/image_venv.sh train`: torch, its NVIDIA libraries, triton, vLLM, FlashInfer, Transformer
 Engine left out and listed), which the data and export jobs do not import. Not rehearsed in an image's
-packages: `eval agent` (bfcl image: its own vLLM 0.8.5 on torch 2.6; the tokenizer it loads first is
-checked in transformers 4.51.3 by `export`), and the training job itself (fp8rl.adapters.verl_rehearse,
-in verl's test environment).
+packages: the training job itself (fp8rl.adapters.verl_rehearse, in verl's test environment).
 
     python -m fp8rl.adapters.image_rehearse report [--venv build/venv-cpu] [--work DIR]
     python -m fp8rl.adapters.image_rehearse data --hub RESULTS/data/hub.json [--set KEY=VALUE ...]
     python -m fp8rl.adapters.image_rehearse export --base MODEL_DIR
     python -m fp8rl.adapters.image_rehearse eval-lm --checkpoint MODEL_DIR --data DATA_DIR [--set ...]
+    python -m fp8rl.adapters.image_rehearse eval-agent --checkpoint MODEL_DIR --data DATA_DIR [--set ...]
 """
 
 from __future__ import annotations
@@ -50,7 +56,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LOCK_STAMP = ".lock-sha256"  # scripts/image_venv.sh writes it last
 # the environment each image's Dockerfile sets for its jobs
-IMAGE_ENV = {"cpu": {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"}}
+IMAGE_ENV = {
+    "cpu": {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"},
+    "bfcl": {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"},
+}
 TAIL_CHARS = 4000
 
 
@@ -72,7 +81,12 @@ def venv_problem(venv: Path, image: str) -> str | None:
     """Why `venv` is not a complete venv of `image`'s current lock (None: it is)."""
     stamp = venv / LOCK_STAMP
     if not stamp.is_file():
-        return f"no complete {venv} (scripts/image_venv.sh {image})"
+        log = venv.parent / f"{venv.name}.log"  # make image-venvs writes it
+        lines = (
+            [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.is_file() else []
+        )
+        why = f"; its last build ({log}) ended: {lines[-1].strip()[:300]}" if lines else ""
+        return f"no complete {venv} (scripts/image_venv.sh {image}{why})"
     import hashlib
 
     lock = ROOT / "containers" / image / "requirements.lock"
@@ -296,7 +310,60 @@ def eval_lm_job(
     )
 
 
-JOBS = {"report": "cpu", "data": "train", "export": "train", "eval-lm": "eval"}
+# what bfcl-eval's OSSHandler prints once it has loaded the checkpoint's tokenizer and config, before
+# it starts `vllm serve`
+BFCL_LOADED = "Max context length:"
+
+
+def eval_agent_job(
+    venv: Path, work: Path, checkpoint: Path, data: Path, sets: list[str] = (), timeout_s: int = 1800
+) -> Result:
+    """The paper tier's `eval_agent` job (bfcl image; workflows/eval.smk: `fp8rl eval agent --config FILE
+    --checkpoint CKPT --data DIR --out OUT --on-failure ...`) to its first GPU point: bfcl-eval's handler
+    loads the checkpoint's tokenizer and config with the image's transformers 4.51.3 and starts `vllm
+    serve`, which finds no GPU. The job records that (`--on-failure record`) and exits 0; the rehearsal
+    passes when the handler loaded the checkpoint (`BFCL_LOADED`), vLLM's engine stopped at the GPU
+    (`GPU_POINT` in the log) and every suite failure recorded is that one."""
+    if problem := venv_problem(venv, "bfcl"):
+        return Result("eval agent", True, problem, skipped=True)
+    install_fp8rl(venv)
+    out = work / "eval" / "agent.json"
+    shutil.rmtree(out.parent, ignore_errors=True)
+    out.parent.mkdir(parents=True)
+    argv = [str(venv / "bin" / "fp8rl"), "eval", "agent", "--config", str(ROOT / "config" / "paper.yaml"),
+            *(a for x in sets for a in ("--set", x)), "--checkpoint", str(checkpoint), "--data", str(data),
+            "--out", str(out), "--on-failure", "record"]  # fmt: skip
+    res = _run(venv, "bfcl", argv, work, timeout_s)
+    log = res.stdout + res.stderr
+    (work / "eval_agent.log").write_text(log)
+    if res.returncode != 0:
+        return Result(
+            "eval agent",
+            False,
+            f"the job exited {res.returncode} before its first GPU point:\n{log[-TAIL_CHARS:]}",
+        )
+    import json
+
+    failed = json.loads(out.read_text()).get("failed") or []
+    gpu = GPU_POINT.search(log)
+    if BFCL_LOADED not in log or not gpu or not failed:
+        return Result(
+            "eval agent",
+            False,
+            f"bfcl-eval did not reach vLLM's GPU with the checkpoint loaded (failures {failed}):\n"
+            f"{log[-TAIL_CHARS:]}",
+        )
+    loaded = log[log.index(BFCL_LOADED) :].splitlines()[0]
+    versions = _versions(venv, "bfcl", work, "bfcl-eval", "transformers", "vllm", "torch")
+    return Result(
+        "eval agent",
+        True,
+        f"bfcl-eval's handler loaded the checkpoint ({loaded}) and started vllm serve, which stopped where "
+        f"it needs a GPU: {gpu[0]} ({versions})",
+    )
+
+
+JOBS = {"report": "cpu", "data": "train", "export": "train", "eval-lm": "eval", "eval-agent": "bfcl"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,8 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hub", type=Path, help="data: the record `fp8rl fetch data` wrote")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="data: a config override")
     p.add_argument("--base", type=Path, help="export: the base model folder (its tokenizer)")
-    p.add_argument("--checkpoint", type=Path, help="eval-lm: a Hugging Face model folder")
-    p.add_argument("--data", type=Path, help="eval-lm: the data job's folder")
+    p.add_argument("--checkpoint", type=Path, help="eval-lm, eval-agent: a Hugging Face model folder")
+    p.add_argument("--data", type=Path, help="eval-lm, eval-agent: the data job's folder")
     args = p.parse_args(argv)
     image = JOBS[args.job]
     venv = (args.venv or ROOT / "build" / f"venv-{image}").resolve()
@@ -322,10 +389,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.hub is None:
             p.error("data needs --hub RECORD (from `fp8rl fetch data`)")
         result = data_job(venv, work, args.hub.resolve(), args.set)
-    elif args.job == "eval-lm":
+    elif args.job in ("eval-lm", "eval-agent"):
         if args.checkpoint is None or args.data is None:
-            p.error("eval-lm needs --checkpoint MODEL_DIR and --data DATA_DIR")
-        result = eval_lm_job(venv, work, args.checkpoint.resolve(), args.data.resolve(), args.set)
+            p.error(f"{args.job} needs --checkpoint MODEL_DIR and --data DATA_DIR")
+        job = eval_lm_job if args.job == "eval-lm" else eval_agent_job
+        result = job(venv, work, args.checkpoint.resolve(), args.data.resolve(), args.set)
     else:
         if args.base is None:
             p.error("export needs --base MODEL_DIR")

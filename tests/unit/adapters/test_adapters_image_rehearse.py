@@ -33,6 +33,17 @@ def test_a_venv_not_built_from_the_current_lock_is_named(tmp_path):
     assert venv_problem(tmp_path, "cpu") is None
 
 
+def test_a_venv_that_could_not_be_built_says_why(tmp_path):
+    """make image-venvs logs each build; a test skipping for a missing venv names the build's last line."""
+    venv = tmp_path / "venv-bfcl"
+    (tmp_path / "venv-bfcl.log").write_text(
+        "...\nerror: no python3.12 (the bfcl image's Python) on this machine\n\n"
+    )
+    problem = venv_problem(venv, "bfcl")
+    assert "scripts/image_venv.sh bfcl" in problem and "error: no python3.12" in problem
+    assert str(tmp_path / "venv-bfcl.log") in problem
+
+
 def test_the_job_sees_the_images_environment_not_this_machines(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/somewhere")
     monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
@@ -181,3 +192,49 @@ def test_the_eval_lm_job_in_the_eval_images_packages_reaches_vllms_gpu(tmp_path,
         return
     assert result.ok and not result.skipped, result.detail
     assert "vllm 0.24.0" in result.detail and "Device string must not be empty" in result.detail
+
+
+BFCL_VENV = ROOT / "build" / "venv-bfcl"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tokenizer", ["exported", "transformers5"])
+def test_the_eval_agent_job_in_the_bfcl_images_packages_loads_the_checkpoint_and_reaches_vllms_gpu(
+    tmp_path, monkeypatch, tokenizer
+):
+    """The paper tier's data from a stand-in hub and a checkpoint as the export writes it (the base
+    model's tokenizer): the agent eval in the bfcl lock's packages (bfcl-eval, transformers 4.51.3, the
+    CUDA builds of torch and vLLM 0.8.5) loads it through bfcl-eval's handler and stops only where `vllm
+    serve` needs a GPU; with the tokenizer config transformers 5 writes (`extra_special_tokens` a list) it
+    stops before, in the handler."""
+    if problem := venv_problem(BFCL_VENV, "bfcl"):
+        pytest.skip(problem)
+    import json
+
+    from fp8rl.adapters.verl_rehearse import stand_in_model
+    from fp8rl.cli import main
+    from tests.hub_fixtures import make_hub
+
+    monkeypatch.setenv("FP8RL_HUB_MIRROR", str(make_hub(tmp_path / "mirror", models=("Qwen/Qwen3-8B",))))
+    sets = [f"hub.home={tmp_path / 'hf'}", "task.n_test=3", "task.n_train=100"]
+    flags = [a for s in sets for a in ("--set", s)]
+    data, paper = tmp_path / "data", str(ROOT / "config" / "paper.yaml")
+    assert main(["fetch", "data", "--config", paper, *flags, "--out", str(data / "hub.json")]) == 0
+    assert main(["data", "--config", paper, *flags, "--out", str(data), "--hub", str(data / "hub.json")]) == 0
+    from fp8rl.run_files import RunDir
+
+    run = RunDir(tmp_path / "runs" / "grpo" / "qwen3-8b" / "fp8_tis" / "blockwise" / "seed0")
+    checkpoint = stand_in_model(run.checkpoint, "qwen3")  # the run's summary names its model
+    (checkpoint / "model.safetensors").write_bytes(b"")
+    run.summary.write_text(json.dumps({"run_id": "grpo/qwen3-8b/fp8_tis/blockwise/seed0"}))
+    if tokenizer == "transformers5":
+        config = json.loads((checkpoint / "tokenizer_config.json").read_text())
+        config["extra_special_tokens"] = ["<|im_start|>", "<|im_end|>"]
+        (checkpoint / "tokenizer_config.json").write_text(json.dumps(config))
+    result = image_rehearse.eval_agent_job(BFCL_VENV, tmp_path / "work", checkpoint, data, sets)
+    if tokenizer == "transformers5":
+        assert not result.ok and "'list' object has no attribute 'keys'" in result.detail, result.detail
+        return
+    assert result.ok and not result.skipped, result.detail
+    assert "bfcl-eval 2026.3.23" in result.detail and "vllm 0.8.5" in result.detail
+    assert "Max context length: " in result.detail
