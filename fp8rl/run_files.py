@@ -38,6 +38,7 @@ from typing import Any
 
 from fp8rl.io import atomic_write_json, atomic_write_text, read_jsonl
 from fp8rl.locks import hold_lock
+from fp8rl.vocabulary import EVAL_SUITES
 
 RUNS_DIR = "runs"
 CONFIG_FILE = "config.yaml"
@@ -53,12 +54,8 @@ CHECKPOINT_STATE_FILE = "state.json"  # the reference trainer's checkpoint state
 RUN_FILE = "run.json"
 LOCK_FILE = "run.lock"
 EVAL_DIR = "eval"
-# eval suite -> its result file, relative to the run directory
-EVAL_FILES = {
-    "lm_eval": f"{EVAL_DIR}/lm_eval.json",
-    "agent": f"{EVAL_DIR}/agent.json",
-    "heldout": f"{EVAL_DIR}/heldout.json",
-}
+# eval suite (fp8rl.evaluate.suites) -> its result file, relative to the run directory
+EVAL_FILES = {suite: f"{EVAL_DIR}/{suite}.json" for suite in EVAL_SUITES}
 
 
 class RootPath:

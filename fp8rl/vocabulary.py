@@ -244,7 +244,19 @@ REFERENCE_TASKS = ("arithmetic", "word_problems", "longform", "gsm8k")
 VERL_TASKS = ("dapo-math-17k",)
 # The evaluation suites: `eval.lm_eval_tasks` -> eval/lm_eval.json, `eval.agent` -> eval/agent.json,
 # `eval.heldout` -> eval/heldout.json (the bf16 sampler on held-out prompts, fp8rl.engine.heldout).
-EVAL_SUITES = ("lm_eval", "agent", "heldout")
+_SHIPPED_EVAL_SUITES = ("lm_eval", "agent", "heldout")
+# A new suite is one file: a module of fp8rl/evaluate/suites/ that registers its `EvalSuite` under the
+# module's own name (modules named `_*` are helpers), plus its test; found here by its file name, not
+# imported, and checked at import of fp8rl.evaluate.suites. Its result file is eval/<name>.json.
+EVAL_SUITES_DIR = Path(__file__).resolve().parent / "evaluate" / "suites"
+EVAL_SUITES = (
+    *_SHIPPED_EVAL_SUITES,
+    *sorted(
+        p.stem
+        for p in EVAL_SUITES_DIR.glob("*.py")
+        if not p.stem.startswith("_") and p.stem not in _SHIPPED_EVAL_SUITES
+    ),
+)
 # The held-out endpoint's metrics (eval/heldout.json, task `heldout`) and the tasks it can draw held-out
 # prompts for (those with a generator beside their train and test splits).
 HELDOUT_METRICS = ("greedy_acc", "sampled_reward", "sampled_format")

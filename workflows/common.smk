@@ -131,18 +131,20 @@ wildcard_constraints:
 
 # --------------------------------------------------------------------------------------- resources
 
-# Config `resources` keys per rule; a missing key falls back to `default` (ExperimentConfig.resources_for).
-RESOURCE_KEYS = {"eval_lm": "eval", "eval_agent": "eval", "eval_heldout": "eval"}
+# Config `resources` key of a rule: the evaluation rules (`eval`, `eval_lm`, `eval_heldout_base`, ...)
+# share `eval`; a missing key falls back to `default` (ExperimentConfig.resources_for).
+def resource_key(rule):
+    return "eval" if rule.split("_")[0] == "eval" else rule
 
 
 def threads_for(rule):
-    return CFG.resources_for(RESOURCE_KEYS.get(rule, rule)).threads
+    return CFG.resources_for(resource_key(rule)).threads
 
 
 def resources_for(rule):
     """Snakemake resources of a rule: memory (MB), runtime (minutes), GPUs (`gpu`, the name the
     Slurm executor maps to --gpus) and the Slurm partition and account when the config names them."""
-    r = CFG.resources_for(RESOURCE_KEYS.get(rule, rule))
+    r = CFG.resources_for(resource_key(rule))
     out = {"mem_mb": r.mem_mb, "runtime": r.runtime}
     if r.gpus:
         out["gpu"] = r.gpus
@@ -155,7 +157,7 @@ def resources_for(rule):
 
 def retries_for(rule):
     """How often a failed or timed-out job of the rule is resubmitted (config `resources.*.retries`)."""
-    return CFG.resources_for(RESOURCE_KEYS.get(rule, rule)).retries
+    return CFG.resources_for(resource_key(rule)).retries
 
 
 def rule_retries(rule):
@@ -326,22 +328,50 @@ def base_model_seed(base):
 
 
 def heldout_base_targets():
-    """The held-out endpoint of every base the matrix starts from (`eval.heldout`), once per base."""
-    if CFG.eval.heldout is None:
-        return []
-    return sorted({f"{base_dir_of(s.model, s.seed)}/eval/heldout.json" for s in RUNS})
+    """The result of every suite that scores bases too (`per_base`: the held-out endpoint) on every base
+    the matrix starts from, once per base."""
+    from fp8rl.evaluate.suites import enabled_suites
+
+    suites = [s.name for s in enabled_suites(CFG) if s.per_base]
+    bases = {base_dir_of(s.model, s.seed) for s in RUNS}
+    return sorted(f"{base}/eval/{name}.json" for base in bases for name in suites)
 
 
 def eval_targets(spec):
-    """The eval result files of one run that the config asks for."""
-    out = []
-    if CFG.eval.lm_eval_tasks:
-        out.append(str(run_dir(spec).eval_file("lm_eval")))
-    if CFG.eval.agent:
-        out.append(str(run_dir(spec).eval_file("agent")))
-    if CFG.eval.heldout is not None:
-        out.append(str(run_dir(spec).eval_file("heldout")))
-    return out
+    """The eval result files of one run that the config asks for (fp8rl.evaluate.suites)."""
+    from fp8rl.evaluate.suites import enabled_suites
+
+    return [str(run_dir(spec).eval_file(s.name)) for s in enabled_suites(CFG)]
+
+
+def eval_command(job):
+    """An evaluation job's shell command (workflows/eval.smk), in its image: `fp8rl eval <suite>` of its
+    one suite, or `fp8rl eval run` of its several suites into the run's eval/ folder; `--on-failure`
+    where a suite records a crashed harness."""
+    suite = job.suites[0]
+    if len(job.suites) == 1:
+        command = f"fp8rl eval {suite.command} --out {{output.{suite.name}:q}}"
+    else:
+        command = f"fp8rl eval run {' '.join(s.name for s in job.suites)} --out-dir {{params.out_dir:q}}"
+    on_failure = " --on-failure {resources.eval_on_failure:q}" if job.records_failures else ""
+    return (
+        in_image(job.role)
+        + command
+        + " --config {params.config:q} --checkpoint {params.checkpoint:q} --data {params.data:q}"
+        + on_failure
+        + " > {log:q} 2>&1"
+        + RECORD_DIGEST
+    )
+
+
+def eval_base_command(suite):
+    """The shell command that scores one base with `suite` (a `per_base` suite), in its image."""
+    return (
+        in_image(suite.role)
+        + f"fp8rl eval {suite.command} --config {{params.config:q}} --checkpoint {{params.checkpoint:q}}"
+        " --data {params.data:q} --out {output:q} > {log:q} 2>&1"
+        + RECORD_DIGEST
+    )
 
 
 def registered(path):

@@ -1,157 +1,88 @@
-# lm-eval, the agent benchmark and the held-out bf16 endpoint on every run's final checkpoint (docs/interfaces.md result schema);
-# eval_lm also keeps every scored sample beside its scores (lm_eval.samples.jsonl). A harness that crashes
-# on a job's last attempt is recorded in the result file (`failed`) instead of failing the job, so one
-# broken eval does not hold back the report, which lists it.
-from fp8rl.evaluate.schema import samples_path
+# The evaluation suites (fp8rl.evaluate.suites: lm-eval, the agent benchmark, the held-out bf16
+# endpoint, ...) on every run's final checkpoint, one result file per suite (docs/interfaces.md schema).
+# The suites come from the registry, so a new suite needs no edit here. Per run, one job per image:
+# on the host (containers off: a laptop, CI) rule `eval` runs every suite of the run in one process
+# (`fp8rl eval run`: one process start and one set of imports per run, not per suite); with images
+# (the cluster path) each suite's image is a job of its own, and a suite alone in its image keeps its
+# own rule and command (`eval_lm`: `fp8rl eval lm-eval`, `eval_agent`, `eval_heldout`). A harness that
+# crashes on a job's last attempt is recorded in the result file (`failed`) instead of failing the job,
+# so one broken eval does not hold back the report, which lists it.
+from fp8rl.evaluate.suites import eval_jobs
+
+EVAL_JOBS = eval_jobs(CFG, in_image)
 
 
-EVAL_LM_TRIGGER = ConfigTrigger(
-    "eval_lm",
-    RUN_DIR.eval_file("lm_eval"),
-    section_digest("numerics", "eval", "backend"),
-)
+for _job in EVAL_JOBS:
+    _trigger = ConfigTrigger(
+        _job.rule, RUN_DIR.eval_file(_job.suites[0].name), section_digest(*_job.sections)
+    )
+
+    rule:
+        name: _job.rule
+        input:
+            changed=_trigger.changed,
+            summary=str(RUN_DIR.summary),
+            images=container_inputs(_job.role),
+            data=[getattr(rules.data.output, d) for d in dict.fromkeys(s.data for s in _job.suites)],
+        output:
+            **{s.name: str(RUN_DIR.eval_file(s.name)) for s in _job.suites},
+            **{
+                f"{s.name}_{i}": str(extra)
+                for s in _job.suites
+                for i, extra in enumerate(s.extra_outputs(RUN_DIR.eval_file(s.name)))
+            },
+        params:
+            config=CONFIG_FILE,
+            checkpoint=lambda wildcards, input: RunDir(Path(input.summary).parent).checkpoint,
+            data=lambda wildcards, input: Path(input.data[0]).parent,
+            out_dir=lambda wildcards, output: Path(output[0]).parent,
+            **_trigger.params(),
+        log:
+            f"{R}/logs/{_job.rule}/{RUN}.log",
+        benchmark:
+            f"{R}/benchmarks/{_job.rule}/{RUN}.tsv"
+        threads: threads_for(_job.rule)
+        resources:
+            **resources_for(_job.rule),
+            eval_on_failure=eval_on_failure(_job.rule),
+        retries: rule_retries(_job.rule) if _job.records_failures else 0
+        conda:
+            CONDA_ENV
+        shell:
+            eval_command(_job)
 
 
-rule eval_lm:
-    input:
-        changed=EVAL_LM_TRIGGER.changed,
-        summary=str(RUN_DIR.summary),
-        test=rules.data.output.test,
-        images=container_inputs("eval"),
-    output:
-        scores=str(RUN_DIR.eval_file("lm_eval")),
-        samples=str(samples_path(RUN_DIR.eval_file("lm_eval"))),
-    params:
-        config=CONFIG_FILE,
-        checkpoint=lambda wildcards, input: RunDir(Path(input.summary).parent).checkpoint,
-        data=lambda wildcards, input: Path(input.test).parent,
-        **EVAL_LM_TRIGGER.params(),
-    log:
-        f"{R}/logs/eval_lm/{RUN}.log",
-    benchmark:
-        f"{R}/benchmarks/eval_lm/{RUN}.tsv"
-    threads: threads_for("eval_lm")
-    resources:
-        **resources_for("eval_lm"),
-        eval_on_failure=eval_on_failure("eval_lm"),
-    retries: rule_retries("eval_lm")
-    conda:
-        CONDA_ENV
-    shell:
-        in_image("eval") + "fp8rl eval lm-eval --config {params.config:q} --checkpoint {params.checkpoint:q}"
-        " --data {params.data:q} --out {output.scores:q} --on-failure {resources.eval_on_failure:q}"
-        " > {log:q} 2>&1"
-        + RECORD_DIGEST
+# A suite that scores bases too (`per_base`: the held-out endpoint) scores each base the runs start
+# from, so every run's gain over its own base is in endpoints.csv.
+for _suite in (s for job in EVAL_JOBS for s in job.suites if s.per_base):
+    _trigger = ConfigTrigger(
+        f"{_suite.rule}_base", f"{R}/base/{{base}}/eval/{_suite.name}.json", section_digest(*_suite.sections)
+    )
 
-
-EVAL_AGENT_TRIGGER = ConfigTrigger(
-    "eval_agent",
-    RUN_DIR.eval_file("agent"),
-    section_digest("numerics", "eval", "backend"),
-)
-
-
-rule eval_agent:
-    input:
-        changed=EVAL_AGENT_TRIGGER.changed,
-        summary=str(RUN_DIR.summary),
-        tool=rules.data.output.tool,
-        images=container_inputs("agent"),
-    output:
-        str(RUN_DIR.eval_file("agent")),
-    params:
-        config=CONFIG_FILE,
-        checkpoint=lambda wildcards, input: RunDir(Path(input.summary).parent).checkpoint,
-        data=lambda wildcards, input: Path(input.tool).parent,
-        **EVAL_AGENT_TRIGGER.params(),
-    log:
-        f"{R}/logs/eval_agent/{RUN}.log",
-    benchmark:
-        f"{R}/benchmarks/eval_agent/{RUN}.tsv"
-    threads: threads_for("eval_agent")
-    resources:
-        **resources_for("eval_agent"),
-        eval_on_failure=eval_on_failure("eval_agent"),
-    retries: rule_retries("eval_agent")
-    conda:
-        CONDA_ENV
-    shell:
-        in_image("agent") + "fp8rl eval agent --config {params.config:q} --checkpoint {params.checkpoint:q}"
-        " --data {params.data:q} --out {output:q} --on-failure {resources.eval_on_failure:q}"
-        " > {log:q} 2>&1"
-        + RECORD_DIGEST
-
-
-# The held-out endpoint (eval.heldout; fp8rl.engine.heldout): the run's final checkpoint sampled with the
-# bf16 sampler on held-out prompts. It reads the checkpoint only, so adding it never retrains a run.
-EVAL_HELDOUT_TRIGGER = ConfigTrigger(
-    "eval_heldout",
-    RUN_DIR.eval_file("heldout"),
-    section_digest("numerics", "eval", "task", "schedule"),
-)
-
-
-rule eval_heldout:
-    input:
-        changed=EVAL_HELDOUT_TRIGGER.changed,
-        summary=str(RUN_DIR.summary),
-        train=rules.data.output.train,
-        images=container_inputs("train"),
-    output:
-        str(RUN_DIR.eval_file("heldout")),
-    params:
-        config=CONFIG_FILE,
-        checkpoint=lambda wildcards, input: RunDir(Path(input.summary).parent).checkpoint,
-        data=lambda wildcards, input: Path(input.train).parent,
-        **EVAL_HELDOUT_TRIGGER.params(),
-    log:
-        f"{R}/logs/eval_heldout/{RUN}.log",
-    benchmark:
-        f"{R}/benchmarks/eval_heldout/{RUN}.tsv"
-    threads: threads_for("eval_heldout")
-    resources:
-        **resources_for("eval_heldout"),
-    conda:
-        CONDA_ENV
-    shell:
-        in_image("train") + "fp8rl eval heldout --config {params.config:q} --checkpoint {params.checkpoint:q}"
-        " --data {params.data:q} --out {output:q} > {log:q} 2>&1"
-        + RECORD_DIGEST
-
-
-# ... and of each base the runs start from, so every run's gain over its own base is in endpoints.csv.
-EVAL_HELDOUT_BASE_TRIGGER = ConfigTrigger(
-    "eval_heldout_base",
-    f"{R}/base/{{base}}/eval/heldout.json",
-    section_digest("numerics", "eval", "task", "schedule"),
-)
-
-
-rule eval_heldout_base:
-    input:
-        changed=EVAL_HELDOUT_BASE_TRIGGER.changed,
-        base=lambda wildcards: base_record(*base_model_seed(wildcards.base)),
-        train=rules.data.output.train,
-        images=container_inputs("train"),
-    output:
-        f"{R}/base/{{base}}/eval/heldout.json",
-    wildcard_constraints:
-        base=r"[^/]+(/seed\d+)?",
-    params:
-        config=CONFIG_FILE,
-        checkpoint=lambda wildcards, input: Path(input.base).parent,
-        data=lambda wildcards, input: Path(input.train).parent,
-        **EVAL_HELDOUT_BASE_TRIGGER.params(),
-    log:
-        f"{R}/logs/eval_heldout/base/{{base}}.log",
-    benchmark:
-        f"{R}/benchmarks/eval_heldout/base/{{base}}.tsv"
-    threads: threads_for("eval_heldout")
-    resources:
-        **resources_for("eval_heldout"),
-    conda:
-        CONDA_ENV
-    shell:
-        in_image("train") + "fp8rl eval heldout --config {params.config:q} --checkpoint {params.checkpoint:q}"
-        " --data {params.data:q} --out {output:q} > {log:q} 2>&1"
-        + RECORD_DIGEST
+    rule:
+        name: f"{_suite.rule}_base"
+        input:
+            changed=_trigger.changed,
+            base=lambda wildcards: base_record(*base_model_seed(wildcards.base)),
+            data=getattr(rules.data.output, _suite.data),
+            images=container_inputs(_suite.role),
+        output:
+            f"{R}/base/{{base}}/eval/{_suite.name}.json",
+        wildcard_constraints:
+            base=r"[^/]+(/seed\d+)?",
+        params:
+            config=CONFIG_FILE,
+            checkpoint=lambda wildcards, input: Path(input.base).parent,
+            data=lambda wildcards, input: Path(input.data).parent,
+            **_trigger.params(),
+        log:
+            f"{R}/logs/{_suite.rule}/base/{{base}}.log",
+        benchmark:
+            f"{R}/benchmarks/{_suite.rule}/base/{{base}}.tsv"
+        threads: threads_for(_suite.rule)
+        resources:
+            **resources_for(_suite.rule),
+        conda:
+            CONDA_ENV
+        shell:
+            eval_base_command(_suite)

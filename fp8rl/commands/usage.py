@@ -8,6 +8,8 @@ developer notes stay in each command module's docstring. `USAGE` has one entry p
 
 from __future__ import annotations
 
+from fp8rl.evaluate.suites import REGISTRY as EVAL_SUITES
+
 USAGE: dict[str, str] = {
     "": """
 Every Snakemake rule of the DAG calls one of these commands; each also runs on its own. A command that
@@ -71,41 +73,22 @@ whole. A report that is missing, incomplete, edited since it was built, being wr
     fp8rl publish --config config/ci.yaml --out results/published/ci
 """,
     "eval": """
-Score one checkpoint and write one result file (the schema of docs/interfaces.md):
+Score one checkpoint and write one result file per suite (the schema of docs/interfaces.md); each
+suite is a subcommand, and `run` runs several in one process (what the DAG does on one machine):
 
     fp8rl eval lm-eval --config FILE --checkpoint DIR --data DIR --out eval/lm_eval.json
     fp8rl eval agent   --config FILE --checkpoint DIR --data DIR --out eval/agent.json
     fp8rl eval heldout --config FILE --checkpoint DIR --data DIR --out eval/heldout.json
+    fp8rl eval run lm_eval agent --config FILE --checkpoint DIR --data DIR --out-dir eval/
 """,
-    "eval lm-eval": """
-Reads the checkpoint (a Hugging Face model folder), the task splits in `--data` and the config's
-`eval` section (tasks, `limit`, batch size, generation length, sampling), runs lm-eval offline, and
-writes `--out` (one score per task and metric, with its standard error, the number of examples and the
-checkpoint's fingerprint), every scored sample beside it (`lm_eval.samples.jsonl`) and lm-eval's own
-results JSON (`lm_eval.native.json`). A missing or damaged checkpoint, data file or task, or an `--out`
-that cannot be written, exits 2 before any model is loaded. `--on-failure record` writes the tasks
-that finished and lists the crashed ones instead of exiting non-zero.
+    "eval run": """
+Runs the suites named (`lm_eval`, `agent`, `heldout`: the result files' names) on one checkpoint in one
+process, in the order given, and writes `<out-dir>/<suite>.json` for each: the config is read and the
+libraries imported once, where `fp8rl eval <suite>` once per suite would pay that per suite. Inputs,
+exit codes and `--on-failure` (for the suites that take it) as each suite's own subcommand.
 
-    fp8rl eval lm-eval --config config/smoke.yaml --data results/smoke/data \\
-        --checkpoint results/smoke/runs/grpo/tiny/bf16/none/seed0/checkpoint --out /tmp/lm_eval.json
-""",
-    "eval agent": """
-Reads the checkpoint and the function-calling test split in `--data` (`tool_test.jsonl`; BFCL on the
-paper tier), asks the model for a tool call per example and scores the call by parsing it, never by
-running it; writes `--out` in the same schema as `eval lm-eval`. Exit codes and `--on-failure` as there.
-
-    fp8rl eval agent --config config/smoke.yaml --data results/smoke/data \\
-        --checkpoint results/smoke/runs/grpo/tiny/bf16/none/seed0/checkpoint --out /tmp/agent.json
-""",
-    "eval heldout": """
-The held-out endpoint of a config with `eval.heldout`: reads the checkpoint and samples it with the
-bf16 sampler, whatever the run's variant, on prompts that neither `train.jsonl` nor `test.jsonl` of
-`--data` holds; writes `--out` with the greedy accuracy, the sampled reward at the training
-temperature and the answer-format rate, each with its standard error. Any checkpoint a run kept (its
-final one, a base, `checkpoints/step{N}/`) can be scored. Exits 2 when `eval.heldout` is not set.
-
-    fp8rl eval heldout --config config/learn.yaml --data results/learn/data \\
-        --checkpoint results/learn/runs/grpo/tiny/bf16/none/seed0/checkpoint --out /tmp/heldout.json
+    fp8rl eval run lm_eval agent --config config/smoke.yaml --data results/smoke/data \\
+        --checkpoint results/smoke/runs/grpo/tiny/bf16/none/seed0/checkpoint --out-dir /tmp/eval
 """,
     "data": """
 Writes the tier's task splits into `--out`: `train.jsonl`, `test.jsonl` and, for the agent benchmark,
@@ -271,3 +254,5 @@ block that differs; `--write` rewrites the blocks. Each publication is first che
     fp8rl quotes --check
 """,
 }
+# Each evaluation suite's `fp8rl eval <command>` text is its module's `usage` (fp8rl.evaluate.suites).
+USAGE.update({f"eval {suite.command}": suite.usage for suite in EVAL_SUITES.values()})

@@ -45,8 +45,10 @@ ALLOWED: dict[str, set[str]] = {
         "checkpoint_files",
         "provenance",
         "adapters",
+        "engine",
+        "quiet",
         *CORE,
-    },  # adapters.hub: records
+    },  # adapters.hub: records; engine: the held-out suite's bf16 sampler, a split's rows as training reads them
     "adapters": {
         "config",
         "config_loader",

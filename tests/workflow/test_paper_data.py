@@ -44,7 +44,7 @@ def test_paper_data_and_models_run_for_real(tmp_path, monkeypatch):
     # what is left needs GPUs: training, evaluation and the report after them
     n = len(cfg0.runs())
     assert planned_jobs(tmp_path, "--configfile", str(cfg)) == {
-        "train": n, "eval_lm": n, "eval_agent": n, "report": 1, "all": 1
+        "train": n, "eval": n, "report": 1, "all": 1  # containers off: a run's suites in one job
     }  # fmt: skip
 
     # a train job's inputs and job script, offline: the hub is gone

@@ -56,18 +56,23 @@ def test_a_calib_override_reaches_the_train_digest_of_calibrated_runs(tmp_path):
 
 
 def test_the_held_out_endpoint_scores_every_run_and_each_base_once(tmp_path):
-    """`eval.heldout`: one `eval_heldout` job per run (its final checkpoint) and one `eval_heldout_base`
-    per base the runs start from, both inputs of the report; turning it on retrains nothing (the train
-    rule's digest leaves the eval section out)."""
+    """`eval.heldout`: each run's final checkpoint scored (in the run's one `eval` job, beside lm-eval and
+    the agent benchmark) and one `eval_heldout_base` per base the runs start from, both inputs of the
+    report; turning it on retrains nothing (the train rule's digest leaves the eval section out)."""
     plain = write_config(tmp_path / "plain.yaml", "config/smoke.yaml", SEEDS, "sft.bases=2")
     cfg_file = write_config(
         tmp_path / "cfg.yaml", "config/smoke.yaml", SEEDS, "sft.bases=2", "eval.heldout={prompts: 600}"
     )
     cfg = load_config(cfg_file)
     jobs = planned_jobs(tmp_path, "--configfile", str(cfg_file))
-    assert jobs["eval_heldout"] == jobs["train"] == len(cfg.runs()) and jobs["eval_heldout_base"] == 2
-    assert "eval_heldout" not in planned_jobs(tmp_path, "--configfile", str(plain))
+    assert jobs["eval"] == jobs["train"] == len(cfg.runs()) and jobs["eval_heldout_base"] == 2
+    assert "eval_heldout_base" not in planned_jobs(tmp_path, "--configfile", str(plain))
     out = snakemake(tmp_path, "-n", "-p", "--configfile", str(cfg_file)).stdout
+    evals = [b for b in out.split("\n\n") if "rule eval:" in b]
+    assert len(evals) == len(cfg.runs()) and all("fp8rl eval run lm_eval agent heldout " in b for b in evals)
+    assert all("/eval/heldout.json" in b.split("output:")[1].split("\n")[0] for b in evals)
+    plain_out = snakemake(tmp_path, "-n", "-p", "--configfile", str(plain)).stdout
+    assert "heldout" not in plain_out
     bases = [b for b in out.split("\n\n") if "rule eval_heldout_base:" in b]
     assert sorted(re.search(r"--checkpoint '?(\S+?)'? ", b).group(1) for b in bases) == [
         "results/smoke/base/tiny/seed0", "results/smoke/base/tiny/seed1"

@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from functools import partial
 
 import pytest
 import yaml
@@ -15,6 +16,8 @@ from workflow_helpers import REPO, in_repo, planned_jobs, snakemake, write_confi
 
 from fp8rl.config.runs import reference_run
 from fp8rl.config_loader import load_config
+from fp8rl.containers import run_prefix
+from fp8rl.evaluate.suites import eval_jobs
 
 
 def matrix_count(config_file) -> int:
@@ -34,8 +37,15 @@ def test_dry_run_plans_every_job_of_the_matrix(config, tmp_path):
     n = matrix_count(REPO / (config or "config/smoke.yaml"))
     jobs = planned_jobs(None, *(["--configfile", str(REPO / config)] if config else []), *in_repo(tmp_path))
     assert jobs.pop("train") == n
-    assert jobs.pop("eval_lm") == (n if cfg.eval.lm_eval_tasks else 0)
-    assert jobs.pop("eval_agent", 0) == (n if cfg.eval.agent else 0)
+    # one evaluation job per run and image: every suite in one `eval` job on the host (smoke, ci), one
+    # job per suite's image with containers (paper, verl_smoke: eval_lm, eval_agent)
+    evals = eval_jobs(cfg, partial(run_prefix, cfg))
+    host = [job.rule for job in evals if not run_prefix(cfg, job.role)]
+    assert host == (["eval"] if cfg.containers.mode == "none" else [])
+    assert {job.rule: jobs.pop(job.rule) for job in evals} == {job.rule: n for job in evals}
+    assert sorted(s.name for job in evals for s in job.suites) == sorted(
+        name for name, on in (("lm_eval", cfg.eval.lm_eval_tasks), ("agent", cfg.eval.agent)) if on
+    )
     hf = [m for m in cfg.matrix.models if cfg.model(m).source == "hf" and cfg.backend == "verl"]
     # scratch models are trained (sft: one per model, or per model and base seed with sft.per_seed), verl's
     # hub models fetched with the datasets (login node), other pretrained models loaded and re-saved
@@ -162,5 +172,5 @@ def test_small_tier_plans_a_pretrained_base_and_no_sft(overrides, runs, tmp_path
     """The one-GPU command, and with the CPU override file merged in (its first steps)."""
     files = [str(REPO / "config/small.yaml"), *(str(REPO / f) for f in overrides)]
     jobs = planned_jobs(None, "--configfile", *files, *in_repo(tmp_path))
-    assert jobs.pop("train") == jobs.pop("eval_lm") == jobs.pop("eval_agent") == runs
+    assert jobs.pop("train") == jobs.pop("eval") == runs  # lm-eval and the agent benchmark, one process
     assert jobs == {"data": 1, "base_model": 1, "report": 1, "all": 1}
