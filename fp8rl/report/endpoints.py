@@ -24,9 +24,9 @@ Columns (`COLUMNS`, then one per eval score `{task}/{metric}`):
   stopped before the last window scores 0 there (it earned no reward), as the study endpoint does;
 - entropy and output: `entropy_first`, `entropy_last` (the same windows), `entropy_peak` (the highest
   finite entropy of the run), `entropy_baseline` (median of the first `stability.baseline_steps` logged
-  values: the stability table's `peak_rel_entropy` is `entropy_peak` ÷ it), `peak_entropy_rel` (the comparison's: highest entropy after the baseline
-  window ÷ the baseline), `gibberish_rate` (mean `gibberish/rate` over the run), `gibberish_last`
-  (over the last window);
+  values), `peak_entropy_rel` (highest entropy after the first `stability.baseline_steps` steps ÷ their
+  median: the comparison's and the stability report's), `gibberish_rate` (mean `gibberish/rate` over the
+  run), `gibberish_last` (over the last window);
 - the comparison's per-run values: `final_reward`, `best_reward`, and the per-step metrics reduced to
   the run's mean over its finite steps (the value the t-interval over seeds takes, stats.seed_means):
   `clip_low_neg`, `mismatch_kl_k3`, `phantom_low_neg`, `phantom_missed_neg`, `excess_clip` (their
@@ -35,7 +35,9 @@ Columns (`COLUMNS`, then one per eval score `{task}/{metric}`):
   and `excess_clip` is what remained);
 - the study's: `endpoint` (study.endpoint, fp8rl.report.planned; blank without a study),
   `mismatch_kl_step1`, `entropy_step1`;
-- the stability table's: `final_acc` (mean `acc/mean` over the last `ACC_WINDOW` steps), `best_acc`;
+- the stability report's: `final_acc` (mean `acc/mean` over the last `ACC_WINDOW` steps), `best_acc`
+  (its per-run rows, stability.run_stability, are this table's: divergence, last step, accuracy,
+  entropy peak and gibberish);
 - the mismatch in the field's units (fp8rl.rl.mismatch): for `mismatch` (trainer vs rollout) and
   `shadow_mismatch` (the FP8 trainer vs its BF16 shadow), each unit's run mean `{prefix}_{unit}`, its
   means over the first and the last window, `{prefix}_{unit}_first` and `{prefix}_{unit}_last`, and its
@@ -82,7 +84,7 @@ from fp8rl.vocabulary import (
 
 FIRST_FRAC = 0.1  # the first window: the first 10 % of the planned steps
 LAST_FRAC = 0.2  # the last window: the last 20 %
-ACC_WINDOW = 5  # stability.final_acc: the last 5 steps (fp8rl.report.stability)
+ACC_WINDOW = 5  # final_acc: the last 5 steps (and best_acc's moving window; fp8rl.report.stability)
 FLOAT_FORMAT = "%.10g"
 USED = ("ok", "diverged")
 
@@ -249,6 +251,14 @@ def _noise(cfg: ExperimentConfig, spec: RunSpec, runs_dir: str | Path) -> dict:
     return {"noise": scale, "target_kl": math.nan if target is None else target}
 
 
+def first_divergence(runs_dir: Path, run_id: str) -> dict:
+    """summary.json's `divergence` (the first detection: kind, step, reason) of a run; {} when none."""
+    from fp8rl.run_files import RunDir
+
+    d = read_json_object(RunDir.of(runs_dir, run_id).summary).get("divergence")
+    return d if isinstance(d, dict) else {}
+
+
 def read_json_object(path: Path) -> dict:
     """The JSON object in `path`, or {} when it is missing, unreadable or not an object."""
     try:
@@ -292,7 +302,6 @@ def _value_columns(m: pd.DataFrame) -> dict:
 def endpoints_table(runset: RunSet, cfg: ExperimentConfig, runs_dir: str | Path) -> pd.DataFrame:
     """The per-run endpoints (module docstring), in matrix order."""
     from fp8rl.report.planned import run_endpoints
-    from fp8rl.report.stability import first_divergence
 
     steps, baseline_steps = cfg.schedule.steps, cfg.stability.baseline_steps
     train = runset.metric("train")

@@ -68,7 +68,6 @@ class ReportData:
 
     cfg: ExperimentConfig
     runset: RunSet
-    runs_dir: Path
     paths: ReportPaths
     keys: list[str]
     comparison: pd.DataFrame
@@ -97,7 +96,6 @@ def load_report_data(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, 
     return ReportData(
         cfg=cfg,
         runset=runset,
-        runs_dir=runs_dir,
         paths=paths,
         keys=eval_keys(runset),
         comparison=comparison,
@@ -181,7 +179,7 @@ def survival_section(data: ReportData) -> Section:
     from fp8rl.report.study_survival import NOTES, arm_runs, survival_table, survival_view
 
     cfg, plots_dir = data.cfg, data.paths.plots_dir
-    per_arm = arm_runs(run_stability(data.runset, data.runs_dir, cfg), cfg)
+    per_arm = arm_runs(run_stability(data.endpoints, cfg), cfg)
     table = survival_table(data.runset, per_arm, cfg)
     title = "Study arms: time to divergence"
     tables = [ReportTable("study_survival", title, "study arms, time to divergence", survival_view(table),
@@ -207,7 +205,7 @@ def stability_section(data: ReportData) -> Section:
     )
     from fp8rl.report.stability_plots import write_stability_plots
 
-    per_run = run_stability(data.runset, data.runs_dir, data.cfg)
+    per_run = run_stability(data.endpoints, data.cfg)
     table = stability_table(per_run)
     breaking = breaking_dose_table(table)
     void = data.control_info

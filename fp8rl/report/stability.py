@@ -1,13 +1,14 @@
 """The stability report of a tier whose FP8 conditions are a noise-dose axis (the stress tier).
 
-One row per run (`run_stability`), read from the tidy `RunSet` and each run's `summary.json`
-(`divergence`: the first detection's kind and step, fp8rl.rl.stability):
-- `diverged`: the run's status is `diverged`; `div_step` and `div_kind` its first detection;
+One row per run that trained (`run_stability`), its values taken from the per-run endpoints
+(endpoints.csv, fp8rl.report.endpoints; `PER_RUN`):
+- `diverged`: the run's status is `diverged`; `div_step` and `div_kind` its first detection (summary.json's
+  `divergence`, fp8rl.rl.stability); `last_step`: the last step its summary.json records;
 - `final_acc`: mean `acc/mean` over the last `ACC_WINDOW` steps; `best_acc`: the best `ACC_WINDOW`-step
   moving mean of `acc/mean`;
 - `peak_rel_entropy`: the highest entropy after the first `baseline_steps` steps / their median (the
   detectors' baseline; the baseline steps are left out of the peak, so a run whose entropy only falls
-  reads below 1, as endpoints.csv's `peak_entropy_rel`); `gibberish`: mean `gibberish/rate` over the run.
+  reads below 1: endpoints.csv's `peak_entropy_rel`); `gibberish`: mean `gibberish/rate` over the run.
 
 Per (algo, model, variant, granularity, dose) group (`stability_table`): runs diverged / total with an
 exact Clopper-Pearson 95 % interval of the fraction, and Fisher's exact test against the variant's
@@ -32,15 +33,13 @@ its exact intervals, the ED50 interval at one half).
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from fp8rl.config import ExperimentConfig, RunSpec, resolve_run
-from fp8rl.io import loads_json
 from fp8rl.report.binomial import ED50_METHOD, dose_response
-from fp8rl.report.load import RunSet
+from fp8rl.report.endpoints import ACC_WINDOW
 from fp8rl.report.stats import (
     BINOMIAL_METHOD,
     CI_METHOD,
@@ -51,11 +50,8 @@ from fp8rl.report.stats import (
     t_interval,
     value_range,
 )
-from fp8rl.report.summaries import peak_over_baseline
-from fp8rl.run_files import RunDir
 from fp8rl.vocabulary import ACC_MEAN, CLIP_LOW_NEG, GIBBERISH_RATE, REFERENCE_VARIANT, REWARD_MEAN
 
-ACC_WINDOW = 5
 GROUP = ["algo", "model", "variant", "granularity", "noise"]
 CURVES = (("entropy", "entropy"), (REWARD_MEAN, "reward"), (CLIP_LOW_NEG, CLIP_LOW_NEG))
 # per-run columns with a t-interval over seeds, and the metric whose range (stats.value_range) they share
@@ -67,6 +63,11 @@ SEED_COLUMNS = {
 }
 # the variant each variant's divergence count is tested against at the same dose (others: plain fp8)
 REFERENCE = {REFERENCE_VARIANT: None, "fp8": REFERENCE_VARIANT}
+# run_stability's columns taken from endpoints.csv (fp8rl.report.endpoints): column -> endpoints column
+PER_RUN = {
+    "div_step": "div_step", "div_kind": "div_kind", "last_step": "last_step", "final_acc": "final_acc",
+    "best_acc": "best_acc", "peak_rel_entropy": "peak_entropy_rel", "gibberish": "gibberish_rate",
+}  # fmt: skip
 STABILITY_NOTES = [
     f"`diverged/total`: runs whose status is diverged, `= fraction [low, high]`: {BINOMIAL_METHOD}.",
     f"`vs`, `p`: {FISHER_METHOD}, against `vs` at the same dose (fp8 against bf16, fixed FP8 variants "
@@ -89,51 +90,17 @@ BREAKING_NOTES = [
 ]
 
 
-def first_divergence(runs_dir: Path, run_id: str) -> dict:
-    """summary.json's `divergence` (the first detection: kind, step, reason) of a run; {} when none."""
-    path = RunDir.of(runs_dir, run_id).summary
-    try:
-        d = loads_json(path.read_bytes()).get("divergence")
-    except (OSError, ValueError):
-        return {}
-    return d if isinstance(d, dict) else {}
-
-
-def run_stability(runset: RunSet, runs_dir: str | Path, cfg: ExperimentConfig) -> pd.DataFrame:
-    """One row per run that trained (status ok or diverged); see the module docstring. A run's dose is
-    its condition's `fp8.noise_scale` (1 for bf16 runs: nothing is quantized)."""
-    baseline_steps = cfg.stability.baseline_steps
-    train = runset.metric("train")
-    rows = []
-    for _, r in runset.runs.iterrows():
-        if r["status"] not in ("ok", "diverged"):
-            continue
-        spec = RunSpec.parse(r["run_id"])
-        m = train[train["run_id"] == r["run_id"]].pivot_table(index="step", columns="metric", values="value")
-        acc = m[ACC_MEAN].dropna() if ACC_MEAN in m else pd.Series(dtype=float)
-        ent = m["entropy"].dropna() if "entropy" in m else pd.Series(dtype=float)
-        div = first_divergence(Path(runs_dir), r["run_id"]) if r["status"] == "diverged" else {}
-        last = float(m.index.max()) if len(m) else math.nan
-        rows.append(
-            {
-                "run_id": r["run_id"],
-                **{k: r[k] for k in ("algo", "model", "variant", "granularity", "seed")},
-                "noise": resolve_run(cfg, spec).noise_scale,
-                "diverged": r["status"] == "diverged",
-                "div_step": float(div.get("step", r["step"])) if r["status"] == "diverged" else math.nan,
-                "div_kind": div.get("kind", "unknown") if r["status"] == "diverged" else "",
-                "last_step": last,
-                "final_acc": float(acc.iloc[-ACC_WINDOW:].mean()) if len(acc) else math.nan,
-                "best_acc": float(acc.rolling(ACC_WINDOW, min_periods=1).mean().max())
-                if len(acc)
-                else math.nan,
-                "peak_rel_entropy": peak_over_baseline(ent.to_numpy(dtype=float), baseline_steps),
-                "gibberish": float(m[GIBBERISH_RATE].mean()) if GIBBERISH_RATE in m else math.nan,
-            }
-        )
-    cols = ["run_id", *GROUP[:4], "seed", "noise", "diverged", "div_step", "div_kind", "last_step"]
-    cols += ["final_acc", "best_acc", "peak_rel_entropy", "gibberish"]
-    return pd.DataFrame(rows, columns=cols)
+def run_stability(endpoints: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
+    """One row per run that trained (status ok or diverged), from endpoints.csv's frame (module
+    docstring). A run's dose is its condition's `fp8.noise_scale` (1 for bf16 runs: nothing is
+    quantized), not the scale a `target_kl` search found."""
+    used = endpoints[endpoints["status"].isin(("ok", "diverged"))]
+    out = used[["run_id", *GROUP[:4], "seed"]].reset_index(drop=True)
+    out["noise"] = [resolve_run(cfg, RunSpec.parse(run_id)).noise_scale for run_id in used["run_id"]]
+    out["diverged"] = (used["status"] == "diverged").to_numpy()
+    for col, source in PER_RUN.items():
+        out[col] = used[source].to_numpy()
+    return out
 
 
 def kaplan_meier(times: np.ndarray, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

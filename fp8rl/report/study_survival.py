@@ -3,10 +3,11 @@ tier): the table `study_survival` and the figure `study_survival`.
 
 A dose-axis tier has the stability report (fp8rl.report.stability) with a survival curve per variant and
 dose; a study tier whose arms share one dose would otherwise show divergence only as a count in the arms
-table. Built from the same per-run rows (`stability.run_stability`: `diverged`, `div_step` and `div_kind`
-from each run's summary.json `divergence`, `last_step` from its metrics), each run assigned to the arm
-whose cell it belongs to (`config.arm_cell`), with the study's arm names as row labels; the divergence
-columns are computed as the stability table's (`stability.diverged_fraction`, `divergence_steps`):
+table. Built from the same per-run rows (`stability.run_stability`, from endpoints.csv: `diverged`,
+`div_step` and `div_kind` from each run's summary.json `divergence`, `last_step` the last step it
+records), each run assigned to the arm whose cell it belongs to (`config.arm_cell`), with the study's
+arm names as row labels; the divergence columns are computed as the stability table's
+(`stability.diverged_fraction`, `divergence_steps`):
 
 - `runs`: the arm's runs in the matrix; `trained`: those that trained (status ok or diverged; failed and
   missing runs are not in the curve);
