@@ -18,6 +18,9 @@ modules above it in this list:
   range of a searched noise scale (`MIN_NOISE_SCALE`, `MAX_NOISE_SCALE`)
 - `training`: `schedule`, `task`, `sft`, `stability`
 - `evaluation`: `eval`
+- `acceptance`: `acceptance` (`AcceptanceConfig`: a testbed's bf16-only acceptance)
+- `failure_search`: `failure_search` (`FailureSearchConfig`: the failure rule of a search along
+  `fp8.target_kl`)
 - `infrastructure`: `resources`, `hub`, `containers`, `tracking`
 - `limits`: `limits` (`LIMITS`, the bounds on what a config may ask of a machine, and `limit_problems`)
 - `matrix`: `matrix` (`MatrixConfig`, a study's `ConditionConfig`s)
@@ -59,6 +62,7 @@ from fp8rl.config.base import (
 )
 from fp8rl.config.evaluation import EvalConfig, HeldoutConfig, TaskName
 from fp8rl.config.experiment import RESOURCE_RULES, TRAIN_SECTIONS, ExperimentConfig
+from fp8rl.config.failure_search import FailureSearchConfig
 from fp8rl.config.infrastructure import (
     ContainersConfig,
     HubConfig,
@@ -118,6 +122,7 @@ __all__ = [
     "DAPOConfig",
     "EndpointConfig",
     "EvalConfig",
+    "FailureSearchConfig",
     "HeldoutConfig",
     "ExperimentConfig",
     "FP8Config",

@@ -22,6 +22,7 @@ from fp8rl.config.base import (
     tier_problem,
 )
 from fp8rl.config.evaluation import EvalConfig
+from fp8rl.config.failure_search import FailureSearchConfig
 from fp8rl.config.infrastructure import ContainersConfig, HubConfig, Resources, TrackingConfig
 from fp8rl.config.limits import LIMITS
 from fp8rl.config.matrix import MatrixConfig
@@ -60,7 +61,7 @@ RESOURCE_RULES = ("default", "data", "sft", "train", "eval", "report")
 class ExperimentConfig(Strict):
     """One experiment (a tier): the whole YAML file."""
 
-    OMIT_AT_DEFAULT = ("study", "limits", "floor", "acceptance")
+    OMIT_AT_DEFAULT = ("study", "limits", "floor", "acceptance", "failure_search")
 
     tier: str = Field(
         description="the tier's name, any path-safe folder name: its outputs go to {results_dir}/{tier}/ "
@@ -108,6 +109,10 @@ class ExperimentConfig(Strict):
     )
     acceptance: AcceptanceConfig | None = Field(
         None, description="a testbed's acceptance on its bf16 runs, before any FP8 run (docs/longform.md)"
+    )
+    failure_search: FailureSearchConfig | None = Field(
+        None,
+        description="the failure rule of a search along fp8.target_kl, before its runs (docs/longform.md)",
     )
 
     @field_validator("tier")
@@ -196,7 +201,28 @@ class ExperimentConfig(Strict):
             runs = self.runs()
             bases = {r.run_id: self.base_of(r.model, r.seed) for r in runs}
             check_arms(self.study, [r.run_id for r in runs], bases)
+        self._check_failure_search()
         return self
+
+    def _check_failure_search(self) -> None:
+        """A `failure_search` needs a study with its `reference` arm and, for every condition of the
+        matrix, a `fp8.target_kl` and one arm of the decisive variant (fp8rl.config.failure_search)."""
+        fs = self.failure_search
+        if fs is None:
+            return
+        if self.study is None or fs.reference not in self.study.arms:
+            known = ", ".join(self.study.arms) if self.study is not None else "no study section"
+            raise ValueError(f"failure_search.reference: {fs.reference!r} is no study arm ({known})")
+        if not self.matrix.conditions:
+            raise ValueError("failure_search: the matrix has no conditions to search along (fp8.target_kl)")
+        cells = {cell.strip("/") for cell in self.study.arms.values()}
+        for c in self.matrix.conditions:
+            if self.fp8_for(c.name).target_kl is None:
+                raise ValueError(f"failure_search: condition {c.name!r} sets no fp8.target_kl")
+            if not any(cell.split("/")[2] == fs.decisive and cell.endswith(f"/{c.name}") for cell in cells):
+                raise ValueError(
+                    f"failure_search.decisive: no study arm of {fs.decisive} at condition {c.name!r}"
+                )
 
     def _check_floor(self) -> None:
         """A `floor` section needs a `bf16_floor` run to apply to; that arm runs on the reference trainer

@@ -22,6 +22,7 @@ ORDER = [
     "training",
     "evaluation",
     "acceptance",
+    "failure_search",
     "infrastructure",
     "limits",
     "matrix",

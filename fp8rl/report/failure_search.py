@@ -1,0 +1,123 @@
+"""A mismatch-axis search's failure rule (the config's `failure_search`, fp8rl.config.failure_search) read
+off the tier's report.
+
+Per condition of the matrix, in order of its `fp8.target_kl`: the decisive arm (the study arm of
+`failure_search.decisive` at that condition), its divergence count from the report's
+`tables/study_survival.csv` (runs flagged by a detector of the `stability` section, of the runs that
+trained, with the exact interval that table gives) and, with `heldout_loss`, its planned contrast against
+`failure_search.reference` from `tables/planned.csv` (the study's paired test on the held-out endpoint,
+Holm-adjusted). A setting fails when `min_diverged_frac` of the decisive arm's trained runs diverged, or
+when that contrast's adjusted p is below `study.alpha` with a difference below 0. `decide` returns every
+row, whether the search is complete (every decisive run trained) and the decision: the lowest-KL failing
+setting, where the comparison of corrections runs, or none, when the search itself is the result. An incomplete search
+decides nothing: a failure seen in part of the runs is reported, not acted on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from fp8rl.config import ExperimentConfig
+from fp8rl.report.paths import ReportPaths
+
+
+def _arm_at(cfg: ExperimentConfig, condition: str) -> str:
+    fs = cfg.failure_search
+    for name, cell in cfg.study.arms.items():
+        parts = cell.strip("/").split("/")
+        if parts[2] == fs.decisive and parts[-1] == condition:
+            return name
+    raise ValueError(f"failure_search.decisive: no study arm of {fs.decisive} at condition {condition!r}")
+
+
+def _read(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing; build the tier's report first (fp8rl report)")
+    return pd.read_csv(path, keep_default_na=False, na_values=[""])
+
+
+def decide(cfg: ExperimentConfig, tables_dir: str | Path | None = None) -> dict:
+    """The rows, `complete` and `decision` of the failure search (module docstring); `tables_dir`
+    defaults to the tier's `tables/` (a published tier's `tables/` works too). ValueError when the config
+    has no `failure_search` section."""
+    fs = cfg.failure_search
+    if fs is None:
+        raise ValueError("failure_search: not set in this config")
+    tables = Path(tables_dir) if tables_dir is not None else ReportPaths.for_config(cfg).tables_dir
+    survival = _read(tables / "study_survival.csv").set_index("arm")
+    planned = _read(tables / "planned.csv") if fs.heldout_loss else pd.DataFrame()
+    levels = sorted(cfg.matrix.conditions, key=lambda c: cfg.fp8_for(c.name).target_kl)
+    rows, complete = [], True
+    for c in levels:
+        arm = _arm_at(cfg, c.name)
+        s = survival.loc[arm]
+        runs, trained, diverged = int(s["runs"]), int(s["trained"]), int(s["diverged"])
+        complete &= trained == runs
+        frac = diverged / trained if trained else math.nan
+        reasons = []
+        if trained and frac >= fs.min_diverged_frac:
+            reasons.append(f"{diverged} of {trained} runs diverged (>= {fs.min_diverged_frac:g})")
+        row = {"condition": c.name, "target_kl": cfg.fp8_for(c.name).target_kl, "arm": arm, "runs": runs,
+               "trained": trained, "diverged": diverged, "diverged_low": float(s["diverged_low"]),
+               "diverged_high": float(s["diverged_high"]), "kinds": s["kinds"] if isinstance(s["kinds"], str) else ""}  # fmt: skip
+        if fs.heldout_loss:
+            hit = planned[(planned["arm"] == arm) & (planned["reference"] == fs.reference)]
+            if hit.empty:
+                raise ValueError(
+                    f"failure_search.heldout_loss: the study plans no contrast {arm} vs {fs.reference}"
+                )
+            h = hit.iloc[0]
+            row |= {"heldout_difference": float(h["difference"]), "heldout_low": float(h["low"]),
+                    "heldout_high": float(h["high"]), "heldout_p_adjusted": float(h["p_adjusted"])}  # fmt: skip
+            if float(h["p_adjusted"]) < cfg.study.alpha and float(h["difference"]) < 0:
+                reasons.append(
+                    f"held-out loss vs {fs.reference} {float(h['difference']):+.3f} "
+                    f"(Holm p {float(h['p_adjusted']):.2g} < {cfg.study.alpha:g})"
+                )
+        row["fails"] = bool(reasons)
+        row["why"] = "; ".join(reasons)
+        rows.append(row)
+    failing = [r for r in rows if r["fails"]]
+    if not complete:
+        decision = "incomplete: not every run of the decisive arms has trained; nothing is decided yet"
+    elif failing:
+        first = failing[0]
+        decision = (
+            f"compare corrections at {first['condition']} (target KL {first['target_kl']:g}): {first['why']}"
+        )
+    else:
+        top = rows[-1]["target_kl"] if rows else math.nan
+        decision = f"no setting up to target KL {top:g} fails: the search is the result; no comparison is run"
+    return {"decisive": fs.decisive, "reference": fs.reference, "rows": rows, "complete": complete,
+            "decision": decision}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m fp8rl.report.failure_search --config FILE [--tables DIR]`: print the search's rows and
+    decision as JSON; exit 0 once decided, 1 while incomplete, 2 on a config or table problem."""
+    import argparse
+    import sys
+
+    from fp8rl.config_loader import load_config
+
+    parser = argparse.ArgumentParser(
+        prog="python -m fp8rl.report.failure_search", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--tables", help="a tables/ folder (default: the tier's, under results_dir)")
+    args = parser.parse_args(argv)
+    try:
+        result = decide(load_config(args.config), args.tables)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"{args.config}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2))
+    return 0 if result["complete"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
