@@ -3,7 +3,8 @@
 What the task needs of the config (fp8rl.engine.tasks, fp8rl.adapters.math_data), what its backend
 can run (the verl backend's refusals, fp8rl.adapters.verl_overrides), whether bfcl-eval can prompt
 its models (fp8rl.evaluate.bfcl), whether the eval tasks exist (fp8rl.evaluate.eval_tasks) and whether the math evals can be asked in the training format
-(fp8rl.evaluate.answer_format). `fp8rl config validate`, the
+(fp8rl.evaluate.answer_format), and the options of the eval suites `eval.suites` names
+(fp8rl.evaluate.suites). `fp8rl config validate`, the
 Snakefile's validation (workflows/common.smk) and the cluster preflight run exactly these, so a config
 either fails all of them or none.
 
@@ -27,9 +28,11 @@ from fp8rl.engine.tasks import config_problems
 from fp8rl.evaluate.answer_format import answer_format_problems
 from fp8rl.evaluate.bfcl import bfcl_problems
 from fp8rl.evaluate.eval_tasks import eval_task_problems
+from fp8rl.evaluate.suites import suite_problems
 
 CONFIG_CHECKS = (
-    config_problems, task_problems, verl_problems, bfcl_problems, answer_format_problems, eval_task_problems
+    config_problems, task_problems, verl_problems, bfcl_problems, answer_format_problems, eval_task_problems,
+    suite_problems,
 )  # fmt: skip
 
 

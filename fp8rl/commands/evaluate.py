@@ -51,10 +51,10 @@ def _check_out(out: Path) -> None:
 def evaluate(args: argparse.Namespace, outs: dict[str, Path]) -> int:
     """Run the suites `outs` names (suite -> result file) on `args.checkpoint`, in this process, in the
     order given; the config is loaded once with every suite's checks."""
-    from fp8rl.evaluate.suites import SuiteJob, get_suite
+    from fp8rl.evaluate.suites import SuiteJob, get_suite, suite_problems
 
     suites = [get_suite(name) for name in outs]
-    checks = list(dict.fromkeys(check for s in suites for check in s.checks))
+    checks = list(dict.fromkeys([suite_problems, *(check for s in suites for check in s.checks)]))
     cfg = load_config(args.file, args.set, checks=checks)
     numerics.ensure(cfg.numerics)
     for out in outs.values():
@@ -71,7 +71,14 @@ def evaluate(args: argparse.Namespace, outs: dict[str, Path]) -> int:
     torch.set_num_threads(cfg.resources_for("eval").threads)
     on_failure = getattr(args, "on_failure", "raise")
     for suite in suites:
-        job = SuiteJob(cfg, Path(args.checkpoint), Path(args.data), outs[suite.name], on_failure)
+        job = SuiteJob(
+            cfg,
+            Path(args.checkpoint),
+            Path(args.data),
+            outs[suite.name],
+            on_failure,
+            suite.parse_options(cfg),
+        )
         try:
             suite.run(job)
         except (EvalInputError, RunDirLocked) as exc:

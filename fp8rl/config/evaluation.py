@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -27,7 +27,7 @@ class EvalConfig(Strict):
     """The eval suites and their protocol (docs/interfaces.md#eval-protocol). Unset decoding keys leave
     each task's own decoding (the smoke/small task YAMLs: greedy, short answers)."""
 
-    OMIT_AT_DEFAULT = ("answer_format", "heldout")
+    OMIT_AT_DEFAULT = ("answer_format", "heldout", "suites")
 
     lm_eval_tasks: list[TaskName] = []
     agent: list[TaskName] = []
@@ -48,6 +48,11 @@ class EvalConfig(Strict):
         None, description="the held-out bf16 endpoint of every run and base (reference backend); None: off"
     )
     gpu_memory_gb: float = Field(80.0, gt=0.0, description="memory of one eval GPU (vLLM replica sizing)")
+    suites: dict[TaskName, dict[str, Any]] = Field(
+        {},
+        description="the other registered eval suites (fp8rl/evaluate/suites/) to run, each with its options "
+        "(checked against the suite's own `options` model); a suite named here is on",
+    )
 
     @model_validator(mode="after")
     def _protocol(self) -> EvalConfig:

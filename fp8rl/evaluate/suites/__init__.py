@@ -24,6 +24,7 @@ from fp8rl.evaluate.suites._registry import (
     eval_jobs,
     get_suite,
     register_suite,
+    suite_problems,
 )
 from fp8rl.vocabulary import EVAL_SUITES
 
@@ -55,4 +56,5 @@ __all__ = [
     "eval_jobs",
     "get_suite",
     "register_suite",
+    "suite_problems",
 ]

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from fp8rl.vocabulary import EVAL_SUITES
 
 # The data rule's outputs (workflows/data.smk) a suite may read.
@@ -30,13 +32,15 @@ RESERVED_COMMANDS = ("run",)
 @dataclass(frozen=True)
 class SuiteJob:
     """One suite's work on one checkpoint: the loaded config, the checkpoint folder, the tier's data
-    folder, the result file to write and what a crashed harness does (`raise` or `record`)."""
+    folder, the result file to write, what a crashed harness does (`raise` or `record`) and the suite's
+    parsed options (`EvalSuite.options`)."""
 
     cfg: Any
     checkpoint: Path
     data: Path
     out: Path
     on_failure: str = "raise"
+    options: BaseModel | None = None
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,10 @@ class EvalSuite:
     - `name`: the result file `eval/<name>.json` and the schema's `suite`;
     - `command`, `help`, `usage`: `fp8rl eval <command>` and its --help (what it reads and writes);
     - `run(job)`: scores `job.checkpoint`, writes `job.out` and prints the scores; bad input found before any model is loaded raises fp8rl.evaluate.eval_tasks.EvalInputError;
-    - `enabled(cfg)`: whether a config asks for the suite;
+    - `enabled(cfg)`: whether a config asks for the suite; by default, whether `eval.suites` names it
+      (the shipped suites have keys of their own: `eval.lm_eval_tasks`, `eval.agent`, `eval.heldout`);
+    - `options`: the pydantic model of its options under `eval.suites.<name>` (checked when the config
+      loads; the job gets them parsed as `SuiteJob.options`), None for a suite that takes none;
     - `offline(cfg)`: whether it reads nothing from the hub for that config (when every suite of a
       process says so, the process runs with the hub offline: HF_DATASETS_OFFLINE, HF_HUB_OFFLINE);
     - `checks`: config checks (`load_config(checks=...)`) its config keys need beyond the schema;
@@ -65,16 +72,27 @@ class EvalSuite:
     help: str
     usage: str
     run: Callable[[SuiteJob], None]
-    enabled: Callable[[Any], bool]
     data: str
     sections: tuple[str, ...]
     role: str
     rule: str
+    enabled: Callable[[Any], bool] | None = None
+    options: type[BaseModel] | None = None
     offline: Callable[[Any], bool] = field(default=lambda cfg: True)
     checks: tuple[Callable, ...] = ()
     records_failures: bool = False
     extra_outputs: Callable[[Path], list[Path]] = field(default=lambda out: [])
     per_base: bool = False
+
+    def is_enabled(self, cfg: Any) -> bool:
+        """Whether `cfg` asks for this suite (`enabled`, or its name in `eval.suites`)."""
+        return self.enabled(cfg) if self.enabled is not None else self.name in cfg.eval.suites
+
+    def parse_options(self, cfg: Any) -> BaseModel | None:
+        """Its options of `eval.suites.<name>` in `cfg`, parsed (pydantic.ValidationError if bad)."""
+        if self.options is None:
+            return None
+        return self.options.model_validate(cfg.eval.suites.get(self.name, {}))
 
 
 REGISTRY: dict[str, EvalSuite] = {}
@@ -112,7 +130,28 @@ def get_suite(name: str) -> EvalSuite:
 
 def enabled_suites(cfg: Any) -> list[EvalSuite]:
     """The suites `cfg` asks for, in vocabulary order."""
-    return [REGISTRY[name] for name in EVAL_SUITES if REGISTRY[name].enabled(cfg)]
+    return [REGISTRY[name] for name in EVAL_SUITES if REGISTRY[name].is_enabled(cfg)]
+
+
+def suite_problems(cfg: Any) -> list[tuple[tuple, str]]:
+    """A config check (`load_config(checks=...)`): every name in `eval.suites` is a registered suite
+    turned on there (not one with a key of its own), and its options are what the suite takes."""
+    out = []
+    allowed = [s.name for s in REGISTRY.values() if s.enabled is None]
+    for name, opts in cfg.eval.suites.items():
+        where = ("eval", "suites", name)
+        suite = REGISTRY.get(name)
+        if suite is None or suite.enabled is not None:
+            out.append((where, f"unknown eval suite {name!r}; allowed: {', '.join(allowed) or 'none'}"))
+        elif suite.options is None and opts:
+            out.append((where, f"suite {name!r} takes no options"))
+        elif suite.options is not None:
+            try:
+                suite.options.model_validate(opts)
+            except ValidationError as exc:
+                errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                out.append((where, errors))
+    return out
 
 
 @dataclass(frozen=True)
