@@ -2,7 +2,7 @@
 
 Where a tier's runs start from several base models (`sft.per_seed`, `sft.bases`), seeds are nested in
 bases: two seeds of one base are not independent replicates of the question "does this arm change the
-endpoint?". So each arm's per-run endpoints (fp8rl.report.planned.run_endpoints; endpoints.csv's
+endpoint?". So each arm's per-run endpoints (fp8rl.report.planned.arm_endpoints: endpoints.csv's
 `endpoint` and `base` columns) are first averaged within base (finite endpoints only, never imputed),
 and a contrast `arm` − `reference` is a paired t-test over the bases that have a value in both arms:
 

@@ -124,14 +124,14 @@ def control_section(data: ReportData) -> Section:
     ], []
 
 
-def study_report_tables(cfg: ExperimentConfig, runset: RunSet, control: dict) -> list[ReportTable]:
+def study_report_tables(cfg: ExperimentConfig, endpoints: pd.DataFrame, control: dict) -> list[ReportTable]:
     """The planned, exploratory and arms tables of a config with a `study` section, in that order. Where
     the control did not learn (`control`: report.json's) the contrasts' notes say the comparison is
     void, and so does each planned decision of the view: because no control run finished where none
     did (`control.never_ran`), else because the control did not learn."""
     from fp8rl.report.planned import SECTION_TITLES, study_tables
 
-    tables = study_tables(runset, cfg)
+    tables = study_tables(endpoints, cfg)
     out = []
     for name in ("planned", "exploratory", "arms"):
         table, view, notes = tables[name]
@@ -152,7 +152,7 @@ def study_section(data: ReportData) -> Section:
     """A pre-registered study's planned, exploratory and arms tables (fp8rl.report.planned)."""
     if not data.paths.study:
         return [], []
-    return study_report_tables(data.cfg, data.runset, data.control_info), []
+    return study_report_tables(data.cfg, data.endpoints, data.control_info), []
 
 
 def secondary_section(data: ReportData) -> Section:

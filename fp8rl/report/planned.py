@@ -1,6 +1,8 @@
 """The planned contrasts of a pre-registered study tier (`study:` in the config, fp8rl.config.study).
 
-Three tables, written only for a config with a `study` section (docs/attribution.md, "How to read"):
+Three tables, written only for a config with a `study` section (docs/attribution.md, "How to read"),
+from the per-run endpoints (endpoints.csv, fp8rl.report.endpoints, whose `endpoint` column
+`run_endpoints` computes), each arm's runs picked by `arm_endpoints`:
 
 - `arms`: per arm (a cell of the matrix without its seed): its runs, how many have an endpoint, how many
   diverged, the endpoint's mean over seeds with its 95 % t-interval and SD, and descriptive means that
@@ -37,15 +39,14 @@ from fp8rl.config import ContrastConfig, ExperimentConfig, StudyConfig, arm_cell
 from fp8rl.report import paired
 from fp8rl.report.load import RunSet
 from fp8rl.report.stats import finite, finite_mean, holm, sample_sd, t_interval, welch, welch_power
-from fp8rl.vocabulary import CLIP_LOW_NEG, MISMATCH_KL_K3
+from fp8rl.vocabulary import CLIP_LOW_NEG
 
 STUDY_TABLES = ("arms", "planned", "exploratory")
 EXCLUDED = ("failed", "missing")
 
-ARM_COLUMNS = [
-    "arm", "cell", "runs", "n", "diverged", "endpoint", "low", "high", "sd",
-    "mismatch_kl_step1", "entropy_step1", "clip_low_neg", "excess_clip",
-]  # fmt: skip
+# the arms table's descriptive seed means: endpoints.csv's per-run values (fp8rl.report.endpoints)
+DESCRIPTIVE = ("mismatch_kl_step1", "entropy_step1", "clip_low_neg", "excess_clip")
+ARM_COLUMNS = ["arm", "cell", "runs", "n", "diverged", "endpoint", "low", "high", "sd", *DESCRIPTIVE]
 CONTRAST_COLUMNS = [
     "contrast", "arm", "reference", "n_arm", "n_reference", "difference", "low", "high", "df", "p",
     "p_adjusted", "decision", "power_observed", "power_planned", "question",
@@ -178,39 +179,38 @@ def run_endpoints(runset: RunSet, cfg: ExperimentConfig) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["arm", "run_id", "seed", "base", "status", "endpoint"])
 
 
-def _metric_mean(runset: RunSet, run_ids: list[str], metric: str, step: int | None = None) -> float:
-    v = runset.metric("train", metric)
-    v = v[v["run_id"].isin(run_ids)]
-    if step is not None:
-        v = v[v["step"] == step]
-    if v.empty:
-        return math.nan
-    return finite_mean(v.groupby("run_id")["value"].mean())
+def arm_endpoints(endpoints: pd.DataFrame, cfg: ExperimentConfig, column: str = "endpoint") -> pd.DataFrame:
+    """One row per run of each study arm, in the order of `study.arms`, from endpoints.csv's frame (a run
+    in two arms has a row in each): `arm`, `run_id`, `seed`, `base`, `status`, and `endpoint` taken from
+    its `column` (the study's endpoint, or another per-run value such as `heldout/sampled_reward`); NaN for
+    a failed or missing run."""
+    rows = []
+    for arm, prefix in cfg.study.arms.items():
+        for r in endpoints.to_dict("records"):
+            if not arm_cell(prefix, r["run_id"]):
+                continue
+            value = r.get(column, math.nan) if r["status"] not in EXCLUDED else math.nan
+            value = float(value) if isinstance(value, int | float) and value == value else math.nan
+            rows.append(
+                {"arm": arm, "run_id": r["run_id"], "seed": r["seed"], "base": r["base"],
+                 "status": r["status"], "endpoint": value}
+            )  # fmt: skip
+    return pd.DataFrame(rows, columns=["arm", "run_id", "seed", "base", "status", "endpoint"])
 
 
-def _excess(runset: RunSet, run_ids: list[str]) -> float:
-    v = runset.metric("train")
-    v = v[v["run_id"].isin(run_ids) & v["metric"].isin(["phantom/low_neg", "phantom/missed_neg"])]
-    if v.empty:
-        return math.nan
-    wide = v.pivot_table(index=["run_id", "step"], columns="metric", values="value")
-    if not {"phantom/low_neg", "phantom/missed_neg"} <= set(wide.columns):
-        return math.nan
-    return finite_mean((wide["phantom/low_neg"] - wide["phantom/missed_neg"]).groupby(level=0).mean())
-
-
-def arms_table(runset: RunSet, cfg: ExperimentConfig, endpoints: pd.DataFrame) -> pd.DataFrame:
-    """One row per arm: the endpoint over its units (seeds, or base means with `unit: base`) and the
-    descriptive means."""
+def arms_table(cfg: ExperimentConfig, per_arm: pd.DataFrame, endpoints: pd.DataFrame) -> pd.DataFrame:
+    """One row per arm: the endpoint over its units (seeds, or base means with `unit: base`) from
+    `per_arm` (`arm_endpoints`), and the seed means of the descriptive per-run values (`DESCRIPTIVE`) of
+    its runs that trained, from endpoints.csv's frame."""
     by_base = cfg.study.unit == "base"
     rows = []
     for arm, prefix in cfg.study.arms.items():
-        sub = endpoints[endpoints["arm"] == arm]
-        used = sub[sub["status"].isin(("ok", "diverged"))]["run_id"].tolist()
+        sub = per_arm[per_arm["arm"] == arm]
+        used = endpoints[endpoints["run_id"].isin(sub.loc[sub["status"].isin(("ok", "diverged")), "run_id"])]
         units = finite(sub["endpoint"])
         bases = {}
         if by_base:
-            units, n_bases = paired.arm_units(endpoints, arm)
+            units, n_bases = paired.arm_units(per_arm, arm)
             bases = {"bases": n_bases}
         ci = t_interval(units)
         rows.append(
@@ -225,10 +225,7 @@ def arms_table(runset: RunSet, cfg: ExperimentConfig, endpoints: pd.DataFrame) -
                 "low": ci.low,
                 "high": ci.high,
                 "sd": sample_sd(units),
-                "mismatch_kl_step1": _metric_mean(runset, used, MISMATCH_KL_K3, step=1),
-                "entropy_step1": _metric_mean(runset, used, "entropy", step=1),
-                "clip_low_neg": _metric_mean(runset, used, CLIP_LOW_NEG),
-                "excess_clip": _excess(runset, used),
+                **{column: finite_mean(used[column]) for column in DESCRIPTIVE},
             }
         )
     columns = [*ARM_COLUMNS[:4], "bases", *ARM_COLUMNS[4:]] if by_base else ARM_COLUMNS
@@ -323,14 +320,14 @@ def contrasts_view(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def study_tables(
-    runset: RunSet, cfg: ExperimentConfig
+    endpoints: pd.DataFrame, cfg: ExperimentConfig
 ) -> dict[str, tuple[pd.DataFrame, pd.DataFrame, list[str]]]:
-    """`{table name: (csv frame, markdown view, notes)}` for STUDY_TABLES."""
-    endpoints = run_endpoints(runset, cfg)
+    """`{table name: (csv frame, markdown view, notes)}` for STUDY_TABLES, from endpoints.csv's frame."""
+    per_arm = arm_endpoints(endpoints, cfg)
     arm_notes, planned_notes, exploratory_notes = _notes(cfg.study)
-    arms = arms_table(runset, cfg, endpoints)
-    planned = contrasts_table(endpoints, cfg.study, planned=True)
-    exploratory = contrasts_table(endpoints, cfg.study, planned=False)
+    arms = arms_table(cfg, per_arm, endpoints)
+    planned = contrasts_table(per_arm, cfg.study, planned=True)
+    exploratory = contrasts_table(per_arm, cfg.study, planned=False)
     return {
         "arms": (arms, arms_view(arms), arm_notes),
         "planned": (planned, contrasts_view(planned), planned_notes),

@@ -27,8 +27,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from fp8rl.config import ExperimentConfig, arm_cell
-from fp8rl.report.planned import EXCLUDED, contrasts_table
+from fp8rl.config import ExperimentConfig
+from fp8rl.report.planned import EXCLUDED, arm_endpoints, contrasts_table
 from fp8rl.report.stats import t_interval
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
@@ -52,23 +52,6 @@ NOTES = [
 ]
 
 
-def heldout_endpoints(endpoints: pd.DataFrame, cfg: ExperimentConfig, column: str) -> pd.DataFrame:
-    """The planned table's per-run endpoint frame (`arm`, `run_id`, `seed`, `base`, `status`, `endpoint`)
-    with `endpoint` taken from endpoints.csv's `column` (e.g. `heldout/sampled_reward`)."""
-    rows = []
-    for arm, prefix in cfg.study.arms.items():
-        for r in endpoints.to_dict("records"):
-            if not arm_cell(prefix, r["run_id"]):
-                continue
-            value = r.get(column, math.nan) if r["status"] not in EXCLUDED else math.nan
-            value = float(value) if isinstance(value, int | float) and value == value else math.nan
-            rows.append(
-                {"arm": arm, "run_id": r["run_id"], "seed": r["seed"], "base": r["base"],
-                 "status": r["status"], "endpoint": value}
-            )  # fmt: skip
-    return pd.DataFrame(rows, columns=["arm", "run_id", "seed", "base", "status", "endpoint"])
-
-
 def _control_row(endpoints: pd.DataFrame, cfg: ExperimentConfig, metric: str) -> dict:
     gain = f"heldout_gain_{metric}"
     bf16 = endpoints[(endpoints["variant"] == REFERENCE_VARIANT) & ~endpoints["status"].isin(EXCLUDED)]
@@ -89,7 +72,7 @@ def secondary_table(endpoints: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFr
     for metric, _ in ENDPOINTS:
         column = f"heldout/{metric}"
         rows.append(_control_row(endpoints, cfg, metric))
-        per_run = heldout_endpoints(endpoints, cfg, column)
+        per_run = arm_endpoints(endpoints, cfg, column)
         for planned in (True, False):
             t = contrasts_table(per_run, cfg.study, planned=planned)
             for r in t.to_dict("records"):

@@ -192,7 +192,7 @@ def test_the_planned_decisions_of_an_all_failed_control_say_it_never_ran(monkeyp
 
     frame = pd.DataFrame([PLANNED_ROW])
     tables = {name: (frame, frame.copy(), ["n"]) for name in ("planned", "exploratory", "arms")}
-    monkeypatch.setattr(planned, "study_tables", lambda runset, cfg: tables)
+    monkeypatch.setattr(planned, "study_tables", lambda endpoints, cfg: tables)
     failed = _endpoints({("b", 0): math.nan, ("b", 1): math.nan}).assign(status="failed")
     flat = _endpoints({("b", 0): 0.1, ("b", 1): -0.1})
     said = {}
