@@ -22,12 +22,7 @@ Jobs (`JOBS`: job -> image):
   first GPU point: inputs checked, lm-eval's tasks planned, the `fp8rl-vllm` model built, and the only
   failure recorded vLLM's finding no GPU (`GPU_POINT`).
 
-- `eval-agent` (bfcl image, its whole lock: bfcl-eval 2026.3.23, transformers 4.51.3, the CUDA builds
-  of torch 2.6 and vLLM 0.8.5; `fp8rl eval agent --config FILE --checkpoint CKPT --data DIR --out OUT
-  --on-failure record`) to its first GPU point: fp8rl runs `bfcl generate`, whose model handler (the
-  run's `bfcl_handler`) checks the checkpoint folder, loads its tokenizer and config with the image's
-  transformers (`OSSHandler.spin_up_local_server`) and starts `vllm serve` on it, whose engine then
-  finds no GPU (`GPU_POINT`).
+- `eval-agent` (bfcl image, its whole lock): fp8rl.adapters.image_rehearse_agent.
 
 The train image's jobs run in a venv of its lock without its CUDA builds (`CPU_ONLY=1
 scripts/image_venv.sh train`: torch, its NVIDIA libraries, triton, vLLM, FlashInfer, Transformer
@@ -96,12 +91,16 @@ def venv_problem(venv: Path, image: str) -> str | None:
     return None
 
 
-def image_env(venv: Path, image: str, work: Path) -> dict[str, str]:
-    """The job's environment as the image gives it: the venv first on PATH, the image's own variables
-    (`IMAGE_ENV`), a home in `work`; nothing of this machine's Python setup (PYTHONPATH, a numerics pin)."""
+def image_env(venv: Path, image: str, work: Path, path_first: Path | None = None) -> dict[str, str]:
+    """The job's environment as the image gives it: the venv first on PATH (after `path_first`, a
+    folder of stand-ins, when given), the image's own variables (`IMAGE_ENV`), a home in `work`; nothing
+    of this machine's Python setup (PYTHONPATH, a numerics pin)."""
     home = work / "home"
     home.mkdir(parents=True, exist_ok=True)
-    return {"PATH": f"{venv / 'bin'}{os.pathsep}/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
+    path = f"{venv / 'bin'}{os.pathsep}/usr/local/bin:/usr/bin:/bin"
+    if path_first is not None:
+        path = f"{path_first}{os.pathsep}{path}"
+    return {"PATH": path, "HOME": str(home),
             "LANG": "C.UTF-8", "VIRTUAL_ENV": str(venv), "TMPDIR": tempfile.gettempdir(),
             **IMAGE_ENV.get(image, {})}  # fmt: skip
 
@@ -116,8 +115,10 @@ def install_fp8rl(venv: Path) -> None:
     )  # fmt: skip
 
 
-def _run(venv: Path, image: str, argv: list[str], cwd: Path, timeout_s: int) -> subprocess.CompletedProcess:
-    env = image_env(venv, image, cwd)
+def _run(
+    venv: Path, image: str, argv: list[str], cwd: Path, timeout_s: int, path_first: Path | None = None
+) -> subprocess.CompletedProcess:
+    env = image_env(venv, image, cwd, path_first)
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
 
 
@@ -310,59 +311,6 @@ def eval_lm_job(
     )
 
 
-# what bfcl-eval's OSSHandler prints once it has loaded the checkpoint's tokenizer and config, before
-# it starts `vllm serve`
-BFCL_LOADED = "Max context length:"
-
-
-def eval_agent_job(
-    venv: Path, work: Path, checkpoint: Path, data: Path, sets: list[str] = (), timeout_s: int = 1800
-) -> Result:
-    """The paper tier's `eval_agent` job (bfcl image; workflows/eval.smk: `fp8rl eval agent --config FILE
-    --checkpoint CKPT --data DIR --out OUT --on-failure ...`) to its first GPU point: bfcl-eval's handler
-    loads the checkpoint's tokenizer and config with the image's transformers 4.51.3 and starts `vllm
-    serve`, which finds no GPU. The job records that (`--on-failure record`) and exits 0; the rehearsal
-    passes when the handler loaded the checkpoint (`BFCL_LOADED`), vLLM's engine stopped at the GPU
-    (`GPU_POINT` in the log) and every suite failure recorded is that one."""
-    if problem := venv_problem(venv, "bfcl"):
-        return Result("eval agent", True, problem, skipped=True)
-    install_fp8rl(venv)
-    out = work / "eval" / "agent.json"
-    shutil.rmtree(out.parent, ignore_errors=True)
-    out.parent.mkdir(parents=True)
-    argv = [str(venv / "bin" / "fp8rl"), "eval", "agent", "--config", str(ROOT / "config" / "paper.yaml"),
-            *(a for x in sets for a in ("--set", x)), "--checkpoint", str(checkpoint), "--data", str(data),
-            "--out", str(out), "--on-failure", "record"]  # fmt: skip
-    res = _run(venv, "bfcl", argv, work, timeout_s)
-    log = res.stdout + res.stderr
-    (work / "eval_agent.log").write_text(log)
-    if res.returncode != 0:
-        return Result(
-            "eval agent",
-            False,
-            f"the job exited {res.returncode} before its first GPU point:\n{log[-TAIL_CHARS:]}",
-        )
-    import json
-
-    failed = json.loads(out.read_text()).get("failed") or []
-    gpu = GPU_POINT.search(log)
-    if BFCL_LOADED not in log or not gpu or not failed:
-        return Result(
-            "eval agent",
-            False,
-            f"bfcl-eval did not reach vLLM's GPU with the checkpoint loaded (failures {failed}):\n"
-            f"{log[-TAIL_CHARS:]}",
-        )
-    loaded = log[log.index(BFCL_LOADED) :].splitlines()[0]
-    versions = _versions(venv, "bfcl", work, "bfcl-eval", "transformers", "vllm", "torch")
-    return Result(
-        "eval agent",
-        True,
-        f"bfcl-eval's handler loaded the checkpoint ({loaded}) and started vllm serve, which stopped where "
-        f"it needs a GPU: {gpu[0]} ({versions})",
-    )
-
-
 JOBS = {"report": "cpu", "data": "train", "export": "train", "eval-lm": "eval", "eval-agent": "bfcl"}
 
 
@@ -392,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.job in ("eval-lm", "eval-agent"):
         if args.checkpoint is None or args.data is None:
             p.error(f"{args.job} needs --checkpoint MODEL_DIR and --data DATA_DIR")
+        from fp8rl.adapters.image_rehearse_agent import eval_agent_job
+
         job = eval_lm_job if args.job == "eval-lm" else eval_agent_job
         result = job(venv, work, args.checkpoint.resolve(), args.data.resolve(), args.set)
     else:

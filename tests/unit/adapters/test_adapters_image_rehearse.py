@@ -205,8 +205,8 @@ def test_the_eval_agent_job_in_the_bfcl_images_packages_loads_the_checkpoint_and
     """The paper tier's data from a stand-in hub and a checkpoint as the export writes it (the base
     model's tokenizer): the agent eval in the bfcl lock's packages (bfcl-eval, transformers 4.51.3, the
     CUDA builds of torch and vLLM 0.8.5) loads it through bfcl-eval's handler and stops only where `vllm
-    serve` needs a GPU; with the tokenizer config transformers 5 writes (`extra_special_tokens` a list) it
-    stops before, in the handler."""
+    serve` needs a GPU, and with vLLM's server stood in runs to its end; with the tokenizer config
+    transformers 5 writes (`extra_special_tokens` a list) it stops before, in the handler."""
     if problem := venv_problem(BFCL_VENV, "bfcl"):
         pytest.skip(problem)
     import json
@@ -231,10 +231,14 @@ def test_the_eval_agent_job_in_the_bfcl_images_packages_loads_the_checkpoint_and
         config = json.loads((checkpoint / "tokenizer_config.json").read_text())
         config["extra_special_tokens"] = ["<|im_start|>", "<|im_end|>"]
         (checkpoint / "tokenizer_config.json").write_text(json.dumps(config))
-    result = image_rehearse.eval_agent_job(BFCL_VENV, tmp_path / "work", checkpoint, data, sets)
+    from fp8rl.adapters.image_rehearse_agent import eval_agent_job
+
+    result = eval_agent_job(BFCL_VENV, tmp_path / "work", checkpoint, data, sets)
     if tokenizer == "transformers5":
         assert not result.ok and "'list' object has no attribute 'keys'" in result.detail, result.detail
         return
     assert result.ok and not result.skipped, result.detail
     assert "bfcl-eval 2026.3.23" in result.detail and "vllm 0.8.5" in result.detail
-    assert "Max context length: " in result.detail
+    assert "Max context length: " in result.detail and "Failed to infer device type" in result.detail
+    # past the GPU point (vLLM's server stood in): every category generated, scored and read
+    assert "bfcl_simple n=400, bfcl_multiple n=200, bfcl_parallel n=200" in result.detail
