@@ -1,7 +1,8 @@
 """What a DAG job pays before its work starts: the wall seconds a fresh interpreter takes to import what
 each of the smoke tier's job kinds imports, measured side by side in one run, interleaved.
 
-A smoke DAG job is one process (`fp8rl train`, `fp8rl eval lm-eval`, `fp8rl eval agent`); each starts a
+A smoke DAG job is one process (`fp8rl train`, `fp8rl eval run lm_eval agent`; on the cluster path
+`fp8rl eval lm-eval` and `fp8rl eval agent` apart); each starts a
 Python interpreter and imports torch, transformers, torchao and, for the evaluations, lm-eval, before
 its first step. This script times, in a fresh process per sample, the imports of each kind (the modules
 its command imports on its way to work, listed in `KINDS`) and a bare interpreter, `--repeats` times
@@ -46,6 +47,8 @@ KINDS = {
     ],
     "eval_agent": [*_EVAL, "fp8rl.evaluate.bfcl"],
 }
+# On the host the DAG runs a run's suites in one process (rule `eval`, `fp8rl eval run`): both sets.
+KINDS["eval"] = list(dict.fromkeys([*KINDS["eval_lm"], *KINDS["eval_agent"], "fp8rl.evaluate.suites"]))
 TIMER = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)"
 
 

@@ -1,13 +1,16 @@
-"""Evaluation of trained checkpoints: lm-eval tasks and the function-calling (agent) benchmark.
+"""Evaluation of trained checkpoints: the evaluation suites (lm-eval tasks, the function-calling (agent)
+benchmark, the held-out bf16 endpoint, ...) and what they share.
 
+- `suites`: the suite registry, one module per suite (how it scores a checkpoint, what it needs of the
+  DAG); the CLI, the result files and the DAG's evaluation rules come from it.
 - `eval_tasks`: which tasks a config names and where they come from (task YAMLs under `evals/`, bound to
   the tier's held-out data; lm-eval's own tasks; BFCL categories).
 - `lm_eval_runner`: runs lm-eval (`hf` model on the reference backend, `vllm` on verl).
 - `tool_calls`: scores a generated function call by its Python syntax tree, never executing it.
 - `bfcl`: the paper tier's BFCL categories through `bfcl-eval` in its own environment.
-- `schema`: the one result file format of both suites (docs/interfaces.md).
+- `schema`: the one result file format of every suite (docs/interfaces.md).
 
-`fp8rl eval lm-eval` / `fp8rl eval agent` (fp8rl/commands/evaluate.py) tie them together.
+`fp8rl eval <suite>` and `fp8rl eval run` (fp8rl/commands/evaluate.py) run the registered suites.
 """
 
 from fp8rl.evaluate.eval_tasks import EvalInputError, TaskPlan, plan_tasks
