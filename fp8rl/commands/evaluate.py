@@ -111,7 +111,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     from fp8rl.evaluate.suites import REGISTRY
 
-    p_eval = add_command(sub, "eval", help="evaluate a checkpoint: lm-eval tasks, the agent benchmark, ...")
+    p_eval = add_command(
+        sub, "eval", help="evaluate a checkpoint with an evaluation suite, or several in one process"
+    )
     eval_sub = p_eval.add_subparsers(dest="eval_command", required=True, metavar="SUITE")
     for suite in REGISTRY.values():
         p = add_command(eval_sub, suite.command, help=suite.help)
