@@ -124,6 +124,19 @@ def control_section(data: ReportData) -> Section:
     ], []
 
 
+def acceptance_section(data: ReportData) -> Section:
+    """A testbed's bf16-only acceptance, per run and over the bases (fp8rl.report.acceptance)."""
+    if not data.paths.acceptance:
+        return [], []
+    from fp8rl.report.acceptance import acceptance_from_report, acceptance_notes, acceptance_table
+
+    result = acceptance_from_report(data.cfg, data.endpoints, data.runset)
+    table = acceptance_table(result)
+    notes = acceptance_notes(data.cfg, result)
+    return [ReportTable("acceptance", "Testbed acceptance (bf16 only)", "acceptance", numbers_view(table),
+                        notes, table)], []  # fmt: skip
+
+
 def study_report_tables(cfg: ExperimentConfig, endpoints: pd.DataFrame, control: dict) -> list[ReportTable]:
     """The planned, exploratory and arms tables of a config with a `study` section, in that order. Where
     the control did not learn (`control`: report.json's) the contrasts' notes say the comparison is
@@ -173,10 +186,11 @@ def survival_section(data: ReportData) -> Section:
     its figure and the reward-gap figure (fp8rl.report.study_gap)."""
     if not data.paths.survival:
         return [], []
+    from fp8rl.report.planned import arm_runs
     from fp8rl.report.stability import run_stability
     from fp8rl.report.stability_plots import write_study_survival_plot
     from fp8rl.report.study_gap import reward_gaps, write_study_gap_plot
-    from fp8rl.report.study_survival import NOTES, arm_runs, survival_table, survival_view
+    from fp8rl.report.study_survival import NOTES, survival_table, survival_view
 
     cfg, plots_dir = data.cfg, data.paths.plots_dir
     per_arm = arm_runs(run_stability(data.endpoints, cfg), cfg)
@@ -313,6 +327,7 @@ def closing_section(data: ReportData) -> Section:
 # mechanism's, then the rest (`figure_order`).
 BUILDERS: tuple[Callable[[ReportData], Section], ...] = (
     control_section,
+    acceptance_section,
     study_section,
     secondary_section,
     survival_section,

@@ -179,23 +179,22 @@ def run_endpoints(runset: RunSet, cfg: ExperimentConfig) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["arm", "run_id", "seed", "base", "status", "endpoint"])
 
 
+def arm_runs(per_run: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
+    """`per_run` (any frame with a `run_id` column) with each arm's runs under its name in `arm`, in the
+    order of `study.arms` (a run in two arms has a row in each; a run of no arm is left out)."""
+    parts = [per_run[per_run["run_id"].map(lambda r, p=p: arm_cell(p, r))].assign(arm=arm)
+             for arm, p in cfg.study.arms.items()]  # fmt: skip
+    return pd.concat(parts, ignore_index=True) if parts else per_run.assign(arm=[])
+
+
 def arm_endpoints(endpoints: pd.DataFrame, cfg: ExperimentConfig, column: str = "endpoint") -> pd.DataFrame:
-    """One row per run of each study arm, in the order of `study.arms`, from endpoints.csv's frame (a run
-    in two arms has a row in each): `arm`, `run_id`, `seed`, `base`, `status`, and `endpoint` taken from
-    its `column` (the study's endpoint, or another per-run value such as `heldout/sampled_reward`); NaN for
-    a failed or missing run."""
-    rows = []
-    for arm, prefix in cfg.study.arms.items():
-        for r in endpoints.to_dict("records"):
-            if not arm_cell(prefix, r["run_id"]):
-                continue
-            value = r.get(column, math.nan) if r["status"] not in EXCLUDED else math.nan
-            value = float(value) if isinstance(value, int | float) and value == value else math.nan
-            rows.append(
-                {"arm": arm, "run_id": r["run_id"], "seed": r["seed"], "base": r["base"],
-                 "status": r["status"], "endpoint": value}
-            )  # fmt: skip
-    return pd.DataFrame(rows, columns=["arm", "run_id", "seed", "base", "status", "endpoint"])
+    """One row per run of each study arm (`arm_runs`) from endpoints.csv's frame: `arm`, `run_id`, `seed`,
+    `base`, `status`, and `endpoint` taken from its `column` (the study's endpoint, or another per-run
+    value such as `heldout/sampled_reward`); NaN for a failed or missing run."""
+    rows = arm_runs(endpoints, cfg)
+    value = rows[column].to_numpy(dtype=float) if column in rows else np.full(len(rows), math.nan)
+    value = np.where(rows["status"].isin(EXCLUDED), math.nan, value)
+    return rows[["arm", "run_id", "seed", "base", "status"]].assign(endpoint=value)
 
 
 def arms_table(cfg: ExperimentConfig, per_arm: pd.DataFrame, endpoints: pd.DataFrame) -> pd.DataFrame:

@@ -107,7 +107,7 @@ def write_stability_plots(
 
 def write_study_survival_plot(per_arm: pd.DataFrame, arms: list[str], out_dir: Path) -> dict[str, list[Path]]:
     """The figure of `figures.STUDY_SURVIVAL`: one Kaplan-Meier curve per arm of `arms` that has trained
-    runs (`per_arm`: study_survival.arm_runs), labelled with the arm's name and its runs; returns name ->
+    runs (`per_arm`: planned.arm_runs), labelled with the arm's name and its runs; returns name ->
     files."""
     fig, axes = figure_grid(1)
     ax = axes[0, 0]

@@ -5,7 +5,7 @@ A dose-axis tier has the stability report (fp8rl.report.stability) with a surviv
 dose; a study tier whose arms share one dose would otherwise show divergence only as a count in the arms
 table. Built from the same per-run rows (`stability.run_stability`, from endpoints.csv: `diverged`,
 `div_step` and `div_kind` from each run's summary.json `divergence`, `last_step` the last step it
-records), each run assigned to the arm whose cell it belongs to (`config.arm_cell`), with the study's
+records), each run assigned to the arm whose cell it belongs to (`planned.arm_runs`), with the study's
 arm names as row labels; the divergence columns are computed as the stability table's
 (`stability.diverged_fraction`, `divergence_steps`):
 
@@ -60,16 +60,9 @@ NOTES = [
 ]
 
 
-def arm_runs(per_run: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
-    """`per_run` (stability.run_stability's rows) with each arm's runs under its name in `arm`, in the
-    order of `study.arms` (a run of no arm is left out)."""
-    parts = [per_run[per_run["run_id"].map(lambda r, p=p: arm_cell(p, r))].assign(arm=arm)
-             for arm, p in cfg.study.arms.items()]  # fmt: skip
-    return pd.concat(parts, ignore_index=True) if parts else per_run.assign(arm=[])
-
-
 def survival_table(runset: RunSet, per_arm: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
-    """One row per arm of `cfg.study` (module docstring); `per_arm` from `arm_runs`."""
+    """One row per arm of `cfg.study` (module docstring); `per_arm`: `run_stability`'s rows under their arm
+    (planned.arm_runs)."""
     rows = []
     for arm, prefix in cfg.study.arms.items():
         g = per_arm[per_arm["arm"] == arm]
