@@ -8,7 +8,8 @@ every group of their algo/model, so their row repeats in each group. Columns:
 - `runs`, `ok`, `diverged`, `failed`, `missing`: counts over the variant's seeds. Every run is counted.
 - per eval score `E` (`{task}/{metric}`): `E mean`, `E ci_low`, `E ci_high`, `E n` (Student t over the
   seeds that have the score) and `E delta`, `E delta_ci_low`, `E delta_ci_high` (vs bf16, Welch t).
-- per stability diagnostic (summaries.DIAGNOSTICS): the mean over seeds of the per-run value, `{col} n`.
+- per stability diagnostic (`DIAGNOSTICS`): the mean over seeds of the run's value in endpoints.csv
+  (fp8rl.report.endpoints), `{col} n`.
 - per-step metrics, the seed being the unit (stats.SEED_MEAN_METHOD): the mean of the runs' means over
   steps with the t-interval over those seed means, `clip_low_neg ci_low|ci_high` and its `delta`,
   `delta_ci_low`, `delta_ci_high` vs bf16 (Welch t on the seed means); `mismatch_kl_k3 ci_low|ci_high`.
@@ -43,7 +44,7 @@ from fp8rl.report.stats import (
     value_range,
     welch_interval,
 )
-from fp8rl.report.summaries import DIAGNOSTICS, eval_keys, run_summaries, step_difference, step_series
+from fp8rl.report.summaries import eval_keys, step_difference, step_series
 from fp8rl.vocabulary import (
     CLIP_LOW_NEG,
     MISMATCH_KL_K3,
@@ -54,6 +55,18 @@ from fp8rl.vocabulary import (
 )
 
 USED_STATUSES = ("ok", "diverged")
+# (column, description): the per-run stability diagnostics of endpoints.csv the table averages over seeds
+DIAGNOSTICS = (
+    ("final_reward", "reward/mean at the run's last step"),
+    ("best_reward", "highest reward/mean of any step"),
+    (
+        "peak_entropy_rel",
+        "highest entropy after the first `stability.baseline_steps` steps ÷ their median entropy "
+        "(> 1: entropy rose above its early baseline; a spike shows as a large value)",
+    ),
+    ("clip_low_neg", "mean over steps of clip/low_neg (A<0 tokens with r < L)"),
+    ("mismatch_kl_k3", "mean over steps of mismatch/kl_k3 (trainer vs rollout)"),
+)
 # (column, metrics.jsonl name): per-step diagnostics that get a t-interval over the seeds' step means
 STEP_INTERVALS = (("clip_low_neg", CLIP_LOW_NEG), ("mismatch_kl_k3", MISMATCH_KL_K3))
 # per-step metrics whose difference to bf16 gets an interval
@@ -104,12 +117,9 @@ def _delta_cells(prefix: str, d: Interval) -> dict:
 NO_INTERVAL = Interval(math.nan, math.nan, math.nan, 0)
 
 
-def comparison_table(runset: RunSet, baseline_steps: int) -> pd.DataFrame:
-    """The comparison table as numbers (see the module docstring for its columns).
-
-    `baseline_steps` is `stability.baseline_steps` (the early-steps entropy baseline of
-    `peak_entropy_rel`)."""
-    summaries = run_summaries(runset, baseline_steps)
+def comparison_table(runset: RunSet, endpoints: pd.DataFrame) -> pd.DataFrame:
+    """The comparison table as numbers (see the module docstring for its columns), from the runs' per-step
+    series and the per-run values of endpoints.csv's frame (fp8rl.report.endpoints.endpoints_table)."""
     keys = eval_keys(runset)
     conds = has_conditions(runset.runs)
     series = step_series(runset, [m for _, m in STEP_INTERVALS] + list(PAIRED_METRICS.values()))
@@ -120,7 +130,7 @@ def comparison_table(runset: RunSet, baseline_steps: int) -> pd.DataFrame:
 
     rows = []
     for algo, model, gran, cond in _groups(runset.runs):
-        cell = summaries[(summaries["algo"] == algo) & (summaries["model"] == model)]
+        cell = endpoints[(endpoints["algo"] == algo) & (endpoints["model"] == model)]
         ref = cell[(cell["variant"] == REFERENCE_VARIANT) & cell["status"].isin(USED_STATUSES)]
         present = [v for v in VARIANTS if v in set(cell["variant"])]
         for variant in present:

@@ -299,8 +299,14 @@ def _value_columns(m: pd.DataFrame) -> dict:
     return out
 
 
-def endpoints_table(runset: RunSet, cfg: ExperimentConfig, runs_dir: str | Path) -> pd.DataFrame:
-    """The per-run endpoints (module docstring), in matrix order."""
+def endpoints_table(
+    runset: RunSet, cfg: ExperimentConfig, runs_dir: str | Path | None = None
+) -> pd.DataFrame:
+    """The per-run endpoints (module docstring), in matrix order; `runs_dir`: where the runs are (default
+    `{results_dir}/{tier}/runs`), for their summary.json, noise.json and bases."""
+    from fp8rl.run_files import runs_dir as tier_runs_dir
+
+    runs_dir = tier_runs_dir(cfg.results_dir, cfg.tier) if runs_dir is None else runs_dir
     from fp8rl.report.planned import run_endpoints
 
     steps, baseline_steps = cfg.schedule.steps, cfg.stability.baseline_steps

@@ -14,9 +14,8 @@ import math
 
 import pandas as pd
 
-from fp8rl.report.comparison import PAIRED, STEP_DELTAS, STEP_INTERVALS, USED_STATUSES
+from fp8rl.report.comparison import DIAGNOSTICS, PAIRED, STEP_DELTAS, STEP_INTERVALS, USED_STATUSES
 from fp8rl.report.stats import CI_METHOD, DELTA_METHOD, NO_CI_NOTE, RANGE_METHOD, SEED_MEAN_METHOD
-from fp8rl.report.summaries import DIAGNOSTICS
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
 COMPARISON_NOTES = [
@@ -27,7 +26,7 @@ COMPARISON_NOTES = [
     NO_CI_NOTE + ".",
     f"Seeds with status {' or '.join(USED_STATUSES)} enter the means; failed and missing runs are counted only.",
     "Status counts are ok / diverged / failed / missing over the variant's seeds.",
-    *(f"`{col}`: {desc}, mean over seeds." for col, _, _, desc in DIAGNOSTICS),
+    *(f"`{col}`: {desc}, mean over seeds." for col, desc in DIAGNOSTICS),
     "bf16 rows (granularity `none`) are the reference of every granularity group of their algo/model.",
     "`condition` (matrices with FP8 conditions only): the named FP8 setting of the group's fp8 runs; "
     "bf16 runs have condition `none` and are the reference of every condition.",

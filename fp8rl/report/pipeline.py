@@ -90,8 +90,8 @@ def load_report_data(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, 
     """Load `cfg`'s runs from `runs_dir` and compute what the builders share; `root`: the tier's results
     folder (its SFT bases, for the base models table); unreadable bases join the data problems."""
     runset = load_tier(cfg, runs_dir)
-    comparison = comparison_table(runset, cfg.stability.baseline_steps)
     endpoints = endpoints_table(runset, cfg, runs_dir)
+    comparison = comparison_table(runset, endpoints)
     control = control_table(endpoints)
     return ReportData(
         cfg=cfg,

@@ -12,8 +12,8 @@ import pytest
 from report_fixtures import DIVERGED, FAILED, MALFORMED, MISSING, NO_KL, STEPS, reward, write_tier
 
 from fp8rl.report.build import build_report
+from fp8rl.report.endpoints import endpoints_table
 from fp8rl.report.load import load_tier
-from fp8rl.report.summaries import run_summaries
 from fp8rl.run_checks import history_problems
 
 
@@ -113,8 +113,8 @@ def test_each_damaged_run_is_a_named_problem_and_not_a_result(damaged):
     # their training numbers are out of every mean: the tidy frame marks them missing too
     train = rs.metric("train")
     assert set(train[train["run_id"].isin(victims.values())]["status"]) == {"missing"}
-    summaries = run_summaries(rs, cfg.stability.baseline_steps).set_index("run_id")
-    assert summaries.loc[victims["truncated"], "status"] == "missing"
+    ends = endpoints_table(rs, cfg).set_index("run_id")
+    assert ends.loc[victims["truncated"], "status"] == "missing"
 
 
 def test_wrong_types_and_corrupt_bytes_elsewhere_are_problems_not_crashes(damaged):

@@ -13,6 +13,7 @@ from report_fixtures import write_tier
 
 from fp8rl.report.build import build_report
 from fp8rl.report.comparison import comparison_table
+from fp8rl.report.endpoints import endpoints_table
 from fp8rl.report.load import load_tier
 from fp8rl.report.quote_format import excludes_zero, pp
 
@@ -58,7 +59,7 @@ def test_a_degenerate_eval_score_is_a_data_problem_and_the_report_builds(tmp_pat
     rs = load_tier(cfg)
     problems = [p for p in rs.problems if str(path) in p]
     assert problems and all(f"(arith_gen/exact_match): {named}; entry ignored" in p for p in problems)
-    table = comparison_table(rs, cfg.stability.baseline_steps).set_index(["algo", "variant"])
+    table = comparison_table(rs, endpoints_table(rs, cfg)).set_index(["algo", "variant"])
     assert int(table.loc[KEY, "arith_gen/exact_match n"]) == 1  # the other seed only, never two for one
     if change is _above_one:  # the plot of that cell crashed the whole report (a negative error bar)
         manifest = build_report(cfg)
@@ -89,7 +90,8 @@ def test_seeds_that_all_gave_one_value_are_a_named_data_note(tmp_path):
     runs = tmp_path / "results" / cfg.tier / "runs"
     seed0 = json.loads((runs / RUN.replace("seed1", "seed0") / "eval" / "lm_eval.json").read_text())
     _edit(runs / RUN / "eval" / "lm_eval.json", lambda results: results.__setitem__(0, seed0["results"][0]))
-    table = comparison_table(load_tier(cfg), cfg.stability.baseline_steps)
+    rs = load_tier(cfg)
+    table = comparison_table(rs, endpoints_table(rs, cfg))
     notes = zero_width_notes(table)
     named = [p for p in notes if p.startswith("grpo/tiny/tensorwise/fp8 arith_gen/exact_match: a zero-width")]
     assert len(named) == 1 and "not a significant result" in named[0]

@@ -21,6 +21,7 @@ from report_fixtures import (
 from fp8rl.config.runs import RunSpec
 from fp8rl.report.build import build_report
 from fp8rl.report.comparison import comparison_table
+from fp8rl.report.endpoints import endpoints_table
 from fp8rl.report.load import load_tier
 from fp8rl.report.mechanism import gemm_format, mechanism_table, mechanism_view
 from fp8rl.report.paths import MECHANISM_PLOTS, ReportPaths, report_outputs
@@ -31,7 +32,7 @@ from fp8rl.report.pipeline import RUN_COLUMNS, runs_table
 def mech(tmp_path_factory):
     cfg = write_mechanism_tier(tmp_path_factory.mktemp("mech"))
     rs = load_tier(cfg)
-    comparison = comparison_table(rs, cfg.stability.baseline_steps)
+    comparison = comparison_table(rs, endpoints_table(rs, cfg))
     return cfg, rs, comparison, mechanism_table(comparison, rs, cfg)
 
 

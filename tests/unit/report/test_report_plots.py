@@ -13,6 +13,7 @@ from report_fixtures import seeds_used, write_tier
 
 from fp8rl.report.build import build_report
 from fp8rl.report.comparison import comparison_table
+from fp8rl.report.endpoints import endpoints_table
 from fp8rl.report.load import load_tier
 from fp8rl.report.plots import eval_bars, step_curves, throughput_bars
 from fp8rl.report.summaries import eval_keys
@@ -27,7 +28,7 @@ def tier(tmp_path_factory):
 
 def test_eval_intervals_stay_in_0_1_and_every_seed_is_a_dot(tier):
     cfg, runset = tier
-    comparison = comparison_table(runset, cfg.stability.baseline_steps)
+    comparison = comparison_table(runset, endpoints_table(runset, cfg))
     keys = eval_keys(runset)
     # two seeds near the ends of [0, 1]: a t-interval (t = 12.7) runs far past them
     comparison.loc[comparison.index[0], [f"{k} ci_low" for k in keys]] = -0.6

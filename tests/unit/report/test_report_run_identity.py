@@ -12,6 +12,7 @@ from report_fixtures import write_tier
 from fp8rl.checkpoint_files import checkpoint_digest
 from fp8rl.io import atomic_write_json
 from fp8rl.report.comparison import comparison_table
+from fp8rl.report.endpoints import endpoints_table
 from fp8rl.report.load import load_tier
 from fp8rl.run_files import RunDir
 
@@ -30,7 +31,7 @@ def _row(rs, run_id):
 
 
 def _eval_n(cfg, rs, variant="fp8", key="arith_gen/exact_match"):
-    table = comparison_table(rs, cfg.stability.baseline_steps).set_index(["algo", "variant"])
+    table = comparison_table(rs, endpoints_table(rs, cfg)).set_index(["algo", "variant"])
     return int(table.loc[("grpo", variant), f"{key} n"])
 
 

@@ -26,6 +26,7 @@ from scipy import stats
 
 from fp8rl.config.runs import RunSpec
 from fp8rl.report.comparison import comparison_table
+from fp8rl.report.endpoints import endpoints_table
 from fp8rl.report.load import load_tier
 from fp8rl.report.markdown import comparison_markdown, comparison_view, paired_view
 from fp8rl.report.summaries import eval_keys
@@ -38,7 +39,7 @@ KEY = "arith_gen/exact_match"
 def tier(tmp_path_factory):
     cfg = write_tier(tmp_path_factory.mktemp("tier"))
     rs = load_tier(cfg)
-    return cfg, rs, comparison_table(rs, cfg.stability.baseline_steps).set_index(["algo", "variant"])
+    return cfg, rs, comparison_table(rs, endpoints_table(rs, cfg)).set_index(["algo", "variant"])
 
 
 def test_one_row_per_algo_and_variant_with_every_column(tier):
@@ -94,13 +95,15 @@ def test_eval_mean_ci_and_delta_match_scipy(tier, algo, variant):
 
 
 def test_single_seed_has_no_interval_and_says_so(tier):
-    _, rs, t = tier
+    cfg, rs, t = tier
     for algo, variant in [("grpo", "fp8_calib"), ("dapo", "fp8_tis")]:  # one missing, one failed seed
         row = t.loc[(algo, variant)]
         assert row[f"{KEY} n"] == 1
         assert not math.isnan(row[f"{KEY} mean"])
         assert math.isnan(row[f"{KEY} ci_low"]) and math.isnan(row[f"{KEY} delta_ci_low"])
-    md = comparison_markdown("t", comparison_view(comparison_table(rs, 3), eval_keys(rs)))
+    md = comparison_markdown(
+        "t", comparison_view(comparison_table(rs, endpoints_table(rs, cfg)), eval_keys(rs))
+    )
     assert "n=1, no CI" in md and "Student t-interval" in md and "Welch" in md
 
 
@@ -189,9 +192,10 @@ def test_paired_section_is_the_per_step_difference_of_phantom_fractions(tier):
         assert row["phantom_missed_neg"] == pytest.approx(_mean_of_means(missed))
         assert row["excess_clip"] == pytest.approx(_mean_of_means(low) - _mean_of_means(missed))
         assert row["excess_clip ci_low"] < row["excess_clip"] < row["excess_clip ci_high"]
-    view = paired_view(comparison_table(rs, 3))
+    table = comparison_table(rs, endpoints_table(rs, cfg))
+    view = paired_view(table)
     assert "bf16" not in set(view["variant"]) and len(view) == 2 * 3
-    md = comparison_markdown("t", comparison_view(comparison_table(rs, 3), eval_keys(rs)), view)
+    md = comparison_markdown("t", comparison_view(table, eval_keys(rs)), view)
     assert "Paired: FP8 vs its BF16 shadow" in md and "the seed is the unit" in md and "bootstrap" not in md
     assert "phantom/low_neg − phantom/missed_neg" in md
 
@@ -227,7 +231,7 @@ def test_unrun_granularity_group_is_all_missing_with_bf16_reference(tmp_path):
     cfg = write_tier(tmp_path)
     cfg.matrix.granularities = ["tensorwise", "blockwise"]  # blockwise runs were never written
     rs = load_tier(cfg)
-    t = comparison_table(rs, cfg.stability.baseline_steps)
+    t = comparison_table(rs, endpoints_table(rs, cfg))
     block = t[(t["algo"] == "grpo") & (t["granularity"] == "blockwise")].set_index("variant")
     assert list(block.index) == ["bf16", "fp8", "fp8_tis", "fp8_calib"]
     assert block.loc["bf16", "ok"] == 2  # the reference rows repeat in each group
