@@ -24,6 +24,10 @@ Past the marker (`after_marker`), a job that reached it runs on CPU what a CPU c
 first step, each step with what the job passes (its overrides file, loss spec and job script), each
 reported passed or failed (`Step`):
 
+0. `megatron_config`: the Megatron engine's configs each GPU worker builds first, megatron-core's
+   `TransformerConfig` through mbridge and its `OptimizerConfig`, with the job's overrides and model
+   config, in their pinned sources (fp8rl.adapters.verl_rehearse_engine; skipped, and said so, without
+   build/upstream).
 1. `dp_update`: verl's own actor update (`TrainingWorker.train_mini_batch` → `ppo_loss` → the job's
    policy loss → `Metric` → the all-gather over the DP group → `Metric.aggregate_dp`) on `DP_RANKS`
    gloo ranks (fp8rl.adapters.verl_rehearse_dp), with the job's clip ratios, loss aggregation, dynamic
@@ -276,10 +280,14 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def after_marker(out: Path, base: Path, *, timeout_s: int = TIMEOUT_S, checkpoint: bool = True) -> list[Step]:
     """The steps past the marker (module docstring) for the run files under `out`; a step that raises
     fails with the error, the others still run. `checkpoint`: with step 4 (minutes on two cores)."""
-    from fp8rl.adapters import verl_rehearse_ckpt
+    from fp8rl.adapters import verl_rehearse_ckpt, verl_rehearse_engine
 
     overrides = dict(o.split("=", 1) for o in json.loads((out / OVERRIDES_FILE).read_text())["overrides"])
     steps = []
+    try:
+        steps.append(Step("megatron_config", *verl_rehearse_engine.engine_step(out, base, timeout_s)))
+    except Exception as exc:  # noqa: BLE001  (reported as the step's failure)
+        steps.append(Step("megatron_config", False, f"{type(exc).__name__}: {exc}"))
     metrics: dict | None = None
     try:
         step, metrics = dp_update_step(overrides, out / LOSS_FILE, out / "rehearsal_dp", timeout_s)

@@ -52,14 +52,22 @@ def has_megatron_sources(upstream: Path = UPSTREAM) -> bool:
     return (Path(upstream) / "megatron" / "core").is_dir()
 
 
+SITE_PACKAGES = ("megatron", "mbridge", "einops")  # of `upstream` (scripts/upstream_src.sh)
+
+
 def megatron_site(work: Path, upstream: Path = UPSTREAM) -> Path | None:
-    """A folder to put on PYTHONPATH holding megatron-core's pinned sources only (Transformer Engine's,
-    beside them in `upstream`, fail to import without its CUDA library); None without the sources."""
+    """A folder to put on PYTHONPATH holding the pinned sources of megatron-core, mbridge and einops only
+    (Transformer Engine's, beside them in `upstream`, fail to import without its CUDA library); None
+    without megatron-core's."""
     if not has_megatron_sources(upstream):
         return None
     site = Path(work) / "megatron_site"
     site.mkdir(parents=True, exist_ok=True)
-    for entry in [Path(upstream) / "megatron", *Path(upstream).glob("megatron_core-*.dist-info")]:
+    entries = [Path(upstream) / name for name in SITE_PACKAGES if (Path(upstream) / name).is_dir()]
+    infos = [
+        p for name in ("megatron_core", *SITE_PACKAGES) for p in Path(upstream).glob(f"{name}-*.dist-info")
+    ]
+    for entry in [*entries, *infos]:
         link = site / entry.name
         if not link.exists():
             link.symlink_to(entry.resolve())
@@ -73,7 +81,7 @@ class _Stub(types.ModuleType):
         return None
 
 
-def _cpu_megatron() -> None:
+def cpu_megatron() -> None:
     """megatron-core importable and its dist_checkpointing runnable on CPU (module docstring), its
     parallel state initialised over a one-rank gloo group."""
     import torch
@@ -172,7 +180,7 @@ def _tensor_of(state: str):
 def build_manager(config, model_path: str):
     """verl's `MegatronCheckpointManager` as its Megatron engine builds it, from the job's composed
     `config` (its actor's checkpoint and megatron sections) and the model folder `model_path`."""
-    _cpu_megatron()
+    cpu_megatron()
     import torch
     from megatron.core import tensor_parallel
     from megatron.core.transformer import TransformerConfig

@@ -113,9 +113,10 @@ def test_fp8rl_verl_rehearse_takes_a_paper_job_to_its_first_gpu_point(tmp_path, 
     log = (tmp_path / CALIB_TIS.run_id.replace("/", "-") / "rehearsal.log").read_text()
     assert "preflight: ok" in log and "Started a local Ray instance" in log
     assert "train and validate dataloader initialized" in log
-    for step in ("dp_update", "import_metrics", "tokenizer", "checkpoint"):
+    for step in ("megatron_config", "dp_update", "import_metrics", "tokenizer", "checkpoint"):
         assert f"after the GPU point, {step}: passed" in out, out
     assert "on 2 gloo ranks (the job's DP: 4), 2 mini-batches of 128 sequences per rank" in out
+    assert "Megatron checkpoint manager" in out  # the checkpoint chain in the paper's layout
 
 
 def test_past_the_marker_a_calibrated_paper_jobs_update_gathers_its_metrics_over_dp_ranks(

@@ -227,3 +227,49 @@ def test_the_attention_backend_is_one_the_train_image_has(paper, compose):
     assert not flash_dists & locked
     # activation recompute reaches Megatron
     assert te_cfg.recompute_granularity == "full" and te_cfg.recompute_num_layers == 1
+
+
+# ------------------------------------------------------------------------------ Megatron engine configs
+
+
+def _engine(paper, tmp_path: Path, run_id: str, extra: tuple[str, ...] = ()) -> tuple[bool, str]:
+    from fp8rl.adapters.verl_launch import OVERRIDES_FILE
+    from fp8rl.adapters.verl_rehearse import stand_in_model
+    from fp8rl.adapters.verl_rehearse_engine import engine_step
+
+    _upstream("mbridge/__init__.py")
+    base = stand_in_model(tmp_path / "base", "qwen3")
+    paths = VerlPaths(str(base), PATHS.train_files, PATHS.val_files, str(tmp_path / "run"))
+    out = Path(paths.out)
+    out.mkdir()
+    overrides = [*verl_overrides(paper, RunSpec.parse(run_id), paths), *extra]
+    (out / OVERRIDES_FILE).write_text(json.dumps({"overrides": overrides}))
+    return engine_step(out, base)
+
+
+@pytest.mark.parametrize(
+    "run_id, want",
+    [
+        ("grpo/qwen3-8b/bf16/none/seed0", "'fp8': None"),
+        ("dapo/qwen3-14b/fp8/tensorwise/seed0", "'fp8': 'hybrid', 'fp8_recipe': 'tensorwise'"),
+        ("grpo/qwen2.5-32b/fp8_tis/blockwise/seed0", "'fp8': 'e4m3', 'fp8_recipe': 'blockwise'"),
+    ],
+)
+def test_each_jobs_megatron_configs_build_as_verls_engine_builds_them(
+    paper, tmp_path, verl_site, run_id, want
+):
+    """megatron-core 0.19.2's TransformerConfig (through mbridge 0.15.1) and OptimizerConfig accept every
+    field the job sets: the FP8 recipe, the fused attention backend, full recompute, bf16 Adam moments."""
+    ok, detail = _engine(paper, tmp_path, run_id)
+    assert ok, detail
+    assert want in detail and "'attention_backend': 'AttnBackend.fused'" in detail, detail
+    moments = "torch.float32" if "/bf16/" in run_id else "torch.bfloat16"
+    assert f"'exp_avg_dtype': '{moments}'" in detail, detail
+
+
+def test_a_transformer_config_key_megatron_does_not_know_fails_the_engine_step(paper, tmp_path, verl_site):
+    """The step has teeth: a misspelt override stops the engine's TransformerConfig, as it would stop
+    every GPU worker of the job."""
+    typo = "+actor_rollout_ref.actor.megatron.override_transformer_config.fp8_recipie=blockwise"
+    ok, detail = _engine(paper, tmp_path, "grpo/qwen3-8b/fp8/blockwise/seed0", (typo,))
+    assert not ok and "fp8_recipie" in detail, detail
