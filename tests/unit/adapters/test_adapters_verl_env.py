@@ -43,7 +43,7 @@ def test_verl_tests_pass_in_the_verl_environment():
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
          *(os.path.join(here, t) for t in VERL_TESTS)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=2700,
     )  # fmt: skip
     tail = res.stdout[-6000:] + res.stderr[-3000:]
     assert res.returncode == 0, tail
