@@ -33,7 +33,8 @@ Columns (`COLUMNS`, then one per eval score `{task}/{metric}`):
   per-step difference), `calib_low`, `calib_high`, `calib_floor_binds` (the share of the calibrated
   updates whose lower bound `calib.low_range`'s floor held up: there the calibration did not complete,
   and `excess_clip` is what remained);
-- the study's: `endpoint` (study.endpoint, fp8rl.report.planned; blank without a study),
+- the study's: `endpoint` (study.endpoint, `study_endpoint`; blank without a study or for a run of no
+  arm),
   `mismatch_kl_step1`, `entropy_step1`;
 - the stability report's: `final_acc` (mean `acc/mean` over the last `ACC_WINDOW` steps), `best_acc`
   (its per-run rows, stability.run_stability, are this table's: divergence, last step, accuracy,
@@ -299,6 +300,21 @@ def _value_columns(m: pd.DataFrame) -> dict:
     return out
 
 
+def study_endpoint(cfg: ExperimentConfig, status: str, m: pd.DataFrame | None, row: dict) -> float:
+    """A study run's endpoint (`study.endpoint`, fp8rl.report.planned): the mean of its metric over the
+    steps after `from_frac` of the planned steps (`m`: the run's step × metric frame), or, for a held-out
+    metric, its final checkpoint's score (the eval column of `row`); NaN for a failed or missing run, and
+    0 for a diverged run that stopped before the window (it earned no reward there)."""
+    e = cfg.study.endpoint
+    if status not in USED:
+        return math.nan
+    if e.metric.startswith("heldout/"):  # one value per run: its final checkpoint, bf16 sampler
+        return row.get(e.metric, math.nan)
+    s = m[e.metric] if m is not None and e.metric in m else pd.Series(dtype=float)
+    value = finite_mean(s[s.index > e.from_frac * cfg.schedule.steps])
+    return 0.0 if math.isnan(value) and status == "diverged" else value
+
+
 def endpoints_table(
     runset: RunSet, cfg: ExperimentConfig, runs_dir: str | Path | None = None
 ) -> pd.DataFrame:
@@ -307,12 +323,9 @@ def endpoints_table(
     from fp8rl.run_files import runs_dir as tier_runs_dir
 
     runs_dir = tier_runs_dir(cfg.results_dir, cfg.tier) if runs_dir is None else runs_dir
-    from fp8rl.report.planned import run_endpoints
-
     steps, baseline_steps = cfg.schedule.steps, cfg.stability.baseline_steps
     train = runset.metric("train")
     by_run = {run_id: sub for run_id, sub in train.groupby("run_id", sort=False)}
-    study = run_endpoints(runset, cfg) if cfg.study is not None else None
     evals = runset.values[runset.values["source"].isin(list(EVAL_SUITES))]
     keys = eval_keys(runset)
     rows = []
@@ -340,18 +353,17 @@ def endpoints_table(
             "div_step": float(div.get("step", r.step)) if r.status == "diverged" else math.nan,
             "div_kind": div.get("kind", "unknown") if r.status == "diverged" else "",
         }
-        sub = by_run.get(r.run_id)
+        sub, m = by_run.get(r.run_id), None
         if r.status in USED and sub is not None and not sub.empty:
             m = sub.pivot_table(index="step", columns="metric", values="value", aggfunc="first", dropna=False)
             m = m.sort_index()
             row |= _window_values(m, r.status, steps, baseline_steps) | _value_columns(m)
             row |= _mismatch_columns(m, steps)
-        if study is not None:
-            found = study[study["run_id"] == r.run_id]["endpoint"]
-            row["endpoint"] = float(found.iloc[0]) if len(found) else math.nan
         ev = evals[evals["run_id"] == r.run_id] if r.status in USED else evals.iloc[0:0]
         for key in keys:
             row[key] = finite_mean(ev[ev["metric"] == key]["value"])
+        if arms:
+            row["endpoint"] = study_endpoint(cfg, r.status, m, row)
         if cfg.eval.heldout is not None:
             own = {m: row.get(f"heldout/{m}", math.nan) for m in HELDOUT_METRICS}
             row |= _heldout_columns(own, base_heldout(runs_dir, cfg, spec))

@@ -2,7 +2,7 @@
 
 Three tables, written only for a config with a `study` section (docs/attribution.md, "How to read"),
 from the per-run endpoints (endpoints.csv, fp8rl.report.endpoints, whose `endpoint` column
-`run_endpoints` computes), each arm's runs picked by `arm_endpoints`:
+`endpoints.study_endpoint` computes), each arm's runs picked by `arm_endpoints`:
 
 - `arms`: per arm (a cell of the matrix without its seed): its runs, how many have an endpoint, how many
   diverged, the endpoint's mean over seeds with its 95 % t-interval and SD, and descriptive means that
@@ -37,7 +37,6 @@ import pandas as pd
 
 from fp8rl.config import ContrastConfig, ExperimentConfig, StudyConfig, arm_cell
 from fp8rl.report import paired
-from fp8rl.report.load import RunSet
 from fp8rl.report.stats import finite, finite_mean, holm, sample_sd, t_interval, welch, welch_power
 from fp8rl.vocabulary import CLIP_LOW_NEG
 
@@ -142,41 +141,6 @@ def contrast_row(
 
 
 # --------------------------------------------------------------------------------------------- tables
-
-
-def run_endpoints(runset: RunSet, cfg: ExperimentConfig) -> pd.DataFrame:
-    """One row per run of a study arm: `arm`, `run_id`, `seed`, `base` (the base model it started from),
-    `status`, `endpoint` (NaN when none)."""
-    study = cfg.study
-    e = study.endpoint
-    start = e.from_frac * cfg.schedule.steps
-    heldout = e.metric.startswith("heldout/")  # one value per run: its final checkpoint, bf16 sampler
-    train = runset.metric("heldout" if heldout else "train", e.metric)
-    rows = []
-    for arm, prefix in study.arms.items():
-        for run in runset.runs.itertuples(index=False):
-            if not arm_cell(prefix, run.run_id):
-                continue
-            endpoint = math.nan
-            if run.status not in EXCLUDED:
-                mine = train["run_id"] == run.run_id
-                v = train[mine if heldout else mine & (train["step"] > start)]["value"]
-                v = v[np.isfinite(v.to_numpy(dtype=float))]
-                if len(v):
-                    endpoint = float(v.mean())
-                elif run.status == "diverged" and not heldout:
-                    endpoint = 0.0
-            rows.append(
-                {
-                    "arm": arm,
-                    "run_id": run.run_id,
-                    "seed": run.seed,
-                    "base": cfg.base_of(run.model, int(run.seed)),
-                    "status": run.status,
-                    "endpoint": endpoint,
-                }
-            )
-    return pd.DataFrame(rows, columns=["arm", "run_id", "seed", "base", "status", "endpoint"])
 
 
 def arm_runs(per_run: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:

@@ -114,13 +114,13 @@ def test_heldout_cli_scores_history_and_endpoints(tier, train, tmp_path, restore
     assert c["shadow_mismatch_abs_dlogp_growth"] == pytest.approx(growth)
 
     # a study may name the held-out endpoint as its own: one value per run, its final checkpoint's
-    from fp8rl.report.planned import run_endpoints
+    from fp8rl.report.endpoints import endpoints_table
 
     study = {"arms": {"bf16": "grpo/tiny/bf16/none", "fp8": "grpo/tiny/fp8/tensorwise"},
              "endpoint": {"metric": "heldout/sampled_reward"}, "min_effect": 0.1, "planning_sd": 0.1,
              "min_seeds": 2, "planned": [{"name": "fp8_vs_bf16", "arm": "fp8", "reference": "bf16"}]}  # fmt: skip
     scfg = load_config(write_config(tmp_path / "s.yaml", {**HELDOUT, "study": study}))
-    ends = run_endpoints(load_tier(scfg, tmp_path / "runs"), scfg).set_index("run_id")
+    ends = endpoints_table(load_tier(scfg, tmp_path / "runs"), scfg, tmp_path / "runs").set_index("run_id")
     assert ends.loc[spec.run_id, "endpoint"] == scores["sampled_reward"]["value"]
     with pytest.raises(Exception, match="held-out endpoint: it needs eval.heldout"):
         load_config(write_config(tmp_path / "t.yaml", {"study": study}))
