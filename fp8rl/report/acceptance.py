@@ -5,21 +5,27 @@ For every run of the acceptance arm: step 1's `entropy` and `resp_len/mean` (met
 detector flagged it (summary.json's `divergence`), and the rise of the held-out endpoint from its base
 (`base/.../eval/heldout.json`) to its final checkpoint (`eval/heldout.json`), both scored with the bf16
 sampler (fp8rl.engine.heldout). Runs of one base are averaged first (the base is the unit); the rise's
-two-sided t-interval is taken over the bases. `check_acceptance` returns every figure and the list of
-criteria missed (empty: accepted); a run that has not finished, or has no held-out score yet, is counted
-as missing, never as passing.
+two-sided t-interval is taken over the bases. `judge` returns every figure and the list of criteria
+missed (empty: accepted); a run that has not finished, or has no held-out score yet, is counted as
+missing, never as passing. `check_acceptance` reads the records from the run folders (the command line
+below); `acceptance_from_report` from what `fp8rl report` has loaded, for the report's `acceptance`
+table (`acceptance_table`, `acceptance_notes`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
-from fp8rl.config import ExperimentConfig
-from fp8rl.config.study import arm_cell
+import pandas as pd
+
+from fp8rl.config import ExperimentConfig, arm_cell
+from fp8rl.report.load import RunSet
 from fp8rl.report.stats import t_interval
 from fp8rl.run_files import RunDir, runs_dir
+from fp8rl.vocabulary import RESP_LEN_MEAN
 
 
 def _heldout(path: Path, metric: str) -> float | None:
@@ -40,34 +46,33 @@ def _first_step(run: RunDir) -> dict:
     return json.loads(line) if line.strip() else {}
 
 
-def check_acceptance(cfg: ExperimentConfig) -> dict:
-    """Every figure of the acceptance and `missed`: the criteria not met (module docstring). ValueError
-    when the config has no `acceptance` section or its arm names no run of the matrix."""
+def _arm_specs(cfg: ExperimentConfig) -> list:
     a = cfg.acceptance
     if a is None:
         raise ValueError("acceptance: not set in this config")
     specs = [s for s in cfg.runs() if arm_cell(a.arm, s.run_id)]
     if not specs:
         raise ValueError(f"acceptance.arm: {a.arm!r} is no cell of the matrix (see `fp8rl matrix`)")
-    tier = Path(cfg.results_dir) / cfg.tier
-    metric = a.endpoint.removeprefix("heldout/")
-    runs, rises_by_base = [], {}
-    for spec in specs:
-        run = RunDir.of(runs_dir(cfg.results_dir, cfg.tier), spec.run_id)
-        base = cfg.base_of(spec.model, spec.seed)
-        first = _first_step(run)
-        summary = json.loads(run.summary.read_text()) if run.summary.is_file() else None
-        start = _heldout(tier / "base" / base / "eval" / "heldout.json", metric)
-        end = _heldout(run.eval_file("heldout"), metric)
-        rise = None if start is None or end is None else end - start
-        runs.append(
-            {"run_id": spec.run_id, "base": base, "finished": summary is not None,
-             "divergence": (summary or {}).get("divergence"), "entropy_step1": first.get("entropy"),
-             "resp_len_step1": first.get("resp_len/mean"), "base_endpoint": start, "final_endpoint": end,
-             "rise": rise}
-        )  # fmt: skip
-        if rise is not None:
-            rises_by_base.setdefault(base, []).append(rise)
+    return specs
+
+
+def _flag(divergence: dict) -> str:
+    step = divergence.get("step")
+    return f"{divergence.get('kind')} at step {step:g}" if isinstance(step, int | float) else str(divergence)
+
+
+def judge(cfg: ExperimentConfig, runs: list[dict]) -> dict:
+    """Every figure of the acceptance and `missed`, the criteria not met, from one record per run of the
+    arm: `run_id`, `base`, `finished`, `divergence` (None or {kind, step}), `entropy_step1`,
+    `resp_len_step1`, `base_endpoint`, `final_endpoint` (None: not there). The runs' rises are averaged
+    per base first (the base is the unit)."""
+    a = cfg.acceptance
+    rises_by_base: dict[str, list[float]] = {}
+    for r in runs:
+        start, end = r["base_endpoint"], r["final_endpoint"]
+        r["rise"] = None if start is None or end is None else end - start
+        if r["rise"] is not None:
+            rises_by_base.setdefault(r["base"], []).append(r["rise"])
     per_base = [statistics.fmean(v) for v in rises_by_base.values()]
     rise = t_interval(per_base, a.confidence)
     mean, low, high = rise.estimate, rise.low, rise.high
@@ -88,11 +93,96 @@ def check_acceptance(cfg: ExperimentConfig) -> dict:
                 f"{r['run_id']}: response length at step 1 {r['resp_len_step1']} < {a.min_response_tokens}"
             )
         if a.no_divergence and r["divergence"]:
-            missed.append(
-                f"{r['run_id']}: flagged ({r['divergence'].get('kind')} at step {r['divergence'].get('step')})"
-            )
+            missed.append(f"{r['run_id']}: flagged ({_flag(r['divergence'])})")
     return {"endpoint": a.endpoint, "runs": runs, "bases": len(per_base), "mean_rise": mean,
             "interval": [low, high], "confidence": a.confidence, "missed": missed}  # fmt: skip
+
+
+def check_acceptance(cfg: ExperimentConfig) -> dict:
+    """`judge` on the arm's run folders (module docstring). ValueError when the config has no
+    `acceptance` section or its arm names no run of the matrix."""
+    specs = _arm_specs(cfg)
+    tier = Path(cfg.results_dir) / cfg.tier
+    metric = cfg.acceptance.endpoint.removeprefix("heldout/")
+    runs = []
+    for spec in specs:
+        run = RunDir.of(runs_dir(cfg.results_dir, cfg.tier), spec.run_id)
+        base = cfg.base_of(spec.model, spec.seed)
+        first = _first_step(run)
+        summary = json.loads(run.summary.read_text()) if run.summary.is_file() else None
+        runs.append(
+            {"run_id": spec.run_id, "base": base, "finished": summary is not None,
+             "divergence": (summary or {}).get("divergence"), "entropy_step1": first.get("entropy"),
+             "resp_len_step1": first.get(RESP_LEN_MEAN),
+             "base_endpoint": _heldout(tier / "base" / base / "eval" / "heldout.json", metric),
+             "final_endpoint": _heldout(run.eval_file("heldout"), metric)}
+        )  # fmt: skip
+    return judge(cfg, runs)
+
+
+def _number(v) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def acceptance_from_report(cfg: ExperimentConfig, endpoints: pd.DataFrame, runset: RunSet) -> dict:
+    """`judge` on what a report has loaded: the per-run endpoints (status, first divergence, step 1's
+    entropy, the held-out scores of each run and its base) and step 1's response length from the runs'
+    metrics; a run not in the endpoints has not finished."""
+    metric = cfg.acceptance.endpoint.removeprefix("heldout/")
+    rows = endpoints.set_index("run_id") if len(endpoints) else pd.DataFrame()
+    resp = runset.metric("train", RESP_LEN_MEAN)
+    resp1 = dict(
+        zip(resp.loc[resp["step"] == 1, "run_id"], resp.loc[resp["step"] == 1, "value"], strict=True)
+    )
+    runs = []
+    for spec in _arm_specs(cfg):
+        r = rows.loc[spec.run_id] if spec.run_id in rows.index else None
+        finished = r is not None and r["status"] in ("ok", "diverged")
+        diverged = finished and r["status"] == "diverged"
+        runs.append(
+            {"run_id": spec.run_id, "base": cfg.base_of(spec.model, spec.seed), "finished": finished,
+             "divergence": {"kind": r["div_kind"], "step": _number(r["div_step"])} if diverged else None,
+             "entropy_step1": _number(r["entropy_step1"]) if finished else None,
+             "resp_len_step1": _number(resp1.get(spec.run_id)),
+             "base_endpoint": _number(r[f"base_heldout_{metric}"]) if finished else None,
+             "final_endpoint": _number(r[f"heldout/{metric}"]) if finished else None}
+        )  # fmt: skip
+    return judge(cfg, runs)
+
+
+COLUMNS = ["run_id", "base", "finished", "flagged", "entropy_step1", "resp_len_step1", "base_endpoint",
+           "final_endpoint", "rise", "low", "high"]  # fmt: skip
+
+
+def acceptance_table(result: dict) -> pd.DataFrame:
+    """One row per run of the arm, then a row `mean over N bases` with the rise's interval."""
+    rows = [{"run_id": r["run_id"], "base": r["base"], "finished": r["finished"],
+             "flagged": _flag(r["divergence"]) if r["divergence"] else "",
+             **{k: r[k] for k in COLUMNS[4:9]}} for r in result["runs"]]  # fmt: skip
+    low, high = result["interval"]
+    rows.append({"run_id": f"mean over {result['bases']} bases", "rise": result["mean_rise"], "low": low,
+                 "high": high})  # fmt: skip
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def acceptance_notes(cfg: ExperimentConfig, result: dict) -> list[str]:
+    a = cfg.acceptance
+    verdict = (
+        "**Accepted**: every criterion is met."
+        if not result["missed"]
+        else "**Not accepted**: " + "; ".join(result["missed"]) + "."
+    )
+    return [
+        f"The testbed's acceptance on its bf16 runs alone (the config's `acceptance`, recorded before any "
+        f"FP8 run): `rise` is each run's final checkpoint minus its base on `{a.endpoint}` (the bf16 "
+        f"sampler on held-out prompts); the last row averages the runs of each base first and gives the "
+        f"two-sided {a.confidence:.0%} t-interval over the bases.",
+        f"Criteria: a mean rise of at least {a.min_rise:g} over at least {a.min_bases} bases with the "
+        f"interval above 0; at step 1 an entropy of at least {a.min_start_entropy:g} nats per token and "
+        f"responses of at least {a.min_response_tokens:g} tokens in every run; "
+        + ("no run flagged by a detector." if a.no_divergence else "flagged runs allowed."),
+        verdict,
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

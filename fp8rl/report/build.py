@@ -18,6 +18,7 @@ report.json's `control`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -61,12 +62,8 @@ def build_report(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> d
     with hold_lock(final.lock_file, LOCK_HINT):
         for folder, name in ((final.root, "report"), (final.tables_dir, "*"), (final.plots_dir, "*")):
             remove_stale_temps(folder, name)  # what a killed report left
-        stage = ReportPaths(
-            Path(tempfile.mkdtemp(prefix=".report.", suffix=".tmp", dir=final.root)),
-            final.mechanism,
-            final.stability,
-            final.study,
-            final.heldout,
+        stage = dataclasses.replace(
+            final, root=Path(tempfile.mkdtemp(prefix=".report.", suffix=".tmp", dir=final.root))
         )
         try:
             manifest = write_report(cfg, runs_dir, stage, final)

@@ -44,6 +44,8 @@ SURVIVAL_PLOTS = (*STUDY_SURVIVAL, *STUDY_GAP)
 # only for a study with the held-out bf16 endpoint (`eval.heldout`): its secondary analysis
 # (fp8rl.report.secondary)
 HELDOUT_TABLES = ("secondary",)
+# only for a testbed with an `acceptance` section: its bf16-only acceptance (fp8rl.report.acceptance)
+ACCEPTANCE_TABLES = ("acceptance",)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class ReportPaths:
     stability: bool = False  # the conditions vary the noise dose: the stability report too
     study: bool = False  # the config pre-registers a study: its arms and planned contrasts too
     heldout: bool = False  # the study has the held-out bf16 endpoint: its secondary analysis too
+    acceptance: bool = False  # the config has an `acceptance` section: its table too
 
     @classmethod
     def for_tier(
@@ -66,8 +69,9 @@ class ReportPaths:
         stability: bool = False,
         study: bool = False,
         heldout: bool = False,
+        acceptance: bool = False,
     ) -> ReportPaths:
-        return cls(Path(results_dir) / tier, mechanism, stability, study, heldout and study)
+        return cls(Path(results_dir) / tier, mechanism, stability, study, heldout and study, acceptance)
 
     @classmethod
     def for_config(cls, cfg: ExperimentConfig) -> ReportPaths:
@@ -106,6 +110,7 @@ class ReportPaths:
             + (STUDY_TABLES if self.study else ())
             + (SURVIVAL_TABLES if self.survival else ())
             + (HELDOUT_TABLES if self.heldout else ())
+            + (ACCEPTANCE_TABLES if self.acceptance else ())
         )
         plots = (
             PLOTS
@@ -129,12 +134,14 @@ def has_dose_axis(cfg: ExperimentConfig) -> bool:
 
 def report_flags(cfg: ExperimentConfig) -> dict[str, bool]:
     """Which optional parts a tier's report has: `mechanism` (FP8 conditions), `stability` (a noise-dose
-    axis), `study` (a pre-registered study section), `heldout` (a study with the held-out endpoint)."""
+    axis), `study` (a pre-registered study section), `heldout` (a study with the held-out endpoint),
+    `acceptance` (a testbed's acceptance section)."""
     return {
         "mechanism": bool(cfg.matrix.conditions),
         "stability": has_dose_axis(cfg),
         "study": cfg.study is not None,
         "heldout": cfg.study is not None and cfg.eval.heldout is not None,
+        "acceptance": cfg.acceptance is not None,
     }
 
 
@@ -146,12 +153,19 @@ def report_outputs(
     stability: bool = False,
     study: bool = False,
     heldout: bool = False,
+    acceptance: bool = False,
 ) -> list[str]:
     """The report rule's output paths as strings (for a Snakefile); `mechanism`: the matrix has FP8
     conditions; `stability`: they are a noise-dose axis (`has_dose_axis`); `study`: the config has a
     `study` section (`report_flags` gives all three for a config; a study without a dose axis also gets
     its survival per arm)."""
     paths = ReportPaths.for_tier(
-        results_dir, tier, mechanism=mechanism, stability=stability, study=study, heldout=heldout
+        results_dir,
+        tier,
+        mechanism=mechanism,
+        stability=stability,
+        study=study,
+        heldout=heldout,
+        acceptance=acceptance,
     )
     return [str(p) for p in paths.outputs()]

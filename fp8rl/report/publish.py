@@ -238,7 +238,9 @@ def _publication_names() -> frozenset[str]:
     """Every file name a publication of any tier can hold, relative to its folder."""
     names = set(UNHASHED)
     for stability in (False, True):  # a study has survival tables without a dose axis, stability with one
-        paths = ReportPaths(Path(), mechanism=True, stability=stability, study=True, heldout=True)
+        paths = ReportPaths(
+            Path(), mechanism=True, stability=stability, study=True, heldout=True, acceptance=True
+        )
         names.update(p.as_posix() for p in paths.outputs())
     return frozenset(names)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from fp8rl.config import arm_cell
 from fp8rl.config_loader import load_config
 from fp8rl.report.acceptance import check_acceptance, main
 
@@ -21,16 +22,24 @@ def _heldout(path: Path, value: float) -> None:
 
 
 def _tier(tmp_path: Path, rises, *, entropy=0.5, divergence=None, finished=True):
+    """The shipped longform config's acceptance arm, one run per base seed with `rises` (None: no
+    held-out score), written as the trainer and `fp8rl eval` write them; a `divergence` goes to the
+    last run."""
     cfg = load_config(ROOT / "config" / "longform.yaml", [f"results_dir={tmp_path}"])
     tier = tmp_path / cfg.tier
+    arm = [s for s in cfg.runs() if arm_cell(cfg.acceptance.arm, s.run_id)]
     for seed, rise in enumerate(rises):
-        run = tier / "runs" / f"grpo/story/bf16/none/seed{seed}"
+        spec = next(s for s in arm if s.seed == seed)
+        run = tier / "runs" / spec.run_id
         run.mkdir(parents=True)
-        (run / "metrics.jsonl").write_text(
-            json.dumps({"step": 1, "entropy": entropy, "resp_len/mean": 60.0}) + "\n"
-        )
+        lines = [{"step": s, "entropy": entropy, "resp_len/mean": 60.0, "reward/mean": 0.3} for s in (1, 2)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        flagged = divergence if seed == len(rises) - 1 else None
         if finished:
-            (run / "summary.json").write_text(json.dumps({"status": "ok", "divergence": divergence}))
+            summary = {"run_id": spec.run_id, "status": "diverged" if flagged else "ok",
+                       "reason": f"{flagged['kind']} at step {flagged['step']}" if flagged else None, "step": 2,
+                       "steps_planned": 2, "final": lines[-1], "divergence": flagged}  # fmt: skip
+            (run / "summary.json").write_text(json.dumps(summary))
         _heldout(tier / "base" / f"story/seed{seed}" / "eval" / "heldout.json", 0.3)
         if rise is not None:
             _heldout(run / "eval" / "heldout.json", 0.3 + rise)
@@ -79,3 +88,42 @@ def test_the_command_exits_1_on_a_miss_and_2_without_the_section(tmp_path, capsy
     assert json.loads(capsys.readouterr().out)["bases"] == 0
     (tmp_path / "none.yaml").write_text(text.split("\nacceptance:")[0])
     assert main(["--config", str(tmp_path / "none.yaml")]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kw", "rises"),
+    [
+        ({}, [0.2, 0.25, 0.18, 0.22]),
+        ({"divergence": {"kind": "gibberish", "step": 40}}, [0.05, 0.1, 0.12, 0.1]),
+    ],
+)
+def test_the_report_has_the_same_acceptance_as_the_command(tmp_path, kw, rises):
+    """The report's `acceptance` table (built by `fp8rl report` from what it loads) gives the command's
+    figures and verdict (read from the run folders)."""
+    import pandas as pd
+
+    from fp8rl.report.build import build_report
+    from fp8rl.report.paths import ReportPaths
+
+    cfg = _tier(tmp_path, rises, **kw)
+    want = check_acceptance(cfg)
+    build_report(cfg)
+    paths = ReportPaths.for_config(cfg)
+    table = pd.read_csv(paths.table("acceptance", "csv"), keep_default_na=False, na_values=[""])
+    runs, last = table.iloc[:-1], table.iloc[-1]
+    assert list(runs["run_id"]) == [r["run_id"] for r in want["runs"]]
+    # the CSV holds 6 significant digits
+    assert list(runs["rise"]) == pytest.approx([r["rise"] for r in want["runs"]], abs=1e-5)
+    assert list(runs["entropy_step1"]) == pytest.approx([0.5] * 4)
+    assert list(runs["resp_len_step1"]) == pytest.approx([60.0] * 4)
+    assert last["run_id"] == "mean over 4 bases"
+    assert (last["rise"], last["low"], last["high"]) == pytest.approx(
+        (want["mean_rise"], *want["interval"]), abs=1e-5
+    )
+    md = paths.table("acceptance", "md").read_text()
+    if want["missed"]:
+        assert "**Not accepted**" in md and all(m in md for m in want["missed"])
+        assert runs["flagged"].iloc[-1] == "gibberish at step 40"
+    else:
+        assert "**Accepted**: every criterion is met." in md
