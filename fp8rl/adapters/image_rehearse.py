@@ -115,10 +115,8 @@ def install_fp8rl(venv: Path) -> None:
     )  # fmt: skip
 
 
-def _run(
-    venv: Path, image: str, argv: list[str], cwd: Path, timeout_s: int, path_first: Path | None = None
-) -> subprocess.CompletedProcess:
-    env = image_env(venv, image, cwd, path_first)
+def _run(venv: Path, image: str, argv: list[str], cwd: Path, timeout_s: int) -> subprocess.CompletedProcess:
+    env = image_env(venv, image, cwd)
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
 
 

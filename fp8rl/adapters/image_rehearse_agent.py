@@ -1,8 +1,9 @@
 """The paper tier's `eval_agent` job rehearsed in the bfcl image's pinned packages (the whole bfcl lock:
 bfcl-eval 2026.3.23, transformers 4.51.3, the CUDA builds of torch 2.6 and vLLM 0.8.5; `build/venv-bfcl`
 from scripts/image_venv.sh), run as workflows/eval.smk runs it: `fp8rl eval agent --config FILE
---checkpoint CKPT --data DIR --out OUT --on-failure record`, with the checkpoint in its run's folder
-(whose summary names the model, hence the run's `bfcl_handler`). Two passes:
+--checkpoint CKPT --data DIR --out OUT --on-failure record`, in the environment the image and the rule's
+`apptainer exec` give it (the hub read offline), with the checkpoint in its run's folder (whose summary
+names the model, hence the run's `bfcl_handler`). Two passes:
 
 1. To the first GPU point: fp8rl runs `bfcl generate`, whose model handler checks the checkpoint folder,
    loads its tokenizer and config with the image's transformers (`OSSHandler.spin_up_local_server`,
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 from fp8rl.adapters.image_rehearse import (
@@ -29,11 +31,12 @@ from fp8rl.adapters.image_rehearse import (
     ROOT,
     TAIL_CHARS,
     Result,
-    _run,
     _versions,
+    image_env,
     install_fp8rl,
     venv_problem,
 )
+from fp8rl.containers import OFFLINE_ENV
 
 JOB = "eval agent"
 # what bfcl-eval's OSSHandler prints once it has loaded the checkpoint's tokenizer and config, before
@@ -84,7 +87,9 @@ def _job(venv: Path, work: Path, checkpoint: Path, data: Path, sets, timeout_s: 
     argv = [str(venv / "bin" / "fp8rl"), "eval", "agent", "--config", str(ROOT / "config" / "paper.yaml"),
             *(a for x in sets for a in ("--set", x)), "--checkpoint", str(checkpoint), "--data", str(data),
             "--out", str(out), "--on-failure", "record"]  # fmt: skip
-    res = _run(venv, "bfcl", argv, work, timeout_s, path_first=stand_in)
+    # what `apptainer exec` of the rule adds (fp8rl.containers.image_env): the hub cache, read offline
+    env = {**image_env(venv, "bfcl", work, stand_in), "HF_HOME": str(work / "hf_home"), **OFFLINE_ENV}
+    res = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s)
     log = res.stdout + res.stderr
     (work / ("eval_agent_stand_in.log" if stand_in else "eval_agent.log")).write_text(log)
     return res.returncode, log, (json.loads(out.read_text()) if out.is_file() else None)
