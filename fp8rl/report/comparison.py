@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
 from fp8rl.report.load import STATUSES, RunSet
@@ -38,13 +37,11 @@ from fp8rl.report.stats import (
     delta_range,
     finite,
     finite_mean,
-    seed_delta,
-    seed_interval,
     t_interval,
     value_range,
     welch_interval,
 )
-from fp8rl.report.summaries import eval_keys, step_difference, step_series
+from fp8rl.report.summaries import eval_keys
 from fp8rl.vocabulary import (
     CLIP_LOW_NEG,
     MISMATCH_KL_K3,
@@ -78,7 +75,6 @@ PAIRED = (
     ("phantom_missed_neg", "phantom/missed_neg: A<0 shadow tokens clipped under BF16, not under FP8"),
     (EXCESS, "excess clipping: phantom/low_neg − phantom/missed_neg per step (net gradients FP8 zeroes)"),
 )
-PAIRED_METRICS = {"phantom_low_neg": "phantom/low_neg", "phantom_missed_neg": "phantom/missed_neg"}
 # the range of each paired column: excess clipping is a difference of two proportions
 PAIRED_RANGES = {
     "phantom_low_neg": value_range("phantom/low_neg"),
@@ -118,15 +114,11 @@ NO_INTERVAL = Interval(math.nan, math.nan, math.nan, 0)
 
 
 def comparison_table(runset: RunSet, endpoints: pd.DataFrame) -> pd.DataFrame:
-    """The comparison table as numbers (see the module docstring for its columns), from the runs' per-step
-    series and the per-run values of endpoints.csv's frame (fp8rl.report.endpoints.endpoints_table)."""
+    """The comparison table as numbers (see the module docstring for its columns), from the per-run values
+    of endpoints.csv's frame (fp8rl.report.endpoints.endpoints_table): each run's eval scores, diagnostics
+    and means over its steps (the seed means the intervals are taken over)."""
     keys = eval_keys(runset)
     conds = has_conditions(runset.runs)
-    series = step_series(runset, [m for _, m in STEP_INTERVALS] + list(PAIRED_METRICS.values()))
-    series[EXCESS] = step_difference(runset, "phantom/low_neg", "phantom/missed_neg")
-
-    def per_seed(metric: str, run_ids) -> list[np.ndarray]:
-        return [series[metric][r] for r in run_ids if r in series[metric]]
 
     rows = []
     for algo, model, gran, cond in _groups(runset.runs):
@@ -158,17 +150,14 @@ def comparison_table(runset: RunSet, endpoints: pd.DataFrame) -> pd.DataFrame:
             for column, *_ in DIAGNOSTICS:
                 row |= {column: finite_mean(used[column]), f"{column} n": finite(used[column]).size}
             for column, metric in STEP_INTERVALS:
-                values = per_seed(metric, used["run_id"])
-                row |= _ci_cells(column, seed_interval(values, bounds=value_range(metric)))
+                row |= _ci_cells(column, t_interval(used[column], bounds=value_range(metric)))
                 if column in STEP_DELTAS:
                     d = NO_INTERVAL
                     if variant != REFERENCE_VARIANT and not ref.empty:
-                        d = seed_delta(values, per_seed(metric, ref["run_id"]), bounds=delta_range(metric))
+                        d = welch_interval(used[column], ref[column], bounds=delta_range(metric))
                     row |= _delta_cells(column, d)
             for column, _ in PAIRED:
-                metric = PAIRED_METRICS.get(column, column)
-                values = per_seed(metric, used["run_id"])
-                ci = seed_interval(values, bounds=PAIRED_RANGES[column]) if fp8 else NO_INTERVAL
+                ci = t_interval(used[column], bounds=PAIRED_RANGES[column]) if fp8 else NO_INTERVAL
                 row |= _ci_cells(column, ci, n=True)
             rows.append(row)
     return pd.DataFrame(rows)

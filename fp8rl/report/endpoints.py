@@ -28,7 +28,7 @@ Columns (`COLUMNS`, then one per eval score `{task}/{metric}`):
   median: the comparison's and the stability report's), `gibberish_rate` (mean `gibberish/rate` over the
   run), `gibberish_last` (over the last window);
 - the comparison's per-run values: `final_reward`, `best_reward`, and the per-step metrics reduced to
-  the run's mean over its finite steps (the value the t-interval over seeds takes, stats.seed_means):
+  the run's mean over its finite steps (the value the t-interval over seeds takes, fp8rl.report.comparison):
   `clip_low_neg`, `mismatch_kl_k3`, `phantom_low_neg`, `phantom_missed_neg`, `excess_clip` (their
   per-step difference), `calib_low`, `calib_high`, `calib_floor_binds` (the share of the calibrated
   updates whose lower bound `calib.low_range`'s floor held up: there the calibration did not complete,

@@ -1,6 +1,6 @@
 """The mechanism study's table and figures, for a matrix with FP8 conditions (`matrix.conditions`).
 
-`mechanism_table(comparison, runset, cfg)` has one row per (algo, model, condition, granularity, FP8
+`mechanism_table(comparison, endpoints, cfg)` has one row per (algo, model, condition, granularity, FP8
 variant: plain fp8, the mismatch corrections, calibration; `fp8rl.vocabulary.VARIANT_SPECS`), read off
 the comparison table (comparison.py; same seeds, same intervals):
 
@@ -20,8 +20,8 @@ the comparison table (comparison.py; same seeds, same intervals):
   `calib_floor_binds`: the share of the calibrated updates whose lower bound `calib.low_range`'s floor
   held up (the calibration did not complete there; `excess_clip` is what remained);
 - `seeds` (runs that logged the paired metrics) and `ok/div/fail/miss`.
-Each estimate has `ci_low`/`ci_high`: the t-interval over the seeds' means over steps (stats.seed_interval;
-the seed is the unit), cut to the metric's range (stats.value_range).
+Each estimate has `ci_low`/`ci_high`: the t-interval over the seeds' means over steps (endpoints.csv's
+per-run values; the seed is the unit), cut to the metric's range (stats.value_range).
 
 `mechanism_plots` draws `excess_clip` and `mismatch_kl_k3` against the dose: one panel per variant
 (columns) and per (algo/model, format, KV cache) setting (rows), one line per granularity, error bars
@@ -44,7 +44,6 @@ from fp8rl.config import ExperimentConfig  # noqa: E402
 from fp8rl.fp8.recipe import get_recipe  # noqa: E402
 from fp8rl.report.comparison import USED_STATUSES  # noqa: E402
 from fp8rl.report.figures import MECHANISM  # noqa: E402
-from fp8rl.report.load import RunSet  # noqa: E402
 from fp8rl.report.markdown import fmt, fmt_ci  # noqa: E402
 from fp8rl.report.plot_base import save_figure  # noqa: E402
 from fp8rl.report.stats import (  # noqa: E402
@@ -52,11 +51,9 @@ from fp8rl.report.stats import (  # noqa: E402
     SEED_MEAN_METHOD,
     holm,
     one_sample_p,
-    seed_interval,
-    seed_means,
+    t_interval,
     value_range,
 )
-from fp8rl.report.summaries import step_difference, step_series  # noqa: E402
 from fp8rl.vocabulary import CALIB_FLOOR_BINDS, CALIB_HIGH, CALIB_LOW, REFERENCE_VARIANT, VARIANT_SPECS  # noqa: E402
 
 # Every FP8 variant the matrix runs has a row and a column of the figures, in the vocabulary's order.
@@ -103,17 +100,12 @@ def gemm_format(granularity: str, fmt_name: str) -> str:
     return fwd if fwd == grad else ("hybrid" if (fwd, grad) == ("e4m3", "e5m2") else f"{fwd}/{grad}")
 
 
-def _calib_bounds(runset: RunSet) -> dict[str, dict[str, np.ndarray]]:
-    return step_series(runset, [m for _, m in CALIB])
-
-
-def mechanism_table(comparison: pd.DataFrame, runset: RunSet, cfg: ExperimentConfig) -> pd.DataFrame:
-    """The mechanism table as numbers (module docstring); empty without conditions."""
+def mechanism_table(comparison: pd.DataFrame, endpoints: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
+    """The mechanism table as numbers (module docstring), from the comparison and, for the calibrated
+    bounds and the excess's test, the per-run values of endpoints.csv's frame; empty without conditions."""
     if comparison.empty or "condition" not in comparison:
         return pd.DataFrame()
-    series = _calib_bounds(runset)
-    excess = step_difference(runset, "phantom/low_neg", "phantom/missed_neg")
-    used = runset.runs[runset.runs["status"].isin(USED_STATUSES)]
+    used = endpoints[endpoints["status"].isin(USED_STATUSES)]
     rows = []
     for _, r in comparison[comparison["variant"].isin(FP8_VARIANTS)].iterrows():
         fp8 = cfg.fp8_for(r["condition"])
@@ -150,12 +142,11 @@ def mechanism_table(comparison: pd.DataFrame, runset: RunSet, cfg: ExperimentCon
             & (used["variant"] == r["variant"])
             & (used["granularity"] == r["granularity"])
             & (used["condition"] == r["condition"])
-        ]["run_id"]
+        ]
         for col, metric in CALIB:
-            values = [series[metric][i] for i in runs if i in series[metric]]
-            ci = seed_interval(values, bounds=value_range(metric))
+            ci = t_interval(runs[col], bounds=value_range(metric))
             row |= {col: ci.estimate, f"{col} ci_low": ci.low, f"{col} ci_high": ci.high}
-        row["excess_clip p"] = one_sample_p(seed_means(excess[i] for i in runs if i in excess))
+        row["excess_clip p"] = one_sample_p(runs["excess_clip"])
         rows.append(row)
     table = pd.DataFrame(rows)
     if not table.empty:

@@ -299,7 +299,7 @@ def mechanism_section(data: ReportData) -> Section:
 
     cfg = data.cfg
     mismatch = mismatch_table(data.endpoints, cfg)
-    mechanism = mechanism_table(data.comparison, data.runset, cfg)
+    mechanism = mechanism_table(data.comparison, data.endpoints, cfg)
     notes = seed_unit_notes(cfg.study, void_notes(data.control_info, MECHANISM_NOTES))
     tables = [
         ReportTable("mismatch", "Mismatch in the field's units per setting", "mismatch calibration",

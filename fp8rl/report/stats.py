@@ -4,15 +4,16 @@ Every other module of the report calls these; where scipy has the method, it com
 
 The seed is the unit: every interval in the tables treats a seed (one run) as one observation. Eval
 scores have one value per seed; a per-step metric (steps nested in seeds) is first reduced to each
-seed's mean over its steps (`seed_means`: every seed weighs the same, whatever its number of steps),
-because the steps of one run are correlated and pooling them would overstate the sample size. Then:
+seed's mean over its finite steps (`finite_mean`; endpoints.csv's per-run values, fp8rl.report.endpoints:
+every seed weighs the same, whatever its number of steps), because the steps of one run are correlated
+and pooling them would overstate the sample size. Then:
 
-- one mean: Student t-interval over the n seed values, df = n - 1 (`t_interval`, `seed_interval`:
+- one mean: Student t-interval over the n seed values, df = n - 1 (`t_interval`:
   `scipy.stats.t.interval` about the mean with the standard error `scipy.stats.sem`);
   `one_sample_p`: the two-sided one-sample t-test against 0 (`scipy.stats.ttest_1samp`), and
   `p_from_interval` that p recovered from a published 95 % interval;
-- Δ vs bf16: Welch's t-interval on the two sets of seed values (`welch`, `welch_interval`,
-  `seed_delta`: `scipy.stats.ttest_ind(..., equal_var=False)` and its `confidence_interval`, which
+- Δ vs bf16: Welch's t-interval on the two sets of seed values (`welch`, `welch_interval`:
+  `scipy.stats.ttest_ind(..., equal_var=False)` and its `confidence_interval`, which
   also give Welch's t, two-sided p and Welch–Satterthwaite df). bf16 and the variant are different
   runs; the report does not pair them by seed (a seed number fixes the data order and initial sampling,
   not a shared run), so the comparison is unpaired. `welch_power` simulates that test's power;
@@ -336,35 +337,6 @@ def holm(pvalues: Iterable[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * p[i]))
         out[i] = running
     return out.tolist()
-
-
-def seed_means(groups: Iterable[Iterable[float]]) -> np.ndarray:
-    """Each seed's mean over its finite per-step values; seeds with none are dropped."""
-    means = [g.mean() for g in (finite(s) for s in groups) if g.size]
-    return np.asarray(means, dtype=float)
-
-
-def seed_interval(
-    groups: Iterable[Iterable[float]],
-    confidence: float = CONFIDENCE,
-    *,
-    bounds: tuple[float, float] | None = None,
-) -> Interval:
-    """Per-step metric, one sequence of per-step values per seed: the mean of the seed means with the
-    t-interval over them (module docstring); `n` is the number of seeds with a finite value."""
-    return t_interval(seed_means(groups), confidence, bounds=bounds)
-
-
-def seed_delta(
-    groups: Iterable[Iterable[float]],
-    reference: Iterable[Iterable[float]],
-    confidence: float = CONFIDENCE,
-    *,
-    bounds: tuple[float, float] | None = None,
-) -> Interval:
-    """(mean of the seed means of `groups`) - (that of `reference`) with Welch's t-interval on the two
-    sets of seed means; `n` is the smaller seed count, bounds NaN unless both have two seeds."""
-    return welch_interval(seed_means(groups), seed_means(reference), confidence, bounds=bounds)
 
 
 def clopper_pearson(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:

@@ -32,8 +32,9 @@ from fp8rl.report.pipeline import RUN_COLUMNS, runs_table
 def mech(tmp_path_factory):
     cfg = write_mechanism_tier(tmp_path_factory.mktemp("mech"))
     rs = load_tier(cfg)
-    comparison = comparison_table(rs, endpoints_table(rs, cfg))
-    return cfg, rs, comparison, mechanism_table(comparison, rs, cfg)
+    ends = endpoints_table(rs, cfg)
+    comparison = comparison_table(rs, ends)
+    return cfg, rs, comparison, mechanism_table(comparison, ends, cfg)
 
 
 def test_comparison_groups_by_condition_with_bf16_as_every_groups_reference(mech):
@@ -178,7 +179,7 @@ def test_every_fp8_variant_of_the_matrix_gets_its_rows_and_its_column_of_panels(
 
     cfg, rs, comparison, _ = mech
     extra = comparison[comparison["variant"] == "fp8"].assign(variant="fp8_icepop")
-    m = mechanism_table(pd.concat([comparison, extra], ignore_index=True), rs, cfg)
+    m = mechanism_table(pd.concat([comparison, extra], ignore_index=True), endpoints_table(rs, cfg), cfg)
     assert set(m["variant"]) == {"fp8", "fp8_icepop", "fp8_calib"}
     fig = dose_figure(m, "excess_clip", "excess clipping")
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
