@@ -35,12 +35,15 @@ The report is built in a temp folder and moved into place with report.json last 
 `{results_dir}/published/{TIER}/` if every output has the hash report.json records, and swaps the copy
 in whole (see `publish.py`).
 
-Modules: `paths` (file names), `load` (run directories → tidy frames), `endpoints` (one row per run),
-`control` (the bf16 control check), `stats` (every interval and test: t-intervals
-over seeds, Welch, Holm, exact intervals and Fisher's test of counts; the range of each metric),
-`binomial` (the dose-response fit of divergence counts), `summaries` (per-run reductions, per-step
-series), `comparison`, `throughput_table`, `mechanism` (tables), `markdown` (formatted views),
-`plots`, `html`, `build` (`build_report`), `publish` (`publish_tier`).
+Modules: `paths` (file names), `load` (run directories → tidy frames), `endpoints` (one row per run:
+every per-run value the other tables aggregate over seeds), `pipeline` (the runs loaded once, one builder
+per part of the report), `writer` (the one table writer), `control` (the bf16 control check), `stats`
+(every interval and test: t-intervals over seeds, Welch, Holm, exact intervals and Fisher's test of
+counts; the range of each metric), `binomial` (the dose-response fit of divergence counts), `summaries`
+(eval keys, the entropy peak over its baseline), `comparison`, `throughput_table`, `mechanism` (tables),
+`markdown` (formatted views), `summary_page` (SUMMARY.md) and `findings` (what it and the quoted blocks
+of README.md and docs/ both say), `quotes` (those blocks), `plots`, `html`, `build` (`build_report`),
+`publish` (`publish_tier`).
 """
 
 from fp8rl.report.paths import PLOTS, TABLES, ReportPaths, report_outputs
