@@ -9,7 +9,8 @@ model's tokenizer and config) over a one-rank gloo group with megatron-core's pa
 `save_checkpoint` / `load_checkpoint` are the manager's. So each save is what verl writes on the cluster
 (layout schema 2): `ckpt_contents.json` (written last), `model/huggingface/` through the bridge (config,
 tokenizer, weights), `optimizer/dist_ckpt/` and `extra/dist_ckpt/` through megatron-core's
-`dist_checkpointing` (torch_dist format), `transformer_config.json`; verl's own retention
+`dist_checkpointing` (torch_dist format), `transformer_config.json` (the job's own TransformerConfig,
+built through mbridge as verl's engine builds it: fp8rl.adapters.verl_rehearse_engine); verl's own retention
 (`max_ckpt_to_keep`, which knows only the job's own saves) and its load path (`_raise_for_old_layout`,
 content metadata, the bridge's load, optimizer, scheduler and RNG states) run as they do there.
 
@@ -202,11 +203,16 @@ def build_manager(config, model_path: str):
             },
         }
     )
-    transformer_config = TransformerConfig(
-        num_layers=hf_config.num_hidden_layers,
-        hidden_size=hf_config.hidden_size,
-        num_attention_heads=hf_config.num_attention_heads,
-    )
+    if (UPSTREAM / "mbridge").is_dir():  # the job's own, as verl's engine builds it
+        from fp8rl.adapters.verl_rehearse_engine import transformer_config as job_transformer_config
+
+        transformer_config = job_transformer_config(actor, hf_config)
+    else:
+        transformer_config = TransformerConfig(
+            num_layers=hf_config.num_hidden_layers,
+            hidden_size=hf_config.hidden_size,
+            num_attention_heads=hf_config.num_attention_heads,
+        )
     return MegatronCheckpointManager(
         config=tmp_config,
         checkpoint_config=actor.checkpoint,

@@ -79,6 +79,11 @@ def test_a_killed_job_resumes_through_verls_megatron_checkpoint_manager(tmp_path
                  "extra/dist_ckpt/metadata.json", "transformer_config.json"):  # fmt: skip
         assert (actor / part).is_file(), part
     assert (tmp_path / "chain" / "checkpoint" / "model.safetensors").is_file()
+    # the job's own TransformerConfig (through mbridge), serialised by verl at each save
+    import json
+
+    tf = json.loads((actor / "transformer_config.json").read_text())
+    assert tf["fp8"] == "e4m3" and tf["fp8_recipe"] == "blockwise" and tf["recompute_granularity"] == "full"
 
 
 def test_a_save_without_its_optimizer_shards_fails_the_megatron_chain(tmp_path, verl_site, monkeypatch):
