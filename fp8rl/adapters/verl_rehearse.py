@@ -284,8 +284,15 @@ def after_marker(out: Path, base: Path, *, timeout_s: int = TIMEOUT_S, checkpoin
 
     overrides = dict(o.split("=", 1) for o in json.loads((out / OVERRIDES_FILE).read_text())["overrides"])
     steps = []
+    from fp8rl.adapters.verl_rehearse_megatron import has_megatron_sources
+
     try:
-        steps.append(Step("megatron_config", *verl_rehearse_engine.engine_step(out, base, timeout_s)))
+        if has_megatron_sources():
+            steps.append(Step("megatron_config", *verl_rehearse_engine.engine_step(out, base, timeout_s)))
+        else:
+            steps.append(
+                Step("megatron_config", True, "no build/upstream (scripts/upstream_src.sh)", skipped=True)
+            )
     except Exception as exc:  # noqa: BLE001  (reported as the step's failure)
         steps.append(Step("megatron_config", False, f"{type(exc).__name__}: {exc}"))
     metrics: dict | None = None

@@ -133,6 +133,12 @@ def test_past_the_marker_a_calibrated_paper_jobs_update_gathers_its_metrics_over
     argv = _trainer_argv(tmp_path, cfg, CALIB_TIS, {})  # writes the run's files under tmp_path/run
     assert "actor_rollout_ref.actor.use_dynamic_bsz=true" in argv
     steps = {s.name: s for s in after_marker(tmp_path / "run", base, checkpoint=False)}
+    assert steps["megatron_config"].ok and not steps["megatron_config"].skipped, steps[
+        "megatron_config"
+    ].detail
+    assert (
+        "'fp8_recipe': 'blockwise'" in steps["megatron_config"].detail
+    )  # the Qwen2 bridge, the job's recipe
     assert steps["dp_update"].ok, steps["dp_update"].detail
     assert "TIS weights" in steps["dp_update"].detail  # the loss got verl's rollout_is_weights
     assert steps["import_metrics"].ok, steps["import_metrics"].detail
