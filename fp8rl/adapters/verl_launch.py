@@ -20,8 +20,9 @@ checkpoints, tens to hundreds of GB each, are removed.
 
 verl's checkpoint manager keeps `trainer.max_actor_ckpt_to_keep` saves, but only among those its own
 job wrote: a resumed job starts with an empty list, so each job of a run's chain would leave its last
-saves behind. The script keeps the saves itself (`prune_saves`): before verl starts (a job Slurm killed
-at its limit never reached its end) and after the export, only the one
+saves behind. fp8rl.adapters.verl_retention makes the manager count the earlier jobs' saves, and the
+script keeps the saves itself too (`prune_saves`): before verl starts (a job Slurm killed at its limit
+never reached its end, and may have left a save half written) and after the export, only the one
 `latest_checkpointed_iteration.txt` names and the one before it remain.
 
 Each start of the script is one attempt with its own metrics log, `{out}/verl_logs/attempt-NNN.jsonl`:

@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from fp8rl.adapters import verl_acc, verl_update
+from fp8rl.adapters import verl_acc, verl_retention, verl_update
 from fp8rl.adapters.verl_launch import DIVERGENCE_FILE  # noqa: F401  (where a divergence is recorded)
 from fp8rl.adapters.verl_policy import (  # noqa: F401  (this module's names, as before the split)
     LOSS_METRICS,
@@ -221,6 +221,7 @@ calibrated_clip_loss = verl_policy_loss(
 verl_update.PREPARE["calibrated_clip"] = update_bounds
 verl_update.install()
 verl_acc.install()  # the step's acc/mean, in the trainer's process
+verl_retention.install()  # the actor's checkpoint retention counts the chain's earlier saves
 
 
 from fp8rl.adapters import verl_icepop, verl_qurl  # noqa: E402,F401  (register the correction losses)

@@ -120,6 +120,7 @@ def run_job(overrides: list[str], last: int, save_until: int, actor: str = "stan
         "parameter_sync_step", 1
     )
     if actor == "megatron":
+        import fp8rl.adapters.verl_loss  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports in every worker)
         from fp8rl.adapters.verl_rehearse_megatron import megatron_actor_class
 
         actor_cls = verl_update.wrap(megatron_actor_class(StandInActor))
@@ -258,6 +259,10 @@ def rehearse_chain(
     first = spawn(2 * s + 1, 2 * s, "attempt-001")  # killed in step 2S+1
     _prune(script, ckpt)  # the next job's script, before verl starts
     second = spawn(last, last, "attempt-002")
+    # what verl's own retention left of the actor's saves (the first job's included), before the script's
+    # prune at the job's end
+    verl_kept = sorted(int(p.parent.name.removeprefix("global_step_")) for p in ckpt.glob("global_step_*/actor")
+                       if any(p.iterdir()))  # fmt: skip
     _prune(script, ckpt)  # its end
 
     problems = []
@@ -280,6 +285,12 @@ def rehearse_chain(
     left = sorted(int(p.name.removeprefix("global_step_")) for p in ckpt.glob("global_step_*"))
     if left != [last - s, last]:
         problems.append(f"saves left {left}, the script keeps {[last - s, last]}")
+    keep = int(keyed.get("trainer.max_actor_ckpt_to_keep", "0") or 0)
+    if megatron and keep and len(verl_kept) > keep:
+        problems.append(
+            f"verl's checkpoint manager left the actor saves {verl_kept} of the chain on disk during the second "
+            f"job, more than max_actor_ckpt_to_keep={keep}"
+        )
     if megatron and not problems:
         from fp8rl.adapters.verl_rehearse_megatron import check_saves
 
@@ -289,8 +300,8 @@ def rehearse_chain(
         return False, "; ".join(problems)
     layout = (
         "verl's Megatron checkpoint manager (model/huggingface through the bridge, optimizer and RNG "
-        "in megatron-core dist_ckpt) saved and loaded the actor, the last save's export holds the last "
-        "step's weights; "
+        f"in megatron-core dist_ckpt) saved and loaded the actor, its retention kept {verl_kept} in the "
+        "second job, the last save's export holds the last step's weights; "
         if megatron
         else ""
     )

@@ -74,6 +74,7 @@ def test_a_killed_job_resumes_through_verls_megatron_checkpoint_manager(tmp_path
     ok, detail = verl_rehearse_ckpt.rehearse_chain(out, tmp_path / "chain", base, megatron=True)
     assert ok, detail
     assert "Megatron checkpoint manager" in detail and "saves left [2, 3]" in detail
+    assert "its retention kept [2, 3] in the second job" in detail  # the first job's step 1 counted too
     actor = tmp_path / "chain" / "verl_checkpoints" / "global_step_3" / "actor"
     for part in ("ckpt_contents.json", "model/huggingface/model.safetensors", "optimizer/dist_ckpt/metadata.json",
                  "extra/dist_ckpt/metadata.json", "transformer_config.json"):  # fmt: skip
