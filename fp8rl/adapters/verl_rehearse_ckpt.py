@@ -29,7 +29,9 @@ model), every other override is the job's.
 
 The chain passes when every step's prompts, actor state and fp8rl step equal the uninterrupted run's,
 the imported metrics are the same rows, the second job resumed at step `2S`, and the saves left are
-the two the script keeps.
+the two the script keeps; with `megatron`, also when verl's own retention left no more actor saves
+than `max_actor_ckpt_to_keep` during the second job (fp8rl.adapters.verl_retention), and the last save
+exports.
 
 `checkpoint_step` is the rehearsal's step: once per distinct set of the overrides a chain depends on.
 
