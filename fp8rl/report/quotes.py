@@ -11,7 +11,8 @@ it; prose outside the blocks quotes no result figures (tests/unit/report/test_qu
 Each block is one function of the published folder registered under its NAME where it is defined
 (`@quoted_block(NAME)`, one registry: quote_format.BLOCKS). The blocks of the smoke tier are here, the
 mechanism tier's in fp8rl.report.quotes_mechanism, the learning tier's in fp8rl.report.quotes_learn (its
-mismatch and held-out re-read in fp8rl.report.quotes_heldout), the speed benchmark's in
+mismatch and held-out re-read in fp8rl.report.quotes_heldout), the longform testbed's acceptance in
+fp8rl.report.quotes_longform, the speed benchmark's in
 fp8rl.report.quotes_performance, the tiers' run times in fp8rl.report.quotes_dag, the kernel paths and
 the pin's cost in fp8rl.report.quotes_numerics, the real stacks' figures in fp8rl.report.real_stacks
 (`BLOCK_MODULES`); the formats they share in fp8rl.report.quote_format.
@@ -29,6 +30,7 @@ from fp8rl.report import (
     quotes_dag,
     quotes_heldout,
     quotes_learn,
+    quotes_longform,
     quotes_mechanism,
     quotes_numerics,
     quotes_performance,
@@ -204,8 +206,8 @@ def smoke_unpinned(published: Path) -> str:
 
 # The modules whose functions register quoted blocks (`@quoted_block(NAME)`, into quote_format.BLOCKS):
 # importing them registers their blocks; a new block is one decorated function in one of them.
-BLOCK_MODULES = (quotes_dag, quotes_heldout, quotes_learn, quotes_mechanism, quotes_numerics, quotes_performance,
-                 real_stacks)  # fmt: skip
+BLOCK_MODULES = (quotes_dag, quotes_heldout, quotes_learn, quotes_longform, quotes_mechanism, quotes_numerics,
+                 quotes_performance, real_stacks)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ files
