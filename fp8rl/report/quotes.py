@@ -58,7 +58,7 @@ END = "<!-- /fp8rl:results -->"
 # The markdown files that hold quoted blocks, relative to the repository root.
 QUOTING_FILES = (
     "README.md", "docs/smoke.md", "docs/learn.md", "docs/clipping.md", "docs/mechanism.md", "docs/numerics.md",
-    "docs/performance.md", "docs/mismatch.md",
+    "docs/performance.md", "docs/mismatch.md", "docs/longform.md",
 )  # fmt: skip
 
 
