@@ -15,6 +15,12 @@ from fp8rl.report.quotes_performance import benchmark_record, commit_and_machine
 SMOKE_DAG = Path("benchmarks") / "smoke_dag.json"
 STRESS_DAG = Path("benchmarks") / "stress_dag.json"
 STARTUP = Path("benchmarks") / "process_startup.json"
+# The smoke DAG from scratch before and after one evaluation process per run (rule `eval`), measured
+# back to back on the same machine, each record from its own checkout.
+EVAL_BEFORE = Path("benchmarks") / "smoke_dag_eval_per_suite.json"
+EVAL_AFTER = Path("benchmarks") / "smoke_dag_eval_per_run.json"
+EVAL_RULES_BEFORE = ("eval_lm", "eval_agent")
+EVAL_RULE_AFTER = "eval"
 SMOKE_TARGET_MIN = 5.0  # the whole smoke DAG, first job's start to last job's end
 STRESS_TARGET_MIN = 20.0  # the stress tier's training: the `train` rule's span
 
@@ -86,4 +92,45 @@ def performance_startup(published: Path) -> str:
         + f"\n\nThe imports alone, summed over the smoke DAG's jobs: {num(imports, 0)} s of its {num(total, 0)} "
         f"job seconds ({num(100 * imports / total, 0)} %). Imports: the median of {startup['repeats']} fresh "
         f"processes per job kind, interleaved, {startup['threads']} thread each. {_measured(startup)}"
+    )
+
+
+def _eval_jobs(record: dict, rules: tuple[str, ...], path: Path) -> tuple[int, float, float]:
+    """(jobs, wall seconds, CPU seconds) of the record's evaluation rules, summed."""
+    missing = [r for r in rules if r not in record["rules"]]
+    if missing:
+        raise QuoteError(f"{path}: no `{missing[0]}` jobs recorded")
+    found = [record["rules"][r] for r in rules]
+    return (
+        sum(r["jobs"] for r in found),
+        sum(r["seconds_summed"] for r in found),
+        sum(r["cpu_seconds_summed"] for r in found),
+    )
+
+
+def _arm(record: dict) -> str:
+    """Where an arm ran: its `checkout` when the record names one (a commit with others applied), else
+    its commit; the machine; the load average at its end."""
+    commit, where = commit_and_machine(record)
+    load = record.get("load_average_end")
+    end = f" (1-minute load average {num(load[0])} at the end)" if load else ""
+    return f"{record.get('checkout') or f'commit {commit}'} on {where}{end}"
+
+
+@quoted_block("performance-dag-eval")
+def performance_dag_eval(published: Path) -> str:
+    """One paragraph: the smoke DAG before and after one evaluation process per run, its span and its
+    evaluation jobs' summed wall and CPU seconds, each as after / before, with where each was measured."""
+    before = benchmark_record(published, EVAL_BEFORE, "dag_time.py", "rules")
+    after = benchmark_record(published, EVAL_AFTER, "dag_time.py", "rules")
+    jobs_b, wall_b, cpu_b = _eval_jobs(before, EVAL_RULES_BEFORE, published / EVAL_BEFORE)
+    jobs_a, wall_a, cpu_a = _eval_jobs(after, (EVAL_RULE_AFTER,), published / EVAL_AFTER)
+    span_b, span_a = before["span_seconds"], after["span_seconds"]
+    return (
+        f"The smoke DAG from scratch ran in {minutes(span_b)} with one evaluation process per run and suite "
+        f"({jobs_b} evaluation jobs, {num(wall_b, 0)} s of wall time and {num(cpu_b, 0)} CPU seconds summed) "
+        f"and in {minutes(span_a)} with one per run ({jobs_a} jobs, {num(wall_a, 0)} s and {num(cpu_a, 0)} "
+        f"CPU seconds): after / before {num(span_a / span_b)} for the whole DAG, {num(wall_a / wall_b)} for "
+        f"the evaluations' wall time and {num(cpu_a / cpu_b)} for their CPU time. Before: measured at "
+        f"{_arm(before)}; after: at {_arm(after)}."
     )

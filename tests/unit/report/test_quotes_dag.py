@@ -83,3 +83,32 @@ def test_the_startup_table_sets_each_job_kind_s_imports_against_its_job_time(pub
     out.unlink()
     with pytest.raises(QuoteError, match="process_startup.json: not published"):
         performance_startup(published)
+
+
+def test_the_one_eval_process_per_run_is_set_against_one_per_suite(tmp_path):
+    """Two dag_time.py records of the smoke DAG, one with eval_lm and eval_agent jobs, one with `eval`."""
+    from fp8rl.report.quotes_dag import performance_dag_eval
+
+    dt, t0 = _load(), 1_000_000.0
+    before, after = tmp_path / "before" / "smoke", tmp_path / "after" / "smoke"
+    _job(before, "train/grpo/tiny/bf16/none/seed0.tsv", 100, 90, t0 + 100)
+    _job(before, "eval_lm/grpo/tiny/bf16/none/seed0.tsv", 8, 6, t0 + 300)
+    _job(before, "eval_agent/grpo/tiny/bf16/none/seed0.tsv", 7, 5, t0 + 400)  # 0 -> 400 s
+    _job(after, "train/grpo/tiny/bf16/none/seed0.tsv", 100, 90, t0 + 100)
+    _job(after, "eval/grpo/tiny/bf16/none/seed0.tsv", 10, 8, t0 + 300)  # 0 -> 300 s
+    out = tmp_path / "published" / "benchmarks"
+    assert dt.main([str(before), "--json", str(out / "smoke_dag_eval_per_suite.json")]) == 0
+    assert dt.main([str(after), "--json", str(out / "smoke_dag_eval_per_run.json")]) == 0
+    text = performance_dag_eval(tmp_path / "published")
+    assert text.startswith("The smoke DAG from scratch ran in 6 min 40 s with one evaluation process per run")
+    assert "(2 evaluation jobs, 15 s of wall time and 11 CPU seconds summed)" in text
+    assert "in 5 min 00 s with one per run (1 jobs, 10 s and 8 CPU seconds)" in text
+    assert "after / before 0.75 for the whole DAG, 0.67 for the evaluations' wall time and 0.73" in text
+    assert "Before: measured at commit" in text and "; after: at commit" in text
+    record = json.loads((out / "smoke_dag_eval_per_run.json").read_text())
+    record["checkout"] = "ed75c8c with c3eca5c applied"
+    (out / "smoke_dag_eval_per_run.json").write_text(json.dumps(record))
+    assert "; after: at ed75c8c with c3eca5c applied on " in performance_dag_eval(tmp_path / "published")
+    (out / "smoke_dag_eval_per_run.json").write_text((out / "smoke_dag_eval_per_suite.json").read_text())
+    with pytest.raises(QuoteError, match="smoke_dag_eval_per_run.json: no `eval` jobs recorded"):
+        performance_dag_eval(tmp_path / "published")
