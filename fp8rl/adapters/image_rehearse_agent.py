@@ -26,7 +26,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from fp8rl.adapters.image_rehearse import (
+from fp8rl.adapters.image_venv import (
     GPU_POINT,
     ROOT,
     TAIL_CHARS,

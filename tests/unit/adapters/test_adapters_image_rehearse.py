@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from fp8rl.adapters import image_rehearse
-from fp8rl.adapters.image_rehearse import ROOT, report_job, venv_problem
+from fp8rl.adapters import image_rehearse, image_venv
+from fp8rl.adapters.image_rehearse import ROOT, report_job
+from fp8rl.adapters.image_venv import venv_problem
 
 VENV = ROOT / "build" / "venv-cpu"
 CI_RESULTS = ROOT / "results" / "ci"
@@ -26,10 +27,10 @@ def _needs_venv_and_runs() -> None:
 
 def test_a_venv_not_built_from_the_current_lock_is_named(tmp_path):
     assert "scripts/image_venv.sh cpu" in venv_problem(tmp_path, "cpu")
-    (tmp_path / image_rehearse.LOCK_STAMP).write_text(hashlib.sha256(b"another lock").hexdigest() + "  x\n")
+    (tmp_path / image_venv.LOCK_STAMP).write_text(hashlib.sha256(b"another lock").hexdigest() + "  x\n")
     assert "built from another containers/cpu/requirements.lock" in venv_problem(tmp_path, "cpu")
     lock = ROOT / "containers" / "cpu" / "requirements.lock"
-    (tmp_path / image_rehearse.LOCK_STAMP).write_text(hashlib.sha256(lock.read_bytes()).hexdigest() + "  x\n")
+    (tmp_path / image_venv.LOCK_STAMP).write_text(hashlib.sha256(lock.read_bytes()).hexdigest() + "  x\n")
     assert venv_problem(tmp_path, "cpu") is None
 
 
@@ -47,7 +48,7 @@ def test_a_venv_that_could_not_be_built_says_why(tmp_path):
 def test_the_job_sees_the_images_environment_not_this_machines(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/somewhere")
     monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
-    env = image_rehearse.image_env(tmp_path / "venv", "cpu", tmp_path)
+    env = image_venv.image_env(tmp_path / "venv", "cpu", tmp_path)
     assert env["PATH"].startswith(str(tmp_path / "venv" / "bin")) and env["HF_HUB_OFFLINE"] == "1"
     assert "PYTHONPATH" not in env and "OPENBLAS_CORETYPE" not in env
 
