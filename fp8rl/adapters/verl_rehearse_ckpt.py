@@ -48,6 +48,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fp8rl.adapters.verl_job_config import compose
 from fp8rl.adapters.verl_launch import OVERRIDES_FILE
 from fp8rl.adapters.verl_run import SCRIPT_FILE
 
@@ -87,17 +88,6 @@ def _digest(prompts: list[str]) -> str:
     return hashlib.sha256("\n".join(prompts).encode()).hexdigest()[:16]
 
 
-def _compose(overrides: list[str]):
-    import verl
-    from hydra import compose, initialize_config_dir
-
-    from fp8rl.adapters.verl_overrides import CONFIG_NAME
-
-    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
-    with initialize_config_dir(config_dir=config_dir, version_base=None):
-        return compose(config_name=CONFIG_NAME, overrides=overrides)
-
-
 def run_job(overrides: list[str], last: int, save_until: int, actor: str = "stand-in") -> dict:
     """One job: verl's trainer resumes (or starts), runs steps to `last`, saves at verl's cadence up to
     step `save_until` (a later step is "killed" before its save), logs each step through verl's
@@ -111,7 +101,7 @@ def run_job(overrides: list[str], last: int, save_until: int, actor: str = "stan
 
     from fp8rl.adapters import verl_update
 
-    config = _compose(overrides)
+    config = compose(overrides)
     trainer = PPOTrainerSync.__new__(PPOTrainerSync)
     # what PPOTrainer.__init__ sets that these methods read (the rest of it starts TransferQueue)
     trainer.config = config

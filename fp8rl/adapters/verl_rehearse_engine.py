@@ -33,6 +33,7 @@ import sys
 import types
 from pathlib import Path
 
+from fp8rl.adapters.verl_job_config import compose, transformer_config
 from fp8rl.adapters.verl_rehearse_megatron import UPSTREAM, megatron_site
 
 TE_FUSED_ADAM = Path("transformer_engine") / "pytorch" / "optimizers" / "fused_adam.py"
@@ -63,19 +64,6 @@ def _te_fused_adam(upstream: Path = UPSTREAM) -> None:
     )[0]
 
 
-def transformer_config(actor, hf_config):
-    """megatron-core's `TransformerConfig` for the composed `actor` section on the model `hf_config`, as
-    verl's `MegatronEngine._build_tf_config` builds it through mbridge (module docstring)."""
-    from verl.models.mcore.mbridge import AutoBridge
-    from verl.utils.megatron_utils import mapping_string_to_attn_backend
-    from verl.utils.torch_dtypes import PrecisionType
-
-    override = mapping_string_to_attn_backend({**actor.megatron.override_transformer_config})
-    bridge = AutoBridge.from_config(hf_config, dtype=PrecisionType.to_dtype(actor.megatron.dtype))
-    bridge.set_extra_args(**override)
-    return bridge.config
-
-
 def engine_configs(overrides: list[str], model_path: str) -> dict:
     """The `TransformerConfig` and `OptimizerConfig` verl's Megatron engine builds for a job with
     `overrides` on the model at `model_path`, as the fields that say what the job trains with."""
@@ -87,9 +75,7 @@ def engine_configs(overrides: list[str], model_path: str) -> dict:
     from verl.utils.megatron.optimizer import init_megatron_optim_config
     from verl.utils.torch_dtypes import PrecisionType
 
-    from fp8rl.adapters.verl_rehearse_ckpt import _compose
-
-    actor = _compose(overrides).actor_rollout_ref.actor
+    actor = compose(overrides).actor_rollout_ref.actor
     param_dtype = PrecisionType.to_dtype(actor.megatron.dtype)
     tf = transformer_config(actor, AutoConfig.from_pretrained(model_path))
     _te_fused_adam()

@@ -204,7 +204,7 @@ def build_manager(config, model_path: str):
         }
     )
     if (UPSTREAM / "mbridge").is_dir():  # the job's own, as verl's engine builds it
-        from fp8rl.adapters.verl_rehearse_engine import transformer_config as job_transformer_config
+        from fp8rl.adapters.verl_job_config import transformer_config as job_transformer_config
 
         transformer_config = job_transformer_config(actor, hf_config)
     else:
