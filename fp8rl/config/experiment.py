@@ -54,7 +54,8 @@ TRAIN_SECTIONS = (
     "sft",
     "stability",
 )
-# The `resources` keys: the rules that read them (eval_lm and eval_agent share `eval`) and the fallback.
+# The `resources` keys: the rules that read them (every eval rule reads `eval`: the host's one eval job per run,
+# or a suite's own rule with images) and the fallback.
 RESOURCE_RULES = ("default", "data", "sft", "train", "eval", "report")
 
 
