@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from fp8rl.report.figures import CORE, MECHANISM, STABILITY, STUDY_GAP, STUDY_SURVIVAL
 from fp8rl.run_files import RUNS_DIR, RootPath
+from fp8rl.vocabulary import NO_CONDITION
 
 if TYPE_CHECKING:
     from fp8rl.config import ExperimentConfig
@@ -133,11 +134,12 @@ def has_dose_axis(cfg: ExperimentConfig) -> bool:
 
 
 def report_flags(cfg: ExperimentConfig) -> dict[str, bool]:
-    """Which optional parts a tier's report has: `mechanism` (FP8 conditions), `stability` (a noise-dose
+    """Which optional parts a tier's report has: `mechanism` (fp8 runs under FP8 conditions; none while a
+    conditions matrix has only its bf16 runs), `stability` (a noise-dose
     axis), `study` (a pre-registered study section), `heldout` (a study with the held-out endpoint),
     `acceptance` (a testbed's acceptance section)."""
     return {
-        "mechanism": bool(cfg.matrix.conditions),
+        "mechanism": any(r.condition not in (None, NO_CONDITION) for r in cfg.runs()),
         "stability": has_dose_axis(cfg),
         "study": cfg.study is not None,
         "heldout": cfg.study is not None and cfg.eval.heldout is not None,

@@ -4,6 +4,7 @@ mechanism table (settings, excess clipping, calibrated bounds), its figures and 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -208,3 +209,19 @@ def test_excess_p_is_a_one_sample_t_test_holm_adjusted_over_one_doses_granularit
         assert adjusted[small] == pytest.approx(min(1, 2 * p[small]))
         assert adjusted[big] == pytest.approx(max(min(1, 2 * p[small]), p[big]))
     assert "excess p (Holm)" in mechanism_view(m).columns
+
+
+def test_a_conditions_matrix_with_only_its_bf16_runs_has_no_mechanism_section(tmp_path):
+    """The longform tier names its failure search's conditions before its fp8 variants join the matrix:
+    its bf16 runs carry condition `none` and nothing is measured per condition yet."""
+    from fp8rl.config_loader import load_config
+    from fp8rl.report.paths import report_flags
+
+    root = Path(__file__).resolve().parents[3]
+    cfg = load_config(root / "config" / "longform.yaml", [f"results_dir={tmp_path}"])
+    assert cfg.matrix.conditions and {r.condition for r in cfg.runs()} == {"none"}
+    assert report_flags(cfg)["mechanism"] is False
+    with_fp8 = load_config(
+        root / "config" / "longform.yaml", [f"results_dir={tmp_path}", "matrix.variants=[bf16,fp8_tis]"]
+    )
+    assert report_flags(with_fp8)["mechanism"] is True
