@@ -1,8 +1,9 @@
 """Load every run of a tier into tidy pandas frames, with each run's status.
 
 For every cell of the config's matrix, `load_tier` reads its run directory (fp8rl.run_files,
-docs/interfaces.md): `summary.json`, `metrics.jsonl`, `throughput.json`, `eval/lm_eval.json`,
-`eval/agent.json`, and `ratio_hist.json` where an FP8 run wrote one. The result is a `RunSet`:
+docs/interfaces.md): `summary.json`, `metrics.jsonl`, `throughput.json`, `eval/<suite>.json` of every
+eval suite (fp8rl.evaluate.suites), and `ratio_hist.json` where an FP8 run wrote one. The result is a
+`RunSet`:
 
 - `runs`: one row per matrix cell: the run id columns, `status` (`ok` | `diverged` | `failed` |
   `missing`), `reason`, `step`, `steps_planned`, `malformed_lines`, and the throughput labels
@@ -12,16 +13,16 @@ docs/interfaces.md): `summary.json`, `metrics.jsonl`, `throughput.json`, `eval/l
   fp8rl.run_checks), or whose files name another run id (a run directory copied from another cell:
   `owner_problems`), whose numbers therefore never enter a mean. A run is never dropped.
 - `values`: the tidy frame: run id columns + `status`, `source`, `step`, `metric`, `value`, `stderr`.
-  `source` is `train` (one row per metric per step of `metrics.jsonl`; `step` set), `lm_eval` / `agent`
-  (`metric` = `{task}/{metric}`, `stderr` where given) or `throughput` (`step_time_s`, `peak_mem_mb`,
-  `{phase}/seconds`, `{phase}/tokens`, `{phase}/tokens_per_s`).
+  `source` is `train` (one row per metric per step of `metrics.jsonl`; `step` set), an eval suite's
+  name (`lm_eval`, `agent`, `heldout`, ...; `metric` = `{task}/{metric}`, `stderr` where given) or
+  `throughput` (`step_time_s`, `peak_mem_mb`, `{phase}/seconds`, `{phase}/tokens`, `{phase}/tokens_per_s`).
 - `problems`: one line per piece of data that could not be used, naming the file (and line). An `ok`
-  or `diverged` run without the eval result file of a suite the config asks for is one (its seed is
-  absent from that suite's means), and so is an eval result whose `checkpoint_digest` is not the run's
-  checkpoint's (it scored another checkpoint, e.g. before a retrain), or whose run's checkpoint no
-  longer has the files its `state.json` records (damaged since: fp8rl.checkpoint_files): its scores are
-  left out, and every task an eval job recorded as `failed` (its harness crashed on the job's last
-  attempt).
+  or `diverged` run without the eval result file of a suite the config turns on (`enabled_suites`) is
+  one (its seed is absent from that suite's means), and so is an eval result whose `checkpoint_digest`
+  is not the run's checkpoint's (it scored another checkpoint, e.g. before a retrain), or whose run's
+  checkpoint no longer has the files its `state.json` records (damaged since: fp8rl.checkpoint_files):
+  its scores are left out, and every task an eval job recorded as `failed` (its harness crashed on the
+  job's last attempt).
 - `ratio_hists`: run id → its FP8 vs BF16-shadow ratio histogram (`fp8rl.rl.ratio_hist`).
 
 Malformed `metrics.jsonl` lines are **skipped and counted**, not fatal: a line that is not UTF-8 or not
@@ -47,6 +48,7 @@ import pandas as pd
 from fp8rl.checkpoint_files import CheckpointError, checkpoint_digest, verify_files
 from fp8rl.config import STEPS_MAX, ExperimentConfig
 from fp8rl.config.runs import RunSpec
+from fp8rl.evaluate.suites import enabled_suites
 from fp8rl.io import is_number, loads_json
 from fp8rl.report.stats import is_proportion
 from fp8rl.rl.ratio_hist import KEYS as HIST_KEYS
@@ -367,19 +369,13 @@ def backend_mix_problems(runs: pd.DataFrame) -> list[str]:
 
 
 def load_tier(cfg: ExperimentConfig, runs_dir: str | Path | None = None) -> RunSet:
-    """Every run of `cfg`'s matrix, read from `runs_dir` (default `{results_dir}/{tier}/runs`)."""
+    """Every run of `cfg`'s matrix, read from `runs_dir` (default `{results_dir}/{tier}/runs`). The eval
+    suites a finished run must have a result file of are those the config turns on
+    (fp8rl.evaluate.suites.enabled_suites), so a new suite needs no edit here."""
     runs_dir = Path(runs_dir) if runs_dir is not None else tier_runs_dir(cfg.results_dir, cfg.tier)
     rows, frames, problems = [], [], []
     hists: dict[str, dict] = {}
-    suites = tuple(
-        s
-        for s, asked in (
-            ("lm_eval", cfg.eval.lm_eval_tasks),
-            ("agent", cfg.eval.agent),
-            ("heldout", cfg.eval.heldout),
-        )
-        if asked
-    )
+    suites = tuple(suite.name for suite in enabled_suites(cfg))
     for spec in cfg.runs():
         row, values, probs = load_run(spec, runs_dir, suites)
         rows.append(row)

@@ -69,8 +69,9 @@ ALLOWED: dict[str, set[str]] = {
         *RUN_DIR,
         "run_checks",
         "checkpoint_files",
+        "evaluate",
         *CORE,
-    },  # loader: quotes read the study
+    },  # loader: quotes read the study; evaluate: the eval suites a config turns on (suites registry)
     "validation": {"config", "config_loader", "engine", "adapters", "evaluate"},
     "commands": {
         "adapters",

@@ -161,3 +161,38 @@ def test_a_nan_step_in_an_ok_run_is_a_named_problem(tmp_path):
     named = [p for p in rs.problems if ok in p and "step 3: reward/mean is nan" in p]
     assert len(named) == 1 and "says ok; left out of the curves and means" in named[0]
     assert not any(DIVERGED in p and "is nan" in p for p in rs.problems)  # a diverged run may log NaN
+
+
+def test_the_eval_suites_a_run_must_have_are_the_registry_s(tmp_path, monkeypatch):
+    """The report takes the eval suites from their registry (fp8rl.evaluate.suites), not from a list of
+    its own: a suite registered here, `echo`, as its own module would register it, has its scores read
+    as values of source `echo`, and a finished run without its result file is a named problem; a shipped
+    suite the registry says the config does not turn on (here `agent`) is not asked for."""
+    from dataclasses import replace
+
+    from fp8rl import run_files
+    from fp8rl.evaluate.suites import _registry
+
+    monkeypatch.setattr(_registry, "EVAL_SUITES", (*_registry.EVAL_SUITES, "echo"))
+    monkeypatch.setattr(_registry, "REGISTRY", dict(_registry.REGISTRY))
+    monkeypatch.setitem(run_files.EVAL_FILES, "echo", "eval/echo.json")
+    _registry.REGISTRY["agent"] = replace(_registry.REGISTRY["agent"], enabled=lambda cfg: False)
+    lm_eval = _registry.REGISTRY["lm_eval"]
+    _registry.register_suite(replace(lm_eval, name="echo", command="echo", enabled=lambda cfg: True))
+
+    cfg = write_tier(tmp_path)
+    runs_dir = tmp_path / "results" / "smoke" / "runs"
+    scored = next(s.run_id for s in cfg.runs() if s.run_id not in (FAILED, MISSING, DIVERGED))
+    result = {"task": "echo", "metric": "size", "value": 0.25, "n": 1}
+    atomic_write_json(runs_dir / scored / "eval" / "echo.json", {"suite": "echo", "results": [result]})
+    (runs_dir / scored / "eval" / "agent.json").unlink()
+    rs = load_tier(cfg)
+
+    echo = rs.metric("echo")
+    assert list(zip(echo["run_id"], echo["metric"], echo["value"], strict=True)) == [
+        (scored, "echo/size", 0.25)
+    ]
+    missing = sorted(p.split("/eval/")[0] for p in rs.problems if "/eval/echo.json: missing" in p)
+    finished = rs.runs[rs.runs["status"].isin(["ok", "diverged"])]["run_id"]
+    assert missing == sorted(str(runs_dir / r) for r in finished if r != scored)
+    assert not any("agent.json" in p for p in rs.problems)
