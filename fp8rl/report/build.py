@@ -9,8 +9,8 @@ time, and what a killed report left (temp folders and files) is removed before t
 Missing, diverged and failed runs are counted in every table and never stop the report; unusable data
 (malformed metrics lines, unreadable JSON) is listed in the report and in `report.json`. The tables and
 figures come from the builders of fp8rl.report.pipeline, over the runs loaded once: a matrix with FP8
-conditions also gets the mechanism table and figures (mechanism.py), a study without a noise-dose axis
-its time to divergence per arm (study_survival.py). Every report has the per-run endpoints
+conditions also gets the mechanism table and figures (mechanism.py), a study its time to divergence per
+arm (study_survival.py). Every report has the per-run endpoints
 (endpoints.py) and the bf16 control check (control.py): a control that did not learn is said in a
 banner at the top of report.html, first in the notes of every table that compares variants, and in
 report.json's `control`.

@@ -78,7 +78,7 @@ def stability_lines(stability: pd.DataFrame | None) -> list[str]:
 
 def survival_lines(survival: pd.DataFrame | None) -> list[str]:
     """Runs flagged diverged per study arm, with their kinds and Kaplan-Meier median step
-    (`study_survival.csv`: a study without a dose axis)."""
+    (`study_survival.csv`: every study)."""
     if survival is None or survival.empty:
         return []
     if not survival["diverged"].any():

@@ -2,8 +2,8 @@
 
 The Snakemake report rule lists these as its outputs (`report_outputs(...)`), and `fp8rl publish`
 copies them; docs/interfaces.md repeats the list. A matrix with FP8 conditions (`matrix.conditions`)
-also gets the mechanism study's table and figures (`MECHANISM_TABLES`, `MECHANISM_PLOTS`), a noise-dose
-axis the stability report, a `study` section its tables, and a study without a dose axis its survival
+also gets the mechanism study's table and figures (`MECHANISM_TABLES`, `MECHANISM_PLOTS`), a noise axis
+(a noise-dose or a target-KL sweep) the stability report, a `study` section its tables and its survival
 per arm (`SURVIVAL_TABLES`, `SURVIVAL_PLOTS`): build the paths with `ReportPaths.for_config(cfg)`, or
 pass the flags explicitly.
 """
@@ -31,14 +31,13 @@ PLOT_FORMATS = ("png", "svg")
 # calibration table (fp8rl.report.mismatch_table)
 MECHANISM_TABLES = ("mechanism", "mismatch")
 MECHANISM_PLOTS = tuple(MECHANISM)
-# only for matrices with a noise-dose axis (conditions that set fp8.noise_scale): the stability report
-# (fp8rl.report.stability)
+# only for matrices with a noise axis (conditions that differ only in fp8.noise_scale or only in
+# fp8.target_kl: `noise_axis`): the stability report (fp8rl.report.stability)
 STABILITY_TABLES = ("stability", "breaking_dose")
 STABILITY_PLOTS = tuple(STABILITY)
 # only for configs with a `study` section (a pre-registered study tier: fp8rl.report.planned)
 STUDY_TABLES = ("arms", "planned", "exploratory")
-# only for a study without a noise-dose axis (a dose axis has the stability report's survival curves):
-# time to divergence per arm (fp8rl.report.study_survival) and each arm's reward gap to the control per
+# only for a study: time to divergence per arm (fp8rl.report.study_survival) and each arm's reward gap to the control per
 # step (fp8rl.report.study_gap)
 SURVIVAL_TABLES = ("study_survival",)
 SURVIVAL_PLOTS = (*STUDY_SURVIVAL, *STUDY_GAP)
@@ -55,7 +54,7 @@ class ReportPaths:
 
     root: Path
     mechanism: bool = False  # the matrix has FP8 conditions: the mechanism table and plots too
-    stability: bool = False  # the conditions vary the noise dose: the stability report too
+    stability: bool = False  # the conditions vary the noise dose or the target KL: the stability report too
     study: bool = False  # the config pre-registers a study: its arms and planned contrasts too
     heldout: bool = False  # the study has the held-out bf16 endpoint: its secondary analysis too
     acceptance: bool = False  # the config has an `acceptance` section: its table too
@@ -93,8 +92,9 @@ class ReportPaths:
 
     @property
     def survival(self) -> bool:
-        """A study without a dose axis: its time to divergence per arm (`SURVIVAL_TABLES`/`_PLOTS`)."""
-        return self.study and not self.stability
+        """A study: its time to divergence per arm (`SURVIVAL_TABLES`/`_PLOTS`), beside the stability
+        report's per-setting survival when the study also has a noise axis."""
+        return self.study
 
     def table(self, name: str, ext: str) -> Path:
         return self.tables_dir / f"{name}.{ext}"
@@ -124,23 +124,32 @@ class ReportPaths:
         return [*out, self.summary, self.html, self.manifest]
 
 
-def has_dose_axis(cfg: ExperimentConfig) -> bool:
-    """The matrix's conditions are a dose axis: they differ in the FP8 noise dose (fp8.noise_scale) and
-    in nothing else, at more than one dose (the stress tier; the mechanism tier also varies format and
-    KV cache, and has its own table)."""
+# the FP8 settings a stability report can sweep: the fp8 key its conditions vary -> what it is called
+NOISE_AXES = {"noise_scale": "dose", "target_kl": "target KL"}
+
+
+def noise_axis(cfg: ExperimentConfig) -> str | None:
+    """The fp8 key the matrix's conditions are an axis of: `noise_scale` (a noise-dose sweep, the stress
+    tier) or `target_kl` (a mismatch sweep, each setting searched for its per-token KL: the longform
+    tier's failure search), when the conditions differ in that key and in nothing else, at more than one
+    value; None otherwise (the mechanism tier also varies format and KV cache, and has its own table)."""
     settings = [cfg.fp8_for(c.name).model_dump() for c in cfg.matrix.conditions]
-    doses = {s.pop("noise_scale") for s in settings}
-    return len(doses) > 1 and all(s == settings[0] for s in settings)
+    for key in NOISE_AXES:
+        rest = [{k: v for k, v in s.items() if k != key} for s in settings]
+        if len({s.get(key) for s in settings}) > 1 and all(r == rest[0] for r in rest):
+            return key
+    return None
 
 
 def report_flags(cfg: ExperimentConfig) -> dict[str, bool]:
     """Which optional parts a tier's report has: `mechanism` (fp8 runs under FP8 conditions; none while a
-    conditions matrix has only its bf16 runs), `stability` (a noise-dose
-    axis), `study` (a pre-registered study section), `heldout` (a study with the held-out endpoint),
-    `acceptance` (a testbed's acceptance section)."""
+    conditions matrix has only its bf16 runs), `stability` (those conditions are a noise axis:
+    `noise_axis`), `study` (a pre-registered study section, with its survival per arm), `heldout` (a
+    study with the held-out endpoint), `acceptance` (a testbed's acceptance section)."""
+    mechanism = any(r.condition not in (None, NO_CONDITION) for r in cfg.runs())
     return {
-        "mechanism": any(r.condition not in (None, NO_CONDITION) for r in cfg.runs()),
-        "stability": has_dose_axis(cfg),
+        "mechanism": mechanism,
+        "stability": mechanism and noise_axis(cfg) is not None,
         "study": cfg.study is not None,
         "heldout": cfg.study is not None and cfg.eval.heldout is not None,
         "acceptance": cfg.acceptance is not None,
@@ -158,9 +167,8 @@ def report_outputs(
     acceptance: bool = False,
 ) -> list[str]:
     """The report rule's output paths as strings (for a Snakefile); `mechanism`: the matrix has FP8
-    conditions; `stability`: they are a noise-dose axis (`has_dose_axis`); `study`: the config has a
-    `study` section (`report_flags` gives all three for a config; a study without a dose axis also gets
-    its survival per arm)."""
+    conditions; `stability`: they are a noise axis (`noise_axis`); `study`: the config has a `study`
+    section, with its survival per arm (`report_flags` gives every flag for a config)."""
     paths = ReportPaths.for_tier(
         results_dir,
         tier,

@@ -182,7 +182,7 @@ def secondary_section(data: ReportData) -> Section:
 
 
 def survival_section(data: ReportData) -> Section:
-    """The time to divergence per arm of a study without a dose axis (fp8rl.report.study_survival), with
+    """The time to divergence per arm of a study (fp8rl.report.study_survival), with
     its figure and the reward-gap figure (fp8rl.report.study_gap)."""
     if not data.paths.survival:
         return [], []
@@ -204,12 +204,14 @@ def survival_section(data: ReportData) -> Section:
 
 
 def stability_section(data: ReportData) -> Section:
-    """The stability and breaking-dose tables of a tier with a dose axis (fp8rl.report.stability), with
+    """The stability and breaking-dose tables of a tier with a noise axis (fp8rl.report.stability), with
     their figures; a void comparison is said in the notes."""
     if not data.paths.stability:
         return [], []
+    from fp8rl.report.paths import noise_axis
     from fp8rl.report.stability import (
         BREAKING_NOTES,
+        KL_AXIS_NOTE,
         STABILITY_NOTES,
         breaking_dose_table,
         breaking_view,
@@ -219,17 +221,20 @@ def stability_section(data: ReportData) -> Section:
     )
     from fp8rl.report.stability_plots import write_stability_plots
 
-    per_run = run_stability(data.endpoints, data.cfg)
-    table = stability_table(per_run)
+    axis = noise_axis(data.cfg)
+    per_run = run_stability(data.endpoints, data.cfg, axis)
+    table = stability_table(per_run, axis)
     breaking = breaking_dose_table(table)
     void = data.control_info
+    axis_notes = [] if axis == "noise_scale" else [KL_AXIS_NOTE]
     tables = [
-        ReportTable("stability", "Stability", "stability", stability_view(table),
-                    void_notes(void, STABILITY_NOTES), table),
+        ReportTable("stability", "Stability", "stability", stability_view(table, axis),
+                    void_notes(void, [*STABILITY_NOTES, *axis_notes]), table),
         ReportTable("breaking_dose", "Breaking dose", "breaking dose", breaking_view(breaking),
-                    void_notes(void, BREAKING_NOTES), breaking),
+                    void_notes(void, [*BREAKING_NOTES, *axis_notes]), breaking),
     ]  # fmt: skip
-    return tables, _captions(write_stability_plots(data.runset, per_run, table, data.paths.plots_dir))
+    figures = write_stability_plots(data.runset, per_run, table, data.paths.plots_dir, axis)
+    return tables, _captions(figures)
 
 
 DEVIATION_NOTES = [

@@ -237,7 +237,7 @@ def _unlike_provenance(manifest: dict, path: Path) -> str | None:
 def _publication_names() -> frozenset[str]:
     """Every file name a publication of any tier can hold, relative to its folder."""
     names = set(UNHASHED)
-    for stability in (False, True):  # a study has survival tables without a dose axis, stability with one
+    for stability in (False, True):  # with and without a noise axis
         paths = ReportPaths(
             Path(), mechanism=True, stability=stability, study=True, heldout=True, acceptance=True
         )

@@ -74,7 +74,7 @@ def study_findings(published: Path, tier: str, after_contrasts: tuple[str, ...] 
     paired t over bases of `study.unit: base`), as SUMMARY.md says them (fp8rl.report.findings), each
     exploratory contrast marked as such, the entropy peak after the baseline steps over the baseline per
     arm (`entropy_line`), and where runs diverged, of which kind (`stability.csv`, or
-    `study_survival.csv` for a study without a dose axis). `after_contrasts`: a tier's own lines, placed
+    `study_survival.csv` for a study). `after_contrasts`: a tier's own lines, placed
     after the contrasts."""
     control = published_table(published, tier, "control")
     if control.empty:

@@ -1,4 +1,8 @@
-"""The stability report of a tier whose FP8 conditions are a noise-dose axis (the stress tier).
+"""The stability report of a tier whose FP8 conditions are a noise axis: a noise-dose sweep
+(`fp8.noise_scale`, the stress tier) or a mismatch sweep (`fp8.target_kl`, the longform tier's failure
+search); fp8rl.report.paths `noise_axis` says which. Below, "dose" is the axis's value: the noise scale,
+or the target per-token KL (bf16 runs: dose 1 on a dose axis; on a KL axis 0, and bf16 is then the
+reference of plain fp8 at every KL, since nothing of it depends on the FP8 setting).
 
 One row per run that trained (`run_stability`), its values taken from the per-run endpoints
 (endpoints.csv, fp8rl.report.endpoints; `PER_RUN`):
@@ -81,6 +85,11 @@ STABILITY_NOTES = [
     "gibberish/rate over the run.",
     "`kinds`: how the runs first diverged (fp8rl.rl.stability kinds), with counts.",
 ]
+KL_AXIS_NOTE = (
+    "The axis is the target KL (`fp8.target_kl`: the per-token KL between trainer and rollout that each "
+    "run's noise scale was searched for at its base): `doses` and the ED50 are target KLs, bf16 runs sit "
+    "at 0 and are the reference of plain fp8 at every KL."
+)
 BREAKING_NOTES = [
     f"`ED50 [95% CI]`: {ED50_METHOD}.",
     "An estimate without a value: the data separate and no point estimate exists; `inf` or a 0 bound: the "
@@ -90,13 +99,21 @@ BREAKING_NOTES = [
 ]
 
 
-def run_stability(endpoints: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
+def _axis_value(cfg: ExperimentConfig, run_id: str, axis: str) -> float:
+    """A run's place on the noise axis: its condition's `fp8.noise_scale` (1 for bf16 runs: nothing is
+    quantized), not the scale a `target_kl` search found; or its `fp8.target_kl` (0 for bf16 runs)."""
+    run = resolve_run(cfg, RunSpec.parse(run_id))
+    if axis == "noise_scale":
+        return run.noise_scale
+    return float(run.fp8.target_kl) if run.variant.fp8 else 0.0
+
+
+def run_stability(endpoints: pd.DataFrame, cfg: ExperimentConfig, axis: str = "noise_scale") -> pd.DataFrame:
     """One row per run that trained (status ok or diverged), from endpoints.csv's frame (module
-    docstring). A run's dose is its condition's `fp8.noise_scale` (1 for bf16 runs: nothing is
-    quantized), not the scale a `target_kl` search found."""
+    docstring); `noise`: the run's value on `axis` (`_axis_value`)."""
     used = endpoints[endpoints["status"].isin(("ok", "diverged"))]
     out = used[["run_id", *GROUP[:4], "seed"]].reset_index(drop=True)
-    out["noise"] = [resolve_run(cfg, RunSpec.parse(run_id)).noise_scale for run_id in used["run_id"]]
+    out["noise"] = [_axis_value(cfg, run_id, axis) for run_id in used["run_id"]]
     out["diverged"] = (used["status"] == "diverged").to_numpy()
     for col, source in PER_RUN.items():
         out[col] = used[source].to_numpy()
@@ -156,25 +173,29 @@ def divergence_steps(g: pd.DataFrame) -> dict:
     }
 
 
-def _reference_counts(per_run: pd.DataFrame, algo, model, variant: str, gran, noise) -> tuple[str, int, int]:
-    """(reference variant, its diverged count, its runs) at the same dose; ("", 0, 0) without one."""
+def _reference_counts(
+    per_run: pd.DataFrame, axis: str, algo, model, variant: str, gran, noise
+) -> tuple[str, int, int]:
+    """(reference variant, its diverged count, its runs) at the same dose (bf16 at every target KL);
+    ("", 0, 0) without one."""
     ref = REFERENCE.get(variant, "fp8")
     if ref is None:
         return "", 0, 0
     same = (per_run["algo"] == algo) & (per_run["model"] == model) & (per_run["variant"] == ref)
-    same &= per_run["noise"] == noise
+    if not (axis == "target_kl" and ref == REFERENCE_VARIANT):
+        same &= per_run["noise"] == noise
     if ref != REFERENCE_VARIANT:
         same &= per_run["granularity"] == gran
     g = per_run[same]
     return (ref, int(g["diverged"].sum()), len(g)) if len(g) else ("", 0, 0)
 
 
-def stability_table(per_run: pd.DataFrame) -> pd.DataFrame:
+def stability_table(per_run: pd.DataFrame, axis: str = "noise_scale") -> pd.DataFrame:
     """One row per (algo, model, variant, granularity, dose); see the module docstring."""
     rows = []
     for key, g in per_run.groupby(GROUP, sort=False):
         k, n = int(g["diverged"].sum()), len(g)
-        ref, ref_k, ref_n = _reference_counts(per_run, *key)
+        ref, ref_k, ref_n = _reference_counts(per_run, axis, *key)
         row = dict(zip(GROUP, key, strict=True)) | {"runs": n} | diverged_fraction(g)
         row |= {
             "vs": ref,
@@ -250,13 +271,15 @@ def breaking_view(breaking: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*GROUP[:4], "doses", "diverged_by_dose", "ED50 [95% CI]", "fit"])
 
 
-def stability_view(table: pd.DataFrame) -> pd.DataFrame:
-    """The table with intervals folded into cells, for Markdown and HTML."""
+def stability_view(table: pd.DataFrame, axis: str = "noise_scale") -> pd.DataFrame:
+    """The table with intervals folded into cells, for Markdown and HTML; the axis column is `dose`, or
+    `target_kl` on a KL axis."""
     from fp8rl.report.markdown import fmt, fmt_ci
 
+    column = "dose" if axis == "noise_scale" else axis
     rows = []
     for _, r in table.iterrows():
-        row = {k: r[k] for k in GROUP[:4]} | {"dose": f"{r['noise']:g}"}
+        row = {k: r[k] for k in GROUP[:4]} | {column: f"{r['noise']:g}"}
         frac = fmt_ci(r["diverged_frac"], r["diverged_low"], r["diverged_high"], "no runs")
         row["diverged/total"] = f"{r['diverged']}/{r['runs']} = {frac}"
         row["vs"] = f"{r['vs']} {r['vs_diverged']}" if r["vs"] else ""

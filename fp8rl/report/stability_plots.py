@@ -14,13 +14,16 @@ from fp8rl.report.plot_base import distinct_colors, figure_grid, plt, save_figur
 from fp8rl.report.stability import CURVES, GROUP, _group_times, breaking_dose_table, kaplan_meier
 
 
-def _label(key: tuple, multi_panel: bool) -> str:
+def _label(key: tuple, multi_panel: bool, axis: str = "noise_scale") -> str:
+    """A group's legend entry: its variant with its dose (`x4`) or target KL (`KL 0.01`; none for bf16)."""
     algo, model, variant, gran, noise = key
     head = f"{algo}/{model} " if multi_panel else ""
-    return f"{head}{variant} x{noise:g}"
+    if axis == "noise_scale":
+        return f"{head}{variant} x{noise:g}"
+    return f"{head}{variant}" + (f" KL {noise:g}" if noise else "")
 
 
-def _survival(per_run: pd.DataFrame, out_dir: Path) -> list[Path]:
+def _survival(per_run: pd.DataFrame, out_dir: Path, axis: str) -> list[Path]:
     fig, axes = figure_grid(1)
     ax = axes[0, 0]
     multi = per_run[["algo", "model"]].drop_duplicates().shape[0] > 1
@@ -28,20 +31,24 @@ def _survival(per_run: pd.DataFrame, out_dir: Path) -> list[Path]:
     for key, g in per_run.groupby(GROUP, sort=False):
         t, s = kaplan_meier(*_group_times(g))
         end = float(g["last_step"].max())
-        ax.step([*t, end], [*s, s[-1]], where="post", label=f"{_label(key, multi)} (n={len(g)})")
+        ax.step([*t, end], [*s, s[-1]], where="post", label=f"{_label(key, multi, axis)} (n={len(g)})")
     ax.set(xlabel="step", ylabel="fraction not diverged", ylim=(-0.03, 1.03))
     ax.legend(fontsize=6)
     return save_figure(fig, out_dir, "survival")
 
 
-def _curves(runset: RunSet, per_run: pd.DataFrame, out_dir: Path) -> list[Path]:
+def _curves(runset: RunSet, per_run: pd.DataFrame, out_dir: Path, axis: str) -> list[Path]:
     fig, axes = figure_grid(len(CURVES), 2)
     train = runset.metric("train")
     dose_of = dict(zip(per_run["run_id"], per_run["noise"], strict=True))
     train = train[train["run_id"].isin(dose_of)].assign(noise=lambda v: v["run_id"].map(dose_of))
     multi = per_run[["algo", "model"]].drop_duplicates().shape[0] > 1
     swept = per_run.groupby(GROUP[:4])["noise"].transform("nunique") > 1
-    rows = (train["noise"] == 1.0, train["variant"].isin(set(per_run.loc[swept, "variant"])))
+    # top row: every variant at dose 1, or bf16 and every fp8 variant at the lowest target KL
+    first = 1.0 if axis == "noise_scale" else per_run.loc[per_run["noise"] > 0, "noise"].min()
+    top = (train["noise"] == first) | ((axis != "noise_scale") & (train["noise"] == 0))
+    rows = (top, train["variant"].isin(set(per_run.loc[swept, "variant"])))
+    where = ("dose 1", "dose sweep") if axis == "noise_scale" else (f"KL {first:g}", "KL sweep")
     for row, keep in enumerate(rows):
         for col, (metric, title) in enumerate(CURVES):
             ax = axes[row, col]
@@ -50,10 +57,10 @@ def _curves(runset: RunSet, per_run: pd.DataFrame, out_dir: Path) -> list[Path]:
             for key, g in data.groupby(GROUP, sort=False):
                 by_step = g.groupby("step")["value"]
                 mean = by_step.mean()
-                line = ax.plot(mean.index, mean.values, label=_label(key, multi), lw=1)[0]
+                line = ax.plot(mean.index, mean.values, label=_label(key, multi, axis), lw=1)[0]
                 low, high = by_step.quantile(0.25), by_step.quantile(0.75)  # as plots._curves
                 ax.fill_between(mean.index, low, high, color=line.get_color(), alpha=0.15)
-            ax.set(xlabel="step", title=f"{title} ({'dose 1' if row == 0 else 'dose sweep'})")
+            ax.set(xlabel="step", title=f"{title} ({where[row]})")
             if metric == "entropy" and len(data) and (data["value"] > 0).all():
                 ax.set_yscale("log")
             if len(data):
@@ -61,7 +68,7 @@ def _curves(runset: RunSet, per_run: pd.DataFrame, out_dir: Path) -> list[Path]:
     return save_figure(fig, out_dir, "stability_curves")
 
 
-def _breaking(table: pd.DataFrame, out_dir: Path) -> list[Path]:
+def _breaking(table: pd.DataFrame, out_dir: Path, axis: str) -> list[Path]:
     fig, axes = figure_grid(1)
     ax = axes[0, 0]
     fits = breaking_dose_table(table).set_index(GROUP[:4]) if not table.empty else None
@@ -83,22 +90,26 @@ def _breaking(table: pd.DataFrame, out_dir: Path) -> list[Path]:
                 ax.plot([fit["ed50"]], [y], "o", color=line[0].get_color(), ms=4)
     ax.axhline(0.5, ls="--", color="grey", lw=0.8)
     ax.set_xscale("log", base=2)
-    ax.set(
-        xlabel="fp8.noise_scale dose", ylabel="fraction diverged (Clopper-Pearson 95%)", ylim=(-0.03, 1.03)
+    xlabel = (
+        "fp8.noise_scale dose"
+        if axis == "noise_scale"
+        else "fp8.target_kl (per-token KL, trainer vs rollout)"
     )
+    ax.set(xlabel=xlabel, ylabel="fraction diverged (Clopper-Pearson 95%)", ylim=(-0.03, 1.03))
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     return save_figure(fig, out_dir, "breaking_dose")
 
 
 def write_stability_plots(
-    runset: RunSet, per_run: pd.DataFrame, table: pd.DataFrame, out_dir: Path
+    runset: RunSet, per_run: pd.DataFrame, table: pd.DataFrame, out_dir: Path, axis: str = "noise_scale"
 ) -> dict[str, list[Path]]:
-    """Write every figure of `figures.STABILITY` (empty axes when no run trained); returns name -> files."""
+    """Write every figure of `figures.STABILITY` (empty axes when no run trained) along the noise `axis`
+    (fp8rl.report.paths `noise_axis`); returns name -> files."""
     builders = {
-        "survival": lambda: _survival(per_run, out_dir),
-        "stability_curves": lambda: _curves(runset, per_run, out_dir),
-        "breaking_dose": lambda: _breaking(table, out_dir),
+        "survival": lambda: _survival(per_run, out_dir, axis),
+        "stability_curves": lambda: _curves(runset, per_run, out_dir, axis),
+        "breaking_dose": lambda: _breaking(table, out_dir, axis),
     }
     out = {name: builders[name]() for name in STABILITY}
     plt.close("all")

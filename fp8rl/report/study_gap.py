@@ -1,6 +1,6 @@
 """Each study arm's reward gap to the bf16 control, step by step, paired the way the study's test pairs
-it: the table behind the figure `study_reward_gap` of a pre-registered study without a noise-dose axis
-(the clipping tier).
+it: the table behind the figure `study_reward_gap` of a pre-registered study (the clipping
+tier).
 
 The per-run reward curves of a study whose seeds start from several bases differ mostly by base (a
 min-max band over runs spans the bases' spread, not the arms' difference). Here, per step and arm

@@ -1,5 +1,5 @@
-"""Time to divergence per arm of a pre-registered study tier without a noise-dose axis (the clipping
-tier): the table `study_survival` and the figure `study_survival`.
+"""Time to divergence per arm of a pre-registered study tier (the clipping tier; a study on a noise axis
+also has the stability report beside it): the table `study_survival` and the figure `study_survival`.
 
 A dose-axis tier has the stability report (fp8rl.report.stability) with a survival curve per variant and
 dose; a study tier whose arms share one dose would otherwise show divergence only as a count in the arms

@@ -147,3 +147,89 @@ def test_a_dose_tier_report_writes_the_stability_files(tmp_path):
     assert "Breaking dose" in paths.html.read_text()
     breaking = paths.table("breaking_dose", "md").read_text()
     assert "profile likelihood" in breaking and "complete separation" in breaking  # 0/1 then 1/1
+
+
+def test_a_target_kl_axis_has_bf16_as_plain_fp8s_reference_at_every_kl():
+    rows = [_run("bf16", 0.0, s) for s in range(3)]
+    rows += [_run("fp8", 1e-3, s) for s in range(3)] + [_run("fp8", 1e-1, s, 10 + s) for s in range(3)]
+    rows += [_run("fp8_tis", 1e-3, s) for s in range(3)] + [_run("fp8_tis", 1e-1, 0, 20)]
+    rows += [_run("fp8_tis", 1e-1, s) for s in (1, 2)]
+    table = stability_table(_per_run(rows), "target_kl").set_index(["variant", "noise"])
+    assert table.loc[("fp8", 1e-1), "vs_diverged"] == "0/3"  # bf16 (at 0) is its reference at KL 0.1
+    assert table.loc[("fp8", 1e-1), "fisher_p"] == pytest.approx(stats.fisher_exact([[3, 0], [0, 3]]).pvalue)
+    assert (table.loc[("fp8_tis", 1e-1), "vs"], table.loc[("fp8_tis", 1e-1), "vs_diverged"]) == ("fp8", "3/3")
+    # on a dose axis the same rows give plain fp8 no reference away from bf16's own dose
+    assert stability_table(_per_run(rows)).set_index(["variant", "noise"]).loc[("fp8", 1e-1), "vs"] == ""
+    view = stability_view(table.reset_index(), "target_kl")
+    assert "target_kl" in view.columns and "dose" not in view.columns
+    breaking = breaking_dose_table(table.reset_index()).set_index("variant")
+    assert breaking.loc["fp8", "doses"] == "0.001, 0.1" and "bf16" not in breaking.index
+
+
+def test_the_shipped_configs_noise_axes(tmp_path):
+    """stress sweeps the dose, mechanism varies more than one key, longform sweeps the target KL but has
+    no stability report until its fp8 variants join the matrix."""
+    from pathlib import Path
+
+    from fp8rl.config_loader import load_config
+    from fp8rl.report.paths import noise_axis, report_flags
+
+    config = Path(__file__).resolve().parents[3] / "config"
+    results = f"results_dir={tmp_path}"
+    assert noise_axis(load_config(config / "stress.yaml", [results])) == "noise_scale"
+    assert noise_axis(load_config(config / "mechanism.yaml", [results])) is None
+    longform = load_config(config / "longform.yaml", [results])
+    assert noise_axis(longform) == "target_kl" and report_flags(longform)["stability"] is False
+    with_fp8 = load_config(config / "longform.yaml", [results, "matrix.variants=[bf16,fp8]"])
+    assert report_flags(with_fp8)["stability"] is True
+
+
+def test_a_target_kl_tier_report_writes_the_stability_files_along_the_kl(tmp_path):
+    """A bf16 run and a plain fp8 run at two target KLs (the one at 0.1 diverged at step 3), written by
+    the trainer's own run-file writers, through build_report."""
+    from fp8rl.config import ExperimentConfig
+    from fp8rl.report.build import build_report
+    from fp8rl.report.paths import ReportPaths
+    from fp8rl.run_files import RunDir
+
+    cfg = ExperimentConfig.model_validate(
+        {
+            "tier": "longform",
+            "results_dir": str(tmp_path),
+            "models": [{"name": "m", "source": "scratch"}],
+            "matrix": {
+                "algorithms": ["grpo"], "models": ["m"], "variants": ["bf16", "fp8"], "seeds": [0],
+                "conditions": [
+                    {"name": "kl1e-3", "fp8": {"target_kl": 1e-3}},
+                    {"name": "kl1e-1", "fp8": {"target_kl": 1e-1}},
+                ],
+            },
+        }
+    )  # fmt: skip
+    paths = ReportPaths.for_config(cfg)
+    assert paths.stability and paths.mechanism
+    divergence = {"grpo/m/fp8/tensorwise/kl1e-1/seed0": 3}
+    for spec in cfg.runs():
+        run = RunDir.of(paths.runs_dir, spec.run_id)
+        run.root.mkdir(parents=True)
+        div = divergence.get(spec.run_id)
+        for s in range(1, 6):
+            run.append_metrics({"step": s, "entropy": 9.0 if div and s >= 3 else 1.0, "acc/mean": 0.3,
+                                "reward/mean": 0.3, "gibberish/rate": 0.0, "clip/low_neg": 0.01})  # fmt: skip
+        summary = {"run_id": spec.run_id, "status": "diverged" if div else "ok", "reason": "r", "step": 5,
+                   "steps_planned": 5, "final": {}}  # fmt: skip
+        if div:
+            summary["divergence"] = {"kind": "entropy_spike", "step": div, "reason": "entropy spike: x"}
+        run.write_summary(summary)
+    build_report(cfg)
+    for path in paths.outputs():
+        assert path.is_file(), path
+    table = pd.read_csv(paths.table("stability", "csv"))
+    assert list(zip(table["variant"], table["noise"], table["diverged"], strict=True)) == [
+        ("bf16", 0.0, 0), ("fp8", 1e-3, 0), ("fp8", 1e-1, 1)
+    ]  # fmt: skip
+    md = paths.table("stability", "md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| algo"))
+    assert "target_kl" in [cell.strip() for cell in header.split("|")] and "| dose" not in header
+    assert "The axis is the target KL" in md
+    assert "The axis is the target KL" in paths.table("breaking_dose", "md").read_text()
