@@ -44,6 +44,9 @@ SURVIVAL_PLOTS = (*STUDY_SURVIVAL, *STUDY_GAP)
 # only for a study with the held-out bf16 endpoint (`eval.heldout`): its secondary analysis
 # (fp8rl.report.secondary)
 HELDOUT_TABLES = ("secondary",)
+# only for a tier that logs samples (`schedule.log_samples`): the text of every diverged run at its failure
+# (fp8rl.report.failure_text)
+SAMPLES_TABLES = ("failure_text",)
 # only for a testbed with an `acceptance` section: its bf16-only acceptance (fp8rl.report.acceptance)
 ACCEPTANCE_TABLES = ("acceptance",)
 
@@ -58,6 +61,7 @@ class ReportPaths:
     study: bool = False  # the config pre-registers a study: its arms and planned contrasts too
     heldout: bool = False  # the study has the held-out bf16 endpoint: its secondary analysis too
     acceptance: bool = False  # the config has an `acceptance` section: its table too
+    samples: bool = False  # the runs log samples: the text at failure too
 
     @classmethod
     def for_tier(
@@ -70,8 +74,11 @@ class ReportPaths:
         study: bool = False,
         heldout: bool = False,
         acceptance: bool = False,
+        samples: bool = False,
     ) -> ReportPaths:
-        return cls(Path(results_dir) / tier, mechanism, stability, study, heldout and study, acceptance)
+        return cls(
+            Path(results_dir) / tier, mechanism, stability, study, heldout and study, acceptance, samples
+        )
 
     @classmethod
     def for_config(cls, cfg: ExperimentConfig) -> ReportPaths:
@@ -112,6 +119,7 @@ class ReportPaths:
             + (SURVIVAL_TABLES if self.survival else ())
             + (HELDOUT_TABLES if self.heldout else ())
             + (ACCEPTANCE_TABLES if self.acceptance else ())
+            + (SAMPLES_TABLES if self.samples else ())
         )
         plots = (
             PLOTS
@@ -145,7 +153,8 @@ def report_flags(cfg: ExperimentConfig) -> dict[str, bool]:
     """Which optional parts a tier's report has: `mechanism` (fp8 runs under FP8 conditions; none while a
     conditions matrix has only its bf16 runs), `stability` (those conditions are a noise axis:
     `noise_axis`), `study` (a pre-registered study section, with its survival per arm), `heldout` (a
-    study with the held-out endpoint), `acceptance` (a testbed's acceptance section)."""
+    study with the held-out endpoint), `acceptance` (a testbed's acceptance section), `samples` (the runs
+    log samples: the text at failure)."""
     mechanism = any(r.condition not in (None, NO_CONDITION) for r in cfg.runs())
     return {
         "mechanism": mechanism,
@@ -153,6 +162,7 @@ def report_flags(cfg: ExperimentConfig) -> dict[str, bool]:
         "study": cfg.study is not None,
         "heldout": cfg.study is not None and cfg.eval.heldout is not None,
         "acceptance": cfg.acceptance is not None,
+        "samples": bool(cfg.schedule.log_samples),
     }
 
 
@@ -165,6 +175,7 @@ def report_outputs(
     study: bool = False,
     heldout: bool = False,
     acceptance: bool = False,
+    samples: bool = False,
 ) -> list[str]:
     """The report rule's output paths as strings (for a Snakefile); `mechanism`: the matrix has FP8
     conditions; `stability`: they are a noise axis (`noise_axis`); `study`: the config has a `study`
@@ -177,5 +188,6 @@ def report_outputs(
         study=study,
         heldout=heldout,
         acceptance=acceptance,
+        samples=samples,
     )
     return [str(p) for p in paths.outputs()]

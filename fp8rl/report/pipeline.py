@@ -68,6 +68,7 @@ class ReportData:
 
     cfg: ExperimentConfig
     runset: RunSet
+    runs_dir: Path  # where the runs were read from (their samples.jsonl too)
     paths: ReportPaths
     keys: list[str]
     comparison: pd.DataFrame
@@ -96,6 +97,7 @@ def load_report_data(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, 
     return ReportData(
         cfg=cfg,
         runset=runset,
+        runs_dir=runs_dir,
         paths=paths,
         keys=eval_keys(runset),
         comparison=comparison,
@@ -237,6 +239,19 @@ def stability_section(data: ReportData) -> Section:
     return tables, _captions(figures)
 
 
+def failure_text_section(data: ReportData) -> Section:
+    """A tier that logs samples: every diverged run's text at step 1 and at its failure
+    (fp8rl.report.failure_text)."""
+    if not data.paths.samples:
+        return [], []
+    from fp8rl.report.failure_text import failure_text_notes, failure_text_table
+
+    table = failure_text_table(data.endpoints, data.runs_dir)
+    view = table.fillna("").astype(str)
+    return [ReportTable("failure_text", "Text at failure", "text at failure", view, failure_text_notes(table),
+                        table, escape=True)], []  # fmt: skip
+
+
 DEVIATION_NOTES = [
     "How runs differ from the setup the config asks for, as the backend that ran them recorded it "
     "(`summary.json` `deviations`; verl runs: docs/paper_deviations.md). `runs`: how many runs have it; "
@@ -337,6 +352,7 @@ BUILDERS: tuple[Callable[[ReportData], Section], ...] = (
     secondary_section,
     survival_section,
     stability_section,
+    failure_text_section,
     deviations_section,
     comparison_section,
     mechanism_section,

@@ -239,7 +239,13 @@ def _publication_names() -> frozenset[str]:
     names = set(UNHASHED)
     for stability in (False, True):  # with and without a noise axis
         paths = ReportPaths(
-            Path(), mechanism=True, stability=stability, study=True, heldout=True, acceptance=True
+            Path(),
+            mechanism=True,
+            stability=stability,
+            study=True,
+            heldout=True,
+            acceptance=True,
+            samples=True,
         )
         names.update(p.as_posix() for p in paths.outputs())
     return frozenset(names)
