@@ -58,7 +58,9 @@ def _arm_specs(cfg: ExperimentConfig) -> list:
 
 def _flag(divergence: dict) -> str:
     step = divergence.get("step")
-    return f"{divergence.get('kind')} at step {step:g}" if isinstance(step, int | float) else str(divergence)
+    if isinstance(step, int | float) and not math.isnan(step):
+        return f"{divergence.get('kind')} at step {step:g}"
+    return str(divergence.get("kind", divergence))
 
 
 def judge(cfg: ExperimentConfig, runs: list[dict]) -> dict:
@@ -165,13 +167,49 @@ def acceptance_table(result: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def acceptance_from_table(cfg: ExperimentConfig, table: pd.DataFrame) -> dict:
+    """`judge` again on a written `acceptance.csv` (its run rows; the mean row is recomputed), so that a
+    page read from the tables alone (SUMMARY.md) gives the report's verdict."""
+    runs = []
+    for r in table[table["base"].notna()].to_dict("records"):
+        flagged = r["flagged"] if isinstance(r["flagged"], str) and r["flagged"] else None
+        runs.append(
+            {"run_id": r["run_id"], "base": r["base"], "finished": bool(r["finished"]),
+             "divergence": {"kind": flagged} if flagged else None,
+             **{k: _number(r[k]) for k in COLUMNS[4:8]}}
+        )  # fmt: skip
+    return judge(cfg, runs)
+
+
+def verdict_line(result: dict) -> str:
+    """`**Accepted**: ...` or `**Not accepted**: ` and the criteria missed."""
+    if not result["missed"]:
+        return "**Accepted**: every criterion is met."
+    return "**Not accepted**: " + "; ".join(result["missed"]) + "."
+
+
+def acceptance_lines(cfg: ExperimentConfig, table: pd.DataFrame) -> list[str]:
+    """SUMMARY.md's acceptance: the mean held-out rise over bases with its interval, each base's rise,
+    the criteria and the verdict, from `acceptance.csv` (`acceptance_from_table`)."""
+    from fp8rl.report.quote_format import num
+
+    a, result = cfg.acceptance, acceptance_from_table(cfg, table)
+    low, high = result["interval"]
+    rises = ", ".join(num(r["rise"], 3, sign=True) for r in result["runs"] if r["rise"] is not None)
+    return [
+        f"- `{a.endpoint}` from each base to its run's final checkpoint (the bf16 sampler on held-out "
+        f"prompts), mean rise over {result['bases']} bases: {num(result['mean_rise'], 3)} "
+        f"[{num(low, 3)}, {num(high, 3)}] ({a.confidence:.0%} t-interval); per run: {rises or 'none yet'}.",
+        f"- Criteria (the config's `acceptance`, recorded before any FP8 run): a mean rise of at least "
+        f"{a.min_rise:g} over at least {a.min_bases} bases with the interval above 0, entropy at step 1 of "
+        f"at least {a.min_start_entropy:g} nats per token, responses of at least {a.min_response_tokens:g} "
+        "tokens" + (", no run flagged by a detector." if a.no_divergence else "."),
+        f"- {verdict_line(result)}",
+    ]
+
+
 def acceptance_notes(cfg: ExperimentConfig, result: dict) -> list[str]:
     a = cfg.acceptance
-    verdict = (
-        "**Accepted**: every criterion is met."
-        if not result["missed"]
-        else "**Not accepted**: " + "; ".join(result["missed"]) + "."
-    )
     return [
         f"The testbed's acceptance on its bf16 runs alone (the config's `acceptance`, recorded before any "
         f"FP8 run): `rise` is each run's final checkpoint minus its base on `{a.endpoint}` (the bf16 "
@@ -181,7 +219,7 @@ def acceptance_notes(cfg: ExperimentConfig, result: dict) -> list[str]:
         f"interval above 0; at step 1 an entropy of at least {a.min_start_entropy:g} nats per token and "
         f"responses of at least {a.min_response_tokens:g} tokens in every run; "
         + ("no run flagged by a detector." if a.no_divergence else "flagged runs allowed."),
-        verdict,
+        verdict_line(result),
     ]
 
 

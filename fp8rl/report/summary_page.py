@@ -2,7 +2,7 @@
 found (with intervals) and what it does not show, written by `fp8rl report` from the tables it has just
 written and copied by `fp8rl publish` with them (report.json hashes it like every other output).
 
-Every figure on the page is read from the tier's own tables (`control.csv`, `planned.csv`,
+Every figure on the page is read from the tier's own tables (`acceptance.csv`, `control.csv`, `planned.csv`,
 `study_survival.csv`, `stability.csv`, `comparison.csv`, `runs.csv`); nothing is typed by hand, so the page
 of a publication says what its tables say. The control, the planned contrasts and the divergences are
 said by fp8rl.report.findings, in the words of the quoted blocks of README.md and docs/. The caveats are generated from the same data: a void comparison, one shared
@@ -25,10 +25,11 @@ from fp8rl.report.base_models import numerics_line
 from fp8rl.report.control import never_ran
 from fp8rl.report.findings import control_lines, planned_lines, stability_lines, survival_lines
 from fp8rl.report.quote_format import SIGNIFICANCE_NOTE, markdown_table, num, pp
-from fp8rl.vocabulary import REFERENCE_VARIANT
+from fp8rl.vocabulary import REFERENCE_VARIANT, VARIANT_SPECS
 
 # The tables the page links to, in reading order, with what each answers.
 TABLE_GUIDE = (
+    ("acceptance", "the testbed's acceptance on its bf16 runs (held-out rise per base, with its interval)"),
     ("control", "did the bf16 control learn (reward rise per base, with its interval)"),
     ("planned", "the pre-registered contrasts, their test, Holm-adjusted p and power"),
     ("exploratory", "contrasts outside the plan (no claim is drawn from them)"),
@@ -40,6 +41,7 @@ TABLE_GUIDE = (
     ),
     ("stability", "divergences per variant and dose, with exact intervals"),
     ("breaking_dose", "the dose at which half the runs diverge (logistic fit)"),
+    ("failure_text", "what every diverged run sampled at step 1 and where its detector fired"),
     ("mechanism", "excess clipping of FP8 over its BF16 shadow, per FP8 condition"),
     ("comparison", "every variant's eval scores, rewards, clipping and mismatch against bf16"),
     ("endpoints", "one row per run: the endpoints every test above is computed from"),
@@ -60,6 +62,10 @@ PIPELINE = (
     "end to end. {steps} steps x {prompts} prompts cannot show learning; what they do show is the "
     "mechanism on paired tokens, below."
 )
+ACCEPTANCE_ONLY = (
+    "**The question**: does the testbed's bf16 control pass the acceptance recorded in its config before "
+    "any FP8 run? No FP8 run is in this tier yet."
+)
 PAIRED_LEAD = (
     "Each FP8 run re-scores its own tokens with quantization switched off (the BF16 shadow pass). Excess "
     "clipping is the share of its negative-advantage tokens clipped under the FP8 ratio and not under "
@@ -77,7 +83,8 @@ def _read(tables: Path, name: str) -> pd.DataFrame | None:
 def _what_ran(cfg, runs: pd.DataFrame, bases: pd.DataFrame | None, numerics: dict) -> list[str]:
     m, s = cfg.matrix, cfg.schedule
     status = ", ".join(f"{n} {k}" for k, n in runs["status"].value_counts().sort_index().items())
-    conditions = ", ".join(c.name for c in m.conditions) or "none"
+    ran = {r.condition for r in cfg.runs()}  # a condition no variant of the matrix runs yet is left out
+    conditions = ", ".join(c.name for c in m.conditions if c.name in ran) or "none"
     n_bases = 0 if bases is None else len(bases)
     per_base = "several RL seeds on each" if cfg.sft.bases is not None else "one per seed"
     base = f"{n_bases} SFT bases ({per_base})" if n_bases > 1 else "one base shared by every run"
@@ -241,6 +248,13 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
     if pipeline:
         s = cfg.schedule
         ask = PIPELINE.format(steps=s.steps, prompts=s.prompts_per_step)
+    accepted = []
+    if cfg.acceptance is not None and (table := _read(tables, "acceptance")) is not None:
+        from fp8rl.report.acceptance import acceptance_lines
+
+        accepted = ["## Does the testbed pass its acceptance?\n\n" + "\n".join(acceptance_lines(cfg, table))]
+        if not any(VARIANT_SPECS[v].fp8 for v in cfg.matrix.variants):
+            ask = ACCEPTANCE_ONLY
     guide = [
         f"- [{name}](tables/{name}.md): {what}"
         for name, what in TABLE_GUIDE
@@ -256,6 +270,7 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
             else []
         ),
         "## What ran\n\n" + "\n".join(_what_ran(cfg, read["runs"], bases, numerics)),
+        *accepted,
         "## Did the bf16 control learn?\n\n"
         + "\n".join(control_lines(read["control"], void, _too_short(cfg) if pipeline else None)),
         ("## Rewards (reported, not compared)" if pipeline else "## Findings")

@@ -9,7 +9,7 @@ import pytest
 
 from fp8rl.config import arm_cell
 from fp8rl.config_loader import load_config
-from fp8rl.report.acceptance import check_acceptance, main
+from fp8rl.report.acceptance import check_acceptance, main, verdict_line
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -127,3 +127,25 @@ def test_the_report_has_the_same_acceptance_as_the_command(tmp_path, kw, rises):
         assert runs["flagged"].iloc[-1] == "gibberish at step 40"
     else:
         assert "**Accepted**: every criterion is met." in md
+    # SUMMARY.md, read from the tables alone, says the same verdict under its own heading
+    summary = paths.summary.read_text()
+    assert "## Does the testbed pass its acceptance?" in summary and verdict_line(want) in summary
+
+
+def test_the_published_longform_summary_gives_the_acceptance_its_table_gives():
+    """The first acceptance run's publication (not accepted): the page written from its tables today says
+    so with the mean rise and interval of its acceptance table."""
+    import pandas as pd
+
+    from fp8rl.report.summary_page import summary_page
+
+    published = ROOT / "results" / "published" / "longform"
+    manifest = json.loads((published / "report.json").read_text())
+    cfg = load_config(ROOT / "config" / "longform.yaml")
+    page = summary_page(
+        cfg, published / "tables", manifest["control"]["comparison_void"], manifest["numerics"]
+    )
+    last = pd.read_csv(published / "tables" / "acceptance.csv").iloc[-1]
+    section = page.split("## Does the testbed pass its acceptance?")[1].split("## ")[0]
+    assert f"{last['rise']:.3f} [{last['low']:.3f}, {last['high']:.3f}]".replace("-", "−") in section
+    assert "**Not accepted**" in section and "mean rise" in section
