@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 from report_fixtures import consistent_manifest
 
-from fp8rl.report.quotes import BEGIN, END, QUOTING_FILES, QuoteError, pp, render, stale_blocks
-from fp8rl.report.quotes_mechanism import share_range
+from fp8rl.report.quote_format import pp
+from fp8rl.report.quotes import BEGIN, END, QUOTING_FILES, QuoteError, render, stale_blocks
+from fp8rl.report.quotes_clipping import share_range
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -83,7 +84,7 @@ def test_a_share_that_is_negative_is_worded_as_added_not_removed():
 
 
 def test_a_share_removed_is_given_only_where_plain_fp8_s_excess_is_shown(tmp_path):
-    from fp8rl.report.quotes_mechanism import mechanism_excess
+    from fp8rl.report.quotes_clipping import mechanism_excess
 
     rows = []
     for dose, (lo, hi) in ((1, (-0.004, 0.010)), (4, (0.011, 0.073))):
@@ -98,6 +99,19 @@ def test_a_share_removed_is_given_only_where_plain_fp8_s_excess_is_shown(tmp_pat
     table = mechanism_excess(tmp_path).splitlines()
     assert table[2].endswith("| – |")  # dose 1: fp8's interval includes 0
     assert table[3].endswith("| 98 % |")  # dose 4: 1 - 0.001 / 0.042
+
+
+def test_one_generator_serves_a_block_per_tier(tmp_path):
+    """A block is a generator bound to its tier (`@quoted_block(NAME, tier=...)`): the learning and the
+    mechanism tier's mismatch blocks are one function, each reading its own tier's table."""
+    from fp8rl.report.quote_format import BLOCKS
+    from fp8rl.report.quotes_studies import mismatch_quote
+
+    assert BLOCKS["learn-mismatch"].__wrapped__ is BLOCKS["mechanism-mismatch"].__wrapped__ is mismatch_quote
+    with pytest.raises(QuoteError, match="mechanism/tables/mismatch.csv: not published"):
+        BLOCKS["mechanism-mismatch"](tmp_path)
+    with pytest.raises(QuoteError, match="learn/tables/mismatch.csv: not published"):
+        BLOCKS["learn-mismatch"](tmp_path)
 
 
 def test_the_repository_quotes_match_the_published_tables():

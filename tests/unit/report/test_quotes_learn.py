@@ -1,4 +1,4 @@
-"""The learning tier's quoted findings (fp8rl.report.quotes_learn): the control's verdict with its
+"""The learning tier's quoted findings (block `learn-findings`, fp8rl.report.quotes_studies): the control's verdict with its
 interval, each planned contrast marked void when the control did not learn, and the divergences."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ import pandas as pd
 import pytest
 
 from fp8rl.report.quote_format import QuoteError
-from fp8rl.report.quotes_learn import learn_findings
+from fp8rl.report.quotes import BLOCKS
+
+learn_findings = BLOCKS["learn-findings"]  # study_findings bound to the learning tier
 
 PLANNED = {
     "contrast": "fp8_s4_vs_bf16", "arm": "fp8_s4", "reference": "bf16", "n_arm": 3, "n_reference": 3,

@@ -11,8 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fp8rl.report.quotes import within_20
-from fp8rl.report.quotes_mechanism import growth, shown
+from fp8rl.report.quotes_clipping import growth, shown, within_20
 from fp8rl.report.stats import holm, p_from_interval
 
 
@@ -94,7 +93,7 @@ def test_a_verdict_block_starts_void_where_the_published_control_did_not_learn(t
 
     from fp8rl.report.findings import void_line
     from fp8rl.report.quote_format import optional_table
-    from fp8rl.report.quotes import smoke_verdicts
+    from fp8rl.report.quotes_clipping import smoke_verdicts
 
     repo = Path(__file__).resolve().parents[3]
     tables = tmp_path / "smoke" / "tables"

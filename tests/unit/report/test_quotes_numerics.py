@@ -12,7 +12,7 @@ import pytest
 
 from fp8rl import numerics
 from fp8rl.report.quote_format import QuoteError
-from fp8rl.report.quotes_numerics import numerics_pins, performance_gemm_paths
+from fp8rl.report.quotes_benchmarks import numerics_pins, performance_gemm_paths
 
 ROOT = Path(__file__).resolve().parents[3]
 
