@@ -47,6 +47,7 @@ from pathlib import Path
 
 from fp8rl.adapters.image_venv import (
     GPU_POINT,
+    PAPER,
     ROOT,
     TAIL_CHARS,
     Result,
@@ -97,7 +98,9 @@ def report_job(
 SPLITS = ("train.jsonl", "test.jsonl", "tool_test.jsonl")
 
 
-def data_job(venv: Path, work: Path, hub_record: Path, sets: list[str] = (), timeout_s: int = 900) -> Result:
+def data_job(
+    venv: Path, work: Path, hub_record: Path, sets: list[str] = (), timeout_s: int = 900, config: Path = PAPER
+) -> Result:
     """The paper tier's `data` job (train image; workflows/data.smk: `fp8rl data --config FILE --out DIR
     --hub RECORD`) from a fetched hub record (`fp8rl fetch data`, which runs outside the images), to its
     end, in the train lock's packages; its splits must equal the same command's in this machine's
@@ -105,7 +108,7 @@ def data_job(venv: Path, work: Path, hub_record: Path, sets: list[str] = (), tim
     if problem := venv_problem(venv, "train"):
         return Result("data", True, problem, skipped=True)
     install_fp8rl(venv)
-    args = ["data", "--config", str(ROOT / "config" / "paper.yaml"), *(a for x in sets for a in ("--set", x))]
+    args = ["data", "--config", str(config), *(a for x in sets for a in ("--set", x))]
     outs = {}
     for where, cmd in (
         ("image", [str(venv / "bin" / "fp8rl")]),
@@ -185,8 +188,9 @@ def export_job(venv: Path, work: Path, base: Path, tf4_python: Path, timeout_s: 
 
 
 def eval_lm_job(
-    venv: Path, work: Path, checkpoint: Path, data: Path, sets: list[str] = (), timeout_s: int = 1800
-) -> Result:
+    venv: Path, work: Path, checkpoint: Path, data: Path, sets: list[str] = (), timeout_s: int = 1800,
+    config: Path = PAPER,
+) -> Result:  # fmt: skip
     """The paper tier's `eval_lm` job (eval image; workflows/eval.smk: `fp8rl eval lm-eval --config FILE
     --checkpoint CKPT --data DIR --out OUT --on-failure ...`) to its first GPU point: its inputs checked,
     lm-eval's tasks planned from the local data and the `fp8rl-vllm` model built, whose vLLM engine
@@ -198,7 +202,7 @@ def eval_lm_job(
     out = work / "eval" / "lm_eval.json"
     shutil.rmtree(out.parent, ignore_errors=True)
     out.parent.mkdir(parents=True)
-    argv = [str(venv / "bin" / "fp8rl"), "eval", "lm-eval", "--config", str(ROOT / "config" / "paper.yaml"),
+    argv = [str(venv / "bin" / "fp8rl"), "eval", "lm-eval", "--config", str(config),
             *(a for x in sets for a in ("--set", x)), "--checkpoint", str(checkpoint), "--data", str(data),
             "--out", str(out), "--on-failure", "record"]  # fmt: skip
     res = _run(venv, "eval", argv, work, timeout_s)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from fp8rl.adapters.image_venv import (
     GPU_POINT,
-    ROOT,
+    PAPER,
     TAIL_CHARS,
     Result,
     _versions,
@@ -79,12 +79,13 @@ ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 """
 
 
-def _job(venv: Path, work: Path, checkpoint: Path, data: Path, sets, timeout_s: int, stand_in: Path | None):
+def _job(venv: Path, work: Path, checkpoint: Path, data: Path, sets, timeout_s: int, stand_in: Path | None,
+         config: Path = PAPER):  # fmt: skip
     """Run the job once (`stand_in`: a folder put first on PATH); `(exit code, log, result or None)`."""
     out = work / "eval" / "agent.json"
     shutil.rmtree(out.parent, ignore_errors=True)
     out.parent.mkdir(parents=True)
-    argv = [str(venv / "bin" / "fp8rl"), "eval", "agent", "--config", str(ROOT / "config" / "paper.yaml"),
+    argv = [str(venv / "bin" / "fp8rl"), "eval", "agent", "--config", str(config),
             *(a for x in sets for a in ("--set", x)), "--checkpoint", str(checkpoint), "--data", str(data),
             "--out", str(out), "--on-failure", "record"]  # fmt: skip
     # what `apptainer exec` of the rule adds (fp8rl.containers.image_env): the hub cache, read offline
@@ -96,14 +97,15 @@ def _job(venv: Path, work: Path, checkpoint: Path, data: Path, sets, timeout_s: 
 
 
 def eval_agent_job(
-    venv: Path, work: Path, checkpoint: Path, data: Path, sets: list[str] = (), timeout_s: int = 1800
-) -> Result:
+    venv: Path, work: Path, checkpoint: Path, data: Path, sets: list[str] = (), timeout_s: int = 1800,
+    config: Path = PAPER,
+) -> Result:  # fmt: skip
     """Both passes of the module docstring: passed when the first stops only at vLLM's GPU with the
     checkpoint loaded, and the second writes a result for every task with none failed."""
     if problem := venv_problem(venv, "bfcl"):
         return Result(JOB, True, problem, skipped=True)
     install_fp8rl(venv)
-    rc, log, result = _job(venv, work, checkpoint, data, sets, timeout_s, None)
+    rc, log, result = _job(venv, work, checkpoint, data, sets, timeout_s, None, config)
     if rc != 0 or result is None:
         return Result(JOB, False, f"the job exited {rc} before its first GPU point:\n{log[-TAIL_CHARS:]}")
     points = list(GPU_POINT.finditer(log))  # the last: vLLM's engine, after its import's warnings
@@ -122,7 +124,7 @@ def eval_agent_job(
     server = bin_dir / "vllm"
     server.write_text(f"#!{venv / 'bin' / 'python'}\n{VLLM_STAND_IN}")
     server.chmod(0o755)
-    rc, log2, result2 = _job(venv, work, checkpoint, data, sets, timeout_s, bin_dir)
+    rc, log2, result2 = _job(venv, work, checkpoint, data, sets, timeout_s, bin_dir, config)
     if rc != 0 or result2 is None or result2.get("failed") or not result2.get("results"):
         failed = (result2 or {}).get("failed")
         return Result(

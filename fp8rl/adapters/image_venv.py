@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+PAPER = ROOT / "config" / "paper.yaml"  # the config whose jobs the image rehearsals run by default
 LOCK_STAMP = ".lock-sha256"  # scripts/image_venv.sh writes it last
 # the environment each image's Dockerfile sets for its jobs
 IMAGE_ENV = {
@@ -38,6 +39,12 @@ class Result:
         return f"{self.job} in its image's packages: {how} ({self.detail})"
 
 
+def build_command(image: str) -> str:
+    """The command that builds (or rebuilds) `image`'s venv: the Makefile's target, which runs
+    scripts/image_venv.sh with the image's Python and flags and logs to build/venv-IMAGE.log."""
+    return f"make image-venvs IMAGE_VENVS={image}, which runs scripts/image_venv.sh {image}"
+
+
 def venv_problem(venv: Path, image: str) -> str | None:
     """Why `venv` is not a complete venv of `image`'s current lock (None: it is)."""
     stamp = venv / LOCK_STAMP
@@ -47,13 +54,13 @@ def venv_problem(venv: Path, image: str) -> str | None:
             [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.is_file() else []
         )
         why = f"; its last build ({log}) ended: {lines[-1].strip()[:300]}" if lines else ""
-        return f"no complete {venv} (scripts/image_venv.sh {image}{why})"
+        return f"no complete {venv} ({build_command(image)}{why})"
     import hashlib
 
     lock = ROOT / "containers" / image / "requirements.lock"
     want = hashlib.sha256(lock.read_bytes()).hexdigest()
     if stamp.read_text().split()[0] != want:
-        return f"{venv} was built from another {lock.relative_to(ROOT)} (scripts/image_venv.sh {image})"
+        return f"{venv} was built from another {lock.relative_to(ROOT)} ({build_command(image)})"
     return None
 
 

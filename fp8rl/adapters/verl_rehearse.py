@@ -69,7 +69,7 @@ from pathlib import Path
 
 from fp8rl.adapters import rehearsal_hook
 from fp8rl.adapters.rehearsal_hook import MARKER, REHEARSAL_ENV
-from fp8rl.adapters.verl_checkpoint import compat_tokenizer_config
+from fp8rl.adapters.rehearsal_stand_ins import stand_in_data, stand_in_model, stand_in_reference
 from fp8rl.adapters.verl_launch import OVERRIDES_FILE
 from fp8rl.adapters.verl_run import LOSS_FILE, SCRIPT_FILE, verl_paths, write_run_files
 from fp8rl.config import ExperimentConfig
@@ -83,63 +83,6 @@ DP_RANKS = 2  # gloo ranks of the rehearsed actor update (the jobs' DP groups ar
 DP_MINI_BATCHES = 2  # of a step's mini-batches
 LENGTH_SCALE = 64  # response lengths and the token budget per micro-batch, divided by this
 TF4_PYTHON = Path(__file__).resolve().parents[2] / "build" / "tf4-venv" / "bin" / "python"
-
-
-# ----------------------------------------------------------------------------------------- stand-ins
-
-
-def stand_in_model(out: Path, model_type: str = "qwen3") -> Path:
-    """A model directory verl's tokenizer and config loaders read: a character-level tokenizer with a
-    ChatML chat template (Qwen's format) and a two-layer config of `model_type` (no weights)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    out.mkdir(parents=True, exist_ok=True)
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    vocab = {t: i for i, t in enumerate(specials + [chr(c) for c in range(32, 127)] + ["\n"])}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token=specials[0]))
-    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    template = (
-        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-    )
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token=specials[0], chat_template=template
-    )
-    fast.add_special_tokens({"additional_special_tokens": specials[1:]})
-    fast.save_pretrained(out)
-    # as a hub snapshot has it, written by transformers 4: the special tokens as 4.x lists them, the
-    # class by a name 4.x knows (transformers 5 writes its `TokenizersBackend`)
-    tok_config = out / "tokenizer_config.json"
-    written = compat_tokenizer_config(json.loads(tok_config.read_text()))
-    tok_config.write_text(json.dumps({**written, "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2))
-    arch = {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM"}.get(model_type, "Qwen3ForCausalLM")
-    config = {"architectures": [arch], "model_type": model_type, "hidden_size": 64,
-              "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "head_dim": 16, "num_hidden_layers": 2, "vocab_size": len(vocab),
-              "max_position_embeddings": 32768, "torch_dtype": "bfloat16", "tie_word_embeddings": False,
-              "eos_token_id": vocab["<|im_end|>"], "pad_token_id": 0}  # fmt: skip
-    (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
-    return out
-
-
-def stand_in_data(out: Path, n: int = 8) -> Path:
-    """`train.jsonl` and `test.jsonl` of `n` problems in fp8rl's data schema (docs/interfaces.md)."""
-    out.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "test"):
-        rows = [
-            {"id": f"{split}-{i}", "prompt": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(n)
-        ]
-        (out / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return out
-
-
-def stand_in_reference(out: Path) -> Path:
-    """A finished bf16 run's `metrics.jsonl` with clip fractions, for a calib cell's targets."""
-    out.mkdir(parents=True, exist_ok=True)
-    rows = [{"step": s, "clip/low_neg": 0.02, "clip/high_pos": 0.01, "clip/low_all": 0.01} for s in (1, 2)]
-    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return out
 
 
 # ---------------------------------------------------------------------------------------- the jobs

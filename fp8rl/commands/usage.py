@@ -212,14 +212,22 @@ its last attempt (`--on-failure record`) or when it failed as the attempt before
         --base results/paper/base/qwen3-8b --data results/paper/data --out results/paper/runs/... --dry-run
 """,
     "verl rehearse": """
-Runs each job type's real job script on a CPU machine (a login node) up to the first point that needs a
-GPU (one job per algorithm, variant, granularity and model, or the `--run` ids), then on CPU what
-follows a step's GPU work (verl's actor update over two processes, its metrics through verl's file
-logger and the import, the export's tokenizer), and prints each step as passed or failed: a check of
-the cluster path before a GPU allocation. Works in `--out` (a new temporary folder by default). Exits
-1 when a job stops before that point or a step after it fails.
+Rehearses every job type of the config's DAG on a CPU machine (a login node) before a GPU allocation:
+each job runs its real command, in the packages it runs in on the cluster, as far as a CPU allows. The
+training jobs run their job scripts to verl's first GPU request (one job per algorithm, variant,
+granularity and model, or the `--run` ids), then on CPU what follows a step's GPU work (verl's actor
+update over two processes, its metrics through verl's file logger and the import, the export's
+tokenizer, a job killed and resumed); the fetch jobs and the splits run on this machine against a
+stand-in hub; the data, export, eval and report jobs run in their image's pinned packages
+(build/venv-IMAGE). `--jobs` picks job types (below). Without `--base`/`--data` the jobs take
+stand-ins. Each job type prints ok, skipped (why, and the command that builds what is missing, e.g.
+`make image-venvs IMAGE_VENVS=eval` for the eval image's packages, `scripts/verl_test_env.sh` for
+verl) or FAILED with what it found. Works in `--out` (a new temporary folder by default). Exits 1 when
+a job type failed (a training job stopped before its first GPU request, a step after it failed, an
+image's job failed), 0 when every job type was ok or skipped.
 
-    fp8rl verl rehearse --config config/paper.yaml
+    PYTHONPATH=build/verl-site fp8rl verl rehearse --config config/paper.yaml
+    fp8rl verl rehearse --config config/paper.yaml --jobs data,eval-lm,eval-agent
 """,
     "verl overrides": """
 Prints the Hydra overrides `fp8rl verl train` would give verl for the run `--run` (one per line; with

@@ -10,14 +10,16 @@ the one before did (same step, same reason): then summary.json records `failed` 
 `fp8rl train`, it holds the run directory locked throughout (`RunDir.lock`): a second one on the same
 `--out` exits 2 naming the holder.
 
-`fp8rl verl rehearse` runs each job type's real job script on a CPU machine (a login node) up to the
-first point that needs a GPU (fp8rl.adapters.verl_rehearse).
+`fp8rl verl rehearse` runs every job type of the config's DAG on a CPU machine (a login node) as far
+as a CPU allows (fp8rl.adapters.rehearse_jobs): the training jobs' real job scripts to verl's first GPU
+request and past it (fp8rl.adapters.verl_rehearse), the other jobs in their images' pinned packages.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 from fp8rl.commands.common import (
@@ -121,12 +123,13 @@ def _train_locked(args: argparse.Namespace, cfg, spec, paths) -> int:
 
 
 def cmd_rehearse(args: argparse.Namespace) -> int:
-    """Rehearse every job type of the config (or the `--run`s) up to its first GPU point."""
+    """Rehearse the config's job types (`--jobs`; fp8rl.adapters.rehearse_jobs), one outcome line each."""
     import tempfile
 
+    from fp8rl.adapters.rehearse_jobs import Context, planned, rehearse_jobs
     from fp8rl.adapters.verl_model import AdapterError
     from fp8rl.adapters.verl_overrides import check_verl_support
-    from fp8rl.adapters.verl_rehearse import job_types, rehearse_run
+    from fp8rl.adapters.verl_rehearse import job_types
     from fp8rl.config.runs import find_run
     from fp8rl.config_loader import load_config
 
@@ -137,23 +140,36 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
             check_verl_support(cfg, spec)
     except (ValueError, AdapterError) as exc:
         raise UsageError(str(exc)) from None
+    names = [j.name for j in planned(cfg)]
+    wanted = [n.strip() for n in args.jobs.split(",") if n.strip()] if args.jobs else names
+    if unknown := [n for n in wanted if n not in names]:
+        raise UsageError(
+            f"--jobs: {', '.join(unknown)} is not a job type of {args.file} ({', '.join(names)})"
+        )
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="fp8rl-rehearsal-"))
-    failed = 0
-    for i, spec in enumerate(specs, 1):
-        print(f"[{i}/{len(specs)}] {spec.run_id} ...", file=sys.stderr, flush=True)
-        result = rehearse_run(
-            cfg, spec, work, base=Path(args.base) if args.base else None,
-            data=Path(args.data) if args.data else None, extra_overrides=args.override,
-            timeout_s=args.timeout,
-        )  # fmt: skip
-        failed += not result.ok
-        print(result.line(), flush=True)
+    work = work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    ctx = Context(
+        cfg, Path(args.file).resolve(), list(args.set), work, specs,
+        base=Path(args.base).resolve() if args.base else None,
+        data=Path(args.data).resolve() if args.data else None, overrides=list(args.override),
+        timeout_s=args.timeout, echo=lambda line: print(line, flush=True),
+    )  # fmt: skip
+    outcomes = rehearse_jobs(ctx, wanted)
+    counts = {s: [o.job for o in outcomes if o.status == s] for s in ("ok", "skipped", "failed")}
     print(
-        f"{len(specs) - failed} of {len(specs)} jobs reached their first GPU point and passed the steps "
-        f"after it ({work})",
+        "job types: "
+        + "; ".join(f"{s} {len(j)}" + (f" ({', '.join(j)})" if j else "") for s, j in counts.items())
+        + f" [{work}]",
         flush=True,
     )
-    return 1 if failed else 0
+    return 1 if counts["failed"] else 0
+
+
+REHEARSE_EPILOG = """\
+job types (--jobs; by default all of the config's, in this order; the DAG rules each stands for):
+{jobs}
+"""
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
@@ -188,20 +204,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=cmd_train)
 
+    from fp8rl.adapters.rehearse_jobs import JOB_TYPES
+
+    jobs = "\n".join(
+        textwrap.fill(f"{j.name:<11} {j.summary} ({', '.join(j.rules)})", 100, initial_indent="  ",
+                      subsequent_indent=" " * 14)
+        for j in JOB_TYPES.values()
+    )  # fmt: skip
     p = add_command(
         v_sub,
         "rehearse",
-        help="run each job type's real job script on this CPU machine up to its first GPU point",
+        help="rehearse every job type of the config on this CPU machine, each as far as a CPU allows",
     )
+    p.epilog = REHEARSE_EPILOG.format(jobs=jobs) + "\n" + p.epilog
     add_config_args(p)
-    p.add_argument("--run", action="append", default=[], help="rehearse this run id (repeatable)")
-    p.add_argument("--base", help="base model directory (HF format; default: a stand-in tokenizer)")
-    p.add_argument("--data", help="directory with train.jsonl and test.jsonl (default: stand-in)")
+    p.add_argument(
+        "--jobs", metavar="JOB[,JOB...]", help="the job types to rehearse, comma-separated (default: all)"
+    )
+    p.add_argument("--run", action="append", default=[], help="train: rehearse this run id (repeatable)")
+    p.add_argument("--base", help="base model directory (HF format; default: a stand-in model)")
+    p.add_argument("--data", help="train: directory with train.jsonl and test.jsonl (default: stand-in)")
     p.add_argument("--out", help="working directory (default: a new temporary one)")
     p.add_argument(
-        "--override", action="append", default=[], metavar="KEY=VALUE", help="extra Hydra override"
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="train: extra Hydra override"
     )
-    p.add_argument("--timeout", type=int, default=900, help="seconds per job (default 900)")
+    p.add_argument(
+        "--timeout", type=int, default=900, help="seconds per train job and per fetch command (default 900)"
+    )
     p.set_defaults(func=cmd_rehearse)
 
     p = add_command(v_sub, "overrides", help="print verl's Hydra overrides for one run")

@@ -26,7 +26,9 @@ def _needs_venv_and_runs() -> None:
 
 
 def test_a_venv_not_built_from_the_current_lock_is_named(tmp_path):
-    assert "scripts/image_venv.sh cpu" in venv_problem(tmp_path, "cpu")
+    assert "make image-venvs IMAGE_VENVS=cpu, which runs scripts/image_venv.sh cpu" in venv_problem(
+        tmp_path, "cpu"
+    )
     (tmp_path / image_venv.LOCK_STAMP).write_text(hashlib.sha256(b"another lock").hexdigest() + "  x\n")
     assert "built from another containers/cpu/requirements.lock" in venv_problem(tmp_path, "cpu")
     lock = ROOT / "containers" / "cpu" / "requirements.lock"
@@ -140,30 +142,6 @@ def test_the_export_in_the_train_images_packages_loads_in_the_bfcl_images_transf
 EVAL_VENV = ROOT / "build" / "venv-eval"
 
 
-def _eval_sets(mirror: Path) -> None:
-    """The stand-in hub's four paper eval sets in their hub layouts, splits and fields (one problem each),
-    as lm-eval's tasks read them (gsm8k's `main` config with a train split for its few-shot examples)."""
-    import json
-
-    def put(repo: str, rows: dict[str, list[dict]], readme: str | None = None) -> None:
-        d = mirror / repo
-        shutil.rmtree(d)
-        for path, split_rows in rows.items():
-            (d / path).parent.mkdir(parents=True, exist_ok=True)
-            (d / path).write_text("".join(json.dumps(r) + "\n" for r in split_rows))
-        if readme:
-            (d / "README.md").write_text(readme)
-
-    q = "What is 1 + 1?"
-    splits = "".join(f"  - split: {s}\n    path: main/{s}.jsonl\n" for s in ("train", "test"))
-    put("openai/gsm8k", {f"main/{s}.jsonl": [{"question": q, "answer": "1 + 1 = 2\n#### 2"}] for s in ("train", "test")},
-        f"---\nconfigs:\n- config_name: main\n  data_files:\n{splits}---\n")  # fmt: skip
-    put("HuggingFaceH4/MATH-500", {"test.jsonl": [{"problem": q, "solution": "$\\boxed{2}$", "answer": "2",
-                                                   "subject": "Prealgebra", "level": 1, "unique_id": "1"}]})  # fmt: skip
-    put("Maxwell-Jia/AIME_2024", {"train.jsonl": [{"ID": "1", "Problem": q, "Solution": "2", "Answer": 2}]})
-    put("math-ai/aime25", {"test.jsonl": [{"problem": q, "answer": "2", "id": "0"}]})
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("eval_sets", [True, False])
 def test_the_eval_lm_job_in_the_eval_images_packages_reaches_vllms_gpu(tmp_path, monkeypatch, eval_sets):
@@ -172,13 +150,12 @@ def test_the_eval_lm_job_in_the_eval_images_packages_reaches_vllms_gpu(tmp_path,
     sets lm-eval cannot build a task from (the stand-in hub's one-line placeholders) it stops before."""
     if problem := venv_problem(EVAL_VENV, "eval"):
         pytest.skip(problem)
-    from fp8rl.adapters.verl_rehearse import stand_in_model
+    from fp8rl.adapters.rehearsal_stand_ins import stand_in_hub, stand_in_model
     from fp8rl.cli import main
-    from tests.hub_fixtures import make_hub
 
-    mirror = make_hub(tmp_path / "mirror", models=("Qwen/Qwen3-8B",))
-    if eval_sets:
-        _eval_sets(mirror)
+    # the four paper eval sets in their hub layouts, or a one-line placeholder each
+    mirror = stand_in_hub(tmp_path / "mirror", models=("Qwen/Qwen3-8B",), model_files="placeholder",
+                          eval_sets="hub" if eval_sets else "placeholder")  # fmt: skip
     monkeypatch.setenv("FP8RL_HUB_MIRROR", str(mirror))
     sets = [f"hub.home={tmp_path / 'hf'}", "task.n_test=3", "task.n_train=100"]
     flags = [a for s in sets for a in ("--set", s)]
