@@ -106,23 +106,19 @@ def record(published: Path, name: str) -> dict:
     return found
 
 
-def commit_and_machine(found: dict) -> tuple[str, str]:
-    """A benchmark record's commit (short, marked when the tree had uncommitted changes) and machine
-    (cores, the CPU and its ISA: the fast mode's kernels depend on it), from its `provenance`."""
+def measured_at(found: dict, load: str = "") -> str:
+    """Where a benchmark record was measured, from its `provenance`: `commit abc1234 on 4 cores of an X
+    (ISA)` (the commit marked when the tree had uncommitted changes, or the record's `checkout`: a commit
+    with others applied; the CPU and its ISA, on which the fast mode's kernels depend), then the 1-minute
+    load average at the `end`, or at the start and end (`both`)."""
     prov = found.get("provenance", {})
     full = prov.get("git_commit") or "unknown"
     commit = full[:7] + (" with uncommitted changes" if full.endswith("+dirty") else "")
-    where = f"{prov.get('machine', {}).get('cpus', '?')} cores"
+    text = (
+        f"{found.get('checkout') or f'commit {commit}'} on {prov.get('machine', {}).get('cpus', '?')} cores"
+    )
     if cpu := prov.get("numerics", {}).get("cpu"):
-        where += f" of an {cpu.get('model', '?')} ({', '.join(cpu.get('isa') or ['ISA not recorded'])})"
-    return commit, where
-
-
-def measured_at(found: dict, load: str = "") -> str:
-    """`commit abc1234 on 4 cores of an X (ISA)` (or the record's `checkout`, a commit with others
-    applied), with the 1-minute load average at the `end` or at the start and end (`both`) after it."""
-    commit, where = commit_and_machine(found)
-    text = f"{found.get('checkout') or f'commit {commit}'} on {where}"
+        text += f" of an {cpu.get('model', '?')} ({', '.join(cpu.get('isa') or ['ISA not recorded'])})"
     start, end = found.get("load_average_start", [None])[0], (found.get("load_average_end") or [None])[0]
     if load == "both" and start is not None:
         return f"{text} (1-minute load average {num(start)} at the start, {num(end)} at the end)"
