@@ -24,7 +24,7 @@ import pandas as pd
 from fp8rl.report.base_models import numerics_line
 from fp8rl.report.control import never_ran
 from fp8rl.report.findings import control_lines, planned_lines, stability_lines, survival_lines
-from fp8rl.report.quote_format import SIGNIFICANCE_NOTE, markdown_table, num, pp
+from fp8rl.report.quote_format import SIGNIFICANCE_NOTE, ci, markdown_table, num, plural, pp
 from fp8rl.vocabulary import REFERENCE_VARIANT, VARIANT_SPECS
 
 # The tables the page links to, in reading order, with what each answers.
@@ -103,8 +103,7 @@ def _excess_clip(comparison: pd.DataFrame | None) -> list[str]:
     if comparison is None or "excess_clip" not in comparison:
         return []
     lines = [
-        f"- {r['algo']}/{r['variant']}: {pp(r['excess_clip'], r['excess_clip ci_low'], r['excess_clip ci_high'])}"
-        f" ({int(r['excess_clip n'])} seed{'s' if r['excess_clip n'] != 1 else ''})"
+        f"- {r['algo']}/{r['variant']}: {pp(*ci(r, 'excess_clip'))} ({plural(int(r['excess_clip n']), 'seed')})"
         for r in comparison.to_dict("records")
         if pd.notna(r["excess_clip"])
     ]
