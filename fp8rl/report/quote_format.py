@@ -23,7 +23,8 @@ SIGNIFICANCE_NOTE = "**bold**: the 95 % interval excludes 0."
 
 
 class QuoteError(ValueError):
-    """A block names no known generator, or its table is missing."""
+    """A block names no known generator, or a source it reads (a published table, a benchmark record) is
+    missing or not what its writer writes."""
 
 
 # ------------------------------------------------------------------------------------------ registry
@@ -97,6 +98,8 @@ def record_path(published: Path, name: str) -> Path:
 def record(published: Path, name: str) -> dict:
     """The published benchmark record `name` (`RECORDS`); QuoteError naming the file when it is missing
     or lacks the entries its script writes."""
+    if name not in RECORDS:
+        raise QuoteError(f"benchmark record {name!r}: not declared in quote_format.RECORDS")
     path, (script, required) = record_path(published, name), RECORDS[name]
     if not path.is_file():
         raise QuoteError(f"{path}: not published (benchmarks/{script} --json, then copy it there)")

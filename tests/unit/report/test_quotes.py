@@ -114,6 +114,23 @@ def test_one_generator_serves_a_block_per_tier(tmp_path):
         BLOCKS["learn-mismatch"](tmp_path)
 
 
+def test_a_benchmark_record_is_read_only_as_declared(tmp_path):
+    """A block reads a benchmark record by its name in quote_format.RECORDS: an undeclared name, a record
+    not published and one without the entries its script writes are each named."""
+    from fp8rl.report.quote_format import record
+
+    with pytest.raises(QuoteError, match="'vs_foo': not declared in quote_format.RECORDS"):
+        record(tmp_path, "vs_foo")
+    with pytest.raises(
+        QuoteError, match=r"benchmarks/gemm_paths.json: not published \(benchmarks/gemm_paths.py"
+    ):
+        record(tmp_path, "gemm_paths")
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "gemm_paths.json").write_text('{"gflops": {}}')
+    with pytest.raises(QuoteError, match="not a benchmarks/gemm_paths.py record \\(no `gflops`\\)"):
+        record(tmp_path, "gemm_paths")
+
+
 def test_the_repository_quotes_match_the_published_tables():
     assert stale_blocks(REPO, REPO / "results" / "published") == []
 
