@@ -116,8 +116,14 @@ def _group_cells(r: pd.Series) -> dict:
     return cells | {"variant": r["variant"]}
 
 
-def _step_ci(r: pd.Series, col: str) -> str:
-    return fmt_ci(r[col], r[f"{col} ci_low"], r[f"{col} ci_high"], "no CI")
+def ci_cell(r: pd.Series, col: str, *, delta: bool = False, signed: bool = False) -> str:
+    """`fmt_ci` of a table's column with its interval (`col`, `col ci_low`, `col ci_high`), or, with
+    `delta`, of its difference to bf16 (`col delta`, `col delta_ci_low`, `col delta_ci_high`; signed)."""
+    if delta:
+        return fmt_ci(
+            r[f"{col} delta"], r[f"{col} delta_ci_low"], r[f"{col} delta_ci_high"], "no CI", signed=True
+        )
+    return fmt_ci(r[col], r[f"{col} ci_low"], r[f"{col} ci_high"], "no CI", signed=signed)
 
 
 def comparison_view(table: pd.DataFrame, eval_keys: list[str]) -> pd.DataFrame:
@@ -130,20 +136,12 @@ def comparison_view(table: pd.DataFrame, eval_keys: list[str]) -> pd.DataFrame:
         for key in eval_keys:
             n = int(r[f"{key} n"])
             row[key] = fmt_ci(r[f"{key} mean"], r[f"{key} ci_low"], r[f"{key} ci_high"], f"n={n}, no CI")
-            row[f"Δ {key}"] = fmt_ci(
-                r[f"{key} delta"], r[f"{key} delta_ci_low"], r[f"{key} delta_ci_high"], "no CI", signed=True
-            )
+            row[f"Δ {key}"] = ci_cell(r, key, delta=True)
         intervals = {c for c, _ in STEP_INTERVALS}
         for col, *_ in DIAGNOSTICS:
-            row[col] = _step_ci(r, col) if col in intervals else fmt(r[col], 4)
+            row[col] = ci_cell(r, col) if col in intervals else fmt(r[col], 4)
             if col in STEP_DELTAS:
-                row[f"Δ {col}"] = fmt_ci(
-                    r[f"{col} delta"],
-                    r[f"{col} delta_ci_low"],
-                    r[f"{col} delta_ci_high"],
-                    "no CI",
-                    signed=True,
-                )
+                row[f"Δ {col}"] = ci_cell(r, col, delta=True)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -152,7 +150,7 @@ def paired_view(table: pd.DataFrame) -> pd.DataFrame:
     """The paired section: FP8 rows only, phantom clipping vs the BF16 shadow with intervals."""
     rows = []
     for _, r in table[table["variant"] != REFERENCE_VARIANT].iterrows():
-        row = _group_cells(r) | {col: _step_ci(r, col) for col, _ in PAIRED}
+        row = _group_cells(r) | {col: ci_cell(r, col) for col, _ in PAIRED}
         row["seeds"] = int(r[f"{PAIRED[-1][0]} n"])
         rows.append(row)
     return pd.DataFrame(rows)

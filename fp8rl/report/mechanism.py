@@ -44,7 +44,7 @@ from fp8rl.config import ExperimentConfig  # noqa: E402
 from fp8rl.fp8.recipe import get_recipe  # noqa: E402
 from fp8rl.report.comparison import USED_STATUSES  # noqa: E402
 from fp8rl.report.figures import MECHANISM  # noqa: E402
-from fp8rl.report.markdown import fmt, fmt_ci  # noqa: E402
+from fp8rl.report.markdown import ci_cell, fmt  # noqa: E402
 from fp8rl.report.plot_base import save_figure  # noqa: E402
 from fp8rl.report.stats import (  # noqa: E402
     RANGE_METHOD,
@@ -156,10 +156,6 @@ def mechanism_table(comparison: pd.DataFrame, endpoints: pd.DataFrame, cfg: Expe
     return table
 
 
-def _ci(r: pd.Series, col: str, *, signed: bool = False) -> str:
-    return fmt_ci(r[col], r[f"{col} ci_low"], r[f"{col} ci_high"], "no CI", signed=signed)
-
-
 def mechanism_view(table: pd.DataFrame) -> pd.DataFrame:
     """The mechanism table with formatted cells (estimate [95% interval])."""
     rows = []
@@ -167,20 +163,17 @@ def mechanism_view(table: pd.DataFrame) -> pd.DataFrame:
         row = {c: r[c] for c in ("algo", "model", "condition", "format", "gemm_format")}
         row |= {"noise_scale": fmt(float(r["noise_scale"]), 2), "kv_cache": "on" if r["kv_cache"] else "off"}
         row |= {c: r[c] for c in ("granularity", "variant", "seeds", "ok/div/fail/miss")}
-        row["excess_clip"] = _ci(r, "excess_clip", signed=True)
+        row["excess_clip"] = ci_cell(r, "excess_clip", signed=True)
         row["excess p (Holm)"] = fmt(r.get("excess_clip p_holm", math.nan))
         row["phantom_low_neg"] = fmt(r["phantom_low_neg"], 4)
         row["phantom_missed_neg"] = fmt(r["phantom_missed_neg"], 4)
-        row["clip_low_neg"] = _ci(r, "clip_low_neg")
-        row["bf16_clip_low_neg"] = _ci(r, "bf16_clip_low_neg")
-        row["Δ clip_low_neg"] = fmt_ci(
-            r["clip_low_neg delta"], r["clip_low_neg delta_ci_low"], r["clip_low_neg delta_ci_high"], "no CI",
-            signed=True,
-        )  # fmt: skip
-        row["mismatch_kl_k3"] = _ci(r, "mismatch_kl_k3")
-        row["calib_low"] = _ci(r, "calib_low")
-        row["calib_high"] = _ci(r, "calib_high")
-        row["calib_floor_binds"] = _ci(r, "calib_floor_binds")
+        row["clip_low_neg"] = ci_cell(r, "clip_low_neg")
+        row["bf16_clip_low_neg"] = ci_cell(r, "bf16_clip_low_neg")
+        row["Δ clip_low_neg"] = ci_cell(r, "clip_low_neg", delta=True)
+        row["mismatch_kl_k3"] = ci_cell(r, "mismatch_kl_k3")
+        row["calib_low"] = ci_cell(r, "calib_low")
+        row["calib_high"] = ci_cell(r, "calib_high")
+        row["calib_floor_binds"] = ci_cell(r, "calib_floor_binds")
         rows.append(row)
     return pd.DataFrame(rows)
 
