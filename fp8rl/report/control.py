@@ -54,8 +54,10 @@ NOTES = [
 
 
 def never_ran(groups) -> bool:
-    """Whether every control group (records of `control_table`, or report.json's `groups`) that did not
-    learn had no run to check (`n` 0): the tier's control failed to run rather than to learn."""
+    """Whether every control group (`control_table`'s frame or its records, or report.json's `groups`;
+    None: no control table) that did not learn had no run to check (`n` 0): the tier's control failed to
+    run rather than to learn."""
+    groups = groups.to_dict("records") if isinstance(groups, pd.DataFrame) else groups or []
     failing = [g for g in groups if g["verdict"] != "learned"]
     return bool(failing) and all(not g["n"] for g in failing)
 

@@ -37,7 +37,7 @@ def control_lines(
         f"**{r['verdict']}**."
         for r in control.to_dict("records")
     ]
-    unchecked = never_ran(control.to_dict("records"))
+    unchecked = never_ran(control)
     if void and short is not None and not unchecked:
         return [*lines, short]
     text = UNCHECKED if unchecked else VOID

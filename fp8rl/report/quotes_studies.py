@@ -83,9 +83,7 @@ def study_findings(published: Path, tier: str, clipping: bool = False) -> str:
     paired = "bases" in planned  # study.unit: base (fp8rl.report.paired)
     test = "paired t over bases" if paired else "Welch t"
     lines = control_lines(control, void, who="bf16 control, ")
-    lines += planned_lines(
-        planned, void, never_ran(control.to_dict("records")), how=f" (final-window reward, {test}, Holm)"
-    )
+    lines += planned_lines(planned, void, never_ran(control), how=f" (final-window reward, {test}, Holm)")
     exploratory = optional_table(published, tier, "exploratory")
     for r in [] if exploratory is None else exploratory.to_dict("records"):
         lines.append(

@@ -171,7 +171,7 @@ def _secondary(table: pd.DataFrame | None) -> list[str]:
 
 def _caveats(cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame | None) -> list[str]:
     out = []
-    unchecked = control is not None and never_ran(control.to_dict("records"))
+    unchecked = never_ran(control)
     if void and not unchecked and pipeline_check(cfg):
         out.append(
             f"- Learning, or FP8 against bf16 on reward: {cfg.schedule.steps} steps x "
@@ -179,11 +179,7 @@ def _caveats(cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame 
             "eval comparison in these tables is interpreted."
         )
     elif void:
-        why = (
-            "no bf16 control run finished"
-            if control is not None and never_ran(control.to_dict("records"))
-            else "the control did not learn"
-        )
+        why = "no bf16 control run finished" if unchecked else "the control did not learn"
         out.append(
             f"- No conclusion about FP8 against bf16: {why}, so every comparison in "
             "these tables is void (reported, not interpreted)."
@@ -235,7 +231,7 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
         planned_lines(
             read["planned"],
             void,
-            read["control"] is not None and never_ran(read["control"].to_dict("records")),
+            never_ran(read["control"]),
         )
         + survival_lines(read["study_survival"])
         + stability_lines(read["stability"])
