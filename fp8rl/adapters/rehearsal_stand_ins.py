@@ -1,6 +1,6 @@
 """Stand-ins for a rehearsal's inputs on a machine without the real ones (fp8rl.adapters.verl_rehearse,
 fp8rl.adapters.rehearse_jobs): a model folder (`stand_in_model`: a character tokenizer with a ChatML
-template and a two-layer config of the model's family, no weights), a data folder (`stand_in_data`), a
+template and a config of the model's family and attention shape, no weights), a data folder (`stand_in_data`), a
 finished bf16 reference run (`stand_in_reference`), and a folder standing in for the Hugging Face hub
 (`stand_in_hub`, read through `$FP8RL_HUB_MIRROR` by `fp8rl fetch`): DAPO-Math-17k shaped exactly like
 the published parquet, lm-eval's four paper eval sets in their hub layouts, and stand-in models under
@@ -14,10 +14,28 @@ from pathlib import Path
 
 from fp8rl.adapters.verl_checkpoint import compat_tokenizer_config
 
+# what the parallel layout depends on in each paper model's config.json on the hub: (num_attention_heads,
+# num_key_value_heads, num_hidden_layers). Megatron's TP must divide the heads and the KV heads, PP the
+# layers; vLLM's TP the heads.
+HUB_SHAPES = {
+    "Qwen/Qwen3-8B": (32, 8, 36),
+    "Qwen/Qwen3-14B": (40, 8, 40),
+    "Qwen/Qwen2.5-32B": (40, 8, 64),
+}
+STAND_IN_SHAPE = (4, 2, 2)
+HEAD_DIM = 16
 
-def stand_in_model(out: Path, model_type: str = "qwen3") -> Path:
+
+def model_family(hf_id: str) -> str:
+    """The stand-in's `model_type` for a hub id: `qwen2` for Qwen2.5, else `qwen3`."""
+    return "qwen2" if "2.5" in hf_id else "qwen3"
+
+
+def stand_in_model(out: Path, model_type: str = "qwen3", shape: tuple[int, int, int] | None = None) -> Path:
     """A model directory verl's tokenizer and config loaders read: a character-level tokenizer with a
-    ChatML chat template (Qwen's format) and a two-layer config of `model_type` (no weights)."""
+    ChatML chat template (Qwen's format) and a config of `model_type` (no weights) with `shape`'s heads,
+    KV heads and layers (a real model's, `HUB_SHAPES`, so that its parallel layout is checked; default
+    a two-layer one) and small widths."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -41,9 +59,10 @@ def stand_in_model(out: Path, model_type: str = "qwen3") -> Path:
     written = compat_tokenizer_config(json.loads(tok_config.read_text()))
     tok_config.write_text(json.dumps({**written, "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2))
     arch = {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM"}.get(model_type, "Qwen3ForCausalLM")
-    config = {"architectures": [arch], "model_type": model_type, "hidden_size": 64,
-              "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "head_dim": 16, "num_hidden_layers": 2, "vocab_size": len(vocab),
+    heads, kv_heads, layers = shape or STAND_IN_SHAPE
+    config = {"architectures": [arch], "model_type": model_type, "hidden_size": heads * HEAD_DIM,
+              "intermediate_size": 128, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+              "head_dim": HEAD_DIM, "num_hidden_layers": layers, "vocab_size": len(vocab),
               "max_position_embeddings": 32768, "torch_dtype": "bfloat16", "tie_word_embeddings": False,
               "eos_token_id": vocab["<|im_end|>"], "pad_token_id": 0}  # fmt: skip
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
@@ -145,7 +164,7 @@ def stand_in_hub(
             (root / repo / "test.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
     for hf_id in models:
         if model_files == "stand-in":
-            stand_in_model(root / hf_id, "qwen2" if "2.5" in hf_id else "qwen3")
+            stand_in_model(root / hf_id, model_family(hf_id), HUB_SHAPES.get(hf_id))
             (root / hf_id / "model.safetensors").write_bytes(b"")
             continue
         (root / hf_id).mkdir(parents=True)

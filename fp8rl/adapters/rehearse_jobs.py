@@ -36,7 +36,13 @@ from pathlib import Path
 
 from fp8rl.adapters import image_rehearse, image_rehearse_agent
 from fp8rl.adapters.image_venv import ROOT, TAIL_CHARS, Result
-from fp8rl.adapters.rehearsal_stand_ins import stand_in_checkpoint, stand_in_hub, stand_in_model
+from fp8rl.adapters.rehearsal_stand_ins import (
+    HUB_SHAPES,
+    model_family,
+    stand_in_checkpoint,
+    stand_in_hub,
+    stand_in_model,
+)
 from fp8rl.config import ExperimentConfig
 from fp8rl.config.runs import RunSpec
 
@@ -81,12 +87,15 @@ class Context:
         return [*self.sets, f"hub.home={self.work / 'hf_home'}", *STAND_IN_SETS]
 
     def model_base(self) -> Path:
-        """`--base`, else a stand-in model of the first train job's model family."""
+        """`--base`, else a stand-in of the first train job's model (its family and attention shape)."""
         if self.base is not None:
             return self.base
-        family = "qwen2" if "2.5" in self.specs[0].model else "qwen3"
-        path = self.work / f"stand-in-{family}"
-        return path if (path / "config.json").is_file() else stand_in_model(path, family)
+        name = self.specs[0].model
+        hf_id = self.cfg.model(name).hf_id or name
+        path = self.work / f"stand-in-{name}"
+        if (path / "config.json").is_file():
+            return path
+        return stand_in_model(path, model_family(hf_id), HUB_SHAPES.get(hf_id))
 
 
 def _fp8rl(ctx: Context, *argv: str) -> subprocess.CompletedProcess:

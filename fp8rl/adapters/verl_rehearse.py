@@ -25,9 +25,10 @@ first step, each step with what the job passes (its overrides file, loss spec an
 reported passed or failed (`Step`):
 
 0. `megatron_config`: the Megatron engine's configs each GPU worker builds first, megatron-core's
-   `TransformerConfig` through mbridge and its `OptimizerConfig`, with the job's overrides and model
-   config, in their pinned sources (fp8rl.adapters.verl_rehearse_engine; skipped, and said so, without
-   build/upstream).
+   `TransformerConfig` through mbridge and its `OptimizerConfig`, with the job's overrides, model
+   config and tensor/pipeline parallel sizes, and the reference policy's and vLLM's sizes checked
+   against the GPUs and the model, in their pinned sources (fp8rl.adapters.verl_rehearse_engine;
+   skipped, and said so, without build/upstream).
 1. `dp_update`: verl's own actor update (`TrainingWorker.train_mini_batch` → `ppo_loss` → the job's
    policy loss → `Metric` → the all-gather over the DP group → `Metric.aggregate_dp`) on `DP_RANKS`
    gloo ranks (fp8rl.adapters.verl_rehearse_dp), with the job's clip ratios, loss aggregation, dynamic
@@ -48,9 +49,9 @@ reported passed or failed (`Step`):
    per distinct set of trainer and data settings in a working directory (its `checkpoint_step`).
 
 Without `--base` the model is a stand-in (`stand_in_model`: a character tokenizer with a ChatML template
-and a two-layer config of the model's family); without `--data`, a few stand-in problems; a calib cell
-with `calib.reference: run` gets a stand-in bf16 reference run. Ray runs ~10 processes per job; a job
-takes ~30-60 s on two cores.
+and a config of the model's family with its attention heads, KV heads and layers); without `--data`, a
+few stand-in problems; a calib cell with `calib.reference: run` gets a stand-in bf16 reference run. Ray
+runs ~10 processes per job; a job takes ~30-60 s on two cores.
 """
 
 from __future__ import annotations
@@ -69,7 +70,13 @@ from pathlib import Path
 
 from fp8rl.adapters import rehearsal_hook
 from fp8rl.adapters.rehearsal_hook import MARKER, REHEARSAL_ENV
-from fp8rl.adapters.rehearsal_stand_ins import stand_in_data, stand_in_model, stand_in_reference
+from fp8rl.adapters.rehearsal_stand_ins import (
+    HUB_SHAPES,
+    model_family,
+    stand_in_data,
+    stand_in_model,
+    stand_in_reference,
+)
 from fp8rl.adapters.verl_launch import OVERRIDES_FILE
 from fp8rl.adapters.verl_run import LOSS_FILE, SCRIPT_FILE, verl_paths, write_run_files
 from fp8rl.config import ExperimentConfig
@@ -174,8 +181,8 @@ def rehearse_run(
     site.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(rehearsal_hook.__file__, site / "sitecustomize.py")
     if base is None:
-        family = "qwen2" if "2.5" in spec.model else "qwen3"
-        base = stand_in_model(work / f"stand-in-{family}", family)
+        hf_id = cfg.model(spec.model).hf_id or spec.model
+        base = stand_in_model(work / f"stand-in-{spec.model}", model_family(hf_id), HUB_SHAPES.get(hf_id))
     data = data or stand_in_data(work / "stand-in-data")
     reference = stand_in_reference(work / "stand-in-reference") if spec.spec.calib else None
     # the job's caches (HF datasets' parquet cache) in the working directory, not the config's hub

@@ -13,7 +13,10 @@ chain's next job the same way. `engine_configs` runs that code with the job's co
 model's config, in megatron-core 0.19.2 and mbridge 0.15.1's pinned sources (build/upstream) on CPU
 (fp8rl.adapters.verl_rehearse_megatron `cpu_megatron`).
 
-Stand-ins: one rank, so the job's tensor/pipeline sizes are not applied to the configs; Transformer
+The job's tensor, pipeline and virtual pipeline sizes are set in megatron-core's parallel state on the
+one rank (`apply_parallel_sizes`), so the `TransformerConfig` has them and its checks of the model's
+heads, KV heads and layers run; the sizes verl reads for the reference policy and for vLLM are checked
+against the GPUs and the model (`parallel_layout`). Stand-ins: one rank; Transformer
 Engine cannot be imported without its CUDA library, so the one thing `OptimizerConfig` asks of it for
 the precision-aware optimizer (that its `FusedAdam` takes `master_weight_dtype`, `exp_avg_dtype`,
 `exp_avg_sq_dtype` and `use_decoupled_grad`) is answered by a class with the parameters of the pinned
@@ -64,6 +67,51 @@ def _te_fused_adam(upstream: Path = UPSTREAM) -> None:
     )[0]
 
 
+def apply_parallel_sizes(megatron) -> None:
+    """megatron-core's parallel state with the composed `megatron` section's tensor, pipeline and virtual
+    pipeline sizes, as verl's engine initialises it on each GPU worker (`initialize_model_parallel`
+    with the engine config's sizes), on this one rank: mbridge reads them from there into the
+    `TransformerConfig` (`tensor_model_parallel_size`, `pipeline_model_parallel_size`,
+    `sequence_parallel`), whose checks (heads and KV heads by TP, layers by PP) then run on them."""
+    from megatron.core import parallel_state as mpu
+
+    mpu.set_tensor_model_parallel_world_size(int(megatron.tensor_model_parallel_size))
+    mpu.set_pipeline_model_parallel_world_size(int(megatron.pipeline_model_parallel_size))
+    if megatron.virtual_pipeline_model_parallel_size is not None:
+        mpu.set_virtual_pipeline_model_parallel_world_size(int(megatron.virtual_pipeline_model_parallel_size))
+
+
+def parallel_layout(composed, hf_config) -> dict:
+    """The job's parallel sizes as verl reads them from the composed config, the actor's, the reference
+    policy's (verl's `ref.megatron` follows the actor's) and vLLM's, checked against the GPUs and the
+    model: ValueError naming each size that does not fit (vLLM's TP must divide the attention heads and
+    divide or be divided by the KV heads, and stay within a node; the actor's TP x PP x CP must divide
+    the job's GPUs)."""
+    arr = composed.actor_rollout_ref
+    mega, ref, rollout_tp = arr.actor.megatron, arr.ref.megatron, int(arr.rollout.tensor_model_parallel_size)
+    nodes, per_node = int(composed.trainer.nnodes), int(composed.trainer.n_gpus_per_node)
+    heads, kv_heads = hf_config.num_attention_heads, hf_config.num_key_value_heads
+    tp, pp, cp = (int(mega.tensor_model_parallel_size), int(mega.pipeline_model_parallel_size),
+                  int(mega.context_parallel_size))  # fmt: skip
+    problems = []
+    if (nodes * per_node) % (tp * pp * cp):
+        problems.append(
+            f"actor TP {tp} x PP {pp} x CP {cp} does not divide the job's {nodes * per_node} GPUs"
+        )
+    if (int(ref.tensor_model_parallel_size), int(ref.pipeline_model_parallel_size)) != (tp, pp):
+        problems.append(f"ref TP/PP {ref.tensor_model_parallel_size}/{ref.pipeline_model_parallel_size} "
+                        f"differ from the actor's {tp}/{pp}")  # fmt: skip
+    if heads % rollout_tp or (kv_heads % rollout_tp and rollout_tp % kv_heads):
+        problems.append(
+            f"vLLM's TP {rollout_tp} does not fit {heads} attention heads and {kv_heads} KV heads"
+        )
+    if rollout_tp > per_node or (nodes * per_node) % rollout_tp:
+        problems.append(f"vLLM's TP {rollout_tp} does not fit {nodes} nodes of {per_node} GPUs")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return {"dp_size": nodes * per_node // (tp * pp * cp), "ref_tp_pp": [tp, pp], "rollout_tp": rollout_tp}
+
+
 def engine_configs(overrides: list[str], model_path: str) -> dict:
     """The `TransformerConfig` and `OptimizerConfig` verl's Megatron engine builds for a job with
     `overrides` on the model at `model_path`, as the fields that say what the job trains with."""
@@ -75,9 +123,12 @@ def engine_configs(overrides: list[str], model_path: str) -> dict:
     from verl.utils.megatron.optimizer import init_megatron_optim_config
     from verl.utils.torch_dtypes import PrecisionType
 
-    actor = compose(overrides).actor_rollout_ref.actor
+    composed = compose(overrides)
+    actor = composed.actor_rollout_ref.actor
     param_dtype = PrecisionType.to_dtype(actor.megatron.dtype)
-    tf = transformer_config(actor, AutoConfig.from_pretrained(model_path))
+    apply_parallel_sizes(actor.megatron)
+    hf_config = AutoConfig.from_pretrained(model_path)
+    tf = transformer_config(actor, hf_config)
     _te_fused_adam()
     optim = init_megatron_optim_config(
         actor.optim,
@@ -86,6 +137,10 @@ def engine_configs(overrides: list[str], model_path: str) -> dict:
         bf16=param_dtype == torch.bfloat16,
     )
     return {
+        "tensor_model_parallel_size": tf.tensor_model_parallel_size,
+        "pipeline_model_parallel_size": tf.pipeline_model_parallel_size,
+        "sequence_parallel": tf.sequence_parallel,
+        **parallel_layout(composed, hf_config),
         "fp8": tf.fp8,
         "fp8_recipe": tf.fp8_recipe if tf.fp8 else None,
         "attention_backend": str(tf.attention_backend),
@@ -117,6 +172,14 @@ def engine_step(out: Path, base: Path, timeout_s: int = TIMEOUT_S) -> tuple[bool
     if res.returncode != 0:
         return False, f"verl's Megatron engine config failed:\n{(res.stdout + res.stderr)[-3000:]}"
     configs = json.loads(res.stdout.strip().splitlines()[-1])
+    want = {"tensor_model_parallel_size": "actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
+            "pipeline_model_parallel_size": "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size",
+            "rollout_tp": "actor_rollout_ref.rollout.tensor_model_parallel_size"}  # fmt: skip
+    given = dict(o.split("=", 1) for o in overrides)
+    lost = [f"{key}: {configs[k]} (the overrides: {given.get(key)})" for k, key in want.items()
+            if str(configs[k]) != given.get(key, "1")]  # fmt: skip
+    if lost:
+        return False, f"the job's parallel sizes did not reach verl's engine: {'; '.join(lost)}"
     return True, (
         "megatron-core's TransformerConfig through mbridge and its OptimizerConfig built as verl's engine "
         f"builds them: {configs}"

@@ -232,13 +232,19 @@ def test_the_attention_backend_is_one_the_train_image_has(paper, compose):
 # ------------------------------------------------------------------------------ Megatron engine configs
 
 
-def _engine(paper, tmp_path: Path, run_id: str, extra: tuple[str, ...] = ()) -> tuple[bool, str]:
+def _engine(
+    paper, tmp_path: Path, run_id: str, extra: tuple[str, ...] = (), shape: tuple[int, int, int] | None = None
+) -> tuple[bool, str]:
+    """The engine step of `run_id`'s job on a stand-in of its model with the hub model's attention heads,
+    KV heads and layers (or `shape`)."""
+    from fp8rl.adapters.rehearsal_stand_ins import HUB_SHAPES, model_family
     from fp8rl.adapters.verl_launch import OVERRIDES_FILE
     from fp8rl.adapters.verl_rehearse import stand_in_model
     from fp8rl.adapters.verl_rehearse_engine import engine_step
 
     _upstream("mbridge/__init__.py")
-    base = stand_in_model(tmp_path / "base", "qwen3")
+    hf_id = paper.model(RunSpec.parse(run_id).model).hf_id
+    base = stand_in_model(tmp_path / "base", model_family(hf_id), shape or HUB_SHAPES[hf_id])
     paths = VerlPaths(str(base), PATHS.train_files, PATHS.val_files, str(tmp_path / "run"))
     out = Path(paths.out)
     out.mkdir()
@@ -265,6 +271,40 @@ def test_each_jobs_megatron_configs_build_as_verls_engine_builds_them(
     assert want in detail and "'attention_backend': 'AttnBackend.fused'" in detail, detail
     moments = "torch.float32" if "/bf16/" in run_id else "torch.bfloat16"
     assert f"'exp_avg_dtype': '{moments}'" in detail, detail
+
+
+@pytest.mark.parametrize("model", ["qwen3-8b", "qwen3-14b", "qwen2.5-32b"])
+def test_each_models_tensor_and_pipeline_sizes_reach_megatron_and_vllm(paper, tmp_path, verl_site, model):
+    """The sizes fp8rl derives from the model (verl_model.parallelism) are the ones verl's engine builds
+    megatron-core's TransformerConfig with (set in its parallel state, read by mbridge, checked against
+    the model's heads, KV heads and layers), the reference policy's, and vLLM's."""
+    from fp8rl.adapters.verl_model import parallelism
+
+    par = parallelism(paper.model(model))
+    ok, detail = _engine(paper, tmp_path, f"grpo/{model}/fp8_tis/blockwise/seed0")
+    assert ok, detail
+    assert f"'tensor_model_parallel_size': {par.tp}, 'pipeline_model_parallel_size': {par.pp}" in detail, (
+        detail
+    )
+    assert f"'sequence_parallel': {par.tp > 1}" in detail and f"'rollout_tp': {par.rollout_tp}" in detail
+    assert f"'ref_tp_pp': [{par.tp}, {par.pp}]" in detail, detail
+
+
+@pytest.mark.parametrize(
+    "extra, shape, error",
+    [
+        ((), (36, 6, 36), "num_attention_heads (36) must be a multiple of tensor_model_parallel_size (8)"),
+        (("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=3",), None, "PP 3"),
+        (("actor_rollout_ref.rollout.tensor_model_parallel_size=16",), None, "vLLM's TP 16"),
+    ],
+)
+def test_a_parallel_layout_that_does_not_fit_fails_the_engine_step(
+    paper, tmp_path, verl_site, extra, shape, error
+):
+    """The step has teeth: heads TP does not divide (a 36-head model at the 32B's TP 8), a PP that does
+    not divide the GPUs, a vLLM TP wider than a node."""
+    ok, detail = _engine(paper, tmp_path, "grpo/qwen2.5-32b/fp8/blockwise/seed0", extra, shape)
+    assert not ok and error in detail, detail
 
 
 def test_a_transformer_config_key_megatron_does_not_know_fails_the_engine_step(paper, tmp_path, verl_site):
