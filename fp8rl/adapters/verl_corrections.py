@@ -14,18 +14,35 @@ fp8rl's band `[low, high]` on the geometric-mean ratio becomes verl's `[1/high, 
 sequences leave verl's response mask, as they leave the reference trainer's loss mask.
 `fp16` sets `actor_rollout_ref.{actor,ref}.megatron.dtype` and `actor_rollout_ref.rollout.dtype` to
 `float16`: Megatron then trains with its dynamic loss scaler (initial scale 32768) and vLLM samples in
-FP16. What verl cannot express is refused by `check_corrections` (an IcePop band starting at 0: verl
-needs a positive lower bound), and so is score centering, whose inputs verl 0.9.1 does not hand a
-policy loss (`NOT_ON_VERL`). It needs, at every sampled position, the sampler's next-token distribution
-`q` and the trainer's log-probs of those tokens with their gradient (fp8rl.rl.corrections.scorecenter).
-verl's vLLM rollout asks for the sampled token's log-prob only (`logprobs: 0`, agent_loop) and keeps
-that one; a policy loss gets the sampled tokens' log-probs only; verl computes other tokens' log-probs
-with a gradient only inside its distillation path (`distillation.distillation_loss.use_topk`: a
-teacher's top-k `prompt_logprobs` and a forward-KL term in the Megatron logits processor, with no
-per-token advantage). A top-k reading would need vLLM's `logprobs: k` kept per generated token and
-carried through TransferQueue, and a logits-processor term `A_t sum_{v in top-k} c_v log pi(v)`: `q`
-truncated to its top k entries (the mass outside them neither centred nor counted in `sc/mass`), and,
-for `tis_scorecenter`, `pi_old` known only at those k tokens. It runs in the reference trainer.
+FP16. What verl cannot express is refused by `check_corrections`, with the config key to change: an
+IcePop band starting at 0 (`tis.icepop`: verl needs a positive lower bound), and score centering
+(`matrix.variants`: `NOT_ON_VERL`), whose inputs verl 0.9.1 neither collects nor hands a loss.
+
+Score centering on a real engine reads the sampler's top k, as arXiv 2609.20807's top-k estimator and
+NeMo-RL's `loss_fn.score_centering` do: at each generated position the rollout engine returns the ids H
+and log-probs of its k most likely next tokens (vLLM `SamplingParams(logprobs=k)`, after the
+temperature and the top-k/top-p cut under verl's `logprobs_mode: processed_logprobs`), the trainer
+computes pi_theta at those ids over the full vocabulary with their gradient, and the term is
+`A_t sum_{v in H} sg(c_v) log pi_theta(v)` (fp8rl.rl.corrections.scorecenter has the full-vocabulary
+form; `tis_scorecenter` also needs pi_old at H). verl 0.9.1 carries none of the three:
+
+- the rollout: `vLLMHttpServer.generate` (verl/workers/rollout/vllm_rollout/vllm_async_server.py)
+  turns the agent loop's `logprobs` flag (`rollout.calculate_log_probs`) into `logprobs=0`, whatever a
+  request asks for, and keeps the sampled token's log-prob only (`TokenOutput.log_probs`, one float per
+  token, the batch's `rollout_log_probs` [B, T]);
+- the batch: the only per-position top-k tensors it carries are `teacher_ids` / `teacher_logprobs`,
+  filled by the teacher loop (`AgentLoopWorker._compute_teacher_logprobs`) from a separate, frozen
+  teacher model's prefill of the finished sequence, and only with `distillation.enabled`;
+- the trainer: the actor's forward returns the sampled tokens' log-probs
+  (`MegatronEngineWithLMHead._lm_head_logits_processor`:
+  `vocab_parallel_log_probs_from_logits(logits, label)`),
+  and `ppo_loss` (verl/workers/utils/losses.py) hands a registered policy loss `old_log_prob`,
+  `log_prob`, `advantages`, `response_mask` and `rollout_is_weights` only. Other ids' log-probs with a
+  gradient exist only in that processor's distillation branch (`distillation_use_topk`:
+  `compute_forward_kl_topk` over the teacher's ids), set only when a teacher model runs.
+
+So a verl Score Centering needs verl's functions replaced, not a loss registered (docs/paper_deviations.md
+says what a patch would change); it runs in the reference trainer.
 
 QuRL's adaptive clip range (`qurl`) measures its gap from verl's untruncated token ratios (below),
 through its own loss `fp8rl_qurl` (fp8rl.adapters.verl_qurl): on verl the gap is the trainer/rollout
@@ -44,18 +61,24 @@ micro-batch, so the band is set per micro-batch there, per step in the reference
 
 from __future__ import annotations
 
+from fp8rl.adapters.verl_model import AdapterError
 from fp8rl.config import ExperimentConfig
 from fp8rl.vocabulary import ADAPTIVE_ICEPOP_MASK_FRAC, ICEPOP_BAND, MIS_BAND, VariantSpec
 
 RC = "algorithm.rollout_correction"
 
-# correction -> what verl 0.9.1 lacks to run it (module docstring)
+# correction -> what it needs that verl 0.9.1 lacks (module docstring)
 _SC = (
-    "the sampler's next-token distributions and the trainer's log-probs of those tokens with their "
-    "gradient (verl's rollout keeps the sampled token's log-prob only, and a policy loss gets only the "
-    "sampled tokens')"
+    "the rollout engine's top-k next-token ids and log-probs at every generated position and the "
+    "trainer's log-probs of those ids with their gradient"
 )
-NOT_ON_VERL = {"scorecenter": _SC, "tis_scorecenter": _SC}
+NOT_ON_VERL = {"scorecenter": _SC, "tis_scorecenter": _SC + ", and pi_old at those ids"}
+_VERL_LACKS = (
+    "verl 0.9.1 asks vLLM for the sampled token's log-prob only and keeps that one "
+    "(vLLMHttpServer.generate), and its actor computes the sampled tokens' log-probs only, the only "
+    "log-probs a policy loss gets (MegatronEngineWithLMHead._lm_head_logits_processor, "
+    "verl.workers.utils.losses.ppo_loss)"
+)
 
 # correction -> the fp8rl policy loss (registered in verl) that applies it to verl's raw ratios
 CORRECTION_LOSSES = {"icepop_adaptive": "fp8rl_icepop_adaptive", "qurl": "fp8rl_qurl"}
@@ -75,26 +98,41 @@ def _band(cfg: ExperimentConfig, kind: str) -> tuple[float, float]:
     return tuple(t.icepop or ICEPOP_BAND) if kind == "icepop" else tuple(t.mis or MIS_BAND)
 
 
-def check_corrections(cfg: ExperimentConfig, variant: VariantSpec) -> str | None:
-    """Why verl cannot run this variant's correction (a message naming the key), or None."""
-    if variant.correction in NOT_ON_VERL:
-        return (
-            f"variant {variant.name}: correction {variant.correction!r} needs "
-            f"{NOT_ON_VERL[variant.correction]}, which verl 0.9.1 does not give a policy loss; "
-            "it runs in the reference trainer (backend: reference)"
+def _variant_key(cfg: ExperimentConfig, name: str) -> tuple:
+    """The config path that names the variant: its entry in `matrix.variants`."""
+    variants = list(cfg.matrix.variants)
+    return ("matrix", "variants", variants.index(name)) if name in variants else ("matrix", "variants")
+
+
+def check_corrections(cfg: ExperimentConfig, variant: VariantSpec) -> AdapterError | None:
+    """Why verl cannot run this variant's correction, as an `AdapterError` whose message starts with the
+    config key to change and whose `key` is its path (the variant's `matrix.variants` entry, or
+    `tis.icepop`), or None."""
+    kind, name = variant.correction, variant.name
+    if kind in NOT_ON_VERL:
+        return AdapterError(
+            f"matrix.variants: {name}: correction {kind!r} cannot run on backend 'verl': it needs "
+            f"{NOT_ON_VERL[kind]}; {_VERL_LACKS}. Run it with backend 'reference', or leave it out of the "
+            "verl matrix (docs/paper_deviations.md: score centering stays reference-only)",
+            key=_variant_key(cfg, name),
         )
-    if variant.correction not in ROLLOUT_IS:
-        return (
-            f"variant {variant.name}: correction {variant.correction!r} has no verl mapping "
-            "(fp8rl.adapters.verl_corrections ROLLOUT_IS); it runs in the reference trainer (backend: reference)"
+    if kind not in ROLLOUT_IS:
+        return AdapterError(
+            f"matrix.variants: {name}: correction {kind!r} has no verl mapping (fp8rl.adapters."
+            "verl_corrections ROLLOUT_IS); it runs in the reference trainer (backend: reference)",
+            key=_variant_key(cfg, name),
         )
-    if variant.calib and variant.correction in CORRECTION_LOSSES:
-        return (
-            f"variant {variant.name}: calibrated clipping and {variant.correction!r} are two verl policy "
-            f"losses (calibrated_clip, {CORRECTION_LOSSES[variant.correction]}); verl runs one"
+    if variant.calib and kind in CORRECTION_LOSSES:
+        return AdapterError(
+            f"matrix.variants: {name}: calibrated clipping and {kind!r} are two verl policy losses "
+            f"(calibrated_clip, {CORRECTION_LOSSES[kind]}); verl runs one",
+            key=_variant_key(cfg, name),
         )
-    if variant.correction == "icepop" and _band(cfg, "icepop")[0] <= 0:
-        return f"tis.icepop: verl's IcePop threshold needs a positive lower bound, got {list(_band(cfg, 'icepop'))}"
+    if kind == "icepop" and _band(cfg, "icepop")[0] <= 0:
+        return AdapterError(
+            f"tis.icepop: verl's IcePop threshold needs a positive lower bound, got {list(_band(cfg, 'icepop'))}",
+            key=("tis", "icepop"),
+        )
     return None
 
 

@@ -16,7 +16,9 @@ What verl cannot run is refused here, in one place, with an `AdapterError` namin
 refusal comes before any job starts): `rowwise` (Megatron has no per-row recipe), `fp8.format: e5m2` on
 a tensor-scaled recipe (Megatron takes e4m3 or hybrid), `fp8.noise_scale` other than 1 (the reference
 trainer's emulation only), `calib.reference: shadow` (verl's actor exposes no unquantized re-scoring
-pass to the loss; use `run`), and a model without a size or GPUs.
+pass to the loss; use `run`), a correction verl cannot run (`matrix.variants`: score centering, whose
+top-k inputs verl 0.9.1 neither collects nor hands a loss; fp8rl.adapters.verl_corrections), and a model
+without a size or GPUs.
 """
 
 from __future__ import annotations
@@ -150,9 +152,9 @@ def _run_problems(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> list[Ad
             "the matching bf16 run) or 'static:<q>'",
             key=_condition_key(cfg, spec.condition, ("calib", "reference")),
         ))  # fmt: skip
-    why = check_corrections(cfg, spec.spec)
-    if why:
-        out.append(AdapterError(why, key=("tis", "icepop")))
+    refused = check_corrections(cfg, spec.spec)
+    if refused:
+        out.append(refused)
     try:
         parallelism(cfg.model(spec.model))  # its messages start with the key (models.NAME.params: ...)
     except AdapterError as exc:
