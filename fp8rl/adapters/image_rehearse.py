@@ -187,6 +187,22 @@ def export_job(venv: Path, work: Path, base: Path, tf4_python: Path, timeout_s: 
     )
 
 
+def ray_node_env(config: Path, sets: list[str]) -> dict[str, str]:
+    """What the eval job's Ray is told of its node in a rehearsal: the GPUs and CPUs the config gives an
+    eval job (`resources.eval`), so lm-eval's data-parallel vLLM replicas (`ray.remote(num_gpus=TP)`, one
+    per `data_parallel_size`) are scheduled here as on the GPU node instead of waiting for GPUs forever;
+    and a longer wait for Ray's node to start on a loaded machine."""
+    import json
+
+    from fp8rl.config_loader import load_config
+
+    res = load_config(config, list(sets)).resources_for("eval")
+    return {
+        "RAY_OVERRIDE_RESOURCES": json.dumps({"GPU": max(res.gpus, 1), "CPU": res.threads}),
+        "RAY_raylet_start_wait_time_s": "300",
+    }
+
+
 def eval_lm_job(
     venv: Path, work: Path, checkpoint: Path, data: Path, sets: list[str] = (), timeout_s: int = 1800,
     config: Path = PAPER,
@@ -194,7 +210,8 @@ def eval_lm_job(
     """The paper tier's `eval_lm` job (eval image; workflows/eval.smk: `fp8rl eval lm-eval --config FILE
     --checkpoint CKPT --data DIR --out OUT --on-failure ...`) to its first GPU point: its inputs checked,
     lm-eval's tasks planned from the local data and the `fp8rl-vllm` model built, whose vLLM engine
-    then finds no GPU. With `--on-failure record` the job records that and exits 0; the rehearsal passes
+    then finds no GPU (in each data-parallel replica Ray starts, with `ray_node_env`, when the
+    checkpoint's model is evaluated on several replicas). With `--on-failure record` the job records that and exits 0; the rehearsal passes
     when that is the only failure recorded."""
     if problem := venv_problem(venv, "eval"):
         return Result("eval lm-eval", True, problem, skipped=True)
@@ -205,7 +222,7 @@ def eval_lm_job(
     argv = [str(venv / "bin" / "fp8rl"), "eval", "lm-eval", "--config", str(config),
             *(a for x in sets for a in ("--set", x)), "--checkpoint", str(checkpoint), "--data", str(data),
             "--out", str(out), "--on-failure", "record"]  # fmt: skip
-    res = _run(venv, "eval", argv, work, timeout_s)
+    res = _run(venv, "eval", argv, work, timeout_s, ray_node_env(config, sets))
     log = res.stdout + res.stderr
     (work / "eval_lm.log").write_text(log)
     if res.returncode != 0:
@@ -223,10 +240,11 @@ def eval_lm_job(
             "eval lm-eval", False, f"it did not stop at vLLM's GPU (failures {reasons}):\n{log[-TAIL_CHARS:]}"
         )
     versions = _versions(venv, "eval", work, "lm-eval", "vllm", "transformers", "torch")
+    where = " in lm-eval's data-parallel replicas under Ray" if "dp_replica" in reasons[0] else ""
     return Result(
         "eval lm-eval",
         True,
-        f"tasks planned, stopped where vLLM needs a GPU: {reasons[0][:160]} ({versions})",
+        f"tasks planned, stopped where vLLM needs a GPU{where}: {GPU_POINT.search(reasons[0])[0]} ({versions})",
     )
 
 

@@ -88,8 +88,15 @@ def install_fp8rl(venv: Path) -> None:
     )  # fmt: skip
 
 
-def _run(venv: Path, image: str, argv: list[str], cwd: Path, timeout_s: int) -> subprocess.CompletedProcess:
-    env = image_env(venv, image, cwd)
+def _run(
+    venv: Path,
+    image: str,
+    argv: list[str],
+    cwd: Path,
+    timeout_s: int,
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
+    env = {**image_env(venv, image, cwd), **(extra_env or {})}
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
 
 

@@ -55,6 +55,16 @@ def test_the_job_sees_the_images_environment_not_this_machines(tmp_path, monkeyp
     assert "PYTHONPATH" not in env and "OPENBLAS_CORETYPE" not in env
 
 
+def test_the_eval_rehearsal_tells_ray_the_eval_nodes_gpus():
+    """lm-eval's data-parallel vLLM replicas each ask Ray for TP GPUs; told the eval job's GPUs (as the
+    node's Ray sees them), Ray schedules them here and each replica's vLLM reaches its GPU point."""
+    import json
+
+    paper = ROOT / "config" / "paper.yaml"
+    env = image_rehearse.ray_node_env(paper, ["resources.eval.gpus=4"])
+    assert json.loads(env["RAY_OVERRIDE_RESOURCES"]) == {"GPU": 4, "CPU": 16}
+
+
 @pytest.mark.slow
 def test_the_report_job_in_the_cpu_images_packages_reproduces_the_published_ci_tables(tmp_path):
     _needs_venv_and_runs()
