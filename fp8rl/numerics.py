@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from functools import lru_cache
 
 from fp8rl.vocabulary import FP8_BACKEND_ENV
@@ -112,6 +113,42 @@ def export(mode: str, environ=os.environ) -> None:
             environ[key] = env[key]
         else:
             environ.pop(key, None)
+
+
+def unpinned(environ=os.environ) -> dict[str, str]:
+    """`environ` for a process that runs on GPUs (vLLM's engine and workers, bfcl's `vllm serve`): no
+    CPU numerics pin (`environment("fast", ...)`: the pin's own values and `REPRODUCIBLE_RUNTIME_ENV`'s
+    removed, a user's own kept, `FP8RL_NUMERICS=fast` so a child that imports fp8rl does not set it
+    again). Its results do not depend on CPU kernels, and the pin's caps (AVX2, MKL's slow COMPATIBLE
+    branch, OpenBLAS's Haswell core type: x86 names an Arm host such as Grace does not know) would
+    only slow or confuse its CPU side."""
+    env = environment("fast", environ)
+    for key, value in REPRODUCIBLE_RUNTIME_ENV.items():
+        if env.get(key) == value:
+            del env[key]
+    return env
+
+
+@contextmanager
+def children_unpinned(environ=os.environ):
+    """While it runs, the processes this one starts get `unpinned(environ)`: for an in-process library
+    that starts its GPU workers itself (lm-eval's vLLM model). This process's libraries keep the kernels
+    they chose at start; the environment is put back after."""
+    saved = dict(environ)
+    new = unpinned(environ)
+    for key in (ENV_MODE, *PINNED_ENV, *REPRODUCIBLE_RUNTIME_ENV):
+        if key in new:
+            environ[key] = new[key]
+        else:
+            environ.pop(key, None)
+    try:
+        yield
+    finally:
+        for key in (ENV_MODE, *PINNED_ENV, *REPRODUCIBLE_RUNTIME_ENV):
+            if key in saved:
+                environ[key] = saved[key]
+            else:
+                environ.pop(key, None)
 
 
 _ACTIVE: str | None = None

@@ -14,7 +14,8 @@ names the model, hence the run's `bfcl_handler`). Two passes:
    every test case of the categories (its prompt formatting, the tokenizer's counts, its result files),
    `bfcl evaluate` scores them with its AST checker, and fp8rl reads the score files into the job's
    result (fp8rl.evaluate.bfcl `read_scores`): the pass needs a result for every task of `eval.agent`
-   and no failure. The scores themselves mean nothing (the answers are canned).
+   and no failure, and the stand-in's environment without fp8rl's CPU numerics pin (`pin_leak`: vLLM
+   runs on the GPUs). The scores themselves mean nothing (the answers are canned).
 
     python -m fp8rl.adapters.image_rehearse eval-agent --checkpoint RUN/checkpoint --data DATA_DIR
 """
@@ -44,9 +45,11 @@ JOB = "eval agent"
 BFCL_LOADED = "Max context length:"
 # `vllm serve MODEL --port P ...` as an OpenAI-compatible server with canned answers (pass 2)
 VLLM_STAND_IN = """
-import json, sys
+import json, os, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm-env.json"), "w") as f:
+    json.dump(dict(os.environ), f)  # what the job gave vLLM's server (its numerics pin, if any)
 args = sys.argv[1:]
 model, port = args[1], int(args[args.index("--port") + 1])
 ANSWER = '<tool_call>\\n{"name": "stand_in", "arguments": {}}\\n</tool_call>'
@@ -77,6 +80,14 @@ class Handler(BaseHTTPRequestHandler):
 print(f"vllm stand-in: serving {model} on port {port}", flush=True)
 ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 """
+
+
+def pin_leak(env: dict[str, str]) -> dict[str, str]:
+    """The variables of fp8rl's CPU numerics pin (fp8rl.numerics) that `env` holds at the pin's values."""
+    from fp8rl import numerics
+
+    pins = {**numerics.PINNED_ENV, **numerics.REPRODUCIBLE_RUNTIME_ENV}
+    return {k: v for k, v in pins.items() if env.get(k) == v}
 
 
 def _job(venv: Path, work: Path, checkpoint: Path, data: Path, sets, timeout_s: int, stand_in: Path | None,
@@ -133,6 +144,9 @@ def eval_agent_job(
             f"with vLLM's server stood in, the job did not run to its end (exit {rc}, failures {failed}):\n"
             f"{log2[-TAIL_CHARS:]}",
         )
+    pinned = pin_leak(json.loads((bin_dir / "vllm-env.json").read_text()))
+    if pinned:
+        return Result(JOB, False, f"the CPU numerics pin reached vllm serve on the GPUs: {pinned}")
     scored = ", ".join(f"{r['task']} n={r['n']}" for r in result2["results"])
     versions = _versions(venv, "bfcl", work, "bfcl-eval", "transformers", "vllm", "torch")
     return Result(

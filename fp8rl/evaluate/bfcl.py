@@ -23,6 +23,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from fp8rl import numerics
 from fp8rl.config import ExperimentConfig
 from fp8rl.evaluate.eval_tasks import BFCL_CATEGORIES, BFCL_PREFIX, EVALS_DIR, EvalInputError
 from fp8rl.evaluate.protocol import checkpoint_model
@@ -122,7 +123,8 @@ def run_bfcl(cfg: ExperimentConfig, checkpoint: Path, names: list[str], workdir:
     exe = find_bfcl()
     cats = ",".join(bfcl_categories(names))
     model = bfcl_model_name(cfg, checkpoint)
-    env = {**os.environ, "BFCL_PROJECT_ROOT": str(workdir)}
+    # vLLM runs on the GPUs: no CPU numerics pin in its environment (numerics.unpinned)
+    env = {**numerics.unpinned(os.environ), "BFCL_PROJECT_ROOT": str(workdir)}
     gpus = max(1, cfg.resources_for("eval").gpus)
     workdir.mkdir(parents=True, exist_ok=True)
     generate = [exe, "generate", "--model", model, "--test-category", cats, "--backend", "vllm"]

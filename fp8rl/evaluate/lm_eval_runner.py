@@ -24,6 +24,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from fp8rl import numerics
 from fp8rl.checkpoint_files import not_a_file
 from fp8rl.config import ExperimentConfig
 from fp8rl.evaluate.eval_tasks import EvalInputError, TaskPlan
@@ -273,7 +274,9 @@ def run_lm_eval(
     name, args = model_spec(cfg, checkpoint) if lm is None else (lm, None)
     # A chat model is prompted in its chat template, as the trainer prompts it (encode_prompt).
     chat = lm is None and has_chat_template(checkpoint)
-    with bounded_renders(checkpoint) if chat else nullcontext():
+    # vLLM's engine and workers (processes the model starts) run on the GPUs: no CPU numerics pin there
+    gpu = numerics.children_unpinned() if name == "fp8rl-vllm" else nullcontext()
+    with bounded_renders(checkpoint) if chat else nullcontext(), gpu:
         raw = lm_eval.simple_evaluate(
             model=name,
             model_args=args,
