@@ -71,8 +71,11 @@ class StudyConfig(Strict):
     )
     sides: Literal["two-sided"] = "two-sided"
     alpha: float = Field(0.05, gt=0.0, lt=0.5)
-    multiplicity: Literal["holm", "none"] = Field(
-        "holm", description="how the planned contrasts' p-values are adjusted as a family"
+    multiplicity: Literal["holm", "fixed_sequence", "none"] = Field(
+        "holm",
+        description="how the planned contrasts' p-values are adjusted as a family: holm (Holm's step-down), "
+        "fixed_sequence (in the order `planned` lists them, each at the full alpha while every earlier one "
+        "is rejected: for an ordered family, as a dose sweep tested from the largest dose down) or none",
     )
     min_effect: float = Field(gt=0.0, description="the smallest |difference| of endpoints worth seeing")
     planning_sd: float = Field(

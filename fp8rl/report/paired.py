@@ -122,8 +122,15 @@ def planned_notes(study: StudyConfig, endpoint: str, adjust: str) -> list[str]:
         f"`power_observed`: the exact power of the paired t-test (noncentral t) to detect a difference of "
         f"±{study.min_effect:g} (study.min_effect) over the bases used, with the observed SD of the per-base "
         f"differences; `power_planned`: the same with study.planning_sd = {study.planning_sd:g}, the SD of "
-        "the per-base difference assumed before the runs. With Holm both use alpha / (number of planned "
-        "contrasts), a lower bound.",
+        "the per-base difference assumed before the runs. "
+        + (
+            "With Holm both use alpha / (number of planned contrasts), a lower bound."
+            if study.multiplicity == "holm"
+            else "Both use alpha (with a fixed sequence, the level of the first contrast and of every "
+            "later one reached)."
+            if study.multiplicity == "fixed_sequence"
+            else "Both use alpha."
+        ),
     ]
 
 

@@ -160,7 +160,10 @@ def report_flags(cfg: ExperimentConfig) -> dict[str, bool]:
         "mechanism": mechanism,
         "stability": mechanism and noise_axis(cfg) is not None,
         "study": cfg.study is not None,
-        "heldout": cfg.study is not None and cfg.eval.heldout is not None,
+        # a re-read on the held-out endpoint, unless the study's own endpoint is already a held-out one
+        "heldout": cfg.study is not None
+        and cfg.eval.heldout is not None
+        and not cfg.study.endpoint.metric.startswith("heldout/"),
         "acceptance": cfg.acceptance is not None,
         "samples": bool(cfg.schedule.log_samples),
     }

@@ -174,12 +174,14 @@ def secondary_section(data: ReportData) -> Section:
     """The study re-read on the held-out bf16 endpoint (fp8rl.report.secondary)."""
     if not data.paths.heldout:
         return [], []
-    from fp8rl.report.secondary import NOTES, secondary_table, secondary_view
+    from fp8rl.report.secondary import secondary_notes, secondary_table, secondary_view
 
     table = secondary_table(data.endpoints, data.cfg)
-    notes = void_notes(data.control_info, NOTES)
+    multiplicity = data.cfg.study.multiplicity
+    notes = void_notes(data.control_info, secondary_notes(multiplicity))
     title = "Secondary analysis: the held-out bf16 endpoint"
-    return [ReportTable("secondary", title, "secondary analysis", secondary_view(table), notes, table,
+    view = secondary_view(table, multiplicity)
+    return [ReportTable("secondary", title, "secondary analysis", view, notes, table,
                         float_format=FLOAT_FORMAT)], []  # fmt: skip
 
 

@@ -37,8 +37,18 @@ import pandas as pd
 
 from fp8rl.config import ContrastConfig, ExperimentConfig, StudyConfig, arm_cell
 from fp8rl.report import paired
-from fp8rl.report.stats import finite, finite_mean, holm, sample_sd, t_interval, welch, welch_power
+from fp8rl.report.stats import ADJUSTMENTS, finite, finite_mean, sample_sd, t_interval, welch, welch_power
 from fp8rl.vocabulary import CLIP_LOW_NEG
+
+# what `p_adjusted` is, per study.multiplicity (the planned table's notes)
+ADJUST_TEXT = {
+    "holm": "Holm over the planned family",
+    "fixed_sequence": "fixed-sequence over the planned family in its listed order (the running maximum of "
+    "the p-values: a contrast is tested at the full alpha only while every earlier one is rejected)",
+    "none": "not adjusted",
+}
+# how a p adjusted per study.multiplicity is labelled in a table or a line
+ADJUST_LABEL = {"holm": "Holm", "fixed_sequence": "fixed sequence", "none": "unadjusted"}
 
 STUDY_TABLES = ("arms", "planned", "exploratory")
 EXCLUDED = ("failed", "missing")
@@ -87,7 +97,7 @@ def _notes(study: StudyConfig) -> tuple[list[str], list[str], list[str]]:
             "Student t-interval (study.unit: base); `sd`: SD of the base means; `bases`: bases with an "
             "endpoint; `n`: runs with an endpoint of `runs`."
         )
-    adjust = "Holm over the planned family" if study.multiplicity == "holm" else "not adjusted"
+    adjust = ADJUST_TEXT[study.multiplicity]
     if study.unit == "base":
         return arms, paired.planned_notes(study, endpoint, adjust), _exploratory_notes(endpoint)
     planned = [
@@ -199,7 +209,7 @@ def contrasts_table(endpoints: pd.DataFrame, study: StudyConfig, *, planned: boo
     """The planned (adjusted, with a decision) or exploratory (unadjusted, no decision) contrasts."""
     contrasts = study.planned if planned else study.exploratory
     m = len(study.planned)
-    alpha = study.alpha / m if planned and study.multiplicity == "holm" else study.alpha
+    alpha = study.alpha / m if planned and study.multiplicity == "holm" else study.alpha  # power's level
 
     def seeds(arm: str) -> np.ndarray:
         return endpoints[endpoints["arm"] == arm]["endpoint"].to_numpy(dtype=float)
@@ -210,7 +220,7 @@ def contrasts_table(endpoints: pd.DataFrame, study: StudyConfig, *, planned: boo
         rows = [contrast_row(c, seeds(c.arm), seeds(c.reference), study, alpha) for c in contrasts]
     if planned:
         p = [r["p"] for r in rows]
-        adj = holm(p) if study.multiplicity == "holm" else p
+        adj = ADJUSTMENTS[study.multiplicity](p)
         for r, pa in zip(rows, adj, strict=True):
             r["p_adjusted"] = pa
             r["decision"] = (

@@ -52,6 +52,15 @@ NOTES = [
 ]
 
 
+def secondary_notes(multiplicity: str) -> list[str]:
+    """`NOTES`, naming the study's adjustment when it is not Holm."""
+    from fp8rl.report.planned import ADJUST_TEXT
+
+    if multiplicity == "holm":
+        return NOTES
+    return [NOTES[0], NOTES[1].replace("Holm over the planned family", ADJUST_TEXT[multiplicity])]
+
+
 def _control_row(endpoints: pd.DataFrame, cfg: ExperimentConfig, metric: str) -> dict:
     gain = f"heldout_gain_{metric}"
     bf16 = endpoints[(endpoints["variant"] == REFERENCE_VARIANT) & ~endpoints["status"].isin(EXCLUDED)]
@@ -84,16 +93,16 @@ def secondary_table(endpoints: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFr
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def secondary_view(table: pd.DataFrame) -> pd.DataFrame:
+def secondary_view(table: pd.DataFrame, multiplicity: str = "holm") -> pd.DataFrame:
     """The markdown view: estimates with their intervals at three decimals, p at three."""
-    from fp8rl.report.planned import _ci, _f
+    from fp8rl.report.planned import ADJUST_LABEL, _ci, _f
 
     view = table[["endpoint", "family", "contrast", "unit", "n_arm", "n_reference"]].copy()
     view["difference [95% CI]"] = [
         _ci(d, lo, hi) for d, lo, hi in zip(table["difference"], table["low"], table["high"], strict=True)
     ]
     view["p"] = table["p"].map(_f)
-    view["p (Holm)"] = table["p_adjusted"].map(_f)
+    view[f"p ({ADJUST_LABEL[multiplicity]})"] = table["p_adjusted"].map(_f)
     return view
 
 
@@ -103,11 +112,15 @@ NAMES = {
 }
 
 
-def secondary_lines(table: pd.DataFrame) -> list[str]:
+def secondary_lines(table: pd.DataFrame, multiplicity: str = "holm") -> list[str]:
     """Bullets of the table (its csv frame): per held-out metric the control's gain over its base and the
     study's contrasts with their intervals (the planned ones first, with their Holm p; then the exploratory
-    ones, which a study may add later, as learn's bf16_floor contrasts were); no decision."""
+    ones, which a study may add later, as learn's bf16_floor contrasts were); no decision.
+    `multiplicity`: the study's, which names the adjusted p."""
+    from fp8rl.report.planned import ADJUST_LABEL
     from fp8rl.report.quote_format import interval, num
+
+    label = ADJUST_LABEL[multiplicity]
 
     lines = []
     for endpoint, sub in table.groupby("endpoint", sort=False):
@@ -121,11 +134,11 @@ def secondary_lines(table: pd.DataFrame) -> list[str]:
                     f"- {name}, bf16 control's gain over its base: {ci} over {int(r['n_arm'])} {units}."
                 )
             else:
-                holm = f", p (Holm) {num(r['p_adjusted'], 3)}" if r["family"] == "planned" else ""
-                parts.append(f"{r['arm']} − {r['reference']} {ci}{holm}")
+                adjusted = f", p ({label}) {num(r['p_adjusted'], 3)}" if r["family"] == "planned" else ""
+                parts.append(f"{r['arm']} − {r['reference']} {ci}{adjusted}")
         if parts:
             lines.append(
-                f"- {name}, the study's contrasts (planned with their Holm p, then exploratory): "
+                f"- {name}, the study's contrasts (planned with their {label} p, then exploratory): "
                 + "; ".join(parts)
                 + "."
             )

@@ -17,7 +17,9 @@ and pooling them would overstate the sample size. Then:
   also give Welch's t, two-sided p and Welch–Satterthwaite df). bf16 and the variant are different
   runs; the report does not pair them by seed (a seed number fixes the data order and initial sampling,
   not a shared run), so the comparison is unpaired. `welch_power` simulates that test's power;
-- `holm`: Holm's step-down adjustment of a family of p-values (scipy has none);
+- `holm`: Holm's step-down adjustment of a family of p-values (scipy has none); `fixed_sequence`: the
+  adjusted p-values of fixed-sequence testing (hypotheses in an order set before the data, each tested
+  at the full alpha only while every earlier one is rejected: the running maximum of the p-values);
 - divergence counts (a run diverges or it does not; with 3 seeds per cell the counts are small, so
   every figure is exact, never a normal approximation): `clopper_pearson(k, n)`, the exact interval of
   a rate k/n (`scipy.stats.binomtest(k, n).proportion_ci(method="exact")`; it covers at least the
@@ -337,6 +339,23 @@ def holm(pvalues: Iterable[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * p[i]))
         out[i] = running
     return out.tolist()
+
+
+def fixed_sequence(pvalues: Iterable[float]) -> list[float]:
+    """Fixed-sequence adjusted p-values, in the given order: the running maximum of the p-values, so a
+    hypothesis is rejected at alpha exactly when it and every one before it have p < alpha (family-wise
+    error at alpha, no split). A NaN (a contrast that could not be tested) ends the sequence: it and every
+    later one stay NaN."""
+    out, running = [], 0.0
+    for p in pvalues:
+        running = (
+            math.nan if not math.isfinite(running) or not math.isfinite(p) else max(running, min(p, 1.0))
+        )
+        out.append(running)
+    return out
+
+
+ADJUSTMENTS = {"holm": holm, "fixed_sequence": fixed_sequence, "none": list}
 
 
 def clopper_pearson(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:

@@ -155,7 +155,7 @@ def _rewards(comparison: pd.DataFrame | None) -> list[str]:
     return [f"- {what}:", "", *markdown_table([*keys, *variants], rows).splitlines(), ""]
 
 
-def _secondary(table: pd.DataFrame | None) -> list[str]:
+def _secondary(table: pd.DataFrame | None, multiplicity: str) -> list[str]:
     """The held-out bf16 endpoint's re-read (fp8rl.report.secondary), labelled secondary."""
     if table is None or table.empty:
         return []
@@ -166,7 +166,7 @@ def _secondary(table: pd.DataFrame | None) -> list[str]:
         "checkpoint sampled with the bf16 sampler on held-out prompts, so the FP8 sampler's own noise is "
         "out of them; no decision is taken on these:"
     )
-    return [head, *("  " + line for line in secondary_lines(table))]
+    return [head, *("  " + line for line in secondary_lines(table, multiplicity))]
 
 
 def _caveats(cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame | None) -> list[str]:
@@ -235,7 +235,7 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
         )
         + survival_lines(read["study_survival"])
         + stability_lines(read["stability"])
-        + _secondary(read["secondary"])
+        + _secondary(read["secondary"], cfg.study.multiplicity if cfg.study is not None else "holm")
     )
     if read["planned"] is None:
         findings += _rewards(read["comparison"])

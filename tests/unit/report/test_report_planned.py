@@ -80,3 +80,40 @@ def test_planned_table_decides_and_exploratory_does_not():
     exploratory = contrasts_table(endpoints, study, planned=False)
     assert exploratory.loc[0, "difference"] == pytest.approx(-0.3)
     assert exploratory.loc[0, "decision"] == "exploratory" and math.isnan(exploratory.loc[0, "p_adjusted"])
+
+
+def test_fixed_sequence_by_hand():
+    from fp8rl.report.stats import fixed_sequence
+
+    # in the listed order: 0.01, then max(0.01, 0.04), then max(0.04, 0.02): a later smaller p cannot
+    # pass an earlier larger one
+    assert fixed_sequence([0.01, 0.04, 0.02]) == pytest.approx([0.01, 0.04, 0.04])
+    out = fixed_sequence([0.01, math.nan, 0.001])  # an untested contrast ends the sequence
+    assert out[0] == pytest.approx(0.01) and math.isnan(out[1]) and math.isnan(out[2])
+
+
+def test_a_fixed_sequence_family_tests_at_the_full_alpha_in_its_listed_order():
+    """Three contrasts of which Holm rejects one at 0.05 while a fixed sequence from the strongest effect
+    down rejects the first two and stops at the third."""
+    arms = {x: f"grpo/m/fp8/tensorwise/{x}" for x in ("hi", "mid", "lo")} | {"ref": "grpo/m/bf16/none/none"}
+    planned = [ContrastConfig(name=f"{x}_vs_ref", arm=x, reference="ref") for x in ("hi", "mid", "lo")]
+    study = StudyConfig(arms=arms, min_effect=0.3, planning_sd=0.1, min_seeds=3, planned=planned,
+                        multiplicity="fixed_sequence")  # fmt: skip
+    endpoints = pd.DataFrame(
+        {
+            "arm": ["ref"] * 4 + ["hi"] * 4 + ["mid"] * 4 + ["lo"] * 4,
+            "endpoint": [0.50, 0.52, 0.48, 0.50, 0.35, 0.41, 0.33, 0.43, 0.41, 0.45, 0.37, 0.47,
+                         0.47, 0.53, 0.44, 0.52],
+        }
+    )  # fmt: skip
+    table = contrasts_table(endpoints, study, planned=True)
+    p = list(table["p"])
+    assert list(table["p_adjusted"]) == pytest.approx([p[0], max(p[:2]), max(p)])
+    assert list(table["decision"]) == ["reject H0: no difference"] * 2 + ["not rejected"]
+    assert holm(p)[1] > 0.05  # Holm would not reject the second
+    # the planned power is at the full alpha (the first contrast's level), not alpha / 3 as with Holm
+    holm_study = study.model_copy(update={"multiplicity": "holm"})
+    assert (
+        table.loc[0, "power_planned"]
+        > contrasts_table(endpoints, holm_study, planned=True).loc[0, "power_planned"]
+    )

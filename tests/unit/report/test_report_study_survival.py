@@ -200,3 +200,26 @@ def test_every_study_has_the_survival_outputs(tmp_path):
     assert ReportPaths.for_config(load_config(ROOT / "config" / "clipping.yaml")).survival
     learn = ReportPaths.for_config(load_config(ROOT / "config" / "learn.yaml"))
     assert learn.study and learn.stability and learn.survival
+
+
+def test_a_study_on_the_held_out_endpoint_has_no_secondary_re_read(tmp_path):
+    """The secondary table re-reads a study on the held-out endpoint; a study whose registered endpoint
+    is already held-out (the longform failure search's) has nothing to re-read."""
+    from fp8rl.config import ExperimentConfig
+    from fp8rl.report.paths import report_flags
+
+    def cfg(metric: str) -> ExperimentConfig:
+        return ExperimentConfig.model_validate(
+            {
+                "tier": "t", "results_dir": str(tmp_path), "models": [{"name": "m", "source": "scratch"}],
+                "matrix": {"algorithms": ["grpo"], "models": ["m"], "variants": ["bf16", "fp8_tis"],
+                           "seeds": [0, 1]},
+                "eval": {"lm_eval_tasks": [], "agent": [], "heldout": {"prompts": 8, "samples": 2}},
+                "study": {"arms": {"bf16": "grpo/m/bf16/none", "tis": "grpo/m/fp8_tis/tensorwise"},
+                          "endpoint": {"metric": metric}, "min_effect": 0.1, "planning_sd": 0.05,
+                          "min_seeds": 2, "planned": [{"name": "tis_vs_bf16", "arm": "tis", "reference": "bf16"}]},
+            }
+        )  # fmt: skip
+
+    assert report_flags(cfg("reward/mean"))["heldout"] is True
+    assert report_flags(cfg("heldout/sampled_reward"))["heldout"] is False
