@@ -175,7 +175,7 @@ def train_job(ctx: Context) -> Outcome:
     for i, spec in enumerate(ctx.specs, 1):
         ctx.echo(f"  [{i}/{len(ctx.specs)}] {spec.run_id} ...")
         result = rehearse_run(
-            ctx.cfg, spec, ctx.work / "train", base=ctx.base, data=ctx.data, extra_overrides=ctx.overrides,
+            ctx.cfg, spec, ctx.work, base=ctx.base, data=ctx.data, extra_overrides=ctx.overrides,
             timeout_s=ctx.timeout_s,
         )  # fmt: skip
         ctx.echo(result.line())

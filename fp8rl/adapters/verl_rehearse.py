@@ -39,10 +39,11 @@ reported passed or failed (`Step`):
 2. `import_metrics`: that update's metrics as verl's v1 trainer logs them (`actor/` prefix,
    `reduce_metrics`) written by verl's `FileLogger` (orjson) and read back by `fp8rl verl
    import-metrics`: every metric fp8rl's loss logged arrives with its value.
-3. `tokenizer`: verl's save of the tokenizer (the job's base tokenizer loaded and saved again by this
-   machine's transformers, as the train image's transformers 5 does), exported with the `--tokenizer`
-   the job script passes (fp8rl.adapters.verl_checkpoint), loaded by the bfcl image's transformers
-   4.51.3 from `build/tf4-venv` (skipped, and said so, without it).
+3. `tokenizer` (fp8rl.adapters.verl_rehearse_tokenizer): verl's save of the tokenizer (the job's base
+   tokenizer loaded and saved again by this machine's transformers, as the train image's transformers 5
+   does), exported with the `--tokenizer` the job script passes (fp8rl.adapters.verl_checkpoint),
+   loaded by the bfcl image's transformers 4.51.3 from `build/tf4-venv` (skipped, and said so, without
+   it).
 4. `checkpoint`: the job killed at its time limit and resumed by the next one, through verl's own
    checkpoint and dataloader code with the job's overrides and the job script's `prune_saves`
    (fp8rl.adapters.verl_rehearse_ckpt): every step of the chain equals an uninterrupted run's. Once
@@ -78,6 +79,7 @@ from fp8rl.adapters.rehearsal_stand_ins import (
     stand_in_reference,
 )
 from fp8rl.adapters.verl_launch import OVERRIDES_FILE
+from fp8rl.adapters.verl_rehearse_tokenizer import tokenizer_check
 from fp8rl.adapters.verl_run import LOSS_FILE, SCRIPT_FILE, verl_paths, write_run_files
 from fp8rl.config import ExperimentConfig
 from fp8rl.config.runs import RunSpec
@@ -89,7 +91,6 @@ TAIL_CHARS = 4000
 DP_RANKS = 2  # gloo ranks of the rehearsed actor update (the jobs' DP groups are 4 to 8)
 DP_MINI_BATCHES = 2  # of a step's mini-batches
 LENGTH_SCALE = 64  # response lengths and the token budget per micro-batch, divided by this
-TF4_PYTHON = Path(__file__).resolve().parents[2] / "build" / "tf4-venv" / "bin" / "python"
 
 
 # ---------------------------------------------------------------------------------------- the jobs
@@ -253,7 +254,7 @@ def after_marker(out: Path, base: Path, *, timeout_s: int = TIMEOUT_S, checkpoin
     steps.append(step)
     for name, fn in (
         ("import_metrics", lambda: import_metrics_step(metrics, out / "rehearsal_import")),
-        ("tokenizer", lambda: tokenizer_step(out, base)),
+        ("tokenizer", lambda: Step("tokenizer", *tokenizer_check(out, base))),
         ("checkpoint", lambda: Step("checkpoint", *verl_rehearse_ckpt.checkpoint_step(out, base, timeout_s))),
     ):
         if name == "checkpoint" and not checkpoint:
@@ -380,47 +381,3 @@ def import_metrics_step(metrics: dict | None, work: Path) -> Step:
     return Step(
         "import_metrics", True, f"{len(want)} of fp8rl's loss metrics read back from verl's FileLogger"
     )
-
-
-# the export's `--tokenizer` (on one of the command's continued lines)
-TOKENIZER_RE = re.compile(r"verl_checkpoint export (?:[^\n]*\\\n)*[^\n]*?--tokenizer (\S+)")
-LOAD_TOKENIZER = """
-import sys
-from transformers import AutoTokenizer
-tok = AutoTokenizer.from_pretrained(sys.argv[1])
-assert tok.chat_template, "no chat template"
-print(len(tok("1 + 1?")["input_ids"]), tok.eos_token)
-"""
-RESAVE_TOKENIZER = "import sys\nfrom transformers import AutoTokenizer\nAutoTokenizer.from_pretrained(sys.argv[1]).save_pretrained(sys.argv[2])\n"
-
-
-def tokenizer_step(out: Path, base: Path, tf4_python: Path = TF4_PYTHON) -> Step:
-    """Step 3: verl's save of the tokenizer exported as the job script exports it, loaded by
-    transformers 4.51.3 (the bfcl image's handler's first call)."""
-    import shlex
-
-    from fp8rl.adapters.verl_checkpoint import HF_SUBDIR, export
-
-    if not Path(tf4_python).is_file():
-        return Step("tokenizer", True, f"no {tf4_python} (make build/tf4-venv)", skipped=True)
-    script = (out / SCRIPT_FILE).read_text()
-    m = TOKENIZER_RE.search(script)
-    tokenizer = Path(shlex.split(m[1])[0]) if m else None
-    work = out / "rehearsal_export"
-    shutil.rmtree(work, ignore_errors=True)
-    hf = work / "actor" / HF_SUBDIR
-    subprocess.run([sys.executable, "-c", RESAVE_TOKENIZER, str(base), str(hf)], check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
-    shutil.copyfile(Path(base) / "config.json", hf / "config.json")
-    (hf / "model.safetensors").write_bytes(b"")  # the weights are not what this step reads
-    target = export(work / "actor", work / "checkpoint", tokenizer=tokenizer)
-    res = subprocess.run([str(tf4_python), "-c", LOAD_TOKENIZER, str(target)], capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
-    how = f"--tokenizer {tokenizer}" if tokenizer else "no --tokenizer in the job script"
-    if res.returncode != 0:
-        return Step(
-            "tokenizer",
-            False,
-            f"transformers 4.51.3 cannot load the export ({how}):\n{res.stderr[-TAIL_CHARS:]}",
-        )
-    return Step("tokenizer", True, f"the export ({how}) loads in transformers 4.51.3 with its chat template")

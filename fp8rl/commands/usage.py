@@ -219,10 +219,10 @@ granularity and model, or the `--run` ids), then on CPU what follows a step's GP
 update over two processes, its metrics through verl's file logger and the import, the export's
 tokenizer, a job killed and resumed); the fetch jobs and the splits run on this machine against a
 stand-in hub; the data, export, eval and report jobs run in their image's pinned packages
-(build/venv-IMAGE). `--jobs` picks job types (below). Without `--base`/`--data` the jobs take
-stand-ins. Each job type prints ok, skipped (why, and the command that builds what is missing, e.g.
-`make image-venvs IMAGE_VENVS=eval` for the eval image's packages, `scripts/verl_test_env.sh` for
-verl) or FAILED with what it found. Works in `--out` (a new temporary folder by default). Exits 1 when
+(build/venv-IMAGE). `--jobs` picks job types (below); `--run` alone, only those training jobs.
+Without `--base`/`--data` the jobs take stand-ins. Each job type prints ok, skipped (why, and the
+command that builds what is missing, e.g. `make image-venvs IMAGE_VENVS=eval` for the eval image's
+packages, `scripts/verl_test_env.sh` for verl) or failed with what it found. Works in `--out` (a new temporary folder by default). Exits 1 when
 a job type failed (a training job stopped before its first GPU request, a step after it failed, an
 image's job failed), 0 when every job type was ok or skipped.
 

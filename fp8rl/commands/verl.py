@@ -141,7 +141,10 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
     except (ValueError, AdapterError) as exc:
         raise UsageError(str(exc)) from None
     names = [j.name for j in planned(cfg)]
-    wanted = [n.strip() for n in args.jobs.split(",") if n.strip()] if args.jobs else names
+    if args.jobs:
+        wanted = [n.strip() for n in args.jobs.split(",") if n.strip()]
+    else:  # `--run` alone: those training jobs
+        wanted = ["train"] if args.run else names
     if unknown := [n for n in wanted if n not in names]:
         raise UsageError(
             f"--jobs: {', '.join(unknown)} is not a job type of {args.file} ({', '.join(names)})"
@@ -221,7 +224,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--jobs", metavar="JOB[,JOB...]", help="the job types to rehearse, comma-separated (default: all)"
     )
-    p.add_argument("--run", action="append", default=[], help="train: rehearse this run id (repeatable)")
+    p.add_argument(
+        "--run", action="append", default=[],
+        help="train: rehearse this run id (repeatable; without --jobs, only these training jobs)",
+    )  # fmt: skip
     p.add_argument("--base", help="base model directory (HF format; default: a stand-in model)")
     p.add_argument("--data", help="train: directory with train.jsonl and test.jsonl (default: stand-in)")
     p.add_argument("--out", help="working directory (default: a new temporary one)")

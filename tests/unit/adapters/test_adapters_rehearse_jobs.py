@@ -71,6 +71,26 @@ def test_jobs_selects_job_types_and_an_unknown_one_is_refused(fake_runs, tmp_pat
     assert "--jobs: eval is not a job type" in err and "eval-lm" in err
 
 
+def test_run_alone_rehearses_those_training_jobs(fake_runs, tmp_path):
+    calls, _ = fake_runs
+    run = "grpo/qwen3-8b/fp8/blockwise/seed0"
+    assert main(["verl", "rehearse", "--config", PAPER, "--out", str(tmp_path), "--run", run]) == 0
+    assert calls == ["train"]
+    args = [
+        "verl",
+        "rehearse",
+        "--config",
+        PAPER,
+        "--out",
+        str(tmp_path),
+        "--run",
+        run,
+        "--jobs",
+        "train,data",
+    ]
+    assert main(args) == 0 and calls == ["train", "train", "data"]
+
+
 def test_a_raising_job_type_fails_and_the_others_still_run(monkeypatch, tmp_path):
     def boom(ctx):
         raise RuntimeError("fp8rl fetch data exited 2")
