@@ -169,7 +169,20 @@ def _secondary(table: pd.DataFrame | None, multiplicity: str) -> list[str]:
     return [head, *("  " + line for line in secondary_lines(table, multiplicity))]
 
 
-def _caveats(cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame | None) -> list[str]:
+def emulated(cfg, runs: pd.DataFrame | None) -> bool:
+    """Whether the tier's FP8 ran emulated on CPU: a run recorded it (runs.csv's `execution`), or no run
+    recorded how it executed and the reference trainer (which emulates on CPU) runs the tier. Runs on the
+    verl path record `hardware` (FP8 through Transformer Engine and vLLM on GPUs)."""
+    execution = (
+        runs["execution"].astype(str) if runs is not None and "execution" in runs else pd.Series(dtype=str)
+    )
+    recorded = execution[execution.isin(("emulated", "hardware"))]  # an empty cell reads as NaN
+    return bool((recorded == "emulated").any()) if len(recorded) else cfg.backend == "reference"
+
+
+def _caveats(
+    cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame | None, runs: pd.DataFrame | None
+) -> list[str]:
     out = []
     unchecked = never_ran(control)
     if void and not unchecked and pipeline_check(cfg):
@@ -200,6 +213,8 @@ def _caveats(cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame 
                 f"{int(r['steps'])}-step cap (sampled test accuracy {num(r['acc/test_sampled'])}); it was kept "
                 "(sft.on_unmet_stop: keep), so its runs start from a weaker base than the others."
             )
+    if not emulated(cfg, runs):
+        return out
     doses = any(c.fp8 and "noise_scale" in c.fp8 for c in cfg.matrix.conditions)
     out.append(
         "- FP8 is emulated on CPU on a small model"
@@ -271,7 +286,7 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
         ("## Rewards (reported, not compared)" if pipeline else "## Findings")
         + "\n\n"
         + ("\n".join(findings) or "- No contrast or divergence table in this tier."),
-        "## What it does not show\n\n" + "\n".join(_caveats(cfg, read["control"], void, bases)),
+        "## What it does not show\n\n" + "\n".join(_caveats(cfg, read["control"], void, bases, read["runs"])),
         "## Tables\n\n"
         + "\n".join(guide)
         + "\n\nFigures are in `plots/`, everything together in `report.html`.",
