@@ -132,7 +132,12 @@ def _rewards(comparison: pd.DataFrame | None) -> list[str]:
     if len(comparison) <= MAX_LISTED_REWARDS:
         cells = []
         for r in comparison.to_dict("records"):
-            name = "/".join(str(r[k]) for k in ("algo", "condition", "variant") if k in r and r[k] != "none")
+            # bf16's condition is blank in a conditions matrix's table (read back as NaN), "none" elsewhere
+            name = "/".join(
+                str(r[k])
+                for k in ("algo", "condition", "variant")
+                if k in r and pd.notna(r[k]) and r[k] != "none"
+            )
             cells.append(f"{name} {num(r['final_reward'], 3)}")
         return [f"- {what}: " + "; ".join(cells) + "."]
     # the settings the tier varies (bf16's "none" granularity and condition are not a setting)

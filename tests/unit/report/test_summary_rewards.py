@@ -49,3 +49,14 @@ def test_few_cells_stay_a_list_named_by_algorithm_and_variant(tier):
     assert len(named) == len(comp)  # no two cells share a name
     for r in comp.to_dict("records"):
         assert float(named[f"{r['algo']}/{r['variant']}"]) == pytest.approx(r["final_reward"], abs=5e-4)
+
+
+def test_bf16_of_a_conditions_matrix_is_named_without_its_blank_condition():
+    """A conditions matrix writes bf16's condition blank (read back as NaN): the cell is `grpo/bf16`,
+    never `grpo/nan/bf16` (the longform tier's acceptance report, bf16 runs only)."""
+    comp = pd.DataFrame(
+        {"algo": ["grpo", "grpo"], "model": ["story"] * 2, "granularity": ["none", "tensorwise"],
+         "condition": [None, "kl1e-1"], "variant": ["bf16", "fp8_tis"], "final_reward": [0.559, 0.4]}
+    )  # fmt: skip
+    (line,) = _rewards(comp)
+    assert "grpo/bf16 0.559" in line and "grpo/kl1e-1/fp8_tis 0.400" in line and "nan" not in line
