@@ -15,7 +15,7 @@ from fp8rl.config_loader import load_config
 from fp8rl.report.summary_page import summary_page
 
 REPO = Path(__file__).resolve().parents[3]
-TIERS = {"learn": "config/learn.yaml", "mechanism": "config/mechanism.yaml"}
+TIERS = {"learn": "config/learn.yaml", "longform": "config/longform.yaml", "mechanism": "config/mechanism.yaml"}
 
 
 @pytest.mark.parametrize("tier", sorted(TIERS))
