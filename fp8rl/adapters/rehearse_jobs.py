@@ -15,7 +15,10 @@ The job types (`JOB_TYPES`, in the order they run; `rules`: the DAG rules each o
   (`eval_lm`; eval image), `eval-agent` (`eval_agent`; bfcl image), `report` (`report`; cpu image): the
   job in its image's pinned packages (fp8rl.adapters.image_rehearse, image_rehearse_agent), each
   skipped while its image's venv is not built (`make image-venvs IMAGE_VENVS=IMAGE`). The report job
-  runs on the CI tier's finished runs (`results/ci`), the one tier whose tables it can check.
+  runs twice: on the CI tier's finished runs (`results/ci`), the one tier whose tables it can check
+  against published ones, and with the config itself on a few of its runs written as the verl path
+  leaves them (verl's FileLogger, the import, a NaN, a run failed for good, the eval writers:
+  fp8rl.adapters.rehearse_report), where it must build every output its report flags list.
 - `containers` (`container_image`, `container_sif`): not rehearsed (Docker and apptainer build the
   images); the other job types run in each image's locked packages instead.
 
@@ -34,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fp8rl.adapters import image_rehearse, image_rehearse_agent
+from fp8rl.adapters import image_rehearse, image_rehearse_agent, rehearse_report
 from fp8rl.adapters.image_venv import ROOT, TAIL_CHARS, Result
 from fp8rl.adapters.rehearsal_stand_ins import (
     HUB_SHAPES,
@@ -239,8 +242,20 @@ def eval_agent_job(ctx: Context) -> Outcome:
 
 
 def report_job(ctx: Context) -> Outcome:
-    """`report`: the CI tier's report in the cpu image's packages, against its published tables."""
-    return _from_result("report", image_rehearse.report_job(_venv("cpu"), _work(ctx, "report")))
+    """`report`: in the cpu image's packages, the CI tier's report against its published tables, then the
+    config's report over its runs as the verl path leaves them (fp8rl.adapters.rehearse_report): failed
+    when either fails, skipped when both are (each one's detail)."""
+    results = [
+        image_rehearse.report_job(_venv("cpu"), _work(ctx, "report")),
+        rehearse_report.report_job(_venv("cpu"), _work(ctx, "report-paper"), ctx.config_file, ctx.sets),
+    ]
+    for result in results:
+        ctx.echo("  " + result.line())
+    status = (
+        "failed" if any(not r.ok for r in results)
+        else "skipped" if all(r.skipped for r in results) else "ok"
+    )  # fmt: skip
+    return Outcome("report", status, "; ".join(f"{r.job}: {r.detail}" for r in results))
 
 
 def containers_job(ctx: Context) -> Outcome:
@@ -292,7 +307,8 @@ JOB_TYPES: dict[str, JobType] = {
                 eval_lm_job, lambda cfg: bool(cfg.eval.lm_eval_tasks)),
         JobType("eval-agent", ("eval_agent",), "bfcl", "bfcl-eval loads the checkpoint, to vLLM's GPU; then "
                 "to its end with vLLM's server stood in", eval_agent_job, lambda cfg: bool(cfg.eval.agent)),
-        JobType("report", ("report",), "cpu", "the CI tier's report equals its published tables", report_job),
+        JobType("report", ("report",), "cpu", "the CI tier's report equals its published tables; the "
+                "config's report builds on its runs as verl, the import and the evals leave them", report_job),
         JobType("containers", ("container_image", "container_sif"), None, "not rehearsed (Docker, "
                 "apptainer)", containers_job, lambda cfg: cfg.containers.mode != "none"),
     )

@@ -58,8 +58,10 @@ ALLOWED: dict[str, set[str]] = {
         "provenance",
         *RUN_DIR,
         "tracking",
+        "evaluate",
         *CORE,
     },  # fmt: skip
+    # evaluate: the report rehearsal (adapters.rehearse_report) writes eval result files with the suites' writers
     "report": {
         "config",
         "config_loader",

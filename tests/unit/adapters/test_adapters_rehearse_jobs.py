@@ -146,3 +146,36 @@ def test_the_fetch_job_type_runs_the_fetch_and_data_commands_to_their_end(tmp_pa
     rehearse_jobs.stand_in_hub(ctx2.work / "stand-in-hub")  # no models
     outcome = JOB_TYPES["fetch"].run(ctx2)
     assert outcome.status == "failed" and "fp8rl fetch model --model qwen3-8b exited 2" in outcome.detail
+
+
+@pytest.mark.parametrize(
+    ("ci", "paper", "status"),
+    [("ok", "ok", "ok"), ("skipped", "ok", "ok"), ("ok", "failed", "failed"), ("failed", "ok", "failed"),
+     ("skipped", "skipped", "skipped")],
+)  # fmt: skip
+def test_the_report_job_type_runs_the_ci_report_and_the_configs_report_on_verl_runs(
+    monkeypatch, tmp_path, ci, paper, status
+):
+    """`--jobs report` rehearses the CI tier's report and the config's own (fp8rl.adapters.rehearse_report)
+    in the cpu image's venv: it fails when either does, and is skipped only when both are."""
+    from fp8rl.adapters import image_rehearse, rehearse_report
+    from fp8rl.adapters.image_venv import Result
+
+    def result(job, how):
+        return Result(job, how != "failed", f"{job} {how}", skipped=how == "skipped")
+
+    calls = []
+    monkeypatch.setattr(rehearse_jobs, "_venv", lambda image: tmp_path / f"venv-{image}")
+    monkeypatch.setattr(image_rehearse, "report_job", lambda venv, work: result("report", ci))
+
+    def paper_job(venv, work, config, sets):
+        calls.append((venv.name, config, sets))
+        return result(rehearse_report.JOB, paper)
+
+    monkeypatch.setattr(rehearse_report, "report_job", paper_job)
+    ctx = _context(tmp_path)
+    ctx.sets = ["schedule.steps=50"]
+    outcome = JOB_TYPES["report"].run(ctx)
+    assert outcome.status == status, outcome
+    assert calls == [("venv-cpu", PAPER, ["schedule.steps=50"])]  # the config the rehearsal was given
+    assert f"report {ci}" in outcome.detail and f"{rehearse_report.JOB} {paper}" in outcome.detail

@@ -25,6 +25,7 @@ VERL_TESTS = [
     "test_adapters_verl_qurl.py",
     "test_adapters_verl_upstream.py",
     "test_adapters_verl_rehearse.py",
+    "test_adapters_verl_report.py",
     "test_adapters_verl_ckpt.py",
     "test_adapters_verl_sizing.py",
     "test_adapters_verl_quoting.py",
