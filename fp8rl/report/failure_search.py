@@ -6,7 +6,7 @@ Per condition of the matrix, in order of its `fp8.target_kl`: the decisive arm (
 `tables/study_survival.csv` (runs flagged by a detector of the `stability` section, of the runs that
 trained, with the exact interval that table gives) and, with `heldout_loss`, its planned contrast against
 `failure_search.reference` from `tables/planned.csv` (the study's paired test on the held-out endpoint,
-Holm-adjusted). A setting fails when `min_diverged_frac` of the decisive arm's trained runs diverged, or
+adjusted as the study registers: `study.multiplicity`). A setting fails when `min_diverged_frac` of the decisive arm's trained runs diverged, or
 when that contrast's adjusted p is below `study.alpha` with a difference below 0. `decide` returns every
 row, whether the search is complete (every decisive run trained) and the decision: the lowest-KL failing
 setting, where the comparison of corrections runs, or none, when the search itself is the result. An incomplete search

@@ -15,14 +15,23 @@ from fp8rl.config_loader import load_config
 from fp8rl.report.summary_page import summary_page
 
 REPO = Path(__file__).resolve().parents[3]
-TIERS = {"learn": "config/learn.yaml", "longform": "config/longform.yaml", "mechanism": "config/mechanism.yaml"}
+# tier -> (config, the `--set`s that give the config as the publication's report read it): the longform
+# publication is its bf16 acceptance run, made before the failure search's variants and study joined
+ACCEPTANCE_RUN = ["matrix.variants=[bf16]", "study=null", "failure_search=null"]
+TIERS = {
+    "learn": ("config/learn.yaml", []),
+    "longform": ("config/longform.yaml", ACCEPTANCE_RUN),
+    "mechanism": ("config/mechanism.yaml", []),
+}
 
 
 @pytest.mark.parametrize("tier", sorted(TIERS))
 def test_the_summary_page_of_a_publication_is_what_its_tables_give(tier):
     published = REPO / "results" / "published" / tier
     manifest = json.loads((published / "report.json").read_text(encoding="utf-8"))
-    cfg = load_config(REPO / TIERS[tier])
+    path, overrides = TIERS[tier]
+    cfg = load_config(REPO / path, overrides)
+    assert cfg.digest() == manifest["config_digest"]  # the config the publication was made with
     page = summary_page(
         cfg, published / "tables", manifest["control"]["comparison_void"], manifest["numerics"]
     )
