@@ -220,7 +220,9 @@ def _caveats(
             )
     if not emulated(cfg, runs):
         return out
-    doses = any(c.fp8 and "noise_scale" in c.fp8 for c in cfg.matrix.conditions)
+    # a run under a noise multiplier: a dose, or the scale searched for a target KL
+    ran = {r.condition for r in cfg.runs()}
+    doses = any(c.name in ran and {"noise_scale", "target_kl"} & set(c.fp8) for c in cfg.matrix.conditions)
     out.append(
         "- FP8 is emulated on CPU on a small model"
         + (

@@ -44,3 +44,19 @@ def test_verl_runs_on_hardware_are_not_said_to_be_emulated(tmp_path):
 )
 def test_emulated_runs_or_a_reference_tier_without_a_record_keep_the_caveat(tmp_path, config, execution):
     assert EMULATED in _page(tmp_path, config, execution)
+
+
+def test_runs_at_a_searched_noise_scale_carry_the_noise_multiplier_caveat(tmp_path):
+    """The longform failure search's FP8 runs train under a noise scale searched for a target KL, so the
+    page says the multiplier does not stand in for larger models; its bf16-only acceptance run does not."""
+    assert "noise multiplier" in _page(tmp_path, "longform.yaml", ["emulated"] * 4)
+    cfg = load_config(
+        ROOT / "config" / "longform.yaml", ["matrix.variants=[bf16]", "study=null", "failure_search=null"]
+    )
+    (tmp_path / "t").mkdir()
+    pd.DataFrame(
+        {"run_id": [s.run_id for s in cfg.runs()], "status": "ok", "reason": "", "step": "", "steps_planned": "",
+         "malformed_lines": 0, "execution": "emulated"}
+    ).to_csv(tmp_path / "t" / "runs.csv", index=False)  # fmt: skip
+    page = summary_page(cfg, tmp_path / "t", void=False, numerics={})
+    assert EMULATED in page and "noise multiplier" not in page
