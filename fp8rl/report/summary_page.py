@@ -186,7 +186,11 @@ def emulated(cfg, runs: pd.DataFrame | None) -> bool:
 
 
 def _caveats(
-    cfg, control: pd.DataFrame | None, void: bool, bases: pd.DataFrame | None, runs: pd.DataFrame | None
+    cfg,
+    control: pd.DataFrame | None,
+    void: bool,
+    bases: pd.DataFrame | None,
+    runs: pd.DataFrame | None = None,
 ) -> list[str]:
     out = []
     unchecked = never_ran(control)

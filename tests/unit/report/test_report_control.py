@@ -179,7 +179,15 @@ def test_an_all_failed_control_is_not_said_to_have_not_learned():
     assert VOID[1:] in control_summary(flat)["statement"]  # a control that ran and stayed flat
 
 
-CFG_ONE_SEED = type("Cfg", (), {"matrix": type("M", (), {"seeds": [0, 1], "conditions": []})()})()
+CFG_ONE_SEED = type(
+    "Cfg",
+    (),
+    {
+        "matrix": type("M", (), {"seeds": [0, 1], "conditions": []})(),
+        "backend": "reference",
+        "runs": lambda self: [],
+    },
+)()
 PLANNED_ROW = {"contrast": "c", "arm": "fp8", "reference": "bf16", "difference": 0.1, "low": 0.0,
                "high": 0.2, "p_adjusted": 0.5, "decision": "no difference"}  # fmt: skip
 
