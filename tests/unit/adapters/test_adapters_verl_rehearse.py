@@ -126,10 +126,12 @@ def test_past_the_marker_a_calibrated_paper_jobs_update_gathers_its_metrics_over
     two gloo ranks, its metrics through verl's FileLogger and the import. Before the fix the loss raised
     on `calib/floor_binds` (a metric the calibration logs when low_range's floor holds its bound up, which
     the verl loss's fixed key set did not list) in the first micro-batch, and the import dropped it."""
+    from fp8rl.adapters.rehearsal_stand_ins import HUB_SHAPES
     from fp8rl.adapters.verl_rehearse import after_marker, stand_in_model
 
     cfg = load_config(PAPER, ["containers.mode=none"])
-    base = stand_in_model(tmp_path / "base", "qwen2")
+    # the 32B model's heads, KV heads and layers: its job's tensor-parallel size must divide them
+    base = stand_in_model(tmp_path / "base", "qwen2", HUB_SHAPES["Qwen/Qwen2.5-32B"])
     argv = _trainer_argv(tmp_path, cfg, CALIB_TIS, {})  # writes the run's files under tmp_path/run
     assert "actor_rollout_ref.actor.use_dynamic_bsz=true" in argv
     steps = {s.name: s for s in after_marker(tmp_path / "run", base, checkpoint=False)}
