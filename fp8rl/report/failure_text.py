@@ -5,8 +5,9 @@ The paper's failure is an entropy surge with garbled output; a divergence count 
 fired, not what the text looked like. For every run whose status is `diverged` (endpoints.csv's
 `div_step`, `div_kind`), the rows of its `samples.jsonl` (the first `schedule.log_samples` samples of
 every step, as the trainer wrote them: fp8rl.run_files `RunDir.append_samples`) at step 1 and at the
-first logged step at or after the divergence step, `PER_STEP` of each, the text cut to `WIDTH`
-characters. A run whose samples are missing or unreadable gets one row that says so (the report goes
+first logged step at or after the divergence step, `PER_STEP` of each (at the failure, the samples the
+gibberish detector judged gibberish first, then the others, each in logged order), the text cut to
+`WIDTH` characters. A run whose samples are missing or unreadable gets one row that says so (the report goes
 on). No run diverged: the table is empty and its note says so.
 """
 
@@ -19,12 +20,13 @@ import pandas as pd
 from fp8rl.io import read_jsonl
 from fp8rl.run_files import RunDir
 
-PER_STEP = 2  # samples shown per step (the first ones the trainer logged)
+PER_STEP = 2  # samples shown per step (of those the trainer logged)
 WIDTH = 240  # characters of a sample's text shown
 COLUMNS = ["run_id", "div_kind", "div_step", "when", "step", "reward", "format_ok", "gibberish", "text"]
 NOTES = [
     "Every diverged run's first logged samples at step 1 (`when`: start) and at the first logged step at "
-    f"or after its divergence (`when`: failure); {PER_STEP} per step, the text cut to {WIDTH} characters "
+    f"or after its divergence (`when`: failure; those judged gibberish first); {PER_STEP} per step, the "
+    f"text cut to {WIDTH} characters "
     "(`…`). `gibberish`: why the gibberish detector judged that sample gibberish (blank: it did not).",
 ]
 
@@ -34,12 +36,16 @@ def _cut(text: str) -> str:
     return flat if len(flat) <= WIDTH else flat[: WIDTH - 1] + "…"
 
 
-def _rows_at(samples: list[dict], step: int) -> list[dict]:
-    """The first `PER_STEP` samples of the first logged step at or after `step`."""
+def _rows_at(samples: list[dict], step: int, garbled_first: bool) -> list[dict]:
+    """`PER_STEP` samples of the first logged step at or after `step`: the first ones logged, or, with
+    `garbled_first`, those the gibberish detector judged gibberish before the others (in logged order)."""
     later = sorted({int(r["step"]) for r in samples if int(r["step"]) >= step})
     if not later:
         return []
-    return [r for r in samples if int(r["step"]) == later[0]][:PER_STEP]
+    rows = [r for r in samples if int(r["step"]) == later[0]]
+    if garbled_first:
+        rows = sorted(rows, key=lambda r: not r.get("gibberish"))  # stable: logged order within each
+    return rows[:PER_STEP]
 
 
 def run_failure_text(runs_dir: Path, run_id: str, div_kind: str, div_step: int) -> list[dict]:
@@ -54,7 +60,7 @@ def run_failure_text(runs_dir: Path, run_id: str, div_kind: str, div_step: int) 
         return [head | {"when": "", "text": f"(unreadable: {exc})"}]
     rows = []
     for when, step in (("start", 1), ("failure", div_step)):
-        for r in _rows_at(samples, step):
+        for r in _rows_at(samples, step, garbled_first=when == "failure"):
             rows.append(
                 head
                 | {

@@ -11,7 +11,7 @@ from fp8rl.config import ExperimentConfig
 from fp8rl.engine import tasks
 from fp8rl.engine.collect import GeneratedSamples
 from fp8rl.report.build import build_report
-from fp8rl.report.failure_text import WIDTH, failure_text_table
+from fp8rl.report.failure_text import WIDTH, _cut, failure_text_table
 from fp8rl.report.paths import ReportPaths
 from fp8rl.run_files import RunDir
 
@@ -92,3 +92,26 @@ def test_no_diverged_run_and_missing_samples_are_said(tmp_path):
     (row,) = failure_text_table(endpoints, paths.runs_dir).to_dict("records")
     assert row["text"].startswith("(no samples.jsonl")
     assert not ReportPaths.for_config(_cfg(tmp_path, log_samples=0)).samples
+
+
+def test_at_the_failure_the_samples_judged_gibberish_come_first(tmp_path):
+    """A failure step whose first logged sample is still clean (a rate of 2 in 3): the table shows the
+    garbled ones, in logged order, and the start's first samples as logged."""
+    from fp8rl.report.failure_text import run_failure_text
+
+    cfg = _cfg(tmp_path, log_samples=3)
+    runs_dir = ReportPaths.for_config(cfg).runs_dir
+    run = RunDir.of(runs_dir, "grpo/m/fp8/tensorwise/seed0")
+    run.root.mkdir(parents=True)
+    fmt = tasks.format_fn("longform")
+    for step, texts in ((1, [CLEAN, GARBLED, CLEAN]), (2, [CLEAN, GARBLED, "x " * 80])):
+        samples = GeneratedSamples(
+            acc=[torch.tensor([1.0, 0.0, 1.0])], texts=texts, format_ok=[fmt(t) for t in texts]
+        )
+        run.append_samples(step, samples.log_rows(3))
+    rows = run_failure_text(runs_dir, "grpo/m/fp8/tensorwise/seed0", "gibberish", 2)
+    start, failure = rows[:2], rows[2:]
+    assert [r["text"] for r in start] == [CLEAN, _cut(GARBLED)]  # as logged
+    assert [r["text"] for r in failure] == [_cut(GARBLED), _cut("x " * 80)] and all(
+        r["gibberish"] for r in failure
+    )
