@@ -11,7 +11,8 @@ A run of tier `T` lives in `{results_dir}/T/runs/{run id}/` (`runs_dir`, `RunDir
 - `throughput.json`: per-phase seconds and tokens, one schema for both trainers
   (fp8rl.run_records.throughput_record);
 - `ratio_hist.json`: an FP8 run's FP8 vs BF16-shadow ratio histogram;
-- `samples.jsonl` (`schedule.log_samples`): the first samples of every step, one JSON object each (`step`,
+- `samples.jsonl` (`schedule.log_samples`): the first samples of every step, then those the gibberish
+  detector flags (fp8rl.engine.collect `log_rows`), one JSON object each (`step`, `sample`,
   `text`, `reward`, `format_ok`, `gibberish`), appended like metrics.jsonl and cut back to the
   checkpoint's step on resume (`RunDir.append_samples`, `RunDir.reset_samples`);
 - `checkpoint/`: the HF model (+ trainer state); `eval/lm_eval.json`, `eval/agent.json`: `fp8rl eval`,

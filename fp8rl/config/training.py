@@ -40,8 +40,9 @@ class ScheduleConfig(Strict):
         0,
         ge=0,
         le=4096,
-        description="write the first N samples of every step (text, reward, format check, gibberish "
-        "reason) to the run's samples.jsonl; 0 writes none",
+        description="write the first N samples of every step, and up to N more the gibberish detector "
+        "flags (index, text, reward, format check, gibberish reason), to the run's samples.jsonl; 0 writes "
+        "none",
     )
     remove_padding: bool = Field(
         False,

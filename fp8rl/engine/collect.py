@@ -85,16 +85,27 @@ class GeneratedSamples:
         self.format_ok += [format_check(t) for t in texts]
 
     def log_rows(self, n: int) -> list[dict]:
-        """The first `n` samples as rows of a run's `samples.jsonl` (without the step): `text`, `reward`
-        (the unshaped task accuracy), `format_ok` and `gibberish` (fp8rl.rl.gibberish_reason, None when
-        the sample is not gibberish)."""
+        """Rows of a run's `samples.jsonl` (without the step): the first `n` samples, then up to `n` more
+        of the step's other samples that the gibberish detector judges gibberish (in generation order),
+        so that a step whose first samples are still clean shows what the detector saw. Each row:
+        `sample` (its index in the step), `text`, `reward` (the unshaped task accuracy), `format_ok` and
+        `gibberish` (fp8rl.rl.gibberish_reason, None when the sample is not gibberish). Logging only:
+        nothing here feeds training."""
         from fp8rl.rl import gibberish_reason
 
         acc = torch.cat(self.acc).tolist() if self.acc else []
-        return [
-            {"text": t, "reward": float(a), "format_ok": ok, "gibberish": gibberish_reason(t, ok)}
-            for t, a, ok in zip(self.texts[:n], acc[:n], self.format_ok[:n], strict=True)
+        rows = [
+            {
+                "sample": i,
+                "text": t,
+                "reward": float(a),
+                "format_ok": ok,
+                "gibberish": gibberish_reason(t, ok),
+            }
+            for i, (t, a, ok) in enumerate(zip(self.texts, acc, self.format_ok, strict=True))
         ]
+        flagged = [r for r in rows[n:] if r["gibberish"] is not None]
+        return rows[:n] + flagged[:n]
 
     def metrics(self) -> dict[str, float]:
         from fp8rl.rl import gibberish_rate

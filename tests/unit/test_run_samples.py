@@ -32,7 +32,7 @@ def test_appended_rows_carry_their_step_and_resume_keeps_those_up_to_the_checkpo
     assert run.samples.read_text() == ""
 
 
-def test_log_rows_are_the_first_samples_with_reward_format_and_gibberish_reason():
+def test_log_rows_are_the_first_samples_then_the_flagged_ones_with_reward_format_and_gibberish_reason():
     from fp8rl.engine import longform
 
     gen = GeneratedSamples()
@@ -45,7 +45,10 @@ def test_log_rows_are_the_first_samples_with_reward_format_and_gibberish_reason(
     gen.add(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([1.0, 0.0, 0.0]), _Batch(), texts, longform.format_ok)
     rows = gen.log_rows(2)
     assert rows == [
-        {"text": texts[0], "reward": 1.0, "format_ok": True, "gibberish": None},
-        {"text": texts[1], "reward": 0.0, "format_ok": False, "gibberish": "format"},
+        {"sample": 0, "text": texts[0], "reward": 1.0, "format_ok": True, "gibberish": None},
+        {"sample": 1, "text": texts[1], "reward": 0.0, "format_ok": False, "gibberish": "format"},
+        # past the first two, only the samples the detector flags (here the bare answer: no reasoning)
+        {"sample": 2, "text": texts[2], "reward": 0.0, "format_ok": False, "gibberish": "format"},
     ]
+    assert gen.log_rows(1) == rows[:2]  # at most n flagged ones beyond the first n
     json.dumps(rows)  # a JSON line as it is
