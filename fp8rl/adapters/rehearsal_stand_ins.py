@@ -8,7 +8,10 @@ hub ids."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -183,3 +186,24 @@ def stand_in_checkpoint(out: Path, base: Path) -> Path:
             shutil.copyfile(f, out / f.name)
     (out / "model.safetensors").write_bytes(b"")
     return out
+
+
+def write_verl_file_log(path: Path, rows: dict[int, dict], project: str = "fp8rl") -> None:
+    """`rows` (step -> metrics) written by verl's own `FileLogger` (`trainer.logger: [file]`, orjson:
+    NaN as null) to `path`, given as the job script gives it (`VERL_FILE_LOGGER_PATH`, restored after)."""
+    from verl.utils.tracking import FileLogger
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    previous = os.environ.get("VERL_FILE_LOGGER_PATH")
+    os.environ["VERL_FILE_LOGGER_PATH"] = str(path)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # its "Creating file logger at" line
+            logger = FileLogger(project, "run")
+        for step, data in rows.items():
+            logger.log(data=data, step=step)
+        logger.finish()
+    finally:
+        if previous is None:
+            os.environ.pop("VERL_FILE_LOGGER_PATH")
+        else:
+            os.environ["VERL_FILE_LOGGER_PATH"] = previous

@@ -31,13 +31,10 @@ score files (its output, which `read_scores` reads) are the one input written he
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import importlib.util
-import io
 import json
 import math
-import os
 import random
 import subprocess
 from collections.abc import Callable
@@ -45,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fp8rl.adapters.image_venv import TAIL_CHARS, Result, _run, install_fp8rl, venv_problem
+from fp8rl.adapters.rehearsal_stand_ins import write_verl_file_log
 from fp8rl.config import ExperimentConfig
 from fp8rl.config.runs import RunSpec
 from fp8rl.config_loader import load_config
@@ -123,27 +121,6 @@ def _verl_row(spec: RunSpec, step: int, rng: random.Random) -> dict:
     return row
 
 
-def _log_attempt(path: Path, rows: dict[int, dict]) -> None:
-    """One attempt's log written by verl's `FileLogger` (`trainer.logger: [file]`, the path from
-    `VERL_FILE_LOGGER_PATH` as the job script sets it)."""
-    from verl.utils.tracking import FileLogger
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    previous = os.environ.get("VERL_FILE_LOGGER_PATH")
-    os.environ["VERL_FILE_LOGGER_PATH"] = str(path)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # its "Creating file logger at" line
-            logger = FileLogger("fp8rl", "run")
-        for step, data in rows.items():
-            logger.log(data, step)
-        logger.finish()
-    finally:
-        if previous is None:
-            os.environ.pop("VERL_FILE_LOGGER_PATH")
-        else:
-            os.environ["VERL_FILE_LOGGER_PATH"] = previous
-
-
 def train_run(cfg: ExperimentConfig, spec: RunSpec, cell: Cell, out: Path) -> dict:
     """The training job's files of one cell (module docstring); returns its summary."""
     from fp8rl.adapters.verl_launch import LOG_DIR
@@ -158,10 +135,12 @@ def train_run(cfg: ExperimentConfig, spec: RunSpec, cell: Cell, out: Path) -> di
         rows[cell.at]["actor/entropy"] = math.nan
     logs = run.root / LOG_DIR
     if cell.ends == "failed":  # a first attempt killed at its time limit, a second that crashed
-        _log_attempt(logs / "attempt-001.jsonl", {s: rows[s] for s in range(1, cell.at // 2 + 1)})
-        _log_attempt(logs / "attempt-002.jsonl", {s: rows[s] for s in range(cell.at // 2 - 1, cell.at + 1)})
+        write_verl_file_log(logs / "attempt-001.jsonl", {s: rows[s] for s in range(1, cell.at // 2 + 1)})
+        write_verl_file_log(
+            logs / "attempt-002.jsonl", {s: rows[s] for s in range(cell.at // 2 - 1, cell.at + 1)}
+        )
         return finish_run(cfg, spec, out, exit_code=1)
-    _log_attempt(logs / "attempt-001.jsonl", rows)
+    write_verl_file_log(logs / "attempt-001.jsonl", rows)
     return finish_run(cfg, spec, out, exit_code=0)
 
 

@@ -57,8 +57,6 @@ runs ~10 processes per job; a job takes ~30-60 s on two cores.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -77,6 +75,7 @@ from fp8rl.adapters.rehearsal_stand_ins import (
     stand_in_data,
     stand_in_model,
     stand_in_reference,
+    write_verl_file_log,
 )
 from fp8rl.adapters.verl_launch import OVERRIDES_FILE
 from fp8rl.adapters.verl_rehearse_tokenizer import tokenizer_check
@@ -341,25 +340,13 @@ def import_metrics_step(metrics: dict | None, work: Path) -> Step:
         return Step("import_metrics", False, "no metrics: the DP update failed")
     from verl.utils.metric import reduce_metrics
     from verl.utils.py_functional import rename_dict
-    from verl.utils.tracking import FileLogger
 
     from fp8rl.adapters.verl_metrics import PASSTHROUGH, import_log
 
     work.mkdir(parents=True, exist_ok=True)
     log, out = work / "verl_file_logger.jsonl", work / "metrics.jsonl"
     step_metrics = reduce_metrics(rename_dict(dict(metrics), "actor/"))
-    previous = os.environ.get("VERL_FILE_LOGGER_PATH")
-    os.environ["VERL_FILE_LOGGER_PATH"] = str(log)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            logger = FileLogger("fp8rl-rehearsal", "run")
-        logger.log(data=step_metrics, step=1)
-        logger.finish()
-    finally:
-        if previous is None:
-            os.environ.pop("VERL_FILE_LOGGER_PATH")
-        else:
-            os.environ["VERL_FILE_LOGGER_PATH"] = previous
+    write_verl_file_log(log, {1: step_metrics}, project="fp8rl-rehearsal")
     try:  # what `fp8rl verl import-metrics` runs (fp8rl.commands.verl.cmd_import_metrics)
         import_log(log, out)
     except ValueError as exc:
