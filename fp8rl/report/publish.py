@@ -237,17 +237,10 @@ def _unlike_provenance(manifest: dict, path: Path) -> str | None:
 def _publication_names() -> frozenset[str]:
     """Every file name a publication of any tier can hold, relative to its folder."""
     names = set(UNHASHED)
-    for stability in (False, True):  # with and without a noise axis
-        paths = ReportPaths(
-            Path(),
-            mechanism=True,
-            stability=stability,
-            study=True,
-            heldout=True,
-            acceptance=True,
-            samples=True,
-        )
-        names.update(p.as_posix() for p in paths.outputs())
+    every_part = ReportPaths(
+        Path(), mechanism=True, stability=True, study=True, heldout=True, acceptance=True, samples=True
+    )
+    names.update(p.as_posix() for p in every_part.outputs())
     return frozenset(names)
 
 
