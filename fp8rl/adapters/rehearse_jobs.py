@@ -221,24 +221,24 @@ def _eval_checkpoint(ctx: Context) -> Path:
     return checkpoint
 
 
+def _eval_job(ctx: Context, job: str, image: str, run) -> Outcome:
+    """An eval job type: `run` (an image rehearsal's job function) in `image`'s venv on the rehearsal's
+    checkpoint and eval data."""
+    _, data = hub_inputs(ctx)
+    result = run(
+        _venv(image), _work(ctx, job), _eval_checkpoint(ctx), data, ctx.job_sets(), config=ctx.config_file
+    )
+    return _from_result(job, result)
+
+
 def eval_lm_job(ctx: Context) -> Outcome:
     """`eval-lm`: the lm-eval job in the eval image's packages, to vLLM's GPU."""
-    _, data = hub_inputs(ctx)
-    result = image_rehearse.eval_lm_job(
-        _venv("eval"), _work(ctx, "eval-lm"), _eval_checkpoint(ctx), data, ctx.job_sets(),
-        config=ctx.config_file,
-    )  # fmt: skip
-    return _from_result("eval-lm", result)
+    return _eval_job(ctx, "eval-lm", "eval", image_rehearse.eval_lm_job)
 
 
 def eval_agent_job(ctx: Context) -> Outcome:
     """`eval-agent`: the agent eval in the bfcl image's packages, to vLLM's GPU and past it."""
-    _, data = hub_inputs(ctx)
-    result = image_rehearse_agent.eval_agent_job(
-        _venv("bfcl"), _work(ctx, "eval-agent"), _eval_checkpoint(ctx), data, ctx.job_sets(),
-        config=ctx.config_file,
-    )  # fmt: skip
-    return _from_result("eval-agent", result)
+    return _eval_job(ctx, "eval-agent", "bfcl", image_rehearse_agent.eval_agent_job)
 
 
 def report_job(ctx: Context) -> Outcome:
