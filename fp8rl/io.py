@@ -158,6 +158,19 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
+def fsync_tree(root: str | Path) -> None:
+    """fsync every file and folder under `root`, deepest first, then `root`: a folder tree built in a temp
+    location (`staged_dir(..., settle=fsync_tree)`) is complete on disk before its rename."""
+    root = Path(root)
+    for p in sorted(root.rglob("*"), reverse=True):
+        if p.is_file():
+            with open(p, "rb") as fh:
+                os.fsync(fh.fileno())
+        else:
+            fsync_dir(p)
+    fsync_dir(root)
+
+
 def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write(path, lambda tmp: tmp.write_text(text))
 

@@ -39,6 +39,8 @@ SAFE_PATH = re.compile(r"/?[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.
 # The folder of a results_dir that `fp8rl publish` writes publications into (`{results_dir}/published/
 # {tier}`): committed tables, never a results_dir itself.
 PUBLISHED_DIR = "published"
+# The folder of `{results_dir}/published` that holds each tier's run archive (`fp8rl archive save`).
+ARCHIVE_DIR = "archive"
 
 
 def in_published(path: str) -> bool:
@@ -84,6 +86,11 @@ def tier_problem(name: str) -> str | None:
         return (
             f"{name!r} is not a path-safe tier name: use letters, digits, '_', '.' and '-', starting with a "
             f"letter or digit, at most {NAME_MAX} characters (it names the folder {{results_dir}}/{{tier}})"
+        )
+    if name == ARCHIVE_DIR:  # {results_dir}/published/archive/{tier}: the run archives (fp8rl.run_archive)
+        return (
+            f"{name!r} cannot be a tier: {{results_dir}}/{PUBLISHED_DIR}/{ARCHIVE_DIR} holds the run archives "
+            "(`fp8rl archive save`)"
         )
     if name == PUBLISHED_DIR:
         return (

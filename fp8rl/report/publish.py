@@ -36,7 +36,7 @@ from pathlib import Path
 
 from fp8rl import numerics
 from fp8rl.config import PUBLISHED_DIR, ExperimentConfig
-from fp8rl.io import atomic_write_json, fsync_dir, recover_dir, sha256_file, staged_dir
+from fp8rl.io import atomic_write_json, fsync_tree, recover_dir, sha256_file, staged_dir
 from fp8rl.provenance import git_commit, machine, package_versions
 from fp8rl.report.paths import ReportPaths, report_flags
 
@@ -285,16 +285,6 @@ def check_destination(dest: Path, results_dir: Path, tier: str) -> None:
             )
 
 
-def _fsync_tree(root: Path) -> None:
-    for p in sorted(root.rglob("*"), reverse=True):
-        if p.is_file():
-            with open(p, "rb") as fh:
-                os.fsync(fh.fileno())
-        else:
-            fsync_dir(p)
-    fsync_dir(root)
-
-
 def _recover_legacy(dest: Path) -> None:
     """A publication killed under earlier versions of this code left the old copy in `.{tier}.old-*/{tier}`: put it back
     when there is no publication, remove it otherwise."""
@@ -329,7 +319,7 @@ def publish_tier(
         dest.parent.mkdir(parents=True, exist_ok=True)
         _recover_legacy(dest)
         recover_dir(dest)  # what a killed publication left
-        with staged_dir(dest, settle=_fsync_tree) as tmp:
+        with staged_dir(dest, settle=fsync_tree) as tmp:
             umask = os.umask(0)
             os.umask(umask)
             tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; the publication is for everyone to read

@@ -34,6 +34,8 @@ ALLOWED: dict[str, set[str]] = {
     "calibration_targets": {"run_files", *CORE},
     "run_checks": {"run_files", "run_records", *CORE},
     "checkpoint_files": {"run_files", *CORE},
+    # a tier's finished runs kept in git and put back (`fp8rl archive`): the run directory, the config
+    "run_archive": {"config", "provenance", "run_files", *CORE},
     "tracking": {"config"},
     "containers": {"config"},
     "fp8": {"vocabulary", "numerics"},  # never rl; numerics: fast-mode kernels only where asked
@@ -87,6 +89,7 @@ ALLOWED: dict[str, set[str]] = {
         "quiet",
         "report",
         "rl",
+        "run_archive",
         "run_checks",
         *RUN_DIR,
         "tracking",

@@ -1,0 +1,42 @@
+"""`fp8rl archive save|restore`: carry a tier's finished runs across machines in git
+(fp8rl.run_archive), so a study longer than one session goes on where it stopped."""
+
+from __future__ import annotations
+
+import argparse
+
+from fp8rl.commands.common import UsageError, add_command, add_config_args
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    from fp8rl.config_loader import load_config
+    from fp8rl.run_archive import (
+        ArchiveError,
+        describe_restore,
+        describe_save,
+        restore_archive,
+        save_archive,
+    )
+
+    cfg = load_config(args.file, args.set)
+    try:
+        if args.archive_command == "save":
+            print(describe_save(save_archive(cfg)))
+            return 0
+        result = restore_archive(cfg)
+    except ArchiveError as exc:
+        raise UsageError(str(exc)) from None
+    print(describe_restore(result))
+    return 1 if result.refused else 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p_archive = add_command(sub, "archive", help="keep a tier's finished runs in git and put them back")
+    archive_sub = p_archive.add_subparsers(dest="archive_command", required=True, metavar="ACTION")
+    for name, text in (
+        ("save", "add the tier's finished runs to its run archive"),
+        ("restore", "put the archived runs back into a results folder whose bases were rebuilt"),
+    ):
+        p = add_command(archive_sub, name, help=text)
+        add_config_args(p)
+        p.set_defaults(func=cmd_archive)

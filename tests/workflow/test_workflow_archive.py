@@ -1,0 +1,98 @@
+"""The run archive for real on a tiny DAG: a finished tier is archived, its results folder and Snakemake's
+records are removed (a fresh machine), the bases are rebuilt with `--until sft`, and `fp8rl archive
+restore` puts the runs back byte for byte, so the DAG plans no training and no evaluation, only the
+report. A base that is not the one the runs were trained from is refused (exit 1, naming it), an
+edited archive file is named (exit 2), and saving again keeps an archived run the results folder lacks."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+from test_workflow_run import TINY
+from workflow_helpers import REPO, planned_jobs, snakemake, write_config
+
+from fp8rl.io import loads_json
+
+pytestmark = pytest.mark.slow
+
+HELDOUT = ["eval.heldout={prompts: 16, samples: 1}"]
+
+
+def fp8rl(workdir, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "fp8rl.cli", *args], cwd=workdir, capture_output=True, text=True, timeout=300
+    )
+
+
+def run_files(tier) -> dict[str, bytes]:
+    """Every file of every run directory except checkpoints, TensorBoard logs and the lock."""
+    runs = tier / "runs"
+    return {
+        p.relative_to(runs).as_posix(): p.read_bytes()
+        for p in sorted(runs.rglob("*"))
+        if p.is_file()
+        and not {"checkpoint", "checkpoints", "tb"} & set(p.relative_to(runs).parts)
+        and p.name != "run.lock"
+    }
+
+
+def test_archived_runs_come_back_on_a_fresh_results_folder(tmp_path):
+    cfg = write_config(tmp_path / "tiny.yaml", "config/ci.yaml", "results_dir=results", *TINY, *HELDOUT)
+    profile = ["--profile", str(REPO / "profiles" / "local"), "--cores", "1", "--configfile", str(cfg)]
+    tier, archive = tmp_path / "results" / "smoke", tmp_path / "results" / "published" / "archive" / "smoke"
+    snakemake(tmp_path, *profile)
+    before = run_files(tier)
+    assert {"grpo/tiny/bf16/none/seed0/summary.json", "grpo/tiny/bf16/none/seed1/eval/heldout.json"} <= set(
+        before
+    )
+
+    saved = fp8rl(tmp_path, "archive", "save", "--config", str(cfg))
+    assert saved.returncode == 0, saved.stderr
+    manifest = loads_json((archive / "manifest.json").read_bytes())
+    assert sorted(manifest["runs"]) == ["grpo/tiny/bf16/none/seed0", "grpo/tiny/bf16/none/seed1"]
+    assert (archive / "runs/grpo/tiny/bf16/none/seed0/metrics.jsonl.gz").is_file()
+    assert not list(archive.rglob("*.safetensors"))  # no checkpoint travels
+    again = tmp_path / "again"
+    shutil.copytree(archive, again)
+    assert fp8rl(tmp_path, "archive", "save", "--config", str(cfg)).returncode == 0
+    assert (archive / "runs/grpo/tiny/bf16/none/seed0/metrics.jsonl.gz").read_bytes() == (
+        again / "runs/grpo/tiny/bf16/none/seed0/metrics.jsonl.gz"
+    ).read_bytes()  # the same run stores the same bytes
+
+    # A fresh machine: no results, no Snakemake records; the bases are rebuilt, then the runs restored.
+    shutil.rmtree(tier)
+    shutil.rmtree(tmp_path / ".snakemake")
+    snakemake(tmp_path, *profile, "--until", "sft")
+    assert planned_jobs(tmp_path, *profile).get("train") == 2
+    restored = fp8rl(tmp_path, "archive", "restore", "--config", str(cfg))
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    assert "restored 2 run(s)" in restored.stdout
+    assert run_files(tier) == before
+    plan = planned_jobs(tmp_path, *profile)
+    assert "train" not in plan and not any(rule.startswith("eval") for rule in plan), plan
+    snakemake(tmp_path, *profile)  # the report over the restored runs
+    assert "grpo/tiny/bf16/none/seed1" in (tier / "tables" / "runs.csv").read_text()
+
+    # Saving from a folder that lacks one archived run keeps it; restoring skips what is present.
+    shutil.rmtree(tier / "runs/grpo/tiny/bf16/none/seed1")
+    assert fp8rl(tmp_path, "archive", "save", "--config", str(cfg)).returncode == 0
+    assert "grpo/tiny/bf16/none/seed1" in loads_json((archive / "manifest.json").read_bytes())["runs"]
+
+    # Another base (one byte of its config.json): that base's run is refused, by name.
+    base_config = tier / "base" / "tiny" / "config.json"
+    base_config.write_text(base_config.read_text() + " ")
+    refused = fp8rl(tmp_path, "archive", "restore", "--config", str(cfg))
+    assert refused.returncode == 1
+    assert "not restored grpo/tiny/bf16/none/seed1" in refused.stdout
+    assert "is not the base it was trained from" in refused.stdout
+    assert not (tier / "runs/grpo/tiny/bf16/none/seed1").exists()
+
+    # An edited archive file: named, nothing restored.
+    summary = archive / "runs/grpo/tiny/bf16/none/seed1/summary.json"
+    summary.write_text(summary.read_text().replace('"ok"', '"diverged"'))
+    edited = fp8rl(tmp_path, "archive", "restore", "--config", str(cfg))
+    assert edited.returncode == 2
+    assert f"{summary.relative_to(tmp_path)}: its content is not the one" in edited.stderr
