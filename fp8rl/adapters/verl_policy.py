@@ -267,10 +267,23 @@ def verl_policy_loss(
                 "algorithm.rollout_correction rollout_is: token with the untruncating threshold "
                 "(fp8rl.adapters.verl_corrections)"
             )
-        check_finite_inputs(
-            log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages,
-            rollout_is_weights=rollout_is_weights, response_mask=response_mask,
-        )  # fmt: skip
+        try:
+            check_finite_inputs(
+                log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages,
+                rollout_is_weights=rollout_is_weights, response_mask=response_mask,
+            )  # fmt: skip
+        except NonFiniteLoss as exc:
+            if not verl_update.POSITION.deferring:
+                raise
+            # raised on every rank after the mini-batch (verl_update.agree_finite): a zero loss over no
+            # token now, so this rank reaches the update's collectives as the others do
+            verl_update.POSITION.non_finite.append(str(exc))
+            old_log_prob, log_prob, advantages = (
+                torch.nan_to_num(t, 0.0, 0.0, 0.0) for t in (old_log_prob, log_prob, advantages)
+            )
+            if rollout_is_weights is not None:
+                rollout_is_weights = torch.nan_to_num(rollout_is_weights, 0.0, 0.0, 0.0)
+            response_mask = torch.zeros_like(response_mask)
         call = LossCall(
             old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights
         )

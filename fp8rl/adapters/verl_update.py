@@ -25,6 +25,12 @@ Before each mini-batch, the wrapper also runs what a loss registered in `PREPARE
 `POSITION.prepared` for the loss (`calibrated_clip`: the update's bounds, pooled over the mini-batch's
 micro-batches and DP ranks; fp8rl.adapters.verl_loss.update_bounds).
 
+A non-finite input that one rank's loss finds in one micro-batch is not raised there (the other ranks
+would wait in the update's gradient all-reduce until the collective's timeout): while `train_batch`
+runs, the loss records it in `POSITION.non_finite` and gives that micro-batch a zero loss
+(fp8rl.adapters.verl_policy), every rank finishes the mini-batch, and the wrapper then gathers the
+records over the DP group (`agree_finite`) and raises `NonFiniteLoss` on every rank together.
+
 fp8rl.adapters.verl_loss installs it when verl imports it (every worker), patching
 `verl.workers.engine_workers` as soon as that module is loaded.
 """
@@ -34,7 +40,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fp8rl.adapters.import_patch import patch_class
@@ -49,12 +55,16 @@ _STEP_DIR = re.compile(r"global_step_(\d+)")
 @dataclass
 class UpdatePosition:
     """`step`: this worker's training step (None before its first update); `update`: the mini-batch
-    update within it, from 1; `prepared`: what `PREPARE` gave for this update (None without it)."""
+    update within it, from 1; `prepared`: what `PREPARE` gave for this update (None without it);
+    `deferring`: inside a wrapped `train_batch`, where a loss records a non-finite input in
+    `non_finite` instead of raising it."""
 
     step: int | None = None
     update: int = 0
     loaded_step: int = 0
     prepared: Any = None
+    deferring: bool = False
+    non_finite: list[str] = field(default_factory=list)
 
     @property
     def first_update(self) -> bool:
@@ -112,6 +122,26 @@ def _fold_output(output: Any) -> Any:
     return output
 
 
+def agree_finite(worker: Any) -> None:
+    """Raise `NonFiniteLoss` on every rank of the worker's DP group when any rank's loss recorded a
+    non-finite input in this mini-batch (`POSITION.non_finite`): the rank that found it with its own
+    message (its loss already recorded the divergence beside the run), the others naming another rank."""
+    import torch.distributed as dist
+
+    from fp8rl.adapters.verl_policy import NonFiniteLoss
+
+    local = list(POSITION.non_finite)
+    gathered = [local]
+    engine = getattr(worker, "engine", None)
+    group = None if engine is None else engine.get_data_parallel_group()
+    if group is not None and dist.is_initialized() and dist.get_world_size(group) > 1:
+        gathered = [None] * dist.get_world_size(group)
+        dist.all_gather_object(gathered, local, group=group)
+    problems = [msg for g in gathered for msg in g]
+    if problems:
+        raise NonFiniteLoss(local[0] if local else f"another data-parallel rank: {problems[0]}")
+
+
 def wrap(cls: type) -> type:
     """Wrap `cls`'s `load_checkpoint`, `train_mini_batch` and `train_batch` to keep `POSITION` (once)."""
     if getattr(cls, "_fp8rl_update_position", False):
@@ -138,7 +168,13 @@ def wrap(cls: type) -> type:
         prepare = PREPARE.get(loss_mode(self))
         if prepare is not None:
             POSITION.prepared = prepare(self, args[0] if args else kwargs["data"])
-        return _fold_output(batch(self, *args, **kwargs))
+        POSITION.non_finite, POSITION.deferring = [], True
+        try:
+            output = batch(self, *args, **kwargs)
+        finally:
+            POSITION.deferring = False
+        agree_finite(self)
+        return _fold_output(output)
 
     cls.load_checkpoint, cls.train_mini_batch, cls.train_batch = (
         load_checkpoint,

@@ -168,3 +168,23 @@ def test_a_non_finite_input_on_one_rank_stops_every_rank_before_the_update(verl_
     assert [r.get("error", "").split(":")[0] for r in results] == ["NonFiniteLoss"] * WORLD
     assert "another data-parallel rank" in results[0]["error"]
     assert "old_log_prob" in results[1]["error"]
+
+
+def test_a_non_finite_input_of_a_plain_loss_on_one_rank_stops_every_rank_after_the_mini_batch(
+    verl_site, tmp_path
+):
+    """fp8rl_clip finds the NaN in its own micro-batch on rank 1 only. Raising there at once would leave
+    rank 0 in the next collective of the update (the gradient all-reduce) until the NCCL timeout: rank 1
+    records the divergence and gives a zero loss for the micro-batch instead, every rank finishes the
+    mini-batch, and the DP group agrees after it, so both ranks raise NonFiniteLoss together."""
+    case = _case("fp8rl_clip")
+    case["ranks"][1]["old_log_probs"][2][0] = float("nan")  # a valid token of rank 1's first mini-batch
+    results = _run_ranks(case, tmp_path, {"clip_c": 3.0})
+    assert [r.get("error", "").split(":")[0] for r in results] == ["NonFiniteLoss"] * WORLD
+    assert "another data-parallel rank" in results[0]["error"]
+    assert "old_log_prob" in results[1]["error"]
+    # the rank that found it recorded the divergence beside the loss spec, for the run's import
+    from fp8rl.adapters.verl_launch import DIVERGENCE_FILE
+
+    record = json.loads((tmp_path / DIVERGENCE_FILE).read_text())
+    assert record["kind"] == "non_finite" and "old_log_prob" in record["what"]
