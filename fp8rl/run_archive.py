@@ -1,30 +1,32 @@
-"""The run archive: a tier's finished runs, kept in git, so a study longer than one machine's session
-goes on where it stopped on the next machine instead of starting over.
+"""The run archive: a tier's finished runs and the bases they started from, kept in git, so a study
+longer than one machine's session goes on where it stopped on the next machine instead of starting over.
 
 A session's results folder does not outlive its machine, and a study such as the longform failure search
-needs more CPU hours than one session has. `save_archive` copies what each finished run left that the
-report and the DAG read — every file of the run directory except its checkpoints and TensorBoard logs
-(`RUN_FILES`, the eval results under `eval/`) — and each base's held-out scores into
-`{results_dir}/published/archive/{tier}/`, in the tier's own layout (`runs/{run id}/...`,
-`base/{base}/eval/...`), with the Snakemake digest records of those files (`digests/{rule}/...`).
-`metrics.jsonl` and `samples.jsonl` are stored gzipped (no name or time in the header, so the same run
-stores the same bytes). `manifest.json` records the sha256 of every file as the run wrote it, each run's
-status and base, and each base's `fingerprint`: the sha256 of its weights and files (`base_fingerprint`:
-everything but `sft.json`, which records wall times, and `eval/`). Saving adds to the archive: a run
-already archived and not in the results folder stays.
+needs more CPU hours than one session has. `save_archive` copies into
+`{results_dir}/published/archive/{tier}/`, in the tier's own layout, what the report and the DAG read:
+each finished run's directory without its checkpoints and TensorBoard logs (`runs/{run id}/...`:
+`RUN_FILES` and `eval/*.json`), the base each run started from, whole (`base/{base}/...`: weights,
+tokenizer, `sft.json`, held-out scores), and the Snakemake digest records of those files
+(`digests/{rule}/...`). `metrics.jsonl` and `samples.jsonl` are stored gzipped (no name or time in the
+header, so the same run stores the same bytes). `manifest.json` records the sha256 of every file as it
+was written, each run's status and base, each base's `fingerprint` (`folder_fingerprint`: every file
+but `sft.json`, which records wall times, and `eval/`) and the data's. Saving adds to the archive: a
+run already archived and not in the results folder stays.
 
-`restore_archive` puts the archived runs back into a results folder whose bases were rebuilt (the SFTs
-are deterministic under `numerics: reproducible`; `snakemake ... --until sft` builds them): a run is
-restored only when its base's fingerprint is the archived one (another base, from another config or
-another kernel path, would give other runs), and never over a run directory that exists. The restored
-files are new, so Snakemake takes them as newer than the bases and data; their digest records come with
-them, so a run whose config sections changed since it was archived is still rerun by the DAG
-(workflows/common.smk `ConfigTrigger`). Checkpoints are not archived: a restored run can be reported and
-compared, not evaluated again or resumed.
+The bases travel because they are not the same on every machine: the pinned kernel path gives the same
+bits on CPUs of one vendor, but an AMD EPYC and an Intel Xeon train different bases from the same
+config (docs/numerics.md). `restore_archive` needs the tier's data built (`snakemake ... --until data`;
+the data step is integer work, the same everywhere, and its fingerprint is checked). It puts each
+archived base back where the results folder has none, so the DAG trains no SFT, and each run whose base
+is the archived one back where its directory does not exist; a base already built with another
+fingerprint keeps its runs out (named, exit 1). The restored files are new, so Snakemake takes them as
+newer than the data; their digest records come with them, so a run whose config sections changed since
+it was archived is still rerun by the DAG (workflows/common.smk `ConfigTrigger`). Run checkpoints are
+not archived: a restored run is reported and compared, not evaluated again or resumed.
 
 Both write atomically: the archive is built beside its destination and swapped in whole
-(`fp8rl.io.staged_dir`); each restored run's directory likewise. A file whose bytes are not the ones the
-manifest records is named and nothing is restored.
+(`fp8rl.io.staged_dir`), and so is each restored run or base directory. A file whose bytes are not
+the ones the manifest records is named and nothing is restored.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ DIGESTS_DIR = "digests"  # {tier}/digests/{rule}/{output}.digest: the DAG's reco
 RUN_FILES = (SUMMARY_FILE, CONFIG_FILE, RUN_FILE, METRICS_FILE, SAMPLES_FILE, THROUGHPUT_FILE,
              RATIO_HIST_FILE, NOISE_FILE)  # fmt: skip
 GZIPPED = (METRICS_FILE, SAMPLES_FILE)
-BASE_RECORD_FILES = ("sft.json",)  # a base's files that differ between two identical SFTs (wall times)
+SFT_RECORD = "sft.json"  # a base's record (wall times: left out of its fingerprint), written last by the SFT
+DATA_DIR = "data"  # {tier}/data: the data step's output (workflows/data.smk)
 
 
 class ArchiveError(ValueError):
@@ -84,17 +87,21 @@ def base_name(cfg: ExperimentConfig, spec: RunSpec) -> str:
     return cfg.base_of(spec.model, spec.seed) if cfg.model(spec.model).source == "scratch" else spec.model
 
 
-def base_fingerprint(base: Path) -> str | None:
-    """sha256 over the relative path and bytes of every file of a base folder except `sft.json` and
-    `eval/` (what two SFTs of one config and kernel path write alike); None when it has no file."""
+def folder_fingerprint(folder: Path, skip: tuple[str, ...] = ()) -> str | None:
+    """sha256 over the relative path and the sha256 of every file under `folder`, but those whose first
+    path part is in `skip`; None when there is no such file."""
     h, seen = hashlib.sha256(), False
-    for p in sorted(base.rglob("*")):
-        rel = p.relative_to(base)
-        if not p.is_file() or rel.parts[0] == EVAL_DIR or rel.as_posix() in BASE_RECORD_FILES:
-            continue
-        h.update(f"{rel.as_posix()}\0{sha256_file(p)}\n".encode())
-        seen = True
+    for p in sorted(folder.rglob("*")) if folder.is_dir() else []:
+        rel = p.relative_to(folder)
+        if p.is_file() and rel.parts[0] not in skip:
+            h.update(f"{rel.as_posix()}\0{sha256_file(p)}\n".encode())
+            seen = True
     return h.hexdigest() if seen else None
+
+
+def base_fingerprint(base: Path) -> str | None:
+    """A base folder's fingerprint: its weights, config and tokenizer (not `sft.json`, not `eval/`)."""
+    return folder_fingerprint(base, skip=(SFT_RECORD, EVAL_DIR))
 
 
 def _stored_name(rel: str) -> str:
@@ -120,14 +127,15 @@ def _read_stored(path: Path) -> bytes:
 
 @dataclass
 class Manifest:
-    """`manifest.json`: `files` (path under the tier folder -> sha256 of the file as the run wrote it),
-    `runs` (run id -> `status`, `base`, `archived` UTC time, `git_commit` of the archiving checkout) and
-    `bases` (base name -> fingerprint)."""
+    """`manifest.json`: `files` (path under the tier folder -> sha256 of the file as it was written),
+    `runs` (run id -> `status`, `base`, `archived` UTC time, `git_commit` of the archiving checkout),
+    `bases` (base name -> fingerprint) and `data` (the data folder's fingerprint)."""
 
     tier: str
     files: dict[str, str] = field(default_factory=dict)
     runs: dict[str, dict] = field(default_factory=dict)
     bases: dict[str, str] = field(default_factory=dict)
+    data: str | None = None
 
     @classmethod
     def read(cls, root: Path, tier: str) -> Manifest:
@@ -140,19 +148,19 @@ class Manifest:
             raise ArchiveError(f"{path}: not JSON ({exc})") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("tier") != tier:
             raise ArchiveError(f"{path}: not a format-{FORMAT} run archive of tier {tier!r}")
-        return cls(tier, data.get("files", {}), data.get("runs", {}), data.get("bases", {}))
+        return cls(tier, data.get("files", {}), data.get("runs", {}), data.get("bases", {}), data.get("data"))
 
     def as_json(self) -> dict:
         return {"format": FORMAT, "tier": self.tier, "updated": datetime.now(UTC).isoformat(timespec="seconds"),
-                "bases": dict(sorted(self.bases.items())), "runs": dict(sorted(self.runs.items())),
-                "files": dict(sorted(self.files.items()))}  # fmt: skip
+                "data": self.data, "bases": dict(sorted(self.bases.items())),
+                "runs": dict(sorted(self.runs.items())), "files": dict(sorted(self.files.items()))}  # fmt: skip
 
     def run_files(self, run_id: str) -> list[str]:
         prefix = f"{RUNS_DIR}/{run_id}/"
         return [rel for rel in self.files if rel.startswith(prefix)]
 
     def base_files(self, base: str) -> list[str]:
-        prefix = f"base/{base}/{EVAL_DIR}/"
+        prefix = f"base/{base}/"
         return [rel for rel in self.files if rel.startswith(prefix)]
 
     def digest_records(self, rels: list[str]) -> list[str]:
@@ -203,50 +211,59 @@ class SaveResult:
 
 
 def save_archive(cfg: ExperimentConfig) -> SaveResult:
-    """Add every finished run of the tier (and the held-out scores and fingerprint of its base) to the
-    archive, keeping the archived runs the results folder does not hold. ArchiveError when the tier has
-    no finished run or a run's base folder is gone (its fingerprint could not be recorded)."""
+    """Add every finished run of the tier and the base it started from to the archive, keeping the
+    archived runs the results folder does not hold. ArchiveError when the tier has no finished run, a
+    run's base folder or the data is gone, or a base here is not the one archived runs started from."""
     tier, dest = tier_dir(cfg), archive_dir(cfg)
     old = Manifest.read(dest, cfg.tier)
     verify_archive(dest, old)
     local = finished_runs(cfg)
     if not local:
         raise ArchiveError(f"{tier / RUNS_DIR}: no finished run (no summary.json) to archive")
-    new = Manifest(cfg.tier)
+    new = Manifest(cfg.tier, data=folder_fingerprint(tier / DATA_DIR))
+    if new.data is None or (old.data is not None and old.data != new.data):
+        raise ArchiveError(
+            f"{tier / DATA_DIR}: "
+            + ("missing" if new.data is None else "not the data the archived runs trained on")
+        )
     sources: dict[str, Path] = {}  # path under the tier -> the file to store
-    commit = git_commit()
+    commit, now = git_commit(), datetime.now(UTC).isoformat(timespec="seconds")
     for run_id in local:
-        spec = RunSpec.parse(run_id)
-        base = base_name(cfg, spec)
+        base = base_name(cfg, RunSpec.parse(run_id))
         fingerprint = base_fingerprint(tier / "base" / base)
         if fingerprint is None:
             raise ArchiveError(
                 f"{tier / 'base' / base}: the base of {run_id} is gone; archive before removing it"
             )
+        if old.bases.get(base, fingerprint) != fingerprint:
+            raise ArchiveError(
+                f"{tier / 'base' / base}: not the base the archived runs of {base} started from (fingerprint "
+                f"{fingerprint[:12]} here, {old.bases[base][:12]} archived); restore the archive into a fresh "
+                "results folder first"
+            )
         summary = loads_json((tier / RUNS_DIR / run_id / SUMMARY_FILE).read_bytes())
-        rels = _local_run_files(tier, run_id)
-        base_evals = sorted((tier / "base" / base / EVAL_DIR).glob("*.json"))
-        rels += [p.relative_to(tier).as_posix() for p in base_evals]
+        rels = _local_run_files(tier, run_id) + sorted(
+            p.relative_to(tier).as_posix() for p in (tier / "base" / base).rglob("*") if p.is_file()
+        )
         for rel in rels + _local_digest_records(tier, rels):
             sources[rel] = tier / rel
-        new.runs[run_id] = {"status": summary.get("status"), "base": base,
-                            "archived": datetime.now(UTC).isoformat(timespec="seconds"), "git_commit": commit}  # fmt: skip
+        new.runs[run_id] = {
+            "status": summary.get("status"),
+            "base": base,
+            "archived": now,
+            "git_commit": commit,
+        }
         new.bases[base] = fingerprint
     kept = sorted(set(old.runs) - set(new.runs))
     for run_id in kept:
         base = old.runs[run_id]["base"]
-        if base in new.bases and new.bases[base] != old.bases[base]:
-            raise ArchiveError(
-                f"{tier / 'base' / base}: not the base archived run {run_id} started from (fingerprint "
-                f"{new.bases[base][:12]} here, {old.bases[base][:12]} archived); restore or remove that run first"
-            )
         new.runs[run_id], new.bases[base] = old.runs[run_id], old.bases[base]
         rels = old.run_files(run_id) + old.base_files(base)
         for rel in rels + old.digest_records(rels):
             sources.setdefault(rel, dest / _stored_name(rel))
     with staged_dir(dest, settle=fsync_tree) as tmp:
         for rel, src in sorted(sources.items()):
-            if src.is_relative_to(dest):  # already stored: copy the stored bytes
+            if src.is_relative_to(dest):  # kept: copy the stored bytes
                 (tmp / _stored_name(rel)).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, tmp / _stored_name(rel))
                 new.files[rel] = old.files[rel]
@@ -261,12 +278,15 @@ def save_archive(cfg: ExperimentConfig) -> SaveResult:
 class RestoreResult:
     restored: list[str]
     present: list[str]  # a run directory already in the results folder: left as it is
-    refused: dict[str, str]  # run id -> why (its base is missing or another)
+    refused: dict[str, str]  # run id -> why (a base is built here with another fingerprint)
+    bases: list[str] = field(default_factory=list)  # the bases put back
 
 
 def restore_archive(cfg: ExperimentConfig) -> RestoreResult:
-    """Copy the archived runs into the tier's results folder where their base is the archived one and
-    their directory does not exist; the base's held-out scores and the files' digest records with them."""
+    """Put the archived bases back where the results folder has none, then every archived run whose base
+    is the archived one and whose directory does not exist, each with its files' digest records.
+    ArchiveError (nothing written) when there is no archive, a stored file is not the recorded one, or
+    the tier's data is not built or is other data than the runs trained on."""
     tier, src = tier_dir(cfg), archive_dir(cfg)
     if not (src / MANIFEST_FILE).is_file():
         raise ArchiveError(
@@ -274,38 +294,50 @@ def restore_archive(cfg: ExperimentConfig) -> RestoreResult:
         )
     manifest = Manifest.read(src, cfg.tier)
     verify_archive(src, manifest)
+    data = folder_fingerprint(tier / DATA_DIR)
+    if data is None:
+        raise ArchiveError(
+            f"{tier / DATA_DIR}: not built; first: snakemake ... --until data (same --configfile)"
+        )
+    if data != manifest.data:
+        raise ArchiveError(
+            f"{tier / DATA_DIR}: not the data the archived runs trained on (task or tokenizer changed?)"
+        )
     result = RestoreResult([], [], {})
+    for base in manifest.bases:
+        if base_fingerprint(tier / "base" / base) is None:
+            _restore_files(src, tier, manifest, manifest.base_files(base), tier / "base" / base)
+            result.bases.append(base)
     for run_id, info in manifest.runs.items():
         run_dir, base = tier / RUNS_DIR / run_id, info["base"]
         here = base_fingerprint(tier / "base" / base)
         if run_dir.exists():
             result.present.append(run_id)
-        elif here is None:
-            result.refused[run_id] = (
-                f"its base {tier / 'base' / base} is not built (snakemake ... --until sft)"
-            )
         elif here != manifest.bases[base]:
             result.refused[run_id] = (
-                f"{tier / 'base' / base} is not the base it was trained from (fingerprint {here[:12]}, archived {manifest.bases[base][:12]})"
+                f"{tier / 'base' / base} is not the base it was trained from (fingerprint {here[:12]}, archived "
+                f"{manifest.bases[base][:12]}): remove that base to restore the archived one"
             )
         else:
-            _restore_run(src, tier, manifest, run_id, base)
+            _restore_files(src, tier, manifest, manifest.run_files(run_id), run_dir)
             result.restored.append(run_id)
     return result
 
 
-def _restore_run(src: Path, tier: Path, manifest: Manifest, run_id: str, base: str) -> None:
-    """Write one archived run's directory whole (summary.json first, eval results last), then its base's
-    scores where the rebuilt base has none yet, then the digest records of what was written."""
-    rank = {name: i for i, name in enumerate(RUN_FILES)}
-    run_files = sorted(manifest.run_files(run_id), key=lambda rel: (rank.get(Path(rel).name, len(rank)), rel))
-    with staged_dir(tier / RUNS_DIR / run_id, settle=fsync_tree) as tmp:
-        for rel in run_files:
-            out = tmp / Path(rel).relative_to(f"{RUNS_DIR}/{run_id}")
+def _restore_files(src: Path, tier: Path, manifest: Manifest, rels: list[str], folder: Path) -> None:
+    """Write the archived files `rels` (all under `folder`) as `folder`, whole, in Snakemake's order (a
+    run's summary.json or a base's weights first, eval results last), then their digest records."""
+    rank = {name: i for i, name in enumerate((*RUN_FILES, SFT_RECORD))}
+
+    def order(rel: str) -> tuple:
+        return ("/eval/" in rel, rank.get(Path(rel).name, -1), rel)
+
+    with staged_dir(folder, settle=fsync_tree) as tmp:
+        for rel in sorted(rels, key=order):
+            out = tmp / (tier / rel).relative_to(folder)
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(_read_stored(src / _stored_name(rel)))
-    base_files = [rel for rel in manifest.base_files(base) if not (tier / rel).exists()]
-    for rel in base_files + manifest.digest_records(run_files + base_files):
+    for rel in manifest.digest_records(rels):
         data = _read_stored(src / _stored_name(rel))
         atomic_write(tier / rel, lambda tmp, data=data: tmp.write_bytes(data))
 
@@ -316,6 +348,7 @@ def describe_save(result: SaveResult) -> str:
 
 
 def describe_restore(result: RestoreResult) -> str:
-    lines = [f"restored {len(result.restored)} run(s); {len(result.present)} already here, left as they are"]
+    lines = [f"restored {len(result.bases)} base(s) and {len(result.restored)} run(s); "
+             f"{len(result.present)} run(s) already here, left as they are"]  # fmt: skip
     lines += [f"  not restored {run_id}: {why}" for run_id, why in sorted(result.refused.items())]
     return "\n".join(lines)

@@ -74,32 +74,34 @@ whole. A report that is missing, incomplete, edited since it was built, being wr
 """,
     "archive": """
 A study longer than one machine's session (the longform failure search: about 24 CPU-hours) goes on
-over several machines: `save` copies each finished run (every file but its checkpoints), its base's
-held-out scores and the base's fingerprint into `{results_dir}/published/archive/{tier}/`, to commit;
-on the next machine the bases are rebuilt (deterministic) and `restore` puts the runs back, so the DAG
-trains only what is left.
+over several machines: `save` copies each finished run (every file but its checkpoints) and the base it
+started from into `{results_dir}/published/archive/{tier}/`, to commit; on the next machine the data is
+rebuilt and `restore` puts the bases and runs back, so the DAG trains only what is left. The bases
+travel because CPUs of another vendor train other bases from the same config.
 
     fp8rl archive save --config config/longform.yaml
-    snakemake --profile profiles/local --configfile config/longform.yaml --until sft
+    snakemake --profile profiles/local --configfile config/longform.yaml --until data
     fp8rl archive restore --config config/longform.yaml
     snakemake --profile profiles/local --configfile config/longform.yaml
 """,
     "archive save": """
-Reads every finished run of the tier (a run directory with `summary.json`) and its base, and adds them
-to `{results_dir}/published/archive/{tier}/` (`manifest.json`: each file's sha256, each run's status
-and base, each base's fingerprint), swapped in whole; archived runs this results folder does not hold
-are kept. Exits 2 when the tier has no finished run, a run's base folder is gone, an archived file is
-not the one the manifest records, or a base differs from the one archived runs were trained from.
+Reads every finished run of the tier (a run directory with `summary.json`), the base it started from
+and the data, and adds them to `{results_dir}/published/archive/{tier}/` (`manifest.json`: each file's
+sha256, each run's status and base, the fingerprints of each base and of the data), swapped in whole;
+archived runs this results folder does not hold are kept. Exits 2 when the tier has no finished run, a
+run's base or the data is gone, an archived file is not the one the manifest records, or a base or the
+data here is not the one the archived runs used.
 
     fp8rl archive save --config config/longform.yaml
 """,
     "archive restore": """
-Copies each archived run into `{results_dir}/{tier}/runs/` when its base (rebuilt first: `snakemake
-... --until sft`) has the archived fingerprint and its run directory does not exist, with the base's
-held-out scores and the Snakemake digest records (a run whose config sections changed since is still
-rerun by the DAG). Restored runs have no checkpoint: they are reported, not evaluated again. Prints
-what was restored and why a run was not; exits 1 when a run was not restored because its base is
-missing or another, 2 when the archive is missing or an archived file is not the one recorded.
+Needs the tier's data built (`snakemake ... --until data`) and the same data the archive recorded.
+Puts each archived base back where `{results_dir}/{tier}/base/` has none, then each archived run into
+`{results_dir}/{tier}/runs/` where its directory does not exist and its base is the archived one, with
+the Snakemake digest records (a run whose config sections changed since is still rerun by the DAG).
+Restored runs have no checkpoint: they are reported, not evaluated again. Prints what was restored and
+why a run was not; exits 1 when a run stayed out because a base built here is another, 2 when the
+archive is missing, an archived file is not the one recorded, or the data is missing or other.
 
     fp8rl archive restore --config config/longform.yaml
 """,

@@ -1,8 +1,9 @@
 """The run archive for real on a tiny DAG: a finished tier is archived, its results folder and Snakemake's
-records are removed (a fresh machine), the bases are rebuilt with `--until sft`, and `fp8rl archive
-restore` puts the runs back byte for byte, so the DAG plans no training and no evaluation, only the
-report. A base that is not the one the runs were trained from is refused (exit 1, naming it), an
-edited archive file is named (exit 2), and saving again keeps an archived run the results folder lacks."""
+records are removed (a fresh machine), the data is rebuilt with `--until data`, and `fp8rl archive
+restore` puts the base and the runs back byte for byte, so the DAG plans no SFT, no training and no
+evaluation, only the report. A base built here that is not the one the runs were trained from keeps
+them out (exit 1, naming it), an edited archive file is named (exit 2), and saving again keeps an
+archived run the results folder lacks."""
 
 from __future__ import annotations
 
@@ -54,7 +55,10 @@ def test_archived_runs_come_back_on_a_fresh_results_folder(tmp_path):
     manifest = loads_json((archive / "manifest.json").read_bytes())
     assert sorted(manifest["runs"]) == ["grpo/tiny/bf16/none/seed0", "grpo/tiny/bf16/none/seed1"]
     assert (archive / "runs/grpo/tiny/bf16/none/seed0/metrics.jsonl.gz").is_file()
-    assert not list(archive.rglob("*.safetensors"))  # no checkpoint travels
+    # the base travels whole; no run checkpoint does
+    assert [p.relative_to(archive).as_posix() for p in archive.rglob("*.safetensors")] == [
+        "base/tiny/model.safetensors"
+    ]
     again = tmp_path / "again"
     shutil.copytree(archive, again)
     assert fp8rl(tmp_path, "archive", "save", "--config", str(cfg)).returncode == 0
@@ -62,17 +66,21 @@ def test_archived_runs_come_back_on_a_fresh_results_folder(tmp_path):
         again / "runs/grpo/tiny/bf16/none/seed0/metrics.jsonl.gz"
     ).read_bytes()  # the same run stores the same bytes
 
-    # A fresh machine: no results, no Snakemake records; the bases are rebuilt, then the runs restored.
+    # A fresh machine: no results, no Snakemake records; the data is rebuilt, the base and runs restored.
+    base_before = {p.name: p.read_bytes() for p in (tier / "base" / "tiny").iterdir() if p.is_file()}
     shutil.rmtree(tier)
     shutil.rmtree(tmp_path / ".snakemake")
-    snakemake(tmp_path, *profile, "--until", "sft")
+    no_data = fp8rl(tmp_path, "archive", "restore", "--config", str(cfg))
+    assert no_data.returncode == 2 and "--until data" in no_data.stderr
+    snakemake(tmp_path, *profile, "--until", "data")
     assert planned_jobs(tmp_path, *profile).get("train") == 2
     restored = fp8rl(tmp_path, "archive", "restore", "--config", str(cfg))
     assert restored.returncode == 0, restored.stdout + restored.stderr
-    assert "restored 2 run(s)" in restored.stdout
+    assert "restored 1 base(s) and 2 run(s)" in restored.stdout
     assert run_files(tier) == before
+    assert {p.name: p.read_bytes() for p in (tier / "base" / "tiny").iterdir() if p.is_file()} == base_before
     plan = planned_jobs(tmp_path, *profile)
-    assert "train" not in plan and not any(rule.startswith("eval") for rule in plan), plan
+    assert not {"sft", "train"} & set(plan) and not any(rule.startswith("eval") for rule in plan), plan
     snakemake(tmp_path, *profile)  # the report over the restored runs
     assert "grpo/tiny/bf16/none/seed1" in (tier / "tables" / "runs.csv").read_text()
 
@@ -81,7 +89,7 @@ def test_archived_runs_come_back_on_a_fresh_results_folder(tmp_path):
     assert fp8rl(tmp_path, "archive", "save", "--config", str(cfg)).returncode == 0
     assert "grpo/tiny/bf16/none/seed1" in loads_json((archive / "manifest.json").read_bytes())["runs"]
 
-    # Another base (one byte of its config.json): that base's run is refused, by name.
+    # A base built here that is another (one byte of its config.json): its run stays out, named.
     base_config = tier / "base" / "tiny" / "config.json"
     base_config.write_text(base_config.read_text() + " ")
     refused = fp8rl(tmp_path, "archive", "restore", "--config", str(cfg))
