@@ -80,6 +80,15 @@ class ModeMismatch(RuntimeError):
         return environment(self.wanted, os.environ)
 
 
+def cpu_vendor(model: str) -> str | None:
+    """`Intel` or `AMD` from a CPU model name as `cpu()` records it, else None. The pinned kernel path gives
+    the same bits on CPUs of one vendor, not across them (docs/numerics.md)."""
+    for vendor in ("Intel", "AMD"):
+        if vendor in model:
+            return vendor
+    return None
+
+
 def requested_mode(environ=os.environ) -> str:
     mode = environ.get(ENV_MODE, DEFAULT_MODE) or DEFAULT_MODE
     if mode not in MODES:

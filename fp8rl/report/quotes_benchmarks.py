@@ -290,7 +290,9 @@ def _kernel_path(runs: dict[str, list[str]]) -> str:
         )
     if runs["mkl"] == [numerics.PINNED_ENV["MKL_CBWR"]]:
         if runs.get("gemms") == [f"OpenBLAS {numerics.PINNED_ENV['OPENBLAS_CORETYPE']}"]:
-            return "today's pin: reproduces on any x86-64 CPU with AVX2"
+            vendors = sorted({v for v in map(numerics.cpu_vendor, runs.get("cpus", [])) if v})
+            where = f"{' and '.join(vendors)} CPUs" if vendors else "CPUs of the vendor it ran on"
+            return f"today's pin: reproduces on {where} with AVX2, not across vendors"
         return "the pin before the OpenBLAS kernel (GEMMs on MKL's COMPATIBLE branch): to be re-run under today's"
     return "an earlier pin: reproduces only on a CPU like that one; to be re-run under today's"
 
@@ -312,6 +314,37 @@ def numerics_pins(published: Path) -> str:
     if not rows:
         raise QuoteError(f"{published}: no */report.json (nothing published)")
     return markdown_table(["tier", "published", "CPU", "MKL branch", "GEMMs", "kernel path"], rows)
+
+
+@quoted_block("numerics-vendors")
+def numerics_vendors(published: Path) -> str:
+    """One row per tier published on both CPU vendors (`X` and `X_amd` or `X_intel`): each one's CPU, the
+    base's final SFT loss in each, and how many of the tier's tables (throughput aside) are byte-identical
+    between the two: the pin's reach across vendors, measured."""
+    rows = []
+    for other in sorted(p for p in published.iterdir() if p.name.endswith(("_amd", "_intel"))):
+        first = published / other.name.rsplit("_", 1)[0]
+        if not (first / "report.json").is_file() or not (other / "report.json").is_file():
+            continue
+        tables = sorted(
+            t.name for t in (first / "tables").glob("*.csv") if not t.name.startswith("throughput")
+        )
+        same = sum((first / "tables" / t).read_bytes() == (other / "tables" / t).read_bytes()
+                   for t in tables if (other / "tables" / t).is_file())  # fmt: skip
+        cpus = [", ".join(tier_numerics(d).get("cpus", [])) or "?" for d in (first, other)]
+        losses = [_base_losses(d) for d in (first, other)]
+        rows.append([f"`{first.name}` / `{other.name}`", *cpus, *losses, f"{same} of {len(tables)}"])
+    if not rows:
+        raise QuoteError(f"{published}: no tier published on both vendors (a `*_amd` or `*_intel` beside it)")
+    return markdown_table(["tiers", "CPU", "other CPU", "base loss/final", "other base loss/final",
+                           "tables identical"], rows)  # fmt: skip
+
+
+def _base_losses(tier_dir: Path) -> str:
+    import csv
+
+    with open(tier_dir / "tables" / "base_models.csv", newline="", encoding="utf-8") as fh:
+        return ", ".join(row["loss/final"] for row in csv.DictReader(fh))
 
 
 @quoted_block("performance-gemm-paths")
