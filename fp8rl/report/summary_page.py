@@ -201,17 +201,28 @@ def _caveats(
             "eval comparison in these tables is interpreted."
         )
     elif void:
-        why = "no bf16 control run finished" if unchecked else "the control did not learn"
+        planned = sum(r.variant == "bf16" for r in cfg.runs())
+        why = (
+            f"no bf16 control run finished (of the {planned} the matrix plans)"
+            if unchecked
+            else "the control did not learn"
+        )
         out.append(
             f"- No conclusion about FP8 against bf16: {why}, so every comparison in "
             "these tables is void (reported, not interpreted)."
         )
-    if bases is None or len(bases) <= 1:
+    pretrained = [m.name for m in cfg.models if m.source != "scratch"]
+    if pretrained and len(pretrained) == len(cfg.models):  # a pretrained model is its own one base
+        out.append(
+            f"- Each model's runs start from its one pretrained checkpoint ({', '.join(pretrained)}): results "
+            "are conditional on it, and seeds are the unit."
+        )
+    elif bases is None or len(bases) <= 1:
         out.append("- Every run starts from one base model: results are conditional on that base.")
     if len(cfg.matrix.seeds) < 2:
         out.append("- One seed per cell: no interval over seeds, so no difference here is tested.")
     n = control["n"].min() if control is not None and not control.empty else math.nan
-    if not math.isnan(n) and n < 3:
+    if not math.isnan(n) and 1 <= n < 3:  # n 0: the control never ran, said above
         out.append(f"- The control is judged over {int(n)} unit(s): too few for a useful interval.")
     if bases is not None and "stop_met" in bases:
         missed = bases[bases["stop_met"].astype(str) == "False"]

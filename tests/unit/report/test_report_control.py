@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,8 @@ from fp8rl.report.build import build_report
 from fp8rl.report.control import VOID, control_summary, control_table, verdict
 from fp8rl.report.endpoints import windows
 from fp8rl.report.paths import ReportPaths
+
+REPO = Path(__file__).resolve().parents[3]
 
 BASE_REWARD = report_fixtures.reward
 # bf16's reward per step: seed s changes by slope × (1 + 0.1 s) per step (flat: seed 0 up, seed 1 down)
@@ -164,11 +167,14 @@ def test_an_all_failed_control_is_not_said_to_have_not_learned():
     summary = control_summary(table)
     assert summary["comparison_void"] is True
     said = [summary["statement"], *void_notes(summary, ["n"]), *control_lines(table, True)]
-    said += _caveats(CFG_ONE_SEED, table, True, None)
+    said += _caveats(_smoke_two_seeds(), table, True, None)
     said += planned_lines(pd.DataFrame([PLANNED_ROW]), True, True)
     assert not [s for s in said if "did not learn" in s], said
     assert UNCHECKED in summary["statement"].lower()
-    assert any("No conclusion about FP8 against bf16: no bf16 control run finished" in s for s in said)
+    assert any(
+        "No conclusion about FP8 against bf16: no bf16 control run finished (of the" in s for s in said
+    )
+    assert not [s for s in said if "judged over 0" in s], said  # the never-run control has no units
     assert said[-1].endswith("(void: the control never ran).")
     # one group learned, another failed to run: still not a control that did not learn
     mixed = pd.concat(
@@ -179,15 +185,12 @@ def test_an_all_failed_control_is_not_said_to_have_not_learned():
     assert VOID[1:] in control_summary(flat)["statement"]  # a control that ran and stayed flat
 
 
-CFG_ONE_SEED = type(
-    "Cfg",
-    (),
-    {
-        "matrix": type("M", (), {"seeds": [0, 1], "conditions": []})(),
-        "backend": "reference",
-        "runs": lambda self: [],
-    },
-)()
+def _smoke_two_seeds():
+    from fp8rl.config_loader import load_config
+
+    return load_config(REPO / "config" / "smoke.yaml", ["matrix.seeds=[0, 1]"])
+
+
 PLANNED_ROW = {"contrast": "c", "arm": "fp8", "reference": "bf16", "difference": 0.1, "low": 0.0,
                "high": 0.2, "p_adjusted": 0.5, "decision": "no difference"}  # fmt: skip
 
@@ -210,3 +213,19 @@ def test_the_planned_decisions_of_an_all_failed_control_say_it_never_ran(monkeyp
         said[name] = table.view["decision"].tolist()
     assert said["failed"] == ["no difference (void: no bf16 control run finished)"]
     assert said["flat"] == ["no difference (void: the bf16 control did not learn)"]
+
+
+def test_a_partly_finished_pretrained_tier_is_not_said_to_rest_on_one_base():
+    """The paper tier's models are pretrained checkpoints, each its runs' one base: its caveats say so per
+    model instead of "every run starts from one base model", and a control with no finished run is not
+    "judged over 0 units" (issue 57's rehearsed report)."""
+    from fp8rl.config_loader import load_config
+    from fp8rl.report.summary_page import _caveats
+
+    cfg = load_config(REPO / "config" / "paper.yaml")
+    failed = _endpoints({("b", 0): math.nan}).assign(status="failed")
+    said = _caveats(cfg, control_table(failed), True, None)
+    planned = sum(r.variant == "bf16" for r in cfg.runs())
+    assert any(f"no bf16 control run finished (of the {planned} the matrix plans)" in s for s in said), said
+    assert any("Each model's runs start from its one pretrained checkpoint" in s for s in said), said
+    assert not [s for s in said if "Every run starts from one base model" in s or "judged over" in s], said
