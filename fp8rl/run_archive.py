@@ -38,8 +38,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from fp8rl.config import ExperimentConfig
-from fp8rl.config.base import ARCHIVE_DIR, PUBLISHED_DIR
+from fp8rl.config import ARCHIVE_DIR, PUBLISHED_DIR, ExperimentConfig
 from fp8rl.config.runs import RunSpec
 from fp8rl.io import atomic_write, atomic_write_json, fsync_tree, loads_json, sha256_file, staged_dir
 from fp8rl.provenance import git_commit

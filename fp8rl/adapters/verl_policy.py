@@ -28,6 +28,7 @@ from verl.trainer.ppo.core_algos import register_policy_loss
 
 from fp8rl.adapters import verl_update
 from fp8rl.adapters.verl_launch import DIVERGENCE_FILE
+from fp8rl.adapters.verl_update import NonFiniteLoss
 from fp8rl.rl import LOG_RATIO_CLAMP, ClipBounds, LossTerms, policy_loss, ratio_quantiles
 from fp8rl.vocabulary import (
     CALIB_FLOOR_BINDS,
@@ -66,10 +67,6 @@ LOSS_METRICS: dict[str, str | None] = {
     "qurl/high": None,
 }
 PLAIN_METRICS = ("loss/tokens",)  # logged by every micro-batch as it is
-
-
-class NonFiniteLoss(FloatingPointError):
-    """A non-finite input of the policy loss: the run diverged (recorded in `DIVERGENCE_FILE`)."""
 
 
 def check_finite_inputs(**tensors: torch.Tensor | None) -> None:

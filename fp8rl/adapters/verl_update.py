@@ -52,6 +52,11 @@ CLASS = "TrainingWorker"
 _STEP_DIR = re.compile(r"global_step_(\d+)")
 
 
+class NonFiniteLoss(FloatingPointError):
+    """A non-finite input of the policy loss: the run diverged (recorded in the run directory's
+    `verl_divergence.json` by fp8rl.adapters.verl_policy `check_finite_inputs`)."""
+
+
 @dataclass
 class UpdatePosition:
     """`step`: this worker's training step (None before its first update); `update`: the mini-batch
@@ -127,8 +132,6 @@ def agree_finite(worker: Any) -> None:
     non-finite input in this mini-batch (`POSITION.non_finite`): the rank that found it with its own
     message (its loss already recorded the divergence beside the run), the others naming another rank."""
     import torch.distributed as dist
-
-    from fp8rl.adapters.verl_policy import NonFiniteLoss
 
     local = list(POSITION.non_finite)
     gathered = [local]

@@ -40,6 +40,7 @@ run id is `{algo}/{model}/{variant}/{granularity}/seed{seed}` and `bf16` runs us
 from fp8rl.config.acceptance import AcceptanceConfig
 from fp8rl.config.algorithms import AlgorithmBase, AlgorithmsConfig, DAPOConfig, GRPOConfig
 from fp8rl.config.base import (
+    ARCHIVE_DIR,
     HUB_ID,
     NAME_MAX,
     NAME_PATTERN,
@@ -105,6 +106,7 @@ __all__ = [
     "NAME_PATTERN",
     "PATH_PART_MAX",
     "PUBLISHED_DIR",
+    "ARCHIVE_DIR",
     "RESOURCE_RULES",
     "SAFE_PATH",
     "SEED_MAX",

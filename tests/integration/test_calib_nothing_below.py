@@ -9,6 +9,7 @@ update's bounds recorded as the trainer's `UpdateBounds.for_update` returns them
 - An update with a target of k > 0 tokens puts L inside `low_range`, with exactly k tokens below it where
   the clamp does not bind (ties
   aside: sampled groups repeat sequences).
+- An update without an A<0 token (it happens on some kernel paths' rollouts) keeps the fixed bounds.
 - metrics.jsonl's `calib/low` is the mean of the step's four L's, the first update's included.
 """
 
@@ -66,12 +67,16 @@ def test_updates_with_q_zero_clip_nothing_below_and_calibrated_ones_stay_in_rang
     assert summary["status"] == "ok", summary["reason"]
     assert len(updates) == 4 * len(rows)  # 2 epochs x 2 mini-batches per step
 
-    kinds = {"q0": 0, "calibrated": 0}
+    kinds = {"q0": 0, "calibrated": 0, "no A<0 token": 0}
     for u in updates:
         low, high = u["bounds"]
-        q, pop = u["metrics"]["calib/target_q"], u["pop"]
+        pop = u["pop"]
         assert u["metrics"]["calib/low"] == low and u["metrics"]["calib/high"] == high
-        assert pop.numel() > 0, u["step"]
+        if pop.numel() == 0:  # an update whose groups left no A<0 token (another kernel path's rollout)
+            kinds["no A<0 token"] += 1
+            assert (low, high) == pytest.approx((1 - CLIP_LOW, 1 + CLIP_HIGH)), u["step"]  # the fixed bounds
+            continue
+        q = u["metrics"]["calib/target_q"]
         k = round(q * pop.numel())
         if u["first"]:
             assert q == 0.0, u["step"]  # the reference ratio is identically 1: nothing to match
@@ -89,7 +94,7 @@ def test_updates_with_q_zero_clip_nothing_below_and_calibrated_ones_stay_in_rang
             if LOW_RANGE[0] < low < LOW_RANGE[1]:  # k tokens below L, ties at L aside
                 assert int((pop < low).sum()) <= k <= int((pop <= low).sum()), (u["step"], q, low)
             assert high == pytest.approx(1 + CLIP_HIGH * (1 - low) / CLIP_LOW)
-    assert kinds["q0"] >= len(rows)  # at least every step's first update
+    assert kinds["q0"] + kinds["no A<0 token"] >= len(rows)  # at least every step's first update
     if reference.startswith("static"):
         assert kinds["calibrated"] > 0  # a fixed q = 0.1 after the first update of each step
 

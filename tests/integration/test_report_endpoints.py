@@ -223,7 +223,11 @@ def test_the_arms_stability_and_mechanism_numbers_recompute_from_endpoints_csv(s
     for _, r in mech.iterrows():
         g = used[(used["variant"] == r["variant"]) & (used["condition"] == r["condition"])]
         g = g[g["granularity"] == r["granularity"]]
-        _close(r["excess_clip p"], stats.ttest_1samp(g["excess_clip"], 0.0).pvalue, "excess p")
+        want = stats.ttest_1samp(g["excess_clip"], 0.0).pvalue
+        if np.isnan(want):  # every seed's excess the same (0 on some kernel paths' runs): no test, no p
+            assert g["excess_clip"].nunique() == 1 and np.isnan(r["excess_clip p"]), (g["excess_clip"], r)
+            continue
+        _close(r["excess_clip p"], want, "excess p")
         assert r["excess_clip p_holm"] == pytest.approx(r["excess_clip p"])  # one granularity: a family of 1
 
 
