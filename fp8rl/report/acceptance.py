@@ -81,13 +81,15 @@ def judge(cfg: ExperimentConfig, runs: list[dict]) -> dict:
     missed = []
     if len(per_base) < a.min_bases:
         missed.append(f"bases with a held-out rise: {len(per_base)} < acceptance.min_bases {a.min_bases}")
-    if not mean >= a.min_rise:
+    if per_base and not mean >= a.min_rise:  # no base: the line above says it all
         missed.append(f"mean rise {mean:.3f} < acceptance.min_rise {a.min_rise}")
-    if not low > 0:
+    if per_base and not low > 0:
         missed.append(f"the {a.confidence:.0%} interval of the rise starts at {low:.3f}, not above 0")
     for r in runs:
         if not r["finished"]:
             missed.append(f"{r['run_id']}: not finished")
+            if r["entropy_step1"] is None:  # no step yet: nothing else to judge
+                continue
         if r["entropy_step1"] is None or r["entropy_step1"] < a.min_start_entropy:
             missed.append(f"{r['run_id']}: entropy at step 1 {r['entropy_step1']} < {a.min_start_entropy}")
         if r["resp_len_step1"] is None or r["resp_len_step1"] < a.min_response_tokens:

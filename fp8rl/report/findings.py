@@ -61,15 +61,20 @@ def planned_lines(
     ]
 
 
-def stability_lines(stability: pd.DataFrame | None) -> list[str]:
-    """Runs flagged diverged per variant and noise dose, with their kinds (`stability.csv`)."""
+def stability_lines(stability: pd.DataFrame | None, axis: str | None = "noise_scale") -> list[str]:
+    """Runs flagged diverged per variant and setting of the noise axis (`axis`, fp8rl.report.paths
+    `noise_axis`: a dose, or a target per-token KL), with their kinds (`stability.csv`)."""
     if stability is None or stability.empty:
         return []
     broke = stability[stability["diverged"] > 0]
     if broke.empty:
         return [f"- Divergences: none in {int(stability['runs'].sum())} runs."]
+
+    def setting(value: float) -> str:
+        return f"KL {value:g}" if axis == "target_kl" else f"dose {num(value, 0)}"
+
     cells = "; ".join(
-        f"{r['variant']} at dose {num(r['noise'], 0)}: {int(r['diverged'])}/{int(r['runs'])}"
+        f"{r['variant']} at {setting(r['noise'])}: {int(r['diverged'])}/{int(r['runs'])}"
         + (f" ({r['kinds']})" if isinstance(r.get("kinds"), str) and r["kinds"] else "")
         for r in broke.to_dict("records")
     )

@@ -24,6 +24,7 @@ import pandas as pd
 from fp8rl.report.base_models import numerics_line
 from fp8rl.report.control import never_ran
 from fp8rl.report.findings import control_lines, planned_lines, stability_lines, survival_lines
+from fp8rl.report.paths import noise_axis
 from fp8rl.report.quote_format import SIGNIFICANCE_NOTE, ci, markdown_table, num, plural, pp
 from fp8rl.vocabulary import REFERENCE_VARIANT, VARIANT_SPECS
 
@@ -271,7 +272,7 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
             never_ran(read["control"]),
         )
         + survival_lines(read["study_survival"])
-        + stability_lines(read["stability"])
+        + stability_lines(read["stability"], noise_axis(cfg))
         + _secondary(read["secondary"], cfg.study.multiplicity if cfg.study is not None else "holm")
     )
     if read["planned"] is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,18 @@ def test_each_missed_criterion_is_named(tmp_path, kw, rises, missed):
 
     result = check_acceptance(_tier(tmp_path, rises, **kw))
     assert any(re.search(missed, m) for m in result["missed"]), result["missed"]
+
+
+def test_a_tier_whose_control_has_not_run_says_only_that(tmp_path):
+    """No bf16 run has a step yet (a study resumed on another machine): each is "not finished", with no
+    entropy or length of a step that does not exist, and no mean or interval of no base."""
+    cfg = _tier(tmp_path, [0.2] * 4)
+    for seed in range(4):
+        shutil.rmtree(Path(cfg.results_dir) / cfg.tier / "runs" / f"grpo/story/bf16/none/none/seed{seed}")
+    missed = check_acceptance(cfg)["missed"]
+    assert missed == ["bases with a held-out rise: 0 < acceptance.min_bases 4"] + [
+        f"grpo/story/bf16/none/none/seed{seed}: not finished" for seed in range(4)
+    ]
 
 
 def test_the_command_exits_1_on_a_miss_and_2_without_the_section(tmp_path, capsys):

@@ -234,3 +234,6 @@ def test_a_target_kl_tier_report_writes_the_stability_files_along_the_kl(tmp_pat
     assert "target_kl" in [cell.strip() for cell in header.split("|")] and "| dose" not in header
     assert "The axis is the target KL" in md
     assert "The axis is the target KL" in paths.table("breaking_dose", "md").read_text()
+    # SUMMARY.md names the setting by its KL, not as a dose (a KL of 0.1 read as "dose 0")
+    page = paths.summary.read_text()
+    assert "fp8 at KL 0.1: 1/1" in page and "at dose" not in page
