@@ -207,18 +207,27 @@ class SaveResult:
     archive: Path
     saved: list[str]
     kept: list[str]
+    unevaluated: list[str] = field(default_factory=list)  # finished, but an eval result is missing
 
 
-def save_archive(cfg: ExperimentConfig) -> SaveResult:
-    """Add every finished run of the tier and the base it started from to the archive, keeping the
-    archived runs the results folder does not hold. ArchiveError when the tier has no finished run, a
-    run's base folder or the data is gone, or a base here is not the one archived runs started from."""
+def save_archive(cfg: ExperimentConfig, eval_suites: tuple[str, ...] = ()) -> SaveResult:
+    """Add every finished run of the tier that has the result file of each suite in `eval_suites` (the
+    suites the config turns on: a run restored without its checkpoint cannot be evaluated later), and
+    the base it started from, to the archive, keeping the archived runs this results folder does not
+    hold or has not evaluated yet. ArchiveError when no run can be archived, a run's base folder or the
+    data is gone, or a base here is not the one archived runs started from."""
     tier, dest = tier_dir(cfg), archive_dir(cfg)
     old = Manifest.read(dest, cfg.tier)
     verify_archive(dest, old)
-    local = finished_runs(cfg)
+    finished = finished_runs(cfg)
+    unevaluated = [r for r in finished if not all((tier / RUNS_DIR / r / EVAL_DIR / f"{s}.json").is_file()
+                                                  for s in eval_suites)]  # fmt: skip
+    local = [r for r in finished if r not in unevaluated]
     if not local:
-        raise ArchiveError(f"{tier / RUNS_DIR}: no finished run (no summary.json) to archive")
+        raise ArchiveError(
+            f"{tier / RUNS_DIR}: no finished run (summary.json) with its eval results ({', '.join(eval_suites)}) "
+            "to archive"
+        )
     new = Manifest(cfg.tier, data=folder_fingerprint(tier / DATA_DIR))
     if new.data is None or (old.data is not None and old.data != new.data):
         raise ArchiveError(
@@ -270,7 +279,7 @@ def save_archive(cfg: ExperimentConfig) -> SaveResult:
                 _store(src, tmp / _stored_name(rel))
                 new.files[rel] = sha256_file(src)
         atomic_write_json(tmp / MANIFEST_FILE, new.as_json())
-    return SaveResult(dest, local, kept)
+    return SaveResult(dest, local, kept, unevaluated)
 
 
 @dataclass
@@ -342,8 +351,12 @@ def _restore_files(src: Path, tier: Path, manifest: Manifest, rels: list[str], f
 
 
 def describe_save(result: SaveResult) -> str:
-    return (f"archived {len(result.saved)} finished run(s) into {result.archive}"
-            + (f"; kept {len(result.kept)} archived run(s) this results folder does not hold" if result.kept else ""))  # fmt: skip
+    lines = [f"archived {len(result.saved)} finished run(s) into {result.archive}"
+             + (f"; kept {len(result.kept)} archived run(s) not saved from here" if result.kept else "")]  # fmt: skip
+    lines += [
+        f"  not archived {r}: an eval result is missing (evaluate it first)" for r in result.unevaluated
+    ]
+    return "\n".join(lines)
 
 
 def describe_restore(result: RestoreResult) -> str:

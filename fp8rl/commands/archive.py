@@ -21,7 +21,9 @@ def cmd_archive(args: argparse.Namespace) -> int:
     cfg = load_config(args.file, args.set)
     try:
         if args.archive_command == "save":
-            print(describe_save(save_archive(cfg)))
+            from fp8rl.evaluate.suites import enabled_suites
+
+            print(describe_save(save_archive(cfg, tuple(s.name for s in enabled_suites(cfg)))))
             return 0
         result = restore_archive(cfg)
     except ArchiveError as exc:

@@ -88,7 +88,9 @@ travel because CPUs of another vendor train other bases from the same config.
 Reads every finished run of the tier (a run directory with `summary.json`), the base it started from
 and the data, and adds them to `{results_dir}/published/archive/{tier}/` (`manifest.json`: each file's
 sha256, each run's status and base, the fingerprints of each base and of the data), swapped in whole;
-archived runs this results folder does not hold are kept. Exits 2 when the tier has no finished run, a
+archived runs this results folder does not hold are kept. A finished run without the result of every
+eval suite the config turns on is left out and named (restored without its checkpoint, it could not
+be evaluated); its archived copy, if any, stays. Exits 2 when the tier has no finished run, a
 run's base or the data is gone, an archived file is not the one the manifest records, or a base or the
 data here is not the one the archived runs used.
 

@@ -84,9 +84,20 @@ def test_archived_runs_come_back_on_a_fresh_results_folder(tmp_path):
     snakemake(tmp_path, *profile)  # the report over the restored runs
     assert "grpo/tiny/bf16/none/seed1" in (tier / "tables" / "runs.csv").read_text()
 
-    # Saving from a folder that lacks one archived run keeps it; restoring skips what is present.
+    # A run whose eval result is missing is not archived from here (restored without a checkpoint, it
+    # could never be evaluated): it is named and its archived copy stays; so does a run missing here.
+    (tier / "runs/grpo/tiny/bf16/none/seed0/eval/heldout.json").unlink()
+    resaved = fp8rl(tmp_path, "archive", "save", "--config", str(cfg))
+    assert resaved.returncode == 0, resaved.stderr
+    assert "not archived grpo/tiny/bf16/none/seed0: an eval result is missing" in resaved.stdout
+    manifest = loads_json((archive / "manifest.json").read_bytes())
+    assert set(manifest["runs"]) == {"grpo/tiny/bf16/none/seed0", "grpo/tiny/bf16/none/seed1"}
+    assert "runs/grpo/tiny/bf16/none/seed0/eval/heldout.json" in manifest["files"]
     shutil.rmtree(tier / "runs/grpo/tiny/bf16/none/seed1")
-    assert fp8rl(tmp_path, "archive", "save", "--config", str(cfg)).returncode == 0
+    nothing = fp8rl(tmp_path, "archive", "save", "--config", str(cfg))
+    assert (
+        nothing.returncode == 2 and "no finished run (summary.json) with its eval results" in nothing.stderr
+    )
     assert "grpo/tiny/bf16/none/seed1" in loads_json((archive / "manifest.json").read_bytes())["runs"]
 
     # A base built here that is another (one byte of its config.json): its run stays out, named.
