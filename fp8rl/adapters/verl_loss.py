@@ -160,7 +160,6 @@ def update_bounds(worker: Any, data: Any) -> tuple[ClipBounds, dict[str, float]]
 
     Run by fp8rl.adapters.verl_update before each mini-batch of a `calibrated_clip` worker: one more
     forward of the update's tokens (no backward)."""
-    import torch.distributed as dist
     from verl.workers.utils.padding import no_padding_2_padding
 
     _engine_defaults(worker, data)
@@ -194,11 +193,7 @@ def update_bounds(worker: Any, data: Any) -> tuple[ClipBounds, dict[str, float]]
         bool(parts or bad),
         bad,
     )
-    group = worker.engine.get_data_parallel_group()
-    gathered = [local]
-    if group is not None and dist.is_initialized() and dist.get_world_size(group) > 1:
-        gathered = [None] * dist.get_world_size(group)
-        dist.all_gather_object(gathered, local, group=group)
+    gathered = verl_update.dp_gather(worker, local)
     problems = [msg for g in gathered for msg in g[3]]
     if problems:
         raise NonFiniteLoss(problems[0] if bad else f"another data-parallel rank: {problems[0]}")

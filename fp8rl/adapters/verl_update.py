@@ -127,19 +127,26 @@ def _fold_output(output: Any) -> Any:
     return output
 
 
+def dp_gather(worker: Any, local: Any) -> list:
+    """`local` of every rank of the worker's data-parallel group, in rank order (`[local]` alone
+    without a group of more than one rank)."""
+    import torch.distributed as dist
+
+    engine = getattr(worker, "engine", None)
+    group = None if engine is None else engine.get_data_parallel_group()
+    if group is None or not dist.is_initialized() or dist.get_world_size(group) == 1:
+        return [local]
+    gathered = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, local, group=group)
+    return gathered
+
+
 def agree_finite(worker: Any) -> None:
     """Raise `NonFiniteLoss` on every rank of the worker's DP group when any rank's loss recorded a
     non-finite input in this mini-batch (`POSITION.non_finite`): the rank that found it with its own
     message (its loss already recorded the divergence beside the run), the others naming another rank."""
-    import torch.distributed as dist
-
     local = list(POSITION.non_finite)
-    gathered = [local]
-    engine = getattr(worker, "engine", None)
-    group = None if engine is None else engine.get_data_parallel_group()
-    if group is not None and dist.is_initialized() and dist.get_world_size(group) > 1:
-        gathered = [None] * dist.get_world_size(group)
-        dist.all_gather_object(gathered, local, group=group)
+    gathered = dp_gather(worker, local)
     problems = [msg for g in gathered for msg in g]
     if problems:
         raise NonFiniteLoss(local[0] if local else f"another data-parallel rank: {problems[0]}")
