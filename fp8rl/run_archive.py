@@ -24,6 +24,9 @@ newer than the data; their digest records come with them, so a run whose config 
 it was archived is still rerun by the DAG (workflows/common.smk `ConfigTrigger`). Run checkpoints are
 not archived: a restored run is reported and compared, not evaluated again or resumed.
 
+`restore_bases_from` puts back only bases, out of another tier's archive, for a study that continues
+that tier's on the same bases; each only where its archived SFT digest is the config's.
+
 Both write atomically: the archive is built beside its destination and swapped in whole
 (`fp8rl.io.staged_dir`), and so is each restored run or base directory. A file whose bytes are not
 the ones the manifest records is named and nothing is restored.
@@ -39,7 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from fp8rl.config import ARCHIVE_DIR, PUBLISHED_DIR, ExperimentConfig
-from fp8rl.config.runs import RunSpec
+from fp8rl.config.runs import RunSpec, expand_matrix
 from fp8rl.io import atomic_write, atomic_write_json, fsync_tree, loads_json, sha256_file, staged_dir
 from fp8rl.provenance import git_commit
 from fp8rl.run_files import (
@@ -290,17 +293,14 @@ class RestoreResult:
     bases: list[str] = field(default_factory=list)  # the bases put back
 
 
-def restore_archive(cfg: ExperimentConfig) -> RestoreResult:
-    """Put the archived bases back where the results folder has none, then every archived run whose base
-    is the archived one and whose directory does not exist, each with its files' digest records.
-    ArchiveError (nothing written) when there is no archive, a stored file is not the recorded one, or
-    the tier's data is not built or is other data than the runs trained on."""
-    tier, src = tier_dir(cfg), archive_dir(cfg)
+def _checked_manifest(src: Path, archived_tier: str, tier: Path) -> Manifest:
+    """The manifest of the archive `src` (of tier `archived_tier`) after checking every stored file and
+    that `tier`'s data is built and is the data the archived runs trained on."""
     if not (src / MANIFEST_FILE).is_file():
         raise ArchiveError(
-            f"{src / MANIFEST_FILE}: no run archive of tier {cfg.tier!r} (`fp8rl archive save`)"
+            f"{src / MANIFEST_FILE}: no run archive of tier {archived_tier!r} (`fp8rl archive save`)"
         )
-    manifest = Manifest.read(src, cfg.tier)
+    manifest = Manifest.read(src, archived_tier)
     verify_archive(src, manifest)
     data = folder_fingerprint(tier / DATA_DIR)
     if data is None:
@@ -311,6 +311,16 @@ def restore_archive(cfg: ExperimentConfig) -> RestoreResult:
         raise ArchiveError(
             f"{tier / DATA_DIR}: not the data the archived runs trained on (task or tokenizer changed?)"
         )
+    return manifest
+
+
+def restore_archive(cfg: ExperimentConfig) -> RestoreResult:
+    """Put the archived bases back where the results folder has none, then every archived run whose base
+    is the archived one and whose directory does not exist, each with its files' digest records.
+    ArchiveError (nothing written) when there is no archive, a stored file is not the recorded one, or
+    the tier's data is not built or is other data than the runs trained on."""
+    tier, src = tier_dir(cfg), archive_dir(cfg)
+    manifest = _checked_manifest(src, cfg.tier, tier)
     result = RestoreResult([], [], {})
     for base in manifest.bases:
         if base_fingerprint(tier / "base" / base) is None:
@@ -329,6 +339,37 @@ def restore_archive(cfg: ExperimentConfig) -> RestoreResult:
         else:
             _restore_files(src, tier, manifest, manifest.run_files(run_id), run_dir)
             result.restored.append(run_id)
+    return result
+
+
+def restore_bases_from(cfg: ExperimentConfig, other: str) -> RestoreResult:
+    """Put back, from the run archive of tier `other`, each archived base this config's matrix starts
+    from and its results folder lacks, so its DAG trains no SFT for it: a study that continues another
+    (the corrections' comparison on the failure search's bases) starts from the very bases the other's
+    runs did. No run is restored: a run's train digest names its tier. A base is put back only when the
+    archive's record of its SFT digest is this config's (`ExperimentConfig.base_digest`: the model's
+    entry, `numerics`, `task` and `sft`); otherwise it is refused, named, and the DAG trains it here.
+    ArchiveError (nothing written) as `restore_archive`: no archive, an edited file, data not built
+    or other data."""
+    if other == cfg.tier:
+        raise ArchiveError(f"--bases-from {other}: that is this config's own tier; restore without it")
+    tier, src = tier_dir(cfg), Path(cfg.results_dir) / PUBLISHED_DIR / ARCHIVE_DIR / other
+    manifest = _checked_manifest(src, other, tier)
+    result = RestoreResult([], [], {})
+    needed = {base_name(cfg, spec): spec.model for spec in expand_matrix(cfg)}
+    for base, model in sorted(needed.items()):
+        if base not in manifest.bases or base_fingerprint(tier / "base" / base) is not None:
+            continue
+        record = f"{DIGESTS_DIR}/sft/base/{base}/{SFT_RECORD}.digest"
+        archived = _read_stored(src / record).decode().strip() if record in manifest.files else None
+        if archived != cfg.base_digest(model):
+            result.refused[f"base {base}"] = (
+                f"archived under SFT digest {archived}, this config's is {cfg.base_digest(model)} (the "
+                f"model {model!r}, numerics, task or sft sections differ from tier {other!r}'s): the DAG trains it here"
+            )
+            continue
+        _restore_files(src, tier, manifest, manifest.base_files(base), tier / "base" / base)
+        result.bases.append(base)
     return result
 
 

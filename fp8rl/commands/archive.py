@@ -15,6 +15,7 @@ def cmd_archive(args: argparse.Namespace) -> int:
         describe_restore,
         describe_save,
         restore_archive,
+        restore_bases_from,
         save_archive,
     )
 
@@ -25,7 +26,7 @@ def cmd_archive(args: argparse.Namespace) -> int:
 
             print(describe_save(save_archive(cfg, tuple(s.name for s in enabled_suites(cfg)))))
             return 0
-        result = restore_archive(cfg)
+        result = restore_bases_from(cfg, args.bases_from) if args.bases_from else restore_archive(cfg)
     except ArchiveError as exc:
         raise UsageError(str(exc)) from None
     print(describe_restore(result))
@@ -41,4 +42,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     ):
         p = add_command(archive_sub, name, help=text)
         add_config_args(p)
-        p.set_defaults(func=cmd_archive)
+        p.set_defaults(func=cmd_archive, bases_from=None)
+        if name == "restore":
+            p.add_argument(
+                "--bases-from",
+                metavar="TIER",
+                help="put back only the bases this config's runs start from, out of TIER's run archive "
+                "(their SFT digest must be this config's), so a study that continues TIER's trains on "
+                "its bases; no run is restored",
+            )

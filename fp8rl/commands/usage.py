@@ -105,7 +105,14 @@ Restored runs have no checkpoint: they are reported, not evaluated again. Prints
 why a run was not; exits 1 when a run stayed out because a base built here is another, 2 when the
 archive is missing, an archived file is not the one recorded, or the data is missing or other.
 
+With `--bases-from TIER` it reads TIER's archive instead and puts back only the bases this config's
+matrix starts from (none of TIER's runs: a run's train digest names its tier), each only where this
+config's SFT digest (the model's entry, numerics, task, sft) is the one the archive recorded; a base
+that differs is named and left to the DAG (exit 1). A study that continues another's, such as the
+corrections' comparison on the failure search's bases, so starts from the very same bases.
+
     fp8rl archive restore --config config/longform.yaml
+    fp8rl archive restore --config config/corrections.yaml --bases-from longform
 """,
     "eval": """
 Score one checkpoint and write one result file per suite (the schema of docs/interfaces.md); each

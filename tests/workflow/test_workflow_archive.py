@@ -1,7 +1,8 @@
 """The run archive for real on a tiny DAG: a finished tier is archived, its results folder and Snakemake's
 records are removed (a fresh machine), the data is rebuilt with `--until data`, and `fp8rl archive
 restore` puts the base and the runs back byte for byte, so the DAG plans no SFT, no training and no
-evaluation, only the report. A base built here that is not the one the runs were trained from keeps
+evaluation, only the report; another tier with the same SFT sections takes the bases alone out of it
+(`--bases-from`). A base built here that is not the one the runs were trained from keeps
 them out (exit 1, naming it), an edited archive file is named (exit 2), and saving again keeps an
 archived run the results folder lacks."""
 
@@ -65,6 +66,31 @@ def test_archived_runs_come_back_on_a_fresh_results_folder(tmp_path):
     assert (archive / "runs/grpo/tiny/bf16/none/seed0/metrics.jsonl.gz").read_bytes() == (
         again / "runs/grpo/tiny/bf16/none/seed0/metrics.jsonl.gz"
     ).read_bytes()  # the same run stores the same bytes
+
+    # Another tier whose SFT sections are these starts from these very bases (`--bases-from`): put back
+    # out of this archive, so its DAG trains no SFT, and none of this tier's runs; a tier whose `sft`
+    # differs gets no base from it (named, exit 1) and trains its own.
+    for name, extra, code in (("other", [], 0), ("third", ["sft.lr=0.002"], 1)):
+        other = write_config(tmp_path / f"{name}.yaml", "config/ci.yaml", "results_dir=results", f"tier={name}",
+                             *TINY, *HELDOUT, *extra)  # fmt: skip
+        other_profile = [*profile[:-1], str(other)]
+        snakemake(tmp_path, *other_profile, "--until", "data")
+        got = fp8rl(tmp_path, "archive", "restore", "--config", str(other), "--bases-from", "smoke")
+        assert got.returncode == code, got.stdout + got.stderr
+        plan = planned_jobs(tmp_path, *other_profile)
+        other_base = tmp_path / "results" / name / "base" / "tiny"
+        assert plan.get("train") == 2 and not (tmp_path / "results" / name / "runs").exists()
+        if code == 0:
+            assert "restored 1 base(s) and 0 run(s)" in got.stdout
+            assert "sft" not in plan, plan
+            assert {p.name: p.read_bytes() for p in other_base.iterdir() if p.is_file()} == {
+                p.name: p.read_bytes() for p in (tier / "base" / "tiny").iterdir() if p.is_file()
+            }
+        else:
+            assert "not restored base tiny: archived under SFT digest" in got.stdout
+            assert plan.get("sft") == 1 and not other_base.exists()
+    own = fp8rl(tmp_path, "archive", "restore", "--config", str(cfg), "--bases-from", "smoke")
+    assert own.returncode == 2 and "this config's own tier" in own.stderr
 
     # A fresh machine: no results, no Snakemake records; the data is rebuilt, the base and runs restored.
     base_before = {p.name: p.read_bytes() for p in (tier / "base" / "tiny").iterdir() if p.is_file()}
