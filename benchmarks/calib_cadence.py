@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     from fp8rl.provenance import provenance  # after argparse: --help stays fast
 
     arms = {"per_update": args.per_update, "cadence": args.cadence}
-    load_start = os.getloadavg()
+    load_start, measured = os.getloadavg(), provenance()  # the checkout the runs start from
     records: dict[str, list[dict]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory(prefix="calib_cadence.") as tmp:
         config = fixed_noise_config(Path(args.config), args.noise_scale, Path(tmp) / "config.yaml")
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         record = {"benchmark": "calib_cadence", "config": args.config, "runs": arms, "steps": args.steps,
                   "repeats": args.repeats, "noise_scale": args.noise_scale, "arms": summary, "ratios": ratios,
                   "calib_share": calib_share, "load_average_start": load_start,
-                  "load_average_end": os.getloadavg(), "provenance": provenance()}  # fmt: skip
+                  "load_average_end": os.getloadavg(), "provenance": measured}  # fmt: skip
         args.json.parent.mkdir(parents=True, exist_ok=True)
         tmp_path = args.json.with_name(f".{args.json.name}.tmp")
         tmp_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")

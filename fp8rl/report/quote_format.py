@@ -81,6 +81,7 @@ RECORDS = {
     "vs_trl_repro": ("vs_trl.py", "shapes"),  # the reproducible against the fast bf16 step
     "vs_trl_repro_spinning": ("vs_trl.py", "shapes"),  # the same, before OpenBLAS's idle threads slept
     "step_ab_longform": ("step_ab.py", "arms"),  # the longform step with and without a change
+    "calib_cadence_longform": ("calib_cadence.py", "arms"),  # calibration per update against every N steps
     "smoke_dag": ("dag_time.py", "rules"),  # the smoke DAG from a clean clone
     "stress_dag": ("dag_time.py", "rules"),  # the stress tier
     "smoke_dag_eval_per_suite": ("dag_time.py", "rules"),  # the smoke DAG, one eval process per suite

@@ -5,6 +5,7 @@ own record of their kernels.
 - `benchmarks/vs_trl.py --json`: per shape, the median step seconds of every run and their ratios (the
   grid against TRL, the packed against the padded layout, the reproducible against the fast bf16 step);
 - `benchmarks/step_ab.py --json`: a run's step with and without a change, per phase;
+- `benchmarks/calib_cadence.py --json`: a calibrated run's step at every update and at a cadence;
 - `benchmarks/dag_time.py --json`: per rule of a tier's DAG, its jobs, their wall and CPU seconds summed
   and the rule's span (first job's start to last job's end), and the whole DAG's span;
 - `benchmarks/process_startup.py --json`: what a job's process pays in imports before its work starts;
@@ -182,6 +183,33 @@ def performance_step_ab(published: Path) -> str:
         f"arms are {'the same bit for bit' if r['metrics_same'] else 'NOT the same'} (timing keys aside). "
         f"Target: the testbed's step ≥ {num(STEP_TARGET, 1)}× faster than before the speed work: "
         f"{met(r['ratios']['step'] >= STEP_TARGET)} by this change alone. " + measured_on(r)
+    )
+
+
+@quoted_block("performance-calib-cadence")
+def performance_calib_cadence(published: Path) -> str:
+    """A table and a paragraph: a calibrated run's step with its bounds recomputed at every update and at
+    the paper's cadence (`benchmarks/calib_cadence.py --json`), per phase, the shadow's share of the step
+    and what the cadence saves of it."""
+    r = record(published, "calib_cadence_longform")
+    every, cadence = r["arms"]["per_update"], r["arms"]["cadence"]
+    phases = ["rollout", "logprob", "train", "calib"]
+    rows = [
+        [f"{name}: `{r['runs'][arm]}`", num(a["step_s"], 3), *(num(a["phase_s"][p], 3) for p in phases)]
+        for name, arm, a in (("every update", "per_update", every), ("cadence", "cadence", cadence))
+    ]
+    rows.append(["every update / cadence", f"{num(r['ratios']['step'])}×",
+                 *(f"{num(every['phase_s'][p] / cadence['phase_s'][p])}×" for p in phases)])  # fmt: skip
+    saved = (every["phase_s"]["calib"] - cadence["phase_s"]["calib"]) / every["step_s"]
+    return (
+        markdown_table(["arm", "step (s)", *(f"{p} (s)" for p in phases)], rows)
+        + f"\n\n`{r['config']}`, seconds per step over {r['steps']} steps per run (phases per step; noise "
+        f"scale fixed at {num(r['noise_scale'], 1)}, no target-KL search). The BF16 shadow's passes (`calib`) "
+        f"are {num(100 * r['calib_share'], 1)} % of the step calibrated at every update; the cadence saves "
+        f"{num(100 * saved, 1)} % of that step. Once their bounds differ the two arms sample other "
+        "responses, of other lengths, so their rollout and update phases differ too, by more than the "
+        "shadow's passes account for: the step's ratio is not the cadence's saving, the `calib` phase is. "
+        + measured_on(r)
     )
 
 
