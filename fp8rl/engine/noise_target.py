@@ -20,13 +20,24 @@ what `[MIN_NOISE_SCALE, MAX_NOISE_SCALE]` reaches. The result (`NoiseSearch`: th
 mismatch units, every candidate tried) is written to the run's `noise.json` and `summary.json` and held
 fixed for the run; a resumed run reads it back instead of searching again when its train digest and
 target match.
+
+The runs of one base, setting and precision search alike (plain FP8 and FP8 + TIS, or every correction
+of a comparison, differ only after the search), so a run in the DAG's layout (`{tier}/runs/{run id}`)
+shares its search through `{tier}/noise/{key}.json` (`shared_key`: the train digest, target, granularity,
+the variant's precision, the base's files, the held-out prompts and the thread count): the first run
+searches while holding `{key}.lock`, the others wait for it and read its result. A run that reads a
+shared search trains the same bits as one that searched itself (the search draws from its own generator,
+as a resumed run, which reads its noise.json, already shows).
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
+import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -38,15 +49,19 @@ from fp8rl.engine.precision import setup_precision
 from fp8rl.engine.sampler import generate
 from fp8rl.engine.scoring import score
 from fp8rl.engine.tokenizer import encode_prompt
-from fp8rl.io import atomic_write_json
+from fp8rl.io import atomic_write_json, sha256_file
+from fp8rl.locks import LockNotAFile, LockUnsupported, RunDirLocked, hold_lock
 from fp8rl.rl.mismatch import ROLLOUT, mismatch_units
-from fp8rl.run_files import NOISE_FILE
+from fp8rl.run_files import NOISE_FILE, RUNS_DIR
 
 PROMPTS = 128  # held-out prompts (of test.jsonl), each sampled group_size times
 SEED = 20_260_001  # the sampling generator's seed: the same stream for every candidate scale
 TOLERANCE = 0.1  # stop when |KL - target| <= 10 % of the target
 MAX_STEPS = 12
 TINY_KL = 1e-30
+SHARED_DIR = "noise"  # {tier}/noise/{key}.json: searches shared by the runs that search alike
+WAIT_S = 5.0  # how often a run waiting for a shared search looks again
+BASE_SKIP = ("sft.json", "eval")  # a base's records, not what its weights compute
 
 
 @dataclass
@@ -144,19 +159,85 @@ def find_noise_scale(
     )
 
 
-def load_or_find(
-    cfg: ExperimentConfig, run: ResolvedRun, base_policy, tokenizer, data_dir: str | Path, run_dir: str | Path
-) -> NoiseSearch:
-    """The run's `noise.json` when it was written for this train digest, else a new search (written by
-    `write_noise` once the run has claimed its directory)."""
-    path = Path(run_dir) / NOISE_FILE
+def _read_search(path: Path, run: ResolvedRun) -> NoiseSearch | None:
+    """The search in `path` when it was written for this train digest and target, else None."""
     try:
         found = json.loads(path.read_text())
         if found.get("train_digest") == run.train_digest and found.get("target_kl") == run.target_kl:
             return NoiseSearch(**found)
     except (OSError, ValueError, TypeError):
         pass
-    return find_noise_scale(cfg, run, base_policy, tokenizer, data_dir)
+    return None
+
+
+def shared_key(run: ResolvedRun, base_dir: Path, data_dir: Path) -> str:
+    """What a search's result depends on besides the config sections of the train digest: the target,
+    the granularity and the variant's precision (FP8, FP16, a bf16 floor), every file of the base but its
+    records, the held-out prompts, the search's own constants and the thread count (the kernels' bits
+    depend on it)."""
+    files = sorted(
+        p for p in base_dir.rglob("*") if p.is_file() and p.relative_to(base_dir).parts[0] not in BASE_SKIP
+    )
+    parts = {
+        "train_digest": run.train_digest, "target_kl": run.target_kl, "granularity": run.spec.granularity,
+        "fp8": run.variant.fp8, "fp16": run.variant.fp16,
+        "floor": None if run.floor is None else run.floor.model_dump(mode="json"),
+        "base": {p.relative_to(base_dir).as_posix(): sha256_file(p) for p in files},
+        "test": sha256_file(data_dir / "test.jsonl"), "prompts": PROMPTS, "seed": SEED,
+        "tolerance": TOLERANCE, "max_steps": MAX_STEPS, "threads": torch.get_num_threads(),
+    }  # fmt: skip
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def shared_dir(run: ResolvedRun, run_dir: Path) -> Path | None:
+    """`{tier}/noise` when `run_dir` is `{tier}/runs/{run id}` (the DAG's layout), else None."""
+    parts = Path(run.run_id).parts
+    tail = run_dir.parts[-len(parts) - 1 :]
+    if tuple(tail) != (RUNS_DIR, *parts):
+        return None
+    return run_dir.parents[len(parts)] / SHARED_DIR
+
+
+def load_or_find(
+    cfg: ExperimentConfig,
+    run: ResolvedRun,
+    base_policy,
+    tokenizer,
+    data_dir: str | Path,
+    run_dir: str | Path,
+    base_dir: str | Path | None = None,
+) -> NoiseSearch:
+    """The run's `noise.json` when it was written for this train digest, else, for a run in the DAG's
+    layout whose `base_dir` is given, the tier's shared search of its key (waiting while another run
+    makes it; module docstring), else a new search (written by `write_noise` once the run has claimed
+    its directory)."""
+    own = _read_search(Path(run_dir) / NOISE_FILE, run)
+    if own is not None:
+        return own
+    shared = shared_dir(run, Path(run_dir)) if base_dir is not None else None
+    if shared is None:
+        return find_noise_scale(cfg, run, base_policy, tokenizer, data_dir)
+    key = shared_key(run, Path(base_dir), Path(data_dir))
+    path, said = shared / f"{key}.json", False
+    while True:
+        found = _read_search(path, run)
+        if found is not None:
+            return found
+        try:
+            with hold_lock(shared / f"{key}.lock", "another run of the same base and setting is searching"):
+                found = _read_search(path, run)  # written while this run waited for the lock
+                if found is None:
+                    found = find_noise_scale(cfg, run, base_policy, tokenizer, data_dir)
+                    atomic_write_json(path, found.as_dict())
+                return found
+        except (LockUnsupported, LockNotAFile):  # no lock to wait on here: search alone
+            return find_noise_scale(cfg, run, base_policy, tokenizer, data_dir)
+        except RunDirLocked:
+            if not said:
+                print(f"[{run.run_id}] waiting for the noise search {path} another run is making",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                said = True
+            time.sleep(WAIT_S)
 
 
 def write_noise(run_dir: str | Path, search: NoiseSearch) -> None:

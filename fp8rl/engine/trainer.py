@@ -177,7 +177,7 @@ class Trainer:
         self.noise: NoiseSearch | None = None
         if self.resolved.target_kl is not None:
             self.noise = load_or_find(
-                cfg, self.resolved, policy, self.tokenizer, self.data_dir, self.dir.root
+                cfg, self.resolved, policy, self.tokenizer, self.data_dir, self.dir.root, self.base_dir
             )
             self.resolved = self.resolved.with_noise_scale(self.noise.noise_scale)
         # The KL penalty's anchor: the base policy, frozen and bf16-emulated (kl_coef > 0 only).

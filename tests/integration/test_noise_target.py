@@ -73,3 +73,43 @@ def test_unreachable_target_fails_with_its_reason(tier, train, tmp_path, restore
     ):
         train(RUN, tmp_path / "run", {"fp8.target_kl": 1e-12, "schedule.steps": 1})
     assert not (tmp_path / "run" / "noise.json").exists()
+
+
+def _untimed(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+@pytest.mark.slow
+def test_runs_of_one_base_and_setting_share_one_search(
+    tier, train, tmp_path, restore_torch_globals, monkeypatch
+):
+    """In the DAG's layout the first run's search is the tier's (`{tier}/noise/{key}.json`); FP8 + TIS of
+    the same base and setting reads it instead of searching, and trains the same bits as the same run
+    that searched itself; another granularity has another key."""
+    root, _, write_config = tier
+    settings = {"fp8.target_kl": 2e-3, "schedule.steps": 2}
+    runs, tis = tmp_path / "tier" / "runs", "grpo/tiny/fp8_tis/tensorwise/seed0"
+    for run_id in (RUN, tis):
+        (runs / run_id).parent.mkdir(parents=True)  # where `train` writes each run's config
+    _, first, _ = train(RUN, runs / RUN, settings)
+    shared = sorted((tmp_path / "tier" / "noise").iterdir())
+    assert [p.suffix for p in shared] == [".json"]  # the search, and no lock file left behind
+    assert json.loads(shared[0].read_text())["noise_scale"] == first["noise"]["noise_scale"]
+
+    def refuse(*a, **k):
+        raise AssertionError("searched again")
+
+    with monkeypatch.context() as m:
+        m.setattr(noise_target, "find_noise_scale", refuse)
+        _, shared_tis, shared_rows = train(tis, runs / tis, settings)
+    assert shared_tis["noise"] == first["noise"]
+    _, alone, alone_rows = train(tis, tmp_path / "alone", settings)  # outside the layout: its own search
+    assert alone["noise"] == shared_tis["noise"]
+    assert _untimed(alone_rows) == _untimed(shared_rows)
+
+    cfg = load_config(write_config(tmp_path / "c.yaml", settings))
+    base, data = root / "base" / "tiny", root / "data"
+    keys = {r: noise_target.shared_key(resolve_run(cfg, find_run(cfg, r)), base, data)
+            for r in (RUN, tis, "grpo/tiny/fp8/blockwise/seed0")}  # fmt: skip
+    assert keys[RUN] == keys[tis] != keys["grpo/tiny/fp8/blockwise/seed0"]
+    assert noise_target.shared_dir(resolve_run(cfg, find_run(cfg, RUN)), tmp_path / "alone") is None
