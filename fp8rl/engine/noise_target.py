@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 
+from fp8rl import numerics
 from fp8rl.config import MAX_NOISE_SCALE, MIN_NOISE_SCALE, ExperimentConfig, ResolvedRun
 from fp8rl.engine.data import load_split
 from fp8rl.engine.precision import setup_precision
@@ -170,11 +171,11 @@ def _read_search(path: Path, run: ResolvedRun) -> NoiseSearch | None:
     return None
 
 
-def shared_key(run: ResolvedRun, base_dir: Path, data_dir: Path) -> str:
+def shared_key(run: ResolvedRun, base_dir: Path, data_dir: Path, device: object = "cpu") -> str:
     """What a search's result depends on besides the config sections of the train digest: the target,
     the granularity and the variant's precision (FP8, FP16, a bf16 floor), every file of the base but its
-    records, the held-out prompts, the search's own constants and the thread count (the kernels' bits
-    depend on it)."""
+    records, the held-out prompts, the search's own constants, and what the kernels' bits depend on (the
+    thread count, the numerics mode, the device)."""
     files = sorted(
         p for p in base_dir.rglob("*") if p.is_file() and p.relative_to(base_dir).parts[0] not in BASE_SKIP
     )
@@ -185,6 +186,7 @@ def shared_key(run: ResolvedRun, base_dir: Path, data_dir: Path) -> str:
         "base": {p.relative_to(base_dir).as_posix(): sha256_file(p) for p in files},
         "test": sha256_file(data_dir / "test.jsonl"), "prompts": PROMPTS, "seed": SEED,
         "tolerance": TOLERANCE, "max_steps": MAX_STEPS, "threads": torch.get_num_threads(),
+        "numerics": numerics.active_mode(), "device": str(device),
     }  # fmt: skip
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -217,7 +219,7 @@ def load_or_find(
     shared = shared_dir(run, Path(run_dir)) if base_dir is not None else None
     if shared is None:
         return find_noise_scale(cfg, run, base_policy, tokenizer, data_dir)
-    key = shared_key(run, Path(base_dir), Path(data_dir))
+    key = shared_key(run, Path(base_dir), Path(data_dir), next(base_policy.parameters()).device)
     path, said = shared / f"{key}.json", False
     while True:
         found = _read_search(path, run)
