@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--noise-scale", type=float, default=8.0, help="the conditions' fixed noise scale")
     ap.add_argument("--json", type=Path, help="write the record here (atomically)")
     args = ap.parse_args(argv)
-    from fp8rl.provenance import provenance  # after argparse: --help stays fast
+    from fp8rl.io import atomic_write_json  # after argparse: --help stays fast
+    from fp8rl.provenance import provenance
 
     arms = {"per_update": args.per_update, "cadence": args.cadence}
     load_start, measured = os.getloadavg(), provenance()  # the checkout the runs start from
@@ -105,9 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                   "calib_share": calib_share, "load_average_start": load_start,
                   "load_average_end": os.getloadavg(), "provenance": measured}  # fmt: skip
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        tmp_path = args.json.with_name(f".{args.json.name}.tmp")
-        tmp_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp_path, args.json)
+        atomic_write_json(args.json, record, indent=1)
     return 0
 
 

@@ -54,8 +54,11 @@ from fp8rl.run_files import (
     RUN_FILE,
     RUNS_DIR,
     SAMPLES_FILE,
+    SFT_RECORD,
     SUMMARY_FILE,
     THROUGHPUT_FILE,
+    base_fingerprint,
+    folder_fingerprint,
 )
 
 MANIFEST_FILE = "manifest.json"
@@ -66,7 +69,6 @@ DIGESTS_DIR = "digests"  # {tier}/digests/{rule}/{output}.digest: the DAG's reco
 RUN_FILES = (SUMMARY_FILE, CONFIG_FILE, RUN_FILE, METRICS_FILE, SAMPLES_FILE, THROUGHPUT_FILE,
              RATIO_HIST_FILE, NOISE_FILE)  # fmt: skip
 GZIPPED = (METRICS_FILE, SAMPLES_FILE)
-SFT_RECORD = "sft.json"  # a base's record (wall times: left out of its fingerprint), written last by the SFT
 DATA_DIR = "data"  # {tier}/data: the data step's output (workflows/data.smk)
 
 
@@ -74,9 +76,9 @@ class ArchiveError(ValueError):
     """The archive or the results folder is not as restoring or saving needs; the message names the file."""
 
 
-def archive_dir(cfg: ExperimentConfig) -> Path:
-    """`{results_dir}/published/archive/{tier}`."""
-    return Path(cfg.results_dir) / PUBLISHED_DIR / ARCHIVE_DIR / cfg.tier
+def archive_dir(cfg: ExperimentConfig, tier: str | None = None) -> Path:
+    """`{results_dir}/published/archive/{tier}` (the config's tier unless `tier` names another)."""
+    return Path(cfg.results_dir) / PUBLISHED_DIR / ARCHIVE_DIR / (tier or cfg.tier)
 
 
 def tier_dir(cfg: ExperimentConfig) -> Path:
@@ -87,23 +89,6 @@ def base_name(cfg: ExperimentConfig, spec: RunSpec) -> str:
     """The folder under `{tier}/base/` a run starts from: `cfg.base_of` for a scratch model's SFT, the
     model's name for a pretrained one (workflows/common.smk `base_record`)."""
     return cfg.base_of(spec.model, spec.seed) if cfg.model(spec.model).source == "scratch" else spec.model
-
-
-def folder_fingerprint(folder: Path, skip: tuple[str, ...] = ()) -> str | None:
-    """sha256 over the relative path and the sha256 of every file under `folder`, but those whose first
-    path part is in `skip`; None when there is no such file."""
-    h, seen = hashlib.sha256(), False
-    for p in sorted(folder.rglob("*")) if folder.is_dir() else []:
-        rel = p.relative_to(folder)
-        if p.is_file() and rel.parts[0] not in skip:
-            h.update(f"{rel.as_posix()}\0{sha256_file(p)}\n".encode())
-            seen = True
-    return h.hexdigest() if seen else None
-
-
-def base_fingerprint(base: Path) -> str | None:
-    """A base folder's fingerprint: its weights, config and tokenizer (not `sft.json`, not `eval/`)."""
-    return folder_fingerprint(base, skip=(SFT_RECORD, EVAL_DIR))
 
 
 def _stored_name(rel: str) -> str:
@@ -353,7 +338,7 @@ def restore_bases_from(cfg: ExperimentConfig, other: str) -> RestoreResult:
     or other data."""
     if other == cfg.tier:
         raise ArchiveError(f"--bases-from {other}: that is this config's own tier; restore without it")
-    tier, src = tier_dir(cfg), Path(cfg.results_dir) / PUBLISHED_DIR / ARCHIVE_DIR / other
+    tier, src = tier_dir(cfg), archive_dir(cfg, other)
     manifest = _checked_manifest(src, other, tier)
     result = RestoreResult([], [], {})
     needed = {base_name(cfg, spec): spec.model for spec in expand_matrix(cfg)}

@@ -29,6 +29,7 @@ written atomically (fp8rl.io) except `metrics.jsonl`'s appends.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -37,7 +38,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from fp8rl.io import atomic_write_json, atomic_write_text, read_jsonl
+from fp8rl.io import atomic_write_json, atomic_write_text, read_jsonl, sha256_file
 from fp8rl.locks import hold_lock
 from fp8rl.vocabulary import EVAL_SUITES
 
@@ -55,6 +56,7 @@ CHECKPOINT_STATE_FILE = "state.json"  # the reference trainer's checkpoint state
 RUN_FILE = "run.json"
 LOCK_FILE = "run.lock"
 EVAL_DIR = "eval"
+SFT_RECORD = "sft.json"  # a base's record (wall times: left out of its fingerprint), written last by the SFT
 # eval suite (fp8rl.evaluate.suites) -> its result file, relative to the run directory
 EVAL_FILES = {suite: f"{EVAL_DIR}/{suite}.json" for suite in EVAL_SUITES}
 
@@ -74,6 +76,24 @@ class RootPath:
 
     def __set__(self, obj: Any, value: Any) -> None:
         raise AttributeError(f"{self.name}: a path under the root folder, not to be set")
+
+
+def folder_fingerprint(folder: Path, skip: tuple[str, ...] = ()) -> str | None:
+    """sha256 over the relative path and the sha256 of every file under `folder`, but those whose first
+    path part is in `skip`; None when there is no such file."""
+    h, seen = hashlib.sha256(), False
+    for p in sorted(folder.rglob("*")) if folder.is_dir() else []:
+        rel = p.relative_to(folder)
+        if p.is_file() and rel.parts[0] not in skip:
+            h.update(f"{rel.as_posix()}\0{sha256_file(p)}\n".encode())
+            seen = True
+    return h.hexdigest() if seen else None
+
+
+def base_fingerprint(base: Path) -> str | None:
+    """A base folder's fingerprint: its weights, config and tokenizer (not `sft.json`, not `eval/`): what
+    the run archive checks a base by, and what a shared noise search is keyed on."""
+    return folder_fingerprint(base, skip=(SFT_RECORD, EVAL_DIR))
 
 
 def runs_dir(results_dir: str | Path, tier: str) -> Path:

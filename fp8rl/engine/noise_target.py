@@ -53,7 +53,7 @@ from fp8rl.engine.tokenizer import encode_prompt
 from fp8rl.io import atomic_write_json, sha256_file
 from fp8rl.locks import LockNotAFile, LockUnsupported, RunDirLocked, hold_lock
 from fp8rl.rl.mismatch import ROLLOUT, mismatch_units
-from fp8rl.run_files import NOISE_FILE, RUNS_DIR
+from fp8rl.run_files import NOISE_FILE, RUNS_DIR, base_fingerprint
 
 PROMPTS = 128  # held-out prompts (of test.jsonl), each sampled group_size times
 SEED = 20_260_001  # the sampling generator's seed: the same stream for every candidate scale
@@ -62,7 +62,6 @@ MAX_STEPS = 12
 TINY_KL = 1e-30
 SHARED_DIR = "noise"  # {tier}/noise/{key}.json: searches shared by the runs that search alike
 WAIT_S = 5.0  # how often a run waiting for a shared search looks again
-BASE_SKIP = ("sft.json", "eval")  # a base's records, not what its weights compute
 
 
 @dataclass
@@ -176,14 +175,11 @@ def shared_key(run: ResolvedRun, base_dir: Path, data_dir: Path, device: object 
     the granularity and the variant's precision (FP8, FP16, a bf16 floor), every file of the base but its
     records, the held-out prompts, the search's own constants, and what the kernels' bits depend on (the
     thread count, the numerics mode, the device)."""
-    files = sorted(
-        p for p in base_dir.rglob("*") if p.is_file() and p.relative_to(base_dir).parts[0] not in BASE_SKIP
-    )
     parts = {
         "train_digest": run.train_digest, "target_kl": run.target_kl, "granularity": run.spec.granularity,
         "fp8": run.variant.fp8, "fp16": run.variant.fp16,
         "floor": None if run.floor is None else run.floor.model_dump(mode="json"),
-        "base": {p.relative_to(base_dir).as_posix(): sha256_file(p) for p in files},
+        "base": base_fingerprint(base_dir),
         "test": sha256_file(data_dir / "test.jsonl"), "prompts": PROMPTS, "seed": SEED,
         "tolerance": TOLERANCE, "max_steps": MAX_STEPS, "threads": torch.get_num_threads(),
         "numerics": numerics.active_mode(), "device": str(device),
