@@ -152,6 +152,13 @@ def _run_problems(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> list[Ad
             "the matching bf16 run) or 'static:<q>'",
             key=_condition_key(cfg, spec.condition, ("calib", "reference")),
         ))  # fmt: skip
+    if cfg.schedule.sampler_draw != "multinomial":
+        out.append(AdapterError(
+            f"schedule.sampler_draw: {cfg.schedule.sampler_draw!r} is the reference trainer's draw; verl's "
+            "rollout draws its tokens in vLLM's sampler, which this key cannot set (leave it at "
+            "'multinomial' with backend 'verl')",
+            key=("schedule", "sampler_draw"),
+        ))  # fmt: skip
     refused = check_corrections(cfg, spec.spec)
     if refused:
         out.append(refused)

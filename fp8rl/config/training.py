@@ -16,7 +16,7 @@ STEPS_MAX = (
 
 
 class ScheduleConfig(Strict):
-    OMIT_AT_DEFAULT = ("remove_padding", "keep_every", "log_samples")
+    OMIT_AT_DEFAULT = ("remove_padding", "keep_every", "log_samples", "sampler_draw")
 
     steps: int = Field(20, gt=0, le=STEPS_MAX, description="RL optimizer steps (one rollout batch each)")
     prompts_per_step: int = Field(8, gt=0)
@@ -29,6 +29,14 @@ class ScheduleConfig(Strict):
     max_new_tokens: int = Field(8, gt=0)
     temperature: float = Field(1.0, gt=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    sampler_draw: Literal["multinomial", "inverse_cdf"] = Field(
+        "multinomial",
+        description="how the training rollout draws each token from its distribution "
+        "(fp8rl/engine/token_draw.py): `multinomial` (torch.multinomial: one exponential variate per "
+        "vocabulary entry, the default of every published tier) or `inverse_cdf` (one fp64 uniform per row "
+        "against the row's fp64 cumulative sums: the same distribution, other tokens for a seed, much "
+        "cheaper over a large vocabulary). The held-out evaluation always draws by `multinomial`",
+    )
     checkpoint_every: int = Field(5, gt=0)
     keep_every: int | None = Field(
         None,

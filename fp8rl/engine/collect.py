@@ -162,6 +162,7 @@ def collect_rollouts(
             top_p=schedule.top_p,
             generator=generator,
             keep_distributions=keep_distributions,
+            draw=schedule.sampler_draw,
         )
         texts = decode_responses(tokenizer, batch)
         device = batch.response_mask.device

@@ -93,7 +93,7 @@ def measure(cfg: ExperimentConfig, run: ResolvedRun, base_policy, tokenizer, row
         batch = generate(
             prec.rollout, prompts, max_new_tokens=sch.max_new_tokens, eos_id=tokenizer.eos_token_id,
             pad_id=tokenizer.pad_token_id, temperature=sch.temperature, top_p=sch.top_p,
-            generator=torch.Generator().manual_seed(SEED),
+            generator=torch.Generator().manual_seed(SEED), draw=sch.sampler_draw,
         )  # fmt: skip
         lp, _ = score(prec.policy, batch, temperature=sch.temperature, packed=sch.remove_padding)
     return mismatch_units(lp, batch.log_probs, batch.response_mask, ROLLOUT)

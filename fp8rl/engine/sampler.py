@@ -33,6 +33,7 @@ from transformers import LlamaForCausalLM
 from fp8rl.engine.device import generator_on, module_device
 from fp8rl.engine.divergence import Diverged
 from fp8rl.engine.kv_reserve import reserve
+from fp8rl.engine.token_draw import MULTINOMIAL, draw_tokens
 
 # transformers >= 5.2x names the KV-cache argument `cache`; earlier releases `past_key_values`.
 CACHE_KWARG = (
@@ -122,10 +123,17 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def sample_tokens(
-    logits: torch.Tensor, *, temperature: float, top_p: float, generator: torch.Generator | None, greedy: bool
+    logits: torch.Tensor,
+    *,
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator | None,
+    greedy: bool,
+    draw: str = MULTINOMIAL,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row from `logits [B, V]`; returns (tokens [B], log-probs [B]) where the
-    log-prob is under softmax(logits / temperature) (greedy: argmax, same log-prob definition).
+    """Draw one token per row from `logits [B, V]` by `draw` (fp8rl.engine.token_draw); returns (tokens
+    [B], log-probs [B]) where the log-prob is under softmax(logits / temperature) (greedy: argmax, same
+    log-prob definition).
     `Diverged` (fp8rl.engine.divergence) when a logit is NaN or +inf: blown-up weights, not a crash."""
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)
     if bool(torch.isnan(logp).any()):  # a NaN or +inf logit (-inf: a token of probability 0, fine)
@@ -139,7 +147,7 @@ def sample_tokens(
             keep = sorted_p.cumsum(-1) - sorted_p < top_p  # always keeps the most likely token
             sorted_p = sorted_p * keep
             probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-        tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        tok = draw_tokens(probs, generator, draw)
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
 
@@ -157,12 +165,14 @@ def generate(
     greedy: bool = False,
     keep_distributions: bool = False,
     reserve_cache: bool | None = None,
+    draw: str = MULTINOMIAL,
 ) -> RolloutBatch:
     """Sample one response per prompt (repeat a prompt n times for n samples); see the module doc
     (`keep_distributions`: also record each position's sampling distribution; `reserve_cache=False`,
     or `FP8RL_SAMPLER_CACHE=grow` in the environment when it is not given: grow the KV cache by
     concatenation, as `transformers` does, instead of writing it in place — the same tokens and
-    log-probs, slower: for benchmarks and the bit-identity test)."""
+    log-probs, slower: for benchmarks and the bit-identity test; `draw`: how a token is drawn from its
+    distribution, fp8rl.engine.token_draw)."""
     if not prompts:
         raise ValueError("generate: no prompts")
     if max_new_tokens <= 0:
@@ -197,7 +207,7 @@ def generate(
     full_mask = mask
     for t in range(max_new_tokens):
         tok, lp = sample_tokens(
-            logits, temperature=temperature, top_p=top_p, generator=generator, greedy=greedy
+            logits, temperature=temperature, top_p=top_p, generator=generator, greedy=greedy, draw=draw
         )
         live = ~done
         tokens[:, t] = torch.where(live, tok, torch.full_like(tok, pad_id))

@@ -13,7 +13,8 @@ Each block is a generator over one kind of published source, registered under it
 defined (`@quoted_block(NAME, tier=...)`: one registry, sources and formats in
 fp8rl.report.quote_format): the excess-clipping blocks of the smoke and mechanism tiers in
 fp8rl.report.quotes_clipping, the study tiers' and testbeds' in fp8rl.report.quotes_studies, the
-measurements' (speed, run times, kernel paths) in fp8rl.report.quotes_benchmarks, the real stacks'
+measurements' (speed, run times, kernel paths) in fp8rl.report.quotes_benchmarks and the longform
+testbed's step in fp8rl.report.quotes_step, the real stacks'
 public figures in fp8rl.report.real_stacks (`BLOCK_MODULES`).
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fp8rl.report import quotes_benchmarks, quotes_clipping, quotes_studies, real_stacks
+from fp8rl.report import quotes_benchmarks, quotes_clipping, quotes_step, quotes_studies, real_stacks
 from fp8rl.report.quote_format import BLOCKS, QuoteError
 
 BEGIN = re.compile(r"<!-- fp8rl:results (?P<name>[a-z0-9-]+) -->\n")
@@ -35,7 +36,7 @@ QUOTING_FILES = (
 # The modules whose functions register quoted blocks (`@quoted_block(NAME)`, into quote_format.BLOCKS):
 # importing them registers their blocks; a new block is one decorated function (or one more decorator
 # on an existing generator) in one of them.
-BLOCK_MODULES = (quotes_benchmarks, quotes_clipping, quotes_studies, real_stacks)
+BLOCK_MODULES = (quotes_benchmarks, quotes_clipping, quotes_step, quotes_studies, real_stacks)
 
 
 # ------------------------------------------------------------------------------------------ files

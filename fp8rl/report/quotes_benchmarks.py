@@ -4,8 +4,6 @@ own record of their kernels.
 
 - `benchmarks/vs_trl.py --json`: per shape, the median step seconds of every run and their ratios (the
   grid against TRL, the packed against the padded layout, the reproducible against the fast bf16 step);
-- `benchmarks/step_ab.py --json`: a run's step with and without a change, per phase;
-- `benchmarks/calib_cadence.py --json`: a calibrated run's step at every update and at a cadence;
 - `benchmarks/dag_time.py --json`: per rule of a tier's DAG, its jobs, their wall and CPU seconds summed
   and the rule's span (first job's start to last job's end), and the whole DAG's span;
 - `benchmarks/process_startup.py --json`: what a job's process pays in imports before its work starts;
@@ -13,7 +11,8 @@ own record of their kernels.
 - each published tier's `report.json`: which kernel path its runs took.
 
 Each record carries its provenance (commit, CPU and its ISA) and the load average, said after its
-figures (quote_format.measured_at).
+figures (quote_format.measured_at). The longform testbed's step, change by change, is
+fp8rl.report.quotes_step's.
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ RATIOS = ("trl/bf16", "fp8/bf16", "fp8-block/bf16", "bf16-repro/bf16")
 SHAPE_NOTE = (
     "Shape: L layers, h hidden, t threads, n new tokens (16 prompts × 8 samples, one update per step). "
 )
-STEP_TARGET = 2.0  # the realistic testbed's step against the code before the speed work
 SMOKE_TARGET_MIN = 5.0  # the whole smoke DAG, first job's start to last job's end
 STRESS_TARGET_MIN = 20.0  # the stress tier's training: the `train` rule's span
 # The smoke DAG's evaluation rules before and after one evaluation process per run (rule `eval`).
@@ -161,56 +159,6 @@ def performance_repro(published: Path) -> str:
             f"{vs_trl_shapes(len(before['shapes']))}: {_by_threads(before, key)}. " + measured_on(before)
         )
     return out
-
-
-@quoted_block("performance-step-ab")
-def performance_step_ab(published: Path) -> str:
-    """A table and a paragraph: the longform testbed's step with transformers' growing KV cache and with
-    the reserved one (`benchmarks/step_ab.py --json`), per phase, with the bit-for-bit check and the 2x
-    target."""
-    r = record(published, "step_ab_longform")
-    phases = list(r["arms"]["after"]["phase_s"])
-    rows = [
-        [f"{arm} (`{r['switch']}={r[arm]}`)", num(a["step_s"], 3), *(num(a["phase_s"][p], 3) for p in phases)]
-        for arm, a in ((arm, r["arms"][arm]) for arm in ("before", "after"))
-    ]
-    rows.append(
-        ["before / after", f"{num(r['ratios']['step'])}×", *(f"{num(r['ratios'][p])}×" for p in phases)]
-    )
-    return (
-        markdown_table(["arm", "step (s)", *(f"{p} (s)" for p in phases)], rows)
-        + f"\n\n`{r['run']}` of `{r['config']}`, seconds per step (phases per step). The metrics of the two "
-        f"arms are {'the same bit for bit' if r['metrics_same'] else 'NOT the same'} (timing keys aside). "
-        f"Target: the testbed's step ≥ {num(STEP_TARGET, 1)}× faster than before the speed work: "
-        f"{met(r['ratios']['step'] >= STEP_TARGET)} by this change alone. " + measured_on(r)
-    )
-
-
-@quoted_block("performance-calib-cadence")
-def performance_calib_cadence(published: Path) -> str:
-    """A table and a paragraph: a calibrated run's step with its bounds recomputed at every update and at
-    the paper's cadence (`benchmarks/calib_cadence.py --json`), per phase, the shadow's share of the step
-    and what the cadence saves of it."""
-    r = record(published, "calib_cadence_longform")
-    every, cadence = r["arms"]["per_update"], r["arms"]["cadence"]
-    phases = ["rollout", "logprob", "train", "calib"]
-    rows = [
-        [f"{name}: `{r['runs'][arm]}`", num(a["step_s"], 3), *(num(a["phase_s"][p], 3) for p in phases)]
-        for name, arm, a in (("every update", "per_update", every), ("cadence", "cadence", cadence))
-    ]
-    rows.append(["every update / cadence", f"{num(r['ratios']['step'])}×",
-                 *(f"{num(every['phase_s'][p] / cadence['phase_s'][p])}×" for p in phases)])  # fmt: skip
-    saved = (every["phase_s"]["calib"] - cadence["phase_s"]["calib"]) / every["step_s"]
-    return (
-        markdown_table(["arm", "step (s)", *(f"{p} (s)" for p in phases)], rows)
-        + f"\n\n`{r['config']}`, seconds per step over {r['steps']} steps per run (phases per step; noise "
-        f"scale fixed at {num(r['noise_scale'], 1)}, no target-KL search). The BF16 shadow's passes (`calib`) "
-        f"are {num(100 * r['calib_share'], 1)} % of the step calibrated at every update; the cadence saves "
-        f"{num(100 * saved, 1)} % of that step. Once their bounds differ the two arms sample other "
-        "responses, of other lengths, so their rollout and update phases differ too, by more than the "
-        "shadow's passes account for: the step's ratio is not the cadence's saving, the `calib` phase is. "
-        + measured_on(r)
-    )
 
 
 def _verdict(seconds: float, target_min: float) -> str:

@@ -68,6 +68,7 @@ def test_a_conditions_refusal_names_the_condition_key():
         ("fp8.noise_scale=2.0", "fp8.noise_scale: the noise dose"),
         ("matrix.granularities=[rowwise]", "matrix.granularities: 'rowwise'"),
         ("calib.reference=shadow", "calib.reference: 'shadow'"),
+        ("schedule.sampler_draw=inverse_cdf", "schedule.sampler_draw: 'inverse_cdf' is the reference"),
     ],
 )
 def test_config_validate_refuses_what_verl_refuses(override, needle, capsys):
