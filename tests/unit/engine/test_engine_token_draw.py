@@ -111,3 +111,9 @@ def test_a_schedule_at_the_default_draw_keeps_its_dump():
     assert ScheduleConfig(sampler_draw="inverse_cdf").model_dump()["sampler_draw"] == "inverse_cdf"
     with pytest.raises(ValueError, match="sampler_draw"):
         ScheduleConfig(sampler_draw="gumbel")
+
+
+def test_the_config_offers_every_registered_draw():
+    from typing import get_args
+
+    assert set(get_args(ScheduleConfig.model_fields["sampler_draw"].annotation)) == set(DRAWS)
