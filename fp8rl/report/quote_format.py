@@ -84,6 +84,7 @@ RECORDS = {
     "calib_cadence_longform": ("calib_cadence.py", "arms"),  # calibration per update against every N steps
     "sampler_draw": ("sampler_draw.py", "shapes"),  # the two token draws, alone and in generate
     "step_ab_sampler_draw_longform": ("step_ab.py", "arms"),  # the longform step with each draw
+    "testbed_profile_longform": ("testbed_profile.py", "runs"),  # where the longform step goes
     "smoke_dag": ("dag_time.py", "rules"),  # the smoke DAG from a clean clone
     "stress_dag": ("dag_time.py", "rules"),  # the stress tier
     "smoke_dag_eval_per_suite": ("dag_time.py", "rules"),  # the smoke DAG, one eval process per suite

@@ -4,7 +4,8 @@ published benchmark records (quote_format.RECORDS):
 - `benchmarks/step_ab.py --json`: a run's step with and without a change, per phase (the sampler's KV
   cache behind an environment switch; the sampler's draw behind a config key);
 - `benchmarks/calib_cadence.py --json`: a calibrated run's step at every update and at a cadence;
-- `benchmarks/sampler_draw.py --json`: the two token draws alone and in `generate`, over a grid.
+- `benchmarks/sampler_draw.py --json`: the two token draws alone and in `generate`, over a grid;
+- `benchmarks/testbed_profile.py --json`: the step's time per category of op, and the bound it sets.
 
 Each against the testbed's target: its step at least 2x faster than before the speed work.
 """
@@ -100,4 +101,33 @@ def performance_sampler_draw(published: Path) -> str:
         "was drawn; the rollout's tokens per second does not. Target: the testbed's step ≥ "
         f"{num(STEP_TARGET, 1)}× faster than before the speed work: {met(step['ratios']['step'] >= STEP_TARGET)} "
         "by this change alone. " + measured_on(step)
+    )
+
+
+@quoted_block("performance-testbed-profile")
+def performance_testbed_profile(published: Path) -> str:
+    """A table and a paragraph: where the testbed's step goes per category of op, and Amdahl's bound on
+    what faster kernels for each could give (`benchmarks/testbed_profile.py --json`), against the 2x
+    target."""
+    r = record(published, "testbed_profile_longform")
+    cats = ["gemm", "attn", "draw", "other"]
+    rows = [
+        [f"`{run}`", num(p["wall_s"], 3),
+         *(f"{num(p['self_s'][c], 3)} ({num(100 * p['self_s'][c] / p['wall_s'], 0)} %)" for c in cats),
+         *(f"{num(p['bound'][k])}×" for k in ("gemm", "gemm+attn+draw"))]
+        for run, p in r["runs"].items()
+    ]  # fmt: skip
+    header = ["run", "step (s)", *(f"{c} (s)" for c in cats), "bound: gemm", "bound: gemm + attn + draw"]
+    best = max(p["bound"]["gemm+attn+draw"] for p in r["runs"].values())
+    return (
+        markdown_table(header, rows)
+        + f"\n\n`{r['config']}`, seconds per profiled step (noise scale fixed at {num(r['noise_scale'], 1)}, "
+        f"no target-KL search; {r['numerics']} mode). A bound is the step's wall time over what is left "
+        "of it if that category took no time at all. Even with every matrix product, every attention and "
+        f"the draw taking no time, the step would be at most {num(best)}× faster: the ≥ "
+        f"{num(STEP_TARGET, 1)}× target {'could be' if best >= STEP_TARGET else 'cannot be'} met by faster "
+        f"kernels for them alone{', and only by making them nearly free' if best >= STEP_TARGET else ''}; "
+        "the rest (`other`, and the interpreter's time outside any op) is the many small elementwise ops "
+        f"of the emulation and of the model. Measured at {measured_at(r, 'both')}; {r['steps']} profiled "
+        "steps after one warm-up step per run, under torch's profiler (which inflates small ops most)."
     )
