@@ -31,9 +31,10 @@ from fp8rl.fp8.rollout_copy import make_rollout_policy
 ROLLOUTS = ("bf16", "fp8", "fp8_kv")
 
 
-def _model(vocab: int) -> torch.nn.Module:
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
-                      num_attention_heads=4, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+def llama(vocab: int, intermediate: int = 384, positions: int = 256) -> torch.nn.Module:
+    """A seeded 4-layer x 128-hidden Llama over `vocab` tokens, in eval mode."""
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=128, intermediate_size=intermediate, num_hidden_layers=4,
+                      num_attention_heads=4, max_position_embeddings=positions, bos_token_id=1, eos_token_id=2,
                       pad_token_id=0, tie_word_embeddings=False, attn_implementation="sdpa")  # fmt: skip
     torch.manual_seed(0)
     return LlamaForCausalLM(cfg).eval()
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     all_same = True
     for vocab, new_tokens, threads in itertools.product(args.vocab, args.new_tokens, args.threads):
         torch.set_num_threads(threads)
-        model = _model(vocab)
+        model = llama(vocab)
         for kind in ROLLOUTS:
             policy = _rollout(kind, model)
             _once(policy, prompts, new_tokens, True)  # warm-up

@@ -25,22 +25,14 @@ from pathlib import Path
 
 import fp8rl  # noqa: F401  (applies the numerics mode before torch runs a kernel)
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from fp8rl import numerics
 from fp8rl.engine.sampler import generate
 from fp8rl.engine.token_draw import DRAWS, draw_tokens
+from sampler_cache import llama
 
 ROWS = 64
 ARMS = ("multinomial", "inverse_cdf")
-
-
-def _model(vocab: int) -> torch.nn.Module:
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=128, intermediate_size=344, num_hidden_layers=4,
-                      num_attention_heads=4, max_position_embeddings=160, bos_token_id=1, eos_token_id=2,
-                      pad_token_id=0, tie_word_embeddings=False, attn_implementation="sdpa")  # fmt: skip
-    torch.manual_seed(0)
-    return LlamaForCausalLM(cfg).eval()
 
 
 def _generate(model, prompts, new_tokens: int, draw: str) -> tuple[float, str]:
@@ -80,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes, stable = [], True
     for vocab, new_tokens, threads in itertools.product(args.vocab, args.new_tokens, args.threads):
         torch.set_num_threads(threads)
-        model = _model(vocab)
+        model = llama(vocab, intermediate=344, positions=160)  # the testbed's shape
         probs = torch.softmax(torch.randn(ROWS, vocab, generator=torch.Generator().manual_seed(1)) * 2, -1)
         for draw in ARMS:  # warm-up
             _generate(model, prompts, new_tokens, draw)
