@@ -12,9 +12,13 @@ override instead (`--set KEY=BEFORE` against `--set KEY=AFTER`), a change that m
 required to be the same, and the rollout's tokens per second are kept beside the seconds (the arms'
 responses, and so their lengths, differ).
 
-    .venv/bin/python benchmarks/step_ab.py --config config/longform.yaml --run grpo/story/bf16/none/seed0 \\
+    .venv/bin/python benchmarks/step_ab.py --config config/longform.yaml --run grpo/story/bf16/none/none/seed0 \\
         --base results/longform/base/story/seed0 --data results/longform/data --steps 3 --repeats 2 \\
         [--json results/published/benchmarks/step_ab_longform.json]
+    .venv/bin/python benchmarks/step_ab.py --config config/longform.yaml --run grpo/story/bf16/none/none/seed0 \\
+        --base results/longform/base/story/seed0 --data results/longform/data --steps 10 --repeats 2 \\
+        --config-switch schedule.sampler_draw --before multinomial --after inverse_cdf \\
+        [--json results/published/benchmarks/step_ab_sampler_draw_longform.json]
 """
 
 from __future__ import annotations
