@@ -37,8 +37,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def fixed_noise_config(config: Path, scale: float, dest: Path) -> Path:
-    """`config` with every matrix condition's noise fixed at `scale` (no target-KL search), as `dest`."""
+    """`config` with every matrix condition's noise fixed at `scale` (no target-KL search), as `dest`;
+    without a `failure_search` section, whose conditions need the target KLs the copy drops."""
     data = yaml.safe_load(config.read_text(encoding="utf-8"))
+    data.pop("failure_search", None)
     for cond in data.get("matrix", {}).get("conditions", []):
         fp8 = {k: v for k, v in (cond.get("fp8") or {}).items() if k != "target_kl"}
         cond["fp8"] = fp8 | {"noise_scale": scale}

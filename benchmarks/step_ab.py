@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", type=Path, help="write the record here (atomically)")
     args = ap.parse_args(argv)
-    from fp8rl.provenance import provenance  # after argparse: --help stays fast
+    from fp8rl.io import atomic_write_text  # after argparse: --help stays fast
+    from fp8rl.provenance import provenance
 
     switch = args.config_switch or args.switch
     if args.config_switch:
@@ -122,9 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                   "arms": summary, "ratios": ratios, "metrics_same": same, "load_average_start": load_start,
                   "load_average_end": os.getloadavg(), "provenance": provenance()}  # fmt: skip
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        tmp_path = args.json.with_name(f".{args.json.name}.tmp")
-        tmp_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp_path, args.json)
+        atomic_write_text(args.json, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return 0 if same or args.config_switch else 1
 
 

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import fp8rl  # noqa: F401  (applies the numerics mode before torch runs a kernel)
 import torch
-import yaml
 from torch.profiler import ProfilerActivity, profile
 
 from calib_cadence import fixed_noise_config
@@ -51,16 +50,6 @@ def category(op: str) -> str:
         if any(op == n or (not n.startswith("aten::") and n in op) for n in needles):
             return name
     return "other"
-
-
-def fixed_noise_copy(config: Path, scale: float, dest: Path) -> Path:
-    """`config` with every condition's noise fixed at `scale` (calib_cadence.fixed_noise_config) and
-    without its `failure_search` section (which needs the target KLs the copy drops)."""
-    fixed_noise_config(config, scale, dest)
-    data = yaml.safe_load(dest.read_text(encoding="utf-8"))
-    data.pop("failure_search", None)
-    dest.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    return dest
 
 
 def profile_run(config: Path, run_id: str, args, out: Path) -> dict:
@@ -111,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     load_start, measured = os.getloadavg(), provenance()
     results = {}
     with tempfile.TemporaryDirectory(prefix="testbed_profile.") as tmp:
-        config = fixed_noise_copy(Path(args.config), args.noise_scale, Path(tmp) / "config.yaml")
+        config = fixed_noise_config(Path(args.config), args.noise_scale, Path(tmp) / "config.yaml")
         for i, run_id in enumerate(args.runs):
             result = profile_run(config, run_id, args, Path(tmp) / f"run{i}")
             result["bound"] = bounds(result)
