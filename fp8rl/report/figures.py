@@ -5,7 +5,8 @@ part of the report that has it and its caption in report.html.
 conditions (fp8rl.report.mechanism), `STABILITY` ones in tiers with a noise-dose axis
 (fp8rl.report.stability_plots), `STUDY_SURVIVAL` and `STUDY_GAP` in study tiers without one (a survival
 curve per arm, fp8rl.report.study_survival; each arm's reward gap to the control per step,
-fp8rl.report.study_gap). `ReportPaths` lists the files from here and the HTML report takes the
+fp8rl.report.study_gap), `STUDY_ENDPOINT` in every study tier (each arm's endpoint,
+fp8rl.report.study_endpoint). `ReportPaths` lists the files from here and the HTML report takes the
 captions from here; the drawing modules key their builders by these names. No matplotlib: the DAG reads
 this to know a report's outputs.
 """
@@ -46,4 +47,16 @@ STUDY_GAP = {
     "study_reward_gap": "Each arm's reward minus the bf16 control's vs step, paired the way the planned "
     "test pairs (within base for study.unit: base), with its 95% interval; shaded: the endpoint's window",
 }
-CAPTIONS = {**CORE, **MECHANISM, **STABILITY, **STUDY_SURVIVAL, **STUDY_GAP}
+STUDY_ENDPOINT = {
+    "study_endpoint": "Each arm's pre-registered endpoint: mean over the units with its 95% t-interval, each "
+    "unit's value a dot; shaded: the bf16 control's interval",
+}
+CAPTIONS = {**CORE, **MECHANISM, **STABILITY, **STUDY_SURVIVAL, **STUDY_GAP, **STUDY_ENDPOINT}
+
+
+def caption(name: str, axis: str | None = None) -> str:
+    """The caption of figure `name`; a stability figure along a target-KL axis (`axis`, the fp8 key the
+    conditions sweep: fp8rl.report.paths.noise_axis) names that axis instead of the noise dose."""
+    text = CAPTIONS[name]
+    swept = axis not in (None, "noise_scale") and name in STABILITY
+    return text.replace("fp8.noise_scale dose", f"fp8.{axis}") if swept else text

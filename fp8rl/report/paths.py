@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fp8rl.report.figures import CORE, MECHANISM, STABILITY, STUDY_GAP, STUDY_SURVIVAL
+from fp8rl.report.figures import CORE, MECHANISM, STABILITY, STUDY_ENDPOINT, STUDY_GAP, STUDY_SURVIVAL
 from fp8rl.run_files import RUNS_DIR, RootPath
 from fp8rl.vocabulary import NO_CONDITION
 
@@ -37,6 +37,7 @@ STABILITY_TABLES = ("stability", "breaking_dose")
 STABILITY_PLOTS = tuple(STABILITY)
 # only for configs with a `study` section (a pre-registered study tier: fp8rl.report.planned)
 STUDY_TABLES = ("arms", "planned", "exploratory")
+STUDY_PLOTS = tuple(STUDY_ENDPOINT)  # each arm's endpoint (fp8rl.report.study_endpoint)
 # only for a study: time to divergence per arm (fp8rl.report.study_survival) and each arm's reward gap to the control per
 # step (fp8rl.report.study_gap)
 SURVIVAL_TABLES = ("study_survival",)
@@ -126,6 +127,7 @@ class ReportPaths:
             + (MECHANISM_PLOTS if self.mechanism else ())
             + (STABILITY_PLOTS if self.stability else ())
             + (SURVIVAL_PLOTS if self.survival else ())
+            + (STUDY_PLOTS if self.study else ())
         )
         out = [self.table(t, ext) for t in tables for ext in ("csv", "md")]
         out += [self.plot(p, ext) for p in plots for ext in PLOT_FORMATS]

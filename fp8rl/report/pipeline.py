@@ -22,7 +22,7 @@ from fp8rl.report.control import NOTES as CONTROL_NOTES
 from fp8rl.report.control import control_summary, control_table, control_view, never_ran, void_notes
 from fp8rl.report.endpoints import FLOAT_FORMAT, endpoints_table, endpoints_view
 from fp8rl.report.endpoints import notes as endpoint_notes
-from fp8rl.report.figures import CAPTIONS
+from fp8rl.report.figures import caption
 from fp8rl.report.load import STATUSES, RunSet, load_tier
 from fp8rl.report.markdown import (
     COMPARISON_NOTES,
@@ -113,8 +113,8 @@ def load_report_data(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, 
     )
 
 
-def _captions(figures: dict[str, list[Path]]) -> list[Figure]:
-    return [(files[0], CAPTIONS[name]) for name, files in figures.items()]
+def _captions(figures: dict[str, list[Path]], axis: str | None = None) -> list[Figure]:
+    return [(files[0], caption(name, axis)) for name, files in figures.items()]
 
 
 def control_section(data: ReportData) -> Section:
@@ -164,10 +164,17 @@ def study_report_tables(cfg: ExperimentConfig, endpoints: pd.DataFrame, control:
 
 
 def study_section(data: ReportData) -> Section:
-    """A pre-registered study's planned, exploratory and arms tables (fp8rl.report.planned)."""
+    """A pre-registered study's planned, exploratory and arms tables (fp8rl.report.planned), with the
+    figure of each arm's endpoint (fp8rl.report.study_endpoint)."""
     if not data.paths.study:
         return [], []
-    return study_report_tables(data.cfg, data.endpoints, data.control_info), []
+    from fp8rl.report.planned import arm_endpoints
+    from fp8rl.report.study_endpoint import write_study_endpoint_plot
+
+    tables = study_report_tables(data.cfg, data.endpoints, data.control_info)
+    arms = next(t.frame for t in tables if t.name == "arms")
+    per_arm = arm_endpoints(data.endpoints, data.cfg)
+    return tables, _captions(write_study_endpoint_plot(arms, per_arm, data.cfg, data.paths.plots_dir))
 
 
 def secondary_section(data: ReportData) -> Section:
@@ -238,7 +245,7 @@ def stability_section(data: ReportData) -> Section:
                     void_notes(void, [*BREAKING_NOTES, *axis_notes]), breaking),
     ]  # fmt: skip
     figures = write_stability_plots(data.runset, per_run, table, data.paths.plots_dir, axis)
-    return tables, _captions(figures)
+    return tables, _captions(figures, axis)
 
 
 def failure_text_section(data: ReportData) -> Section:

@@ -205,6 +205,13 @@ def arms_table(cfg: ExperimentConfig, per_arm: pd.DataFrame, endpoints: pd.DataF
     return pd.DataFrame(rows, columns=columns)
 
 
+def untested(row: dict) -> str:
+    """Why a contrast row has no p: fewer than two units (bases that both arms have, or seeds of either
+    arm), or units that all gave one value (a paired difference, or both arms' seeds, without spread)."""
+    n = row["bases"] if "bases" in row else min(row["n_arm"], row["n_reference"])
+    return "no test (n < 2)" if n < 2 else "no test (no spread among the units)"
+
+
 def contrasts_table(endpoints: pd.DataFrame, study: StudyConfig, *, planned: bool) -> pd.DataFrame:
     """The planned (adjusted, with a decision) or exploratory (unadjusted, no decision) contrasts."""
     contrasts = study.planned if planned else study.exploratory
@@ -224,7 +231,7 @@ def contrasts_table(endpoints: pd.DataFrame, study: StudyConfig, *, planned: boo
         for r, pa in zip(rows, adj, strict=True):
             r["p_adjusted"] = pa
             r["decision"] = (
-                "no test (n < 2)" if not math.isfinite(pa)
+                untested(r) if not math.isfinite(pa)
                 else ("reject H0: no difference" if pa < study.alpha else "not rejected")
             )  # fmt: skip
     else:

@@ -3,10 +3,11 @@ found (with intervals) and what it does not show, written by `fp8rl report` from
 written and copied by `fp8rl publish` with them (report.json hashes it like every other output).
 
 Every figure on the page is read from the tier's own tables (`acceptance.csv`, `control.csv`, `planned.csv`,
-`study_survival.csv`, `stability.csv`, `comparison.csv`, `runs.csv`); nothing is typed by hand, so the page
+`arms.csv`, `study_survival.csv`, `stability.csv`, `comparison.csv`, `runs.csv`); nothing is typed by hand, so the page
 of a publication says what its tables say. The control, the planned contrasts and the divergences are
 said by fp8rl.report.findings, in the words of the quoted blocks of README.md and docs/. The caveats are generated from the same data: a void comparison, one shared
-base, single seeds, CPU emulation of FP8 on a small scratch model.
+base, single seeds, CPU emulation of FP8 on a small scratch model. A study tier's page also ranks its
+arms by the endpoint and shows its figures (`ARMS_FIGURES`) where its report drew the endpoint figure.
 
 A pipeline check (`pipeline_check`: a tier without a pre-registered study or FP8 conditions, the smoke
 tier's kind) leads with what it does show, the paired excess clipping of each FP8 variant against its
@@ -253,6 +254,35 @@ def _caveats(
     return out
 
 
+# The figures the arms section shows, in its order: the endpoint per arm, then (where drawn) the time to
+# divergence per arm and the fraction diverged along the noise axis (a target-KL sweep's
+# stability-vs-mismatch curve).
+ARMS_FIGURES = ("study_endpoint", "study_survival", "breaking_dose")
+LEADERBOARD_LEAD = (
+    "The arms ranked by the pre-registered endpoint (tables/arms.md), highest first: a rank is not a test "
+    "(the planned contrasts above are); `diverged`: runs flagged by a detector (tables/study_survival.md)."
+)
+
+
+def _arms_section(tables: Path, axis: str | None) -> list[str]:
+    """The leaderboard and the study's figures, where the report drew the endpoint figure beside these
+    tables (`plots/study_endpoint.png`); a publication made before that figure existed has none, and its
+    page stays as it was written. `axis`: the noise axis the breaking-dose figure runs along."""
+    plots = tables.parent / "plots"
+    arms = _read(tables, "arms")
+    if arms is None or not (plots / "study_endpoint.png").is_file():
+        return []
+    from fp8rl.report.figures import caption
+    from fp8rl.report.study_endpoint import leaderboard
+
+    figures = [f"![{name}](plots/{name}.png)\n\n*{caption(name, axis)}.*" for name in ARMS_FIGURES
+               if (plots / f"{name}.png").is_file()]  # fmt: skip
+    return [
+        "## The arms\n\n" + LEADERBOARD_LEAD + "\n\n" + leaderboard(arms, _read(tables, "study_survival")),
+        *figures,
+    ]
+
+
 def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
     """The page's markdown, from the tables already written under `tables`."""
     names = ("runs", "control", "planned", "study_survival", "stability", "comparison", "secondary")
@@ -309,6 +339,7 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
         ("## Rewards (reported, not compared)" if pipeline else "## Findings")
         + "\n\n"
         + ("\n".join(findings) or "- No contrast or divergence table in this tier."),
+        *_arms_section(tables, noise_axis(cfg)),
         "## What it does not show\n\n" + "\n".join(_caveats(cfg, read["control"], void, bases, read["runs"])),
         "## Tables\n\n"
         + "\n".join(guide)

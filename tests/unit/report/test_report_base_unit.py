@@ -6,6 +6,7 @@ base means, a paired t-test over bases (scipy.stats.ttest_rel), Holm, and the po
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -266,3 +267,53 @@ def test_the_study_findings_quote_reads_the_paired_tables(tier):
         assert f"{r['arm']} {num(r['peak_rel_entropy_median'])}" in entropy
     assert lines[-1] == f"- Divergences: none in {int(surv['trained'].sum())} runs that trained."
     assert int(surv["trained"].sum()) == len(ends) - 1  # the failed run did not train
+
+
+def test_the_summary_ranks_the_arms_and_shows_the_study_figures(tier):
+    """SUMMARY.md's arms section: the leaderboard ranks arms.csv's estimates highest first with their
+    intervals and bases, and embeds the endpoint and survival figures the report drew; without the
+    endpoint figure beside the tables (a publication made before it existed) the page has no section."""
+    import shutil
+
+    from fp8rl.report.summary_page import summary_page
+
+    cfg, paths = tier
+    page = paths.summary.read_text()
+    assert paths.plot("study_endpoint", "png").stat().st_size > 1000
+    assert "![study_endpoint](plots/study_endpoint.png)" in page
+    assert "![study_survival](plots/study_survival.png)" in page
+    arms = pd.read_csv(paths.table("arms", "csv"))
+    section = page.split("## The arms", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    listed = [r[1].strip("`") for r in rows]
+    assert listed == list(arms.sort_values("endpoint", ascending=False, kind="stable")["arm"])
+    assert [r[0].strip("| ") for r in rows] == [str(i) for i in range(1, len(arms) + 1)]
+    top = arms.loc[arms["endpoint"].idxmax()]
+    assert rows[0][2] == f"{top['endpoint']:.3f} [{top['low']:.3f}, {top['high']:.3f}]".replace("-", "−")
+    assert all(r[3] == str(BASES) for r in rows)
+
+    bare = paths.root.parent / "without_figure"
+    shutil.copytree(paths.tables_dir, bare / "tables")
+    manifest = json.loads(paths.manifest.read_text())
+    without = summary_page(cfg, bare / "tables", manifest["control"]["comparison_void"], manifest["numerics"])
+    head, tail = page.split("## The arms", 1)
+    assert without == head + "## What it does not show" + tail.split("## What it does not show", 1)[1]
+
+
+def test_the_leaderboard_shares_ranks_between_equal_estimates_and_puts_unscored_arms_last():
+    from fp8rl.report.study_endpoint import leaderboard
+
+    arms = pd.DataFrame({
+        "arm": ["bf16", "a", "b", "none"], "runs": [4, 4, 4, 4], "n": [4, 4, 4, 0], "bases": [4, 4, 4, 0],
+        "diverged": [0, 2, 0, 4], "endpoint": [0.5, 0.25, 0.5, float("nan")],
+        "low": [0.4, 0.1, 0.3, float("nan")], "high": [0.6, 0.4, 0.7, float("nan")],
+    })  # fmt: skip
+    survival = pd.DataFrame({"arm": ["a", "none"], "median_div_step": [120.0, 40.0]})
+    lines = leaderboard(arms, survival).splitlines()[2:]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    assert [(c[0], c[1]) for c in cells] == [("1", "`bf16`"), ("1", "`b`"), ("3", "`a`"), ("–", "`none`")]
+    assert (
+        cells[2][5] == "2 of 4 (median step 120)"
+        and cells[3][2] == "n/a"
+        and cells[3][5] == "4 of 4 (median step 40)"
+    )

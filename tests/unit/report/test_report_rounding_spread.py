@@ -69,3 +69,25 @@ def test_a_paired_contrast_of_equal_differences_is_no_test():
     assert math.isnan(row["p"]), row["p"]
     assert row["low"] == row["high"] == row["difference"]
     assert math.isnan(row["power_observed"])
+
+
+def test_a_planned_contrast_says_why_it_has_no_test():
+    """Bases that all gave one difference are no spread, not too few units; one base is too few."""
+    from fp8rl.report.planned import contrasts_table
+
+    endpoints = pd.DataFrame(
+        {
+            "arm": ["a"] * 3 + ["b"] * 3,
+            "base": ["b0", "b1", "b2"] * 2,
+            "endpoint": [0.4, 0.7, 0.8, 0.3, 0.6, 0.7],
+        }
+    )
+    three = contrasts_table(endpoints, STUDY, planned=True).iloc[0]
+    assert three["bases"] == 3 and three["decision"] == "no test (no spread among the units)"
+    one = contrasts_table(endpoints[endpoints["base"] == "b0"], STUDY, planned=True).iloc[0]
+    assert one["bases"] == 1 and one["decision"] == "no test (n < 2)"
+    spread = endpoints.assign(endpoint=[0.4, 0.9, 0.8, 0.3, 0.6, 0.7])
+    assert contrasts_table(spread, STUDY, planned=True).iloc[0]["decision"] in (
+        "not rejected",
+        "reject H0: no difference",
+    )

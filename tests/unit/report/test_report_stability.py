@@ -237,3 +237,12 @@ def test_a_target_kl_tier_report_writes_the_stability_files_along_the_kl(tmp_pat
     # SUMMARY.md names the setting by its KL, not as a dose (a KL of 0.1 read as "dose 0")
     page = paths.summary.read_text()
     assert "fp8 at KL 0.1: 1/1" in page and "at dose" not in page
+
+
+def test_a_target_kl_sweep_s_figures_name_their_axis():
+    from fp8rl.report.figures import CAPTIONS, caption
+
+    assert caption("breaking_dose", "noise_scale") == CAPTIONS["breaking_dose"]
+    assert caption("breaking_dose", "target_kl").startswith("Fraction of runs diverged vs fp8.target_kl,")
+    assert "per variant and fp8.target_kl" in caption("survival", "target_kl")
+    assert caption("study_endpoint", "target_kl") == CAPTIONS["study_endpoint"]  # not a stability figure
