@@ -81,6 +81,7 @@ RECORDS = {
     "vs_trl_repro": ("vs_trl.py", "shapes"),  # the reproducible against the fast bf16 step
     "vs_trl_repro_spinning": ("vs_trl.py", "shapes"),  # the same, before OpenBLAS's idle threads slept
     "step_ab_longform": ("step_ab.py", "arms"),  # the longform step with and without a change
+    "step_ab_fp8_compile_longform": ("step_ab.py", "arms"),  # FP8 + TIS, eager against compiled fake quant
     "calib_cadence_longform": ("calib_cadence.py", "arms"),  # calibration per update against every N steps
     "sampler_draw": ("sampler_draw.py", "shapes"),  # the two token draws, alone and in generate
     "step_ab_sampler_draw_longform": ("step_ab.py", "arms"),  # the longform step with each draw

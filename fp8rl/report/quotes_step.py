@@ -2,7 +2,8 @@
 published benchmark records (quote_format.RECORDS):
 
 - `benchmarks/step_ab.py --json`: a run's step with and without a change, per phase (the sampler's KV
-  cache behind an environment switch; the sampler's draw behind a config key);
+  cache and the compiled fake quantization behind environment switches; the sampler's draw behind a
+  config key);
 - `benchmarks/calib_cadence.py --json`: a calibrated run's step at every update and at a cadence;
 - `benchmarks/sampler_draw.py --json`: the two token draws alone and in `generate`, over a grid;
 - `benchmarks/testbed_profile.py --json`: the step's time per category of op, and the bound it sets.
@@ -20,12 +21,14 @@ from fp8rl.report.quotes_benchmarks import measured_on, met
 STEP_TARGET = 2.0  # the realistic testbed's step against the code before the speed work
 
 
-@quoted_block("performance-step-ab")
-def performance_step_ab(published: Path) -> str:
-    """A table and a paragraph: the longform testbed's step with transformers' growing KV cache and with
-    the reserved one (`benchmarks/step_ab.py --json`), per phase, with the bit-for-bit check and the 2x
-    target."""
-    r = record(published, "step_ab_longform")
+@quoted_block("performance-step-ab", record_name="step_ab_longform")
+@quoted_block("performance-fp8-compile", record_name="step_ab_fp8_compile_longform")
+def performance_step_ab(published: Path, record_name: str) -> str:
+    """A table and a paragraph: the longform testbed's step without and with a change behind an
+    environment switch (the record `record_name` of `benchmarks/step_ab.py --json`: transformers' growing KV
+    cache against the reserved one; the eager fake quantization against the `torch.compile`d kernel), per
+    phase, with the bit-for-bit check and the 2x target."""
+    r = record(published, record_name)
     phases = list(r["arms"]["after"]["phase_s"])
     rows = [
         [f"{arm} (`{r['switch']}={r[arm]}`)", num(a["step_s"], 3), *(num(a["phase_s"][p], 3) for p in phases)]
