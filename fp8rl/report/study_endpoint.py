@@ -6,9 +6,8 @@ The figure draws the arms top to bottom in the study's order (`study.arms`, as t
 them): each arm's estimate with its interval and each unit's value as a dot (a base's mean over its
 seeds with `study.unit: base`, else each run's endpoint), the bf16 control's interval shaded across
 the panel. The leaderboard ranks the arms by their estimate, highest first (`rank`, equal estimates
-sharing one); a rank says
-nothing an interval does not (the planned table tests the differences). Descriptive: no test is drawn
-from either.
+sharing one); a rank says nothing an interval does not (the planned table tests the differences).
+Descriptive: no test is drawn from either.
 """
 
 from __future__ import annotations
@@ -72,12 +71,13 @@ def write_study_endpoint_plot(
 
 def leaderboard(arms: pd.DataFrame, survival: pd.DataFrame | None = None) -> str:
     """The arms ranked by their endpoint (highest first, equal estimates sharing a rank; an arm without
-    one last, unranked) as a markdown table: the estimate with its interval, the units and runs behind
-    it, and the runs diverged with their median step to divergence where `survival`
-    (study_survival.csv) has them."""
+    one last, unranked) as a markdown table: the estimate with its interval, the bases (with
+    `study.unit: base`) and runs behind it, and the runs diverged with their median step to divergence
+    where `survival` (study_survival.csv) has them."""
     ranked = arms.assign(_rank=arms["endpoint"].astype(float).rank(ascending=False, method="min"))
     ranked = ranked.sort_values("_rank", kind="stable", na_position="last")
     surv = survival.set_index("arm") if survival is not None and "arm" in survival else None
+    by_base = "bases" in arms  # the unit is the base: the arms table counts them
     rows = []
     for r in ranked.to_dict("records"):
         scored = math.isfinite(float(r["endpoint"]))
@@ -90,10 +90,7 @@ def leaderboard(arms: pd.DataFrame, survival: pd.DataFrame | None = None) -> str
         rows.append([
             str(int(r["_rank"])) if scored else "–", f"`{r['arm']}`",
             interval(float(r["endpoint"]), float(r["low"]), float(r["high"]), 3) if scored else "n/a",
-            str(int(r["bases"])) if "bases" in r and pd.notna(r["bases"]) else str(int(r["n"])),
-            f"{int(r['n'])} of {int(r['runs'])}", diverged,
+            *([str(int(r["bases"]))] if by_base else []), f"{int(r['n'])} of {int(r['runs'])}", diverged,
         ])  # fmt: skip
-    units = "bases" if "bases" in arms else "runs"
-    return markdown_table(
-        ["rank", "arm", "endpoint [95 % CI]", units, "runs with an endpoint", "diverged"], rows
-    )
+    header = ["rank", "arm", "endpoint [95 % CI]", *(["bases"] if by_base else []), "runs with an endpoint"]
+    return markdown_table([*header, "diverged"], rows)

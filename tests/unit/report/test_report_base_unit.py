@@ -317,3 +317,13 @@ def test_the_leaderboard_shares_ranks_between_equal_estimates_and_puts_unscored_
         and cells[3][2] == "n/a"
         and cells[3][5] == "4 of 4 (median step 40)"
     )
+
+
+def test_a_run_unit_leaderboard_counts_runs_only():
+    from fp8rl.report.study_endpoint import leaderboard
+
+    arms = pd.DataFrame({"arm": ["bf16", "a"], "runs": [3, 3], "n": [3, 2], "diverged": [0, 1],
+                         "endpoint": [0.4, 0.45], "low": [0.3, 0.2], "high": [0.5, 0.7]})  # fmt: skip
+    head, _, *rows = leaderboard(arms).splitlines()
+    assert head == "| rank | arm | endpoint [95 % CI] | runs with an endpoint | diverged |"
+    assert rows[0] == "| 1 | `a` | 0.450 [0.200, 0.700] | 2 of 3 | 1 of 3 |"
