@@ -264,10 +264,11 @@ LEADERBOARD_LEAD = (
 )
 
 
-def _arms_section(tables: Path, axis: str | None) -> list[str]:
+def _arms_section(tables: Path, axis: str | None, survival: pd.DataFrame | None) -> list[str]:
     """The leaderboard and the study's figures, where the report drew the endpoint figure beside these
     tables (`plots/study_endpoint.png`); a publication made before that figure existed has none, and its
-    page stays as it was written. `axis`: the noise axis the breaking-dose figure runs along."""
+    page stays as it was written. `axis`: the noise axis the breaking-dose figure runs along; `survival`:
+    study_survival.csv, as the page already read it."""
     plots = tables.parent / "plots"
     arms = _read(tables, "arms")
     if arms is None or not (plots / "study_endpoint.png").is_file():
@@ -278,7 +279,7 @@ def _arms_section(tables: Path, axis: str | None) -> list[str]:
     figures = [f"![{name}](plots/{name}.png)\n\n*{caption(name, axis)}.*" for name in ARMS_FIGURES
                if (plots / f"{name}.png").is_file()]  # fmt: skip
     return [
-        "## The arms\n\n" + LEADERBOARD_LEAD + "\n\n" + leaderboard(arms, _read(tables, "study_survival")),
+        "## The arms\n\n" + LEADERBOARD_LEAD + "\n\n" + leaderboard(arms, survival),
         *figures,
     ]
 
@@ -339,7 +340,7 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
         ("## Rewards (reported, not compared)" if pipeline else "## Findings")
         + "\n\n"
         + ("\n".join(findings) or "- No contrast or divergence table in this tier."),
-        *_arms_section(tables, noise_axis(cfg)),
+        *_arms_section(tables, noise_axis(cfg), read["study_survival"]),
         "## What it does not show\n\n" + "\n".join(_caveats(cfg, read["control"], void, bases, read["runs"])),
         "## Tables\n\n"
         + "\n".join(guide)
