@@ -50,6 +50,9 @@ HELDOUT_TABLES = ("secondary",)
 SAMPLES_TABLES = ("failure_text",)
 # only for a testbed with an `acceptance` section: its bf16-only acceptance (fp8rl.report.acceptance)
 ACCEPTANCE_TABLES = ("acceptance",)
+# only for a study with a `failure_search` section: the search's rule read off its tables per setting
+# (fp8rl.report.failure_search)
+FAILURE_SEARCH_TABLES = ("failure_search",)
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class ReportPaths:
     heldout: bool = False  # the study has the held-out bf16 endpoint: its secondary analysis too
     acceptance: bool = False  # the config has an `acceptance` section: its table too
     samples: bool = False  # the runs log samples: the text at failure too
+    failure_search: bool = False  # the study is a failure search: its rule per setting and decision too
 
     @classmethod
     def for_tier(
@@ -76,9 +80,17 @@ class ReportPaths:
         heldout: bool = False,
         acceptance: bool = False,
         samples: bool = False,
+        failure_search: bool = False,
     ) -> ReportPaths:
         return cls(
-            Path(results_dir) / tier, mechanism, stability, study, heldout and study, acceptance, samples
+            Path(results_dir) / tier,
+            mechanism,
+            stability,
+            study,
+            heldout and study,
+            acceptance,
+            samples,
+            failure_search and study,
         )
 
     @classmethod
@@ -121,6 +133,7 @@ class ReportPaths:
             + (HELDOUT_TABLES if self.heldout else ())
             + (ACCEPTANCE_TABLES if self.acceptance else ())
             + (SAMPLES_TABLES if self.samples else ())
+            + (FAILURE_SEARCH_TABLES if self.failure_search else ())
         )
         plots = (
             PLOTS
@@ -156,7 +169,7 @@ def report_flags(cfg: ExperimentConfig) -> dict[str, bool]:
     conditions matrix has only its bf16 runs), `stability` (those conditions are a noise axis:
     `noise_axis`), `study` (a pre-registered study section, with its survival per arm), `heldout` (a
     study with the held-out endpoint), `acceptance` (a testbed's acceptance section), `samples` (the runs
-    log samples: the text at failure)."""
+    log samples: the text at failure), `failure_search` (a study with a failure rule)."""
     mechanism = any(r.condition not in (None, NO_CONDITION) for r in cfg.runs())
     return {
         "mechanism": mechanism,
@@ -168,6 +181,7 @@ def report_flags(cfg: ExperimentConfig) -> dict[str, bool]:
         and not cfg.study.endpoint.metric.startswith("heldout/"),
         "acceptance": cfg.acceptance is not None,
         "samples": bool(cfg.schedule.log_samples),
+        "failure_search": cfg.study is not None and cfg.failure_search is not None,
     }
 
 
@@ -181,6 +195,7 @@ def report_outputs(
     heldout: bool = False,
     acceptance: bool = False,
     samples: bool = False,
+    failure_search: bool = False,
 ) -> list[str]:
     """The report rule's output paths as strings (for a Snakefile); `mechanism`: the matrix has FP8
     conditions; `stability`: they are a noise axis (`noise_axis`); `study`: the config has a `study`
@@ -194,5 +209,6 @@ def report_outputs(
         heldout=heldout,
         acceptance=acceptance,
         samples=samples,
+        failure_search=failure_search,
     )
     return [str(p) for p in paths.outputs()]

@@ -214,6 +214,25 @@ def survival_section(data: ReportData) -> Section:
     return tables, _captions(figures)
 
 
+def failure_search_section(data: ReportData) -> Section:
+    """A failure search's rule read per setting off the study's survival and planned tables, with the
+    decision in its notes (fp8rl.report.failure_search)."""
+    if not data.paths.failure_search:
+        return [], []
+    from fp8rl.report.failure_search import decide_from, search_notes, search_table, search_view
+    from fp8rl.report.planned import arm_runs, study_tables
+    from fp8rl.report.stability import run_stability
+    from fp8rl.report.study_survival import survival_table
+
+    cfg = data.cfg
+    survival = survival_table(data.runset, arm_runs(run_stability(data.endpoints, cfg), cfg), cfg)
+    planned = study_tables(data.endpoints, cfg)["planned"][0]
+    table = search_table(decide_from(cfg, survival, planned))
+    notes = void_notes(data.control_info, search_notes(cfg, table))
+    return [ReportTable("failure_search", "The failure search", "failure search", search_view(table), notes,
+                        table, escape=True)], []  # fmt: skip
+
+
 def stability_section(data: ReportData) -> Section:
     """The stability and breaking-dose tables of a tier with a noise axis (fp8rl.report.stability), with
     their figures; a void comparison is said in the notes."""
@@ -360,6 +379,7 @@ BUILDERS: tuple[Callable[[ReportData], Section], ...] = (
     study_section,
     secondary_section,
     survival_section,
+    failure_search_section,
     stability_section,
     failure_text_section,
     deviations_section,

@@ -238,7 +238,14 @@ def _publication_names() -> frozenset[str]:
     """Every file name a publication of any tier can hold, relative to its folder."""
     names = set(UNHASHED)
     every_part = ReportPaths(
-        Path(), mechanism=True, stability=True, study=True, heldout=True, acceptance=True, samples=True
+        Path(),
+        mechanism=True,
+        stability=True,
+        study=True,
+        heldout=True,
+        acceptance=True,
+        samples=True,
+        failure_search=True,
     )
     names.update(p.as_posix() for p in every_part.outputs())
     return frozenset(names)

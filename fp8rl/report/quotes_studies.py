@@ -10,7 +10,8 @@ published tables, each a template bound to a tier:
 - the measurement re-read: where each FP8 setting sits in the field's units (`mismatch.csv`,
   fp8rl.report.mismatch_table) and the study on the held-out bf16 endpoint (`secondary.csv`,
   fp8rl.report.secondary);
-- the longform testbed's bf16-only acceptance (`acceptance.csv`, fp8rl.report.acceptance).
+- the longform testbed's bf16-only acceptance (`acceptance.csv`, fp8rl.report.acceptance) and its failure
+  search per setting with its decision (`failure_search.csv`, fp8rl.report.failure_search).
 """
 
 from __future__ import annotations
@@ -237,3 +238,19 @@ def acceptance_quote(published: Path, tier: str) -> str:
         + f"\n\nMean rise over the {len(runs)} bases {interval(mean['rise'], mean['low'], mean['high'], 3)} "
         + f"(95 % t-interval; held-out sampled reward, the bf16 sampler). {verdict}"
     )
+
+
+@quoted_block("longform-failure-search", tier="longform")
+def failure_search_quote(published: Path, tier: str) -> str:
+    """The failure search per setting, as the tier's SUMMARY.md gives it (failure_search.csv,
+    fp8rl.report.failure_search): the decisive arm's divergences with their exact interval and kinds, its
+    held-out contrast against the control, whether the setting fails and why; then the decision."""
+    from fp8rl.report.failure_search import decision_of, search_view
+
+    table = published_table(published, tier, "failure_search")
+    view = search_view(table)
+    complete, text = decision_of(table)
+    if not complete:
+        raise QuoteError(f"{tier}: the published failure search is incomplete ({text})")
+    rows = [[str(v) for v in r] for r in view.itertuples(index=False)]
+    return markdown_table(list(view.columns), rows) + f"\n\n**Decision**: {text}."

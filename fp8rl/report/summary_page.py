@@ -43,6 +43,7 @@ TABLE_GUIDE = (
     ),
     ("stability", "divergences per variant and dose, with exact intervals"),
     ("breaking_dose", "the dose at which half the runs diverge (logistic fit)"),
+    ("failure_search", "the failure search: its rule read per setting, and the decision"),
     ("failure_text", "what every diverged run sampled at step 1 and where its detector fired"),
     ("mechanism", "excess clipping of FP8 over its BF16 shadow, per FP8 condition"),
     ("comparison", "every variant's eval scores, rewards, clipping and mismatch against bf16"),
@@ -284,6 +285,42 @@ def _arms_section(tables: Path, axis: str | None, survival: pd.DataFrame | None)
     ]
 
 
+SEARCH_LEAD = (
+    "Along the mismatch axis, each setting's {decisive} runs judged by the rule the config registered "
+    "before the runs (tables/failure_search.md): a setting fails when at least {frac:g} of its runs "
+    "diverged{heldout}."
+)
+
+
+def _search_section(cfg, tables: Path) -> list[str]:
+    """A failure search's decision and its rows per setting (failure_search.csv), where the report wrote
+    them."""
+    table = _read(tables, "failure_search")
+    if cfg.failure_search is None or table is None:
+        return []
+    from fp8rl.report.failure_search import decision_of, search_view
+
+    fs = cfg.failure_search
+    heldout = (
+        f", or its planned held-out contrast against {fs.reference} is significant and below 0"
+        if fs.heldout_loss
+        else ""
+    )
+    complete, text = decision_of(table)
+    verdict = f"**Decision**: {text}." if complete else f"**{text[0].upper()}{text[1:]}**."
+    view = search_view(table)
+    rows = [[str(v) for v in r] for r in view.itertuples(index=False)]
+    lead = SEARCH_LEAD.format(decisive=fs.decisive, frac=fs.min_diverged_frac, heldout=heldout)
+    return [
+        "## The failure search\n\n"
+        + lead
+        + "\n\n"
+        + markdown_table(list(view.columns), rows)
+        + "\n\n"
+        + verdict
+    ]
+
+
 def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
     """The page's markdown, from the tables already written under `tables`."""
     names = ("runs", "control", "planned", "study_survival", "stability", "comparison", "secondary")
@@ -340,6 +377,7 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
         ("## Rewards (reported, not compared)" if pipeline else "## Findings")
         + "\n\n"
         + ("\n".join(findings) or "- No contrast or divergence table in this tier."),
+        *_search_section(cfg, tables),
         *_arms_section(tables, noise_axis(cfg), read["study_survival"]),
         "## What it does not show\n\n" + "\n".join(_caveats(cfg, read["control"], void, bases, read["runs"])),
         "## Tables\n\n"

@@ -106,6 +106,32 @@ def test_the_lowest_failing_setting_is_chosen_and_each_reason_is_named(tmp_path)
     assert rows["kl_lo"]["heldout_difference"] == pytest.approx(-0.2, abs=1e-9)
     assert "held-out loss" in rows["kl_lo"]["why"]
     assert result["decision"].startswith("compare corrections at kl_lo (target KL 0.001)")
+    _check_published_with_the_report(tmp_path, result)
+
+
+def _check_published_with_the_report(tmp_path: Path, result: dict) -> None:
+    """The report wrote the search's rows (tables/failure_search.csv), its decision in the table's notes
+    and in SUMMARY.md: the same as `decide` reads off the survival and planned tables."""
+    import pandas as pd
+
+    from fp8rl.report.failure_search import COLUMNS, decision_of
+
+    tier = tmp_path / "sweep"
+    table = pd.read_csv(tier / "tables" / "failure_search.csv", keep_default_na=False, na_values=[""])
+    assert list(table.columns) == COLUMNS
+    assert table["condition"].tolist() == [r["condition"] for r in result["rows"]]
+    assert table["fails"].tolist() == [r["fails"] for r in result["rows"]]
+    assert table["diverged"].tolist() == [r["diverged"] for r in result["rows"]]
+    assert decision_of(table) == (result["complete"], result["decision"])
+    notes = (tier / "tables" / "failure_search.md").read_text()
+    summary = (tier / "SUMMARY.md").read_text()
+    verdict = f"**Decision**: {result['decision']}." if result["complete"] else "**Incomplete: not every run"
+    assert verdict in notes and verdict in summary
+    section = summary.split("## The failure search", 1)[1].split("\n## ", 1)[0]
+    for r in result["rows"]:  # one row per setting, failing ones marked with their reason
+        line = next(x for x in section.splitlines() if x.startswith(f"| {r['condition']} |"))
+        assert (f"**yes**: {r['why']}" if r["fails"] else "| no |") in line
+        assert f"{r['diverged']} of {r['trained']}" in line
 
 
 @pytest.mark.slow
@@ -116,6 +142,7 @@ def test_when_no_setting_fails_the_search_is_the_result(tmp_path, capsys):
     assert result["decision"] == (
         "no setting up to target KL 0.1 fails: the search is the result; no comparison is run"
     )
+    _check_published_with_the_report(tmp_path, result)
 
 
 @pytest.mark.slow
@@ -126,6 +153,7 @@ def test_an_incomplete_search_decides_nothing(tmp_path):
     assert not result["complete"]
     assert result["decision"].startswith("incomplete")
     assert {r["condition"]: r["fails"] for r in result["rows"]}["kl_hi"]  # seen, reported, not acted on
+    _check_published_with_the_report(tmp_path, result)
 
 
 def test_the_checker_needs_a_built_report(tmp_path, capsys):
