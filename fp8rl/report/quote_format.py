@@ -35,7 +35,8 @@ BLOCKS: dict[str, Callable[[Path], str]] = {}  # NAME of `<!-- fp8rl:results NAM
 def quoted_block(name: str, **bound) -> Callable[[Callable[..., str]], Callable[..., str]]:
     """Register the decorated function (published folder, then `bound` as keywords -> the block's
     markdown) as the generator of the quoted block `name`; stacked, one function serves several blocks.
-    A name registered twice is a ValueError naming both functions. Returns the function unchanged."""
+    A name registered twice is a ValueError naming both functions; the block keeps `bound` as its `bound`
+    attribute. Returns the function unchanged."""
 
     def register(fn: Callable[..., str]) -> Callable[..., str]:
         if name in BLOCKS:
@@ -45,6 +46,7 @@ def quoted_block(name: str, **bound) -> Callable[[Callable[..., str]], Callable[
         def block(published: Path) -> str:
             return fn(published, **bound)
 
+        block.bound = bound  # what the block binds, for a test that checks it against a config
         BLOCKS[name] = block
         return fn
 

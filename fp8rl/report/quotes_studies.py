@@ -69,13 +69,29 @@ def clipping_per_arm(published: Path, tier: str) -> str:
 
 @quoted_block("learn-findings", tier="learn")
 @quoted_block("clipping-findings", tier="clipping", clipping=True)
-def study_findings(published: Path, tier: str, clipping: bool = False) -> str:
+@quoted_block(
+    "longform-findings",
+    tier="longform",
+    endpoint="held-out sampled reward, bf16 sampler",
+    adjusted="fixed sequence",
+    axis="target_kl",
+)
+def study_findings(
+    published: Path,
+    tier: str,
+    clipping: bool = False,
+    endpoint: str = "final-window reward",
+    adjusted: str = "Holm",
+    axis: str = "noise_scale",
+) -> str:
     """A few bullets for a pre-registered study tier: the control's reward rise with its interval and
-    verdict, each planned contrast with its interval, Holm p and decision (Welch t over seeds, or the
-    paired t over bases of `study.unit: base`), as SUMMARY.md says them (fp8rl.report.findings), each
+    verdict, each planned contrast with its interval, adjusted p and decision (Welch t over seeds, or
+    the paired t over bases of `study.unit: base`), as SUMMARY.md says them (fp8rl.report.findings), each
     exploratory contrast marked as such, with `clipping` what calibration did to the clipping
     (`clipping_per_arm`), the entropy peak after the baseline steps over the baseline per arm
-    (`entropy_line`), and where runs diverged, of which kind (`stability.csv`, or `study_survival.csv`)."""
+    (`entropy_line`), and where runs diverged, of which kind (`stability.csv` along the noise `axis`, or
+    `study_survival.csv`). `endpoint` and `adjusted` name the study's endpoint and multiplicity
+    adjustment as its config registers them (a published table does not carry them)."""
     control = published_table(published, tier, "control")
     if control.empty:
         raise QuoteError(f"{published / tier}: control.csv has no bf16 group")
@@ -84,7 +100,7 @@ def study_findings(published: Path, tier: str, clipping: bool = False) -> str:
     paired = "bases" in planned  # study.unit: base (fp8rl.report.paired)
     test = "paired t over bases" if paired else "Welch t"
     lines = control_lines(control, void, who="bf16 control, ")
-    lines += planned_lines(planned, void, never_ran(control), how=f" (final-window reward, {test}, Holm)")
+    lines += planned_lines(planned, void, never_ran(control), how=f" ({endpoint}, {test}, {adjusted})")
     exploratory = optional_table(published, tier, "exploratory")
     for r in [] if exploratory is None else exploratory.to_dict("records"):
         lines.append(
@@ -96,7 +112,7 @@ def study_findings(published: Path, tier: str, clipping: bool = False) -> str:
     if (line := entropy_line(published, tier)) is not None:
         lines.append(line)
     if (stability := optional_table(published, tier, "stability")) is not None:
-        lines += stability_lines(stability)
+        lines += stability_lines(stability, axis)
     else:
         lines += survival_lines(published_table(published, tier, "study_survival"))
     return "\n".join(lines)

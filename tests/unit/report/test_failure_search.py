@@ -132,6 +132,22 @@ def _check_published_with_the_report(tmp_path: Path, result: dict) -> None:
         line = next(x for x in section.splitlines() if x.startswith(f"| {r['condition']} |"))
         assert (f"**yes**: {r['why']}" if r["fails"] else "| no |") in line
         assert f"{r['diverged']} of {r['trained']}" in line
+    # the docs' quoted block reads the same rows off the publication, and quotes no incomplete search
+    import shutil
+
+    from fp8rl.report.quote_format import QuoteError
+    from fp8rl.report.quotes import BLOCKS
+
+    published = tmp_path / "published"
+    shutil.copytree(tier / "tables", published / "longform" / "tables")
+    quote = BLOCKS["longform-failure-search"]
+    if not result["complete"]:
+        with pytest.raises(QuoteError, match="the published failure search is incomplete"):
+            quote(published)
+        return
+    text = quote(published)
+    assert text.split("\n\n")[0] in section  # the table, as SUMMARY.md has it
+    assert text.endswith(f"**Decision**: {result['decision']}.")
 
 
 @pytest.mark.slow

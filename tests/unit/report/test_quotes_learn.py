@@ -74,3 +74,23 @@ def test_a_flat_control_voids_every_contrast(tmp_path):
 def test_an_unpublished_tier_is_named(tmp_path):
     with pytest.raises(QuoteError, match="control.csv: not published"):
         learn_findings(tmp_path)
+
+
+def test_the_longform_findings_name_the_endpoint_multiplicity_and_axis_its_config_registers():
+    """The block's words for the study are bound by hand (a published table does not carry them): they
+    must say what config/longform.yaml registers."""
+    from pathlib import Path
+
+    from fp8rl.config_loader import load_config
+    from fp8rl.report.paths import noise_axis
+    from fp8rl.report.quotes_studies import study_findings
+
+    cfg = load_config(Path(__file__).resolve().parents[3] / "config" / "longform.yaml")
+    bound = BLOCKS["longform-findings"]
+    assert bound.__wrapped__ is study_findings
+    words = {"heldout/sampled_reward": "held-out sampled reward, bf16 sampler"}
+    multiplicity = {"fixed_sequence": "fixed sequence", "holm": "Holm"}
+    kwargs = bound.bound
+    assert kwargs["endpoint"] == words[cfg.study.endpoint.metric]
+    assert kwargs["adjusted"] == multiplicity[cfg.study.multiplicity]
+    assert kwargs["axis"] == noise_axis(cfg)
