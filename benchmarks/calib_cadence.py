@@ -14,8 +14,8 @@ The runs' conditions may set their noise by a target KL, which each run would se
 copy of the config whose every condition carries `fp8.noise_scale: --noise-scale` instead of a target.
 
     .venv/bin/python benchmarks/calib_cadence.py --config config/corrections.yaml \\
-        --per-update grpo/story/fp8_tis_calib/tensorwise/kl1e-1/seed0 \\
-        --cadence grpo/story/fp8_tis_calib/tensorwise/kl1e-1_every20/seed0 \\
+        --per-update grpo/story/fp8_tis_calib/tensorwise/kl1e-2/seed0 \\
+        --cadence grpo/story/fp8_tis_calib/tensorwise/kl1e-2_every20/seed0 \\
         --base results/longform/base/story/seed0 --data results/longform/data --steps 20 --repeats 2 \\
         [--json results/published/benchmarks/calib_cadence_longform.json]
 """

@@ -275,7 +275,7 @@ def failure_text_section(data: ReportData) -> Section:
     from fp8rl.report.failure_text import failure_text_notes, failure_text_table
 
     table = failure_text_table(data.endpoints, data.runs_dir)
-    view = table.fillna("").astype(str)
+    view = table.astype(object).where(table.notna(), "").astype(str)
     return [ReportTable("failure_text", "Text at failure", "text at failure", view, failure_text_notes(table),
                         table, escape=True)], []  # fmt: skip
 

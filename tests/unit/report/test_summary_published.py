@@ -15,12 +15,10 @@ from fp8rl.config_loader import load_config
 from fp8rl.report.summary_page import summary_page
 
 REPO = Path(__file__).resolve().parents[3]
-# tier -> (config, the `--set`s that give the config as the publication's report read it): the longform
-# publication is its bf16 acceptance run, made before the failure search's variants and study joined
-ACCEPTANCE_RUN = ["matrix.variants=[bf16]", "study=null", "failure_search=null"]
+# tier -> (config, the `--set`s that give the config as the publication's report read it)
 TIERS = {
     "learn": ("config/learn.yaml", []),
-    "longform": ("config/longform.yaml", ACCEPTANCE_RUN),
+    "longform": ("config/longform.yaml", []),  # the failure search, with its acceptance read again
     "mechanism": ("config/mechanism.yaml", []),
 }
 
