@@ -151,6 +151,18 @@ def search_view(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def search_markdown(table: pd.DataFrame) -> tuple[bool, str]:
+    """`complete`, and the search as SUMMARY.md and the docs' quoted block give it: the view as a
+    Markdown table, then the decision in bold (or that it is incomplete)."""
+    from fp8rl.report.quote_format import markdown_table
+
+    view = search_view(table)
+    complete, text = decision_of(table)
+    verdict = f"**Decision**: {text}." if complete else f"**{text[0].upper()}{text[1:]}**."
+    rows = [[str(v) for v in r] for r in view.itertuples(index=False)]
+    return complete, markdown_table(list(view.columns), rows) + "\n\n" + verdict
+
+
 def search_notes(cfg: ExperimentConfig, table: pd.DataFrame) -> list[str]:
     """The rule as the config states it, and the decision."""
     fs = cfg.failure_search

@@ -261,12 +261,9 @@ def failure_search_quote(published: Path, tier: str) -> str:
     """The failure search per setting, as the tier's SUMMARY.md gives it (failure_search.csv,
     fp8rl.report.failure_search): the decisive arm's divergences with their exact interval and kinds, its
     held-out contrast against the control, whether the setting fails and why; then the decision."""
-    from fp8rl.report.failure_search import decision_of, search_view
+    from fp8rl.report.failure_search import search_markdown
 
-    table = published_table(published, tier, "failure_search")
-    view = search_view(table)
-    complete, text = decision_of(table)
+    complete, text = search_markdown(published_table(published, tier, "failure_search"))
     if not complete:
-        raise QuoteError(f"{tier}: the published failure search is incomplete ({text})")
-    rows = [[str(v) for v in r] for r in view.itertuples(index=False)]
-    return markdown_table(list(view.columns), rows) + f"\n\n**Decision**: {text}."
+        raise QuoteError(f"{tier}: the published failure search is incomplete")
+    return text

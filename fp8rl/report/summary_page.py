@@ -3,7 +3,7 @@ found (with intervals) and what it does not show, written by `fp8rl report` from
 written and copied by `fp8rl publish` with them (report.json hashes it like every other output).
 
 Every figure on the page is read from the tier's own tables (`acceptance.csv`, `control.csv`, `planned.csv`,
-`arms.csv`, `study_survival.csv`, `stability.csv`, `comparison.csv`, `runs.csv`); nothing is typed by hand, so the page
+`arms.csv`, `study_survival.csv`, `failure_search.csv`, `stability.csv`, `comparison.csv`, `runs.csv`); nothing is typed by hand, so the page
 of a publication says what its tables say. The control, the planned contrasts and the divergences are
 said by fp8rl.report.findings, in the words of the quoted blocks of README.md and docs/. The caveats are generated from the same data: a void comparison, one shared
 base, single seeds, CPU emulation of FP8 on a small scratch model. A study tier's page also ranks its
@@ -298,7 +298,7 @@ def _search_section(cfg, tables: Path) -> list[str]:
     table = _read(tables, "failure_search")
     if cfg.failure_search is None or table is None:
         return []
-    from fp8rl.report.failure_search import decision_of, search_view
+    from fp8rl.report.failure_search import search_markdown
 
     fs = cfg.failure_search
     heldout = (
@@ -306,19 +306,8 @@ def _search_section(cfg, tables: Path) -> list[str]:
         if fs.heldout_loss
         else ""
     )
-    complete, text = decision_of(table)
-    verdict = f"**Decision**: {text}." if complete else f"**{text[0].upper()}{text[1:]}**."
-    view = search_view(table)
-    rows = [[str(v) for v in r] for r in view.itertuples(index=False)]
     lead = SEARCH_LEAD.format(decisive=fs.decisive, frac=fs.min_diverged_frac, heldout=heldout)
-    return [
-        "## The failure search\n\n"
-        + lead
-        + "\n\n"
-        + markdown_table(list(view.columns), rows)
-        + "\n\n"
-        + verdict
-    ]
+    return ["## The failure search\n\n" + lead + "\n\n" + search_markdown(table)[1]]
 
 
 def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
