@@ -57,25 +57,36 @@ def container_digests(results_dir: Path) -> dict[str, dict]:
     return out
 
 
-def _manifest_flag(manifest: Path, key: str) -> bool:
+# the optional parts of a report that report.json records as flags, and those it records only through
+# the hash of their table (ReportPaths' flag -> its table)
+MANIFEST_FLAGS = ("mechanism", "stability", "study", "heldout")
+PART_TABLES = {"acceptance": "acceptance", "samples": "failure_text", "failure_search": "failure_search"}
+
+
+def _manifest_flags(manifest: Path) -> dict[str, bool]:
+    """Which optional parts a report has, read off its report.json alone (a publish without `--config`):
+    the flags it records, and the parts whose table it hashes."""
     try:
-        return bool(json.loads(manifest.read_text()).get(key))
+        doc = json.loads(manifest.read_text())
+        flags = {key: bool(doc.get(key)) for key in MANIFEST_FLAGS}
+        files = doc.get("files") or {}
     except (OSError, json.JSONDecodeError, AttributeError):
-        return False  # check_publishable reports the missing or unreadable manifest
+        return {}  # check_publishable reports the missing or unreadable manifest
+    return flags | {key: f"tables/{name}.csv" in files for key, name in PART_TABLES.items()}
 
 
 def check_publishable(tier: str, results_dir: Path, cfg: ExperimentConfig | None) -> tuple[ReportPaths, dict]:
     """The report paths and manifest; PublishError naming what is wrong before anything is written.
 
-    The mechanism table and plots belong to the report when the config has FP8 conditions, or, without
-    a config, when the report's manifest says it was built with them."""
+    The optional parts (the mechanism, stability, study, acceptance, text at failure, failure search)
+    belong to the report when the config has them, or, without a config, when the report's manifest
+    records them (`_manifest_flags`)."""
     if cfg is not None:
         flags = report_flags(cfg)
         paths = ReportPaths.for_tier(results_dir, tier, **flags)
     else:
         paths = ReportPaths.for_tier(results_dir, tier)
-        flags = {k: _manifest_flag(paths.manifest, k) for k in ("mechanism", "stability", "study", "heldout")}
-        paths = ReportPaths.for_tier(results_dir, tier, **flags)
+        paths = ReportPaths.for_tier(results_dir, tier, **_manifest_flags(paths.manifest))
     if cfg is not None and cfg.tier != tier:
         raise PublishError(f"TIER {tier!r} does not match the config's tier {cfg.tier!r}")
     missing = [str(p) for p in paths.outputs() if not p.is_file()]

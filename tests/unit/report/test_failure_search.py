@@ -132,6 +132,15 @@ def _check_published_with_the_report(tmp_path: Path, result: dict) -> None:
         line = next(x for x in section.splitlines() if x.startswith(f"| {r['condition']} |"))
         assert (f"**yes**: {r['why']}" if r["fails"] else "| no |") in line
         assert f"{r['diverged']} of {r['trained']}" in line
+    # published without its config (`fp8rl publish TIER`), the report's parts come from its report.json:
+    # the search's table travels, and the publication verifies whole
+    from fp8rl.report.publish import publish_tier, verify_publication
+
+    dest = publish_tier("sweep", tmp_path)
+    verify_publication(dest)
+    assert (dest / "tables" / "failure_search.csv").read_bytes() == (
+        tier / "tables" / "failure_search.csv"
+    ).read_bytes()
     # the docs' quoted block reads the same rows off the publication, and quotes no incomplete search
     import shutil
 
