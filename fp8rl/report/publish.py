@@ -28,6 +28,7 @@ run it before they read one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -248,16 +249,8 @@ def _unlike_provenance(manifest: dict, path: Path) -> str | None:
 def _publication_names() -> frozenset[str]:
     """Every file name a publication of any tier can hold, relative to its folder."""
     names = set(UNHASHED)
-    every_part = ReportPaths(
-        Path(),
-        mechanism=True,
-        stability=True,
-        study=True,
-        heldout=True,
-        acceptance=True,
-        samples=True,
-        failure_search=True,
-    )
+    parts = [f.name for f in dataclasses.fields(ReportPaths) if f.type in (bool, "bool")]  # every flag
+    every_part = ReportPaths(Path(), **dict.fromkeys(parts, True))
     names.update(p.as_posix() for p in every_part.outputs())
     return frozenset(names)
 
