@@ -130,6 +130,13 @@ def decision_of(table: pd.DataFrame) -> tuple[bool, str]:
     return complete, decision(rows, complete)
 
 
+def verdict_of(table: pd.DataFrame) -> tuple[bool, str]:
+    """`complete`, and the decision as one bold Markdown sentence (`**Decision**: ...`, or that the search
+    is incomplete)."""
+    complete, text = decision_of(table)
+    return complete, f"**Decision**: {text}." if complete else f"**{text[0].upper()}{text[1:]}**."
+
+
 def search_view(table: pd.DataFrame) -> pd.DataFrame:
     """The table with its intervals folded into cells, for Markdown and HTML."""
     from fp8rl.report.markdown import fmt, fmt_ci
@@ -157,8 +164,7 @@ def search_markdown(table: pd.DataFrame) -> tuple[bool, str]:
     from fp8rl.report.quote_format import markdown_table
 
     view = search_view(table)
-    complete, text = decision_of(table)
-    verdict = f"**Decision**: {text}." if complete else f"**{text[0].upper()}{text[1:]}**."
+    complete, verdict = verdict_of(table)
     rows = [[str(v) for v in r] for r in view.itertuples(index=False)]
     return complete, markdown_table(list(view.columns), rows) + "\n\n" + verdict
 
@@ -172,13 +178,12 @@ def search_notes(cfg: ExperimentConfig, table: pd.DataFrame) -> list[str]:
         if fs.heldout_loss
         else ""
     )
-    complete, text = decision_of(table)
     return [
         f"The failure rule, registered in the config before the search's runs: a setting fails when at "
         f"least {fs.min_diverged_frac:g} of its {fs.decisive} runs that trained were flagged by a "
         f"divergence detector (tables/study_survival.md){heldout}. The comparison of corrections runs at "
         "the lowest-KL setting that fails.",
-        f"**Decision**: {text}." if complete else f"**{text[0].upper()}{text[1:]}**.",
+        verdict_of(table)[1],
     ]
 
 
