@@ -233,7 +233,7 @@ MISMATCH_SHADOW = "shadow_mismatch"
 # The variant every comparison is made against.
 REFERENCE_VARIANT = "bf16"
 # The trainer-vs-rollout per-token KL (k3) of a healthy real BF16 RL stack (NeMo-RL's CI reference value;
-# public figures: 1-2e-3, fp8rl.report.real_stacks): what the mismatch calibration table divides by and
+# public figures: 1-2e-3, fp8rl.quotes.real_stacks): what the mismatch calibration table divides by and
 # the `bf16_floor` arm's default target (`floor.target_kl`).
 REAL_BF16_KL = 2e-3
 

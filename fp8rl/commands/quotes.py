@@ -1,5 +1,5 @@
 """`fp8rl quotes`: regenerate (`--write`) or check (`--check`) the result figures that README.md and
-docs/ quote from the published tables (fp8rl.report.quotes), each publication first checked against
+docs/ quote from the published tables (fp8rl.quotes.files), each publication first checked against
 its `report.json` manifest (a tampered one: exit 2 naming the file)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from fp8rl.commands.common import UsageError, add_command
 
 
 def cmd_quotes(args: argparse.Namespace) -> int:
-    from fp8rl.report.quotes import QUOTING_FILES, QuoteError, render, stale_blocks, verify_publications
+    from fp8rl.quotes.files import QUOTING_FILES, QuoteError, render, stale_blocks, verify_publications
 
     root, published = Path(args.root), Path(args.published or Path(args.root) / "results" / "published")
     try:

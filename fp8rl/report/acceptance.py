@@ -193,7 +193,7 @@ def verdict_line(result: dict) -> str:
 def acceptance_lines(cfg: ExperimentConfig, table: pd.DataFrame) -> list[str]:
     """SUMMARY.md's acceptance: the mean held-out rise over bases with its interval, each base's rise,
     the criteria and the verdict, from `acceptance.csv` (`acceptance_from_table`)."""
-    from fp8rl.report.quote_format import num
+    from fp8rl.report.formats import num
 
     a, result = cfg.acceptance, acceptance_from_table(cfg, table)
     low, high = result["interval"]

@@ -1,5 +1,5 @@
 """Bands around a published tier's per-cell metrics, and a fresh run's metrics checked against them
-(`fp8rl check`, and the README's figure of how far an unpinned machine lands: fp8rl.report.quotes).
+(`fp8rl check`, and the README's figure of how far an unpinned machine lands: fp8rl.quotes.files).
 
 Each metric that the published `tables/comparison.csv` gives with a 95 % interval (the t-interval over
 its per-seed means: fp8rl.report.stats) has a band: that interval, widened about the published mean by

@@ -167,7 +167,7 @@ def zero_width_notes(table: pd.DataFrame) -> list[str]:
     """A data note per interval of `table` (a `comparison_table`) over two or more seeds that has zero
     width: every seed gave the same value (a saturated benchmark scores 1 on every seed), so the interval
     measures no spread and shows nothing (the figures never count it as excluding 0:
-    fp8rl.report.quote_format.excludes_zero). Benign: the data is sound, the interval only says nothing;
+    fp8rl.report.formats.excludes_zero). Benign: the data is sound, the interval only says nothing;
     the report lists these apart from its data problems."""
     keys = [k for k in ("algo", "model", "granularity", "condition", "variant") if k in table.columns]
     out = []

@@ -161,7 +161,7 @@ def search_view(table: pd.DataFrame) -> pd.DataFrame:
 def search_markdown(table: pd.DataFrame) -> tuple[bool, str]:
     """`complete`, and the search as SUMMARY.md and the docs' quoted block give it: the view as a
     Markdown table, then the decision in bold (or that it is incomplete)."""
-    from fp8rl.report.quote_format import markdown_table
+    from fp8rl.report.formats import markdown_table
 
     view = search_view(table)
     complete, verdict = verdict_of(table)

@@ -3,7 +3,7 @@ each, from the tier's tables: whether the bf16 control learned (`control.csv`), 
 contrasts (`planned.csv`), and where runs diverged, per variant and noise dose (`stability.csv`) or per
 study arm (`study_survival.csv`); and the bold void line a quoted verdict block starts with where the
 comparison is void. `summary_page` reads them from the tables it has just written, the
-quoted blocks (fp8rl.report.quotes_learn) from a publication's, so the page and the docs say a finding in
+quoted blocks (fp8rl.quotes.studies) from a publication's, so the page and the docs say a finding in
 the same words and with the same figures.
 
 Each function takes the table (None or empty where the tier has none) and returns markdown bullets, an
@@ -17,7 +17,7 @@ import math
 import pandas as pd
 
 from fp8rl.report.control import UNCHECKED, VOID, never_ran, void_text
-from fp8rl.report.quote_format import interval, num
+from fp8rl.report.formats import interval, num
 
 
 def control_lines(

@@ -117,8 +117,8 @@ def secondary_lines(table: pd.DataFrame, multiplicity: str = "holm") -> list[str
     study's contrasts with their intervals (the planned ones first, with their Holm p; then the exploratory
     ones, which a study may add later, as learn's bf16_floor contrasts were); no decision.
     `multiplicity`: the study's, which names the adjusted p."""
+    from fp8rl.report.formats import interval, num
     from fp8rl.report.planned import ADJUST_LABEL
-    from fp8rl.report.quote_format import interval, num
 
     label = ADJUST_LABEL[multiplicity]
 

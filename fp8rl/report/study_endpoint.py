@@ -19,8 +19,8 @@ import pandas as pd
 
 from fp8rl.config import ExperimentConfig
 from fp8rl.report.figures import STUDY_ENDPOINT
+from fp8rl.report.formats import interval, markdown_table, num
 from fp8rl.report.paired import base_means
-from fp8rl.report.quote_format import interval, markdown_table, num
 from fp8rl.report.study_gap import control_arm
 
 

@@ -25,8 +25,8 @@ import pandas as pd
 from fp8rl.report.base_models import numerics_line
 from fp8rl.report.control import never_ran
 from fp8rl.report.findings import control_lines, planned_lines, stability_lines, survival_lines
+from fp8rl.report.formats import SIGNIFICANCE_NOTE, ci, markdown_table, num, plural, pp
 from fp8rl.report.paths import noise_axis
-from fp8rl.report.quote_format import SIGNIFICANCE_NOTE, ci, markdown_table, num, plural, pp
 from fp8rl.vocabulary import REFERENCE_VARIANT, VARIANT_SPECS
 
 # The tables the page links to, in reading order, with what each answers.

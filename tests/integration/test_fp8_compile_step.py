@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from fp8rl.config_loader import load_config
-from fp8rl.report.quote_format import BLOCKS
+from fp8rl.quotes.registry import BLOCKS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,7 +35,7 @@ def test_compiled_fake_quant_trains_the_same_bits_and_its_block(tier, tmp_path):
     record = json.loads(record_path.read_text())
     assert record["switch"] == "FP8RL_FP8_COMPILE" and record["metrics_same"] is True
 
-    import fp8rl.report.quotes  # noqa: F401  (registers every block)
+    import fp8rl.quotes.files  # noqa: F401  (registers every block)
 
     block = BLOCKS["performance-fp8-compile"](published)
     assert "| before (`FP8RL_FP8_COMPILE=0`) |" in block and "| after (`FP8RL_FP8_COMPILE=1`) |" in block

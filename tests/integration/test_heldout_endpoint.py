@@ -99,7 +99,7 @@ def test_heldout_cli_scores_history_and_endpoints(tier, train, tmp_path, restore
 
     # the mismatch calibration table: the setting's means of those columns, against a real stack's KL
     from fp8rl.report.mismatch_table import mismatch_table
-    from fp8rl.report.real_stacks import REAL_BF16_KL
+    from fp8rl.vocabulary import REAL_BF16_KL
 
     calib = mismatch_table(table.reset_index(), cfg)
     assert len(calib) == 1  # the one run that trained

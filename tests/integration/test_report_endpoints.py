@@ -235,8 +235,8 @@ def test_the_summary_page_says_what_the_tables_say(study_tier, tmp_path):
     """SUMMARY.md quotes the control and every planned contrast with the numbers of their tables, says
     the comparison is void exactly when the control did not learn, links only tables that exist, and is
     hashed by report.json and published with the tables."""
+    from fp8rl.report.formats import interval, num
     from fp8rl.report.publish import publish_tier
-    from fp8rl.report.quote_format import interval, num
 
     cfg, paths = study_tier
     page = paths.summary.read_text()

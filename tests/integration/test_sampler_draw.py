@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from fp8rl.config_loader import load_config
-from fp8rl.report.quotes_step import performance_sampler_draw
+from fp8rl.quotes.step import performance_sampler_draw
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fp8rl.config_loader import load_config
-from fp8rl.report.quotes_step import performance_testbed_profile
+from fp8rl.quotes.step import performance_testbed_profile
 
 REPO = Path(__file__).resolve().parents[2]
 

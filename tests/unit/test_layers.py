@@ -1,6 +1,7 @@
 """The floor plan of docs/architecture.md ("Pieces and layering"), checked on every import in fp8rl/,
 those inside functions included:
 
+    commands / cli  ->  quotes  ->  report
     commands / cli  ->  engine | adapters | evaluate | report  ->  rl, fp8, config, io  ->  torch
 
 `ALLOWED` lists, per area (a sub-package or a top-level module of fp8rl), the areas it may import; a
@@ -76,6 +77,8 @@ ALLOWED: dict[str, set[str]] = {
         "evaluate",
         *CORE,
     },  # loader: quotes read the study; evaluate: the eval suites a config turns on (suites registry)
+    # the figures docs quote: read off the published tables with the report's own views and formats
+    "quotes": {"report", *CORE},
     "validation": {"config", "config_loader", "engine", "adapters", "evaluate"},
     "commands": {
         "adapters",
@@ -87,6 +90,7 @@ ALLOWED: dict[str, set[str]] = {
         "evaluate",
         "provenance",
         "quiet",
+        "quotes",
         "report",
         "rl",
         "run_archive",

@@ -87,8 +87,8 @@ def test_no_arm_had_an_entropy_surge_and_only_plain_fp8_diverged():
 def test_the_clipping_line_quotes_the_arms_and_the_mechanism_tables():
     """The findings' clipping line: each arm's clip fraction and excess from arms.csv, and the calibrated
     bounds, computed from endpoints.csv, equal to the mechanism table's seed means of the same runs."""
-    from fp8rl.report.quote_format import num, pp_point
-    from fp8rl.report.quotes_studies import clipping_per_arm
+    from fp8rl.quotes.studies import clipping_per_arm
+    from fp8rl.report.formats import num, pp_point
 
     line = clipping_per_arm(REPO / "results" / "published", "clipping")
     for r in table("arms").to_dict("records"):

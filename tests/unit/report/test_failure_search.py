@@ -144,8 +144,8 @@ def _check_published_with_the_report(tmp_path: Path, result: dict) -> None:
     # the docs' quoted block reads the same rows off the publication, and quotes no incomplete search
     import shutil
 
-    from fp8rl.report.quote_format import QuoteError
-    from fp8rl.report.quotes import BLOCKS
+    from fp8rl.quotes.files import BLOCKS
+    from fp8rl.quotes.registry import QuoteError
 
     published = tmp_path / "published"
     shutil.copytree(tier / "tables", published / "longform" / "tables")

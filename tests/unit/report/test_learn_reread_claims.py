@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fp8rl.report.real_stacks import REAL_BF16_KL
+from fp8rl.vocabulary import REAL_BF16_KL
 
 REPO = Path(__file__).resolve().parents[3]
 TABLES = REPO / "results" / "published" / "learn" / "tables"

@@ -1,4 +1,4 @@
-"""The figures README.md and docs/ quote come from the published tables (fp8rl.report.quotes)."""
+"""The figures README.md and docs/ quote come from the published tables (fp8rl.quotes.files)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from report_fixtures import consistent_manifest
 
-from fp8rl.report.quote_format import pp
-from fp8rl.report.quotes import BEGIN, END, QUOTING_FILES, QuoteError, render, stale_blocks
-from fp8rl.report.quotes_clipping import share_range
+from fp8rl.quotes.clipping import share_range
+from fp8rl.quotes.files import BEGIN, END, QUOTING_FILES, QuoteError, render, stale_blocks
+from fp8rl.report.formats import pp
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -84,7 +84,7 @@ def test_a_share_that_is_negative_is_worded_as_added_not_removed():
 
 
 def test_a_share_removed_is_given_only_where_plain_fp8_s_excess_is_shown(tmp_path):
-    from fp8rl.report.quotes_clipping import mechanism_excess
+    from fp8rl.quotes.clipping import mechanism_excess
 
     rows = []
     for dose, (lo, hi) in ((1, (-0.004, 0.010)), (4, (0.011, 0.073))):
@@ -104,8 +104,8 @@ def test_a_share_removed_is_given_only_where_plain_fp8_s_excess_is_shown(tmp_pat
 def test_one_generator_serves_a_block_per_tier(tmp_path):
     """A block is a generator bound to its tier (`@quoted_block(NAME, tier=...)`): the learning and the
     mechanism tier's mismatch blocks are one function, each reading its own tier's table."""
-    from fp8rl.report.quote_format import BLOCKS
-    from fp8rl.report.quotes_studies import mismatch_quote
+    from fp8rl.quotes.registry import BLOCKS
+    from fp8rl.quotes.studies import mismatch_quote
 
     assert BLOCKS["learn-mismatch"].__wrapped__ is BLOCKS["mechanism-mismatch"].__wrapped__ is mismatch_quote
     with pytest.raises(QuoteError, match="mechanism/tables/mismatch.csv: not published"):
@@ -115,11 +115,11 @@ def test_one_generator_serves_a_block_per_tier(tmp_path):
 
 
 def test_a_benchmark_record_is_read_only_as_declared(tmp_path):
-    """A block reads a benchmark record by its name in quote_format.RECORDS: an undeclared name, a record
+    """A block reads a benchmark record by its name in fp8rl.quotes.registry.RECORDS: an undeclared name, a record
     not published and one without the entries its script writes are each named."""
-    from fp8rl.report.quote_format import record
+    from fp8rl.quotes.registry import record
 
-    with pytest.raises(QuoteError, match="'vs_foo': not declared in quote_format.RECORDS"):
+    with pytest.raises(QuoteError, match="'vs_foo': not declared in fp8rl.quotes.registry.RECORDS"):
         record(tmp_path, "vs_foo")
     with pytest.raises(
         QuoteError, match=r"benchmarks/gemm_paths.json: not published \(benchmarks/gemm_paths.py"
@@ -213,8 +213,8 @@ def test_prose_outside_the_blocks_quotes_no_result_figures(name):
 def test_every_block_the_docs_quote_is_registered_where_it_is_defined():
     """Each `<!-- fp8rl:results NAME -->` of the quoting files names a generator registered with
     `@quoted_block(NAME)` in one of quotes.BLOCK_MODULES, and a name cannot be registered twice."""
-    from fp8rl.report.quote_format import BLOCKS, quoted_block
-    from fp8rl.report.quotes import BLOCK_MODULES
+    from fp8rl.quotes.files import BLOCK_MODULES
+    from fp8rl.quotes.registry import BLOCKS, quoted_block
 
     used = {
         m["name"]
@@ -223,7 +223,7 @@ def test_every_block_the_docs_quote_is_registered_where_it_is_defined():
         for m in BEGIN.finditer((REPO / f).read_text())
     }
     assert used and used <= set(BLOCKS), used - set(BLOCKS)
-    homes = {m.__name__ for m in BLOCK_MODULES} | {"fp8rl.report.quotes"}
+    homes = {m.__name__ for m in BLOCK_MODULES} | {"fp8rl.quotes.files"}
     assert {fn.__module__ for fn in BLOCKS.values()} <= homes
     with pytest.raises(ValueError, match="smoke-clipping"):
         quoted_block("smoke-clipping")(lambda published: "")

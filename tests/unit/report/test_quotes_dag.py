@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from fp8rl.report.quote_format import QuoteError
-from fp8rl.report.quotes_benchmarks import performance_dag
+from fp8rl.quotes.benchmarks import performance_dag
+from fp8rl.quotes.registry import QuoteError
 from tests.unit.test_dag_time import _job, _load
 
 
@@ -60,7 +60,7 @@ def test_the_startup_table_sets_each_job_kind_s_imports_against_its_job_time(pub
     import sys
     from pathlib import Path
 
-    from fp8rl.report.quotes_benchmarks import performance_startup
+    from fp8rl.quotes.benchmarks import performance_startup
 
     path = Path(__file__).resolve().parents[3] / "benchmarks" / "process_startup.py"
     spec = importlib.util.spec_from_file_location("process_startup", path)
@@ -87,7 +87,7 @@ def test_the_startup_table_sets_each_job_kind_s_imports_against_its_job_time(pub
 
 def test_the_one_eval_process_per_run_is_set_against_one_per_suite(tmp_path):
     """Two dag_time.py records of the smoke DAG, one with eval_lm and eval_agent jobs, one with `eval`."""
-    from fp8rl.report.quotes_benchmarks import performance_dag_eval
+    from fp8rl.quotes.benchmarks import performance_dag_eval
 
     dt, t0 = _load(), 1_000_000.0
     before, after = tmp_path / "before" / "smoke", tmp_path / "after" / "smoke"

@@ -1,4 +1,4 @@
-"""The learning tier's quoted findings (block `learn-findings`, fp8rl.report.quotes_studies): the control's verdict with its
+"""The learning tier's quoted findings (block `learn-findings`, fp8rl.quotes.studies): the control's verdict with its
 interval, each planned contrast marked void when the control did not learn, and the divergences."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from fp8rl.report.quote_format import QuoteError
-from fp8rl.report.quotes import BLOCKS
+from fp8rl.quotes.files import BLOCKS
+from fp8rl.quotes.registry import QuoteError
 
 learn_findings = BLOCKS["learn-findings"]  # study_findings bound to the learning tier
 
@@ -82,8 +82,8 @@ def test_the_longform_findings_name_the_endpoint_multiplicity_and_axis_its_confi
     from pathlib import Path
 
     from fp8rl.config_loader import load_config
+    from fp8rl.quotes.studies import study_findings
     from fp8rl.report.paths import noise_axis
-    from fp8rl.report.quotes_studies import study_findings
 
     cfg = load_config(Path(__file__).resolve().parents[3] / "config" / "longform.yaml")
     bound = BLOCKS["longform-findings"]

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fp8rl.report.quotes_clipping import growth, shown, within_20
+from fp8rl.quotes.clipping import growth, shown, within_20
 from fp8rl.report.stats import holm, p_from_interval
 
 
@@ -91,9 +91,9 @@ def test_a_verdict_block_starts_void_where_the_published_control_did_not_learn(t
     import shutil
     from pathlib import Path
 
+    from fp8rl.quotes.clipping import smoke_verdicts
+    from fp8rl.quotes.registry import optional_table
     from fp8rl.report.findings import void_line
-    from fp8rl.report.quote_format import optional_table
-    from fp8rl.report.quotes_clipping import smoke_verdicts
 
     repo = Path(__file__).resolve().parents[3]
     tables = tmp_path / "smoke" / "tables"

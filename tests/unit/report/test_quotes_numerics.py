@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from fp8rl import numerics
-from fp8rl.report.quote_format import QuoteError
-from fp8rl.report.quotes_benchmarks import numerics_pins, performance_gemm_paths
+from fp8rl.quotes.benchmarks import numerics_pins, performance_gemm_paths
+from fp8rl.quotes.registry import QuoteError
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fp8rl.report.quote_format import QuoteError
-from fp8rl.report.quotes_benchmarks import performance_grid, performance_packing, performance_summary
+from fp8rl.quotes.benchmarks import performance_grid, performance_packing, performance_summary
+from fp8rl.quotes.registry import QuoteError
 
 BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "vs_trl.py"
 
@@ -86,7 +86,7 @@ def test_the_packing_figure_is_the_padded_over_the_packed_bf16_step(tmp_path):
 
 
 def test_the_repro_figure_is_the_reproducible_over_the_fast_step_per_thread_count(tmp_path):
-    from fp8rl.report.quotes_benchmarks import performance_repro
+    from fp8rl.quotes.benchmarks import performance_repro
 
     vt = _vs_trl()
 

@@ -239,8 +239,8 @@ def test_a_run_unit_study_keeps_its_columns():
 def test_the_study_findings_quote_reads_the_paired_tables(tier):
     """The README/docs block of a base-unit study without a dose axis (the clipping tier's
     `clipping-findings`): every figure is the one its table holds, and its test is named as run."""
-    from fp8rl.report.quote_format import interval, num
-    from fp8rl.report.quotes_studies import study_findings
+    from fp8rl.quotes.studies import study_findings
+    from fp8rl.report.formats import interval, num
 
     cfg, paths = tier
     text = study_findings(paths.root.parent, cfg.tier)

@@ -86,7 +86,7 @@ def test_a_pipeline_check_leads_with_its_paired_excess_clipping_not_a_void_compa
     """The synthetic tier has no study and no FP8 conditions (a pipeline check, as smoke): SUMMARY.md
     opens with what it shows, each FP8 variant's paired excess clipping as comparison.csv gives it, and
     where the control stayed flat says that its steps cannot show learning instead of 'void'."""
-    from fp8rl.report.quote_format import pp
+    from fp8rl.report.formats import pp
 
     want, cfg, _ = tier
     paths = ReportPaths.for_config(cfg)

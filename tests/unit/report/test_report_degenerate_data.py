@@ -14,8 +14,8 @@ from report_fixtures import write_tier
 from fp8rl.report.build import build_report
 from fp8rl.report.comparison import comparison_table
 from fp8rl.report.endpoints import endpoints_table
+from fp8rl.report.formats import excludes_zero, pp
 from fp8rl.report.load import load_tier
-from fp8rl.report.quote_format import excludes_zero, pp
 
 RUN = "grpo/tiny/fp8/tensorwise/seed1"
 KEY = ("grpo", "fp8")

@@ -1,4 +1,4 @@
-"""The quoted blocks of the pre-registered study tiers and testbeds (fp8rl.report.quotes), from their
+"""The quoted blocks of the pre-registered study tiers and testbeds (fp8rl.quotes.files), from their
 published tables, each a template bound to a tier:
 
 - a study's findings: whether the bf16 control learned (`control.csv`), the pre-registered contrasts
@@ -20,21 +20,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from fp8rl.quotes.registry import QuoteError, arm_rows, optional_table, published_table, quoted_block
 from fp8rl.report.control import never_ran
 from fp8rl.report.findings import control_lines, planned_lines, stability_lines, survival_lines
-from fp8rl.report.quote_format import (
-    QuoteError,
-    arm_rows,
-    g,
-    interval,
-    markdown_table,
-    num,
-    optional_table,
-    p_text,
-    pp_point,
-    published_table,
-    quoted_block,
-)
+from fp8rl.report.formats import g, interval, markdown_table, num, p_text, pp_point
 from fp8rl.vocabulary import REAL_BF16_KL, VARIANT_SPECS
 
 DIVERGENCE_VARIANTS = (

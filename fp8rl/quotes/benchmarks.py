@@ -1,5 +1,5 @@
-"""The quoted blocks of the measurements (fp8rl.report.quotes): speed, run time and kernel paths, from the
-published benchmark records (`results/published/benchmarks/*.json`, quote_format.RECORDS) and the tiers'
+"""The quoted blocks of the measurements (fp8rl.quotes.files): speed, run time and kernel paths, from the
+published benchmark records (`results/published/benchmarks/*.json`, fp8rl.quotes.registry.RECORDS) and the tiers'
 own record of their kernels.
 
 - `benchmarks/vs_trl.py --json`: per shape, the median step seconds of every run and their ratios (the
@@ -11,8 +11,8 @@ own record of their kernels.
 - each published tier's `report.json`: which kernel path its runs took.
 
 Each record carries its provenance (commit, CPU and its ISA) and the load average, said after its
-figures (quote_format.measured_at). The longform testbed's step, change by change, is
-fp8rl.report.quotes_step's.
+figures (fp8rl.quotes.registry.measured_at). The longform testbed's step, change by change, is
+fp8rl.quotes.step's.
 """
 
 from __future__ import annotations
@@ -21,18 +21,8 @@ import json
 from pathlib import Path
 
 from fp8rl import numerics
-from fp8rl.report.quote_format import (
-    QuoteError,
-    markdown_table,
-    measured_at,
-    minutes,
-    num,
-    plural,
-    quoted_block,
-    record,
-    record_path,
-    spread,
-)
+from fp8rl.quotes.registry import QuoteError, measured_at, quoted_block, record, record_path
+from fp8rl.report.formats import markdown_table, minutes, num, plural, spread
 
 TARGETS = {"trl/bf16": 2.0, "fp8/bf16": 1.2, "fp8-block/bf16": 1.2, "bf16-repro/bf16": 1.5}
 RATIOS = ("trl/bf16", "fp8/bf16", "fp8-block/bf16", "bf16-repro/bf16")

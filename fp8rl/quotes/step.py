@@ -1,5 +1,5 @@
-"""The quoted blocks of the longform testbed's step, change by change (fp8rl.report.quotes), from the
-published benchmark records (quote_format.RECORDS):
+"""The quoted blocks of the longform testbed's step, change by change (fp8rl.quotes.files), from the
+published benchmark records (fp8rl.quotes.registry.RECORDS):
 
 - `benchmarks/step_ab.py --json`: a run's step with and without a change, per phase (the sampler's KV
   cache and the compiled fake quantization behind environment switches; the sampler's draw behind a
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fp8rl.report.quote_format import markdown_table, measured_at, num, quoted_block, record
-from fp8rl.report.quotes_benchmarks import measured_on, met
+from fp8rl.quotes.benchmarks import measured_on, met
+from fp8rl.quotes.registry import measured_at, quoted_block, record
+from fp8rl.report.formats import markdown_table, num
 
 STEP_TARGET = 2.0  # the realistic testbed's step against the code before the speed work
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fp8rl.report.quote_format import markdown_table, quoted_block
+from fp8rl.quotes.registry import quoted_block
+from fp8rl.report.formats import markdown_table
 from fp8rl.vocabulary import REAL_BF16_KL  # the trainer-vs-rollout per-token KL of a healthy BF16 stack
 
 __all__ = ["FIGURES", "REAL_BF16_KL", "real_stacks"]

@@ -1,4 +1,4 @@
-"""The result figures that README.md and docs/ quote, generated from the published tables.
+"""The markdown files that quote result figures, and the command behind `fp8rl quotes`.
 
 A quoted block sits between `<!-- fp8rl:results NAME -->` and `<!-- /fp8rl:results -->` in a markdown
 file; `fp8rl quotes --write` regenerates every block from `results/published/{tier}/tables/*.csv` (and
@@ -10,12 +10,11 @@ one command. Words that depend on a figure ("the interval excludes 0") are gener
 outside the blocks quotes no result figures (tests/unit/report/test_quotes.py checks both).
 
 Each block is a generator over one kind of published source, registered under its NAME where it is
-defined (`@quoted_block(NAME, tier=...)`: one registry, sources and formats in
-fp8rl.report.quote_format): the excess-clipping blocks of the smoke and mechanism tiers in
-fp8rl.report.quotes_clipping, the study tiers' and testbeds' in fp8rl.report.quotes_studies, the
-measurements' (speed, run times, kernel paths) in fp8rl.report.quotes_benchmarks and the longform
-testbed's step in fp8rl.report.quotes_step, the real stacks'
-public figures in fp8rl.report.real_stacks (`BLOCK_MODULES`).
+defined (`@quoted_block(NAME, tier=...)`: one registry and the sources in fp8rl.quotes.registry, the
+formats in fp8rl.report.formats): the excess-clipping blocks of the smoke and mechanism tiers in
+fp8rl.quotes.clipping, the study tiers' and testbeds' in fp8rl.quotes.studies, the measurements' (speed,
+run times, kernel paths) in fp8rl.quotes.benchmarks and the longform testbed's step in
+fp8rl.quotes.step, the real stacks' public figures in fp8rl.quotes.real_stacks (`BLOCK_MODULES`).
 """
 
 from __future__ import annotations
@@ -23,8 +22,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fp8rl.report import quotes_benchmarks, quotes_clipping, quotes_step, quotes_studies, real_stacks
-from fp8rl.report.quote_format import BLOCKS, QuoteError
+from fp8rl.quotes import benchmarks, clipping, real_stacks, step, studies
+from fp8rl.quotes.registry import BLOCKS, QuoteError
 
 BEGIN = re.compile(r"<!-- fp8rl:results (?P<name>[a-z0-9-]+) -->\n")
 END = "<!-- /fp8rl:results -->"
@@ -33,10 +32,10 @@ QUOTING_FILES = (
     "README.md", "docs/smoke.md", "docs/learn.md", "docs/clipping.md", "docs/mechanism.md", "docs/numerics.md",
     "docs/performance.md", "docs/mismatch.md", "docs/longform.md",
 )  # fmt: skip
-# The modules whose functions register quoted blocks (`@quoted_block(NAME)`, into quote_format.BLOCKS):
+# The modules whose functions register quoted blocks (`@quoted_block(NAME)`, into fp8rl.quotes.registry.BLOCKS):
 # importing them registers their blocks; a new block is one decorated function (or one more decorator
 # on an existing generator) in one of them.
-BLOCK_MODULES = (quotes_benchmarks, quotes_clipping, quotes_step, quotes_studies, real_stacks)
+BLOCK_MODULES = (benchmarks, clipping, step, studies, real_stacks)
 
 
 # ------------------------------------------------------------------------------------------ files

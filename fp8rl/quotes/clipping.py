@@ -1,4 +1,4 @@
-"""The quoted blocks of excess clipping (fp8rl.report.quotes): the smoke tier's comparison of each FP8
+"""The quoted blocks of excess clipping (fp8rl.quotes.files): the smoke tier's comparison of each FP8
 variant with bf16 (`comparison.csv`, `base_models.csv`, and the unpinned rerun against it) and the
 mechanism tier's excess per format, granularity and noise dose (`mechanism.csv`).
 
@@ -19,21 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from fp8rl.quotes.registry import QuoteError, optional_table, published_table, quoted_block
 from fp8rl.report.findings import void_line
-from fp8rl.report.quote_format import (
-    SIGNIFICANCE_NOTE,
-    QuoteError,
-    ci,
-    excludes_zero,
-    markdown_table,
-    num,
-    optional_table,
-    pct,
-    pp,
-    pp_point,
-    published_table,
-    quoted_block,
-)
+from fp8rl.report.formats import SIGNIFICANCE_NOTE, ci, excludes_zero, markdown_table, num, pct, pp, pp_point
 from fp8rl.report.stats import holm, p_from_interval
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
