@@ -252,7 +252,7 @@ def rehearse(config: Path, sets: list[str], work: Path, fp8rl: Fp8rl) -> Result:
     """The report rehearsal in `work`: the runs of `CELLS` of `config` (with `sets`) under
     `work/results_paper` (`write_runs`), then `fp8rl(["report", "--config", FILE, "--set", ...])` over
     them, `fp8rl publish` of that report into `work/published` (which checks that every output of the
-    config's report flags is there and of one report: fp8rl.report.publish) and the published tables
+    config's report flags is there and of one report: fp8rl.publication.publish) and the published tables
     (`check_tables`). `fp8rl` runs the fp8rl command line (the cpu image's venv in `report_job`)."""
     import shutil
 

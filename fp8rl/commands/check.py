@@ -8,7 +8,7 @@ has a band: that interval, widened about the published mean by
 A published cell missing from the fresh table fails too. The output states every band; the exit code is
 1 naming each metric and variant that left its band (or each missing cell), 0 when all are inside, 2 on
 a usage error, among them a published folder (or a fresh one with a `report.json`) whose files are not
-the ones its manifest records (fp8rl.report.publish.verify_publication), and a publication with no band
+the ones its manifest records (fp8rl.publication.publish.verify_publication), and a publication with no band
 at all (a single seed gives no interval): nothing to check is not a pass. `.ci/run` runs it on the CI
 tier, so a change that silently alters the science fails CI.
 """
@@ -22,7 +22,7 @@ from fp8rl.commands.common import UsageError, add_command
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from fp8rl.report.bands import check
+    from fp8rl.publication.bands import check
 
     try:
         lines, failures = check(args.results, args.against, widen=args.widen, atol=args.atol)

@@ -116,7 +116,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     results_dir = args.results_dir or (cfg.results_dir if cfg else "results")
 
     from fp8rl.locks import RunDirLocked
-    from fp8rl.report.publish import PublishError, publish_tier
+    from fp8rl.publication.publish import PublishError, publish_tier
 
     try:
         dest = publish_tier(tier, results_dir, cfg, dest=args.out)

@@ -138,7 +138,7 @@ def smoke_unpinned(published: Path) -> str:
     """How far a run on another kernel path lands: the smoke tier rerun unpinned (`numerics: fast`,
     MKL's generic branch) against the published, pinned one, within the bands of `fp8rl check`, and
     the same verdicts computed on its own tables."""
-    from fp8rl.report.bands import check
+    from fp8rl.publication.bands import check
 
     other = published / "smoke_unpinned"
     if not (other / "tables" / "comparison.csv").is_file():

@@ -57,8 +57,8 @@ def render(text: str, published: Path, source: str = "") -> str:
 
 def verify_publications(published: Path) -> None:
     """QuoteError naming the first publication under `published` (a folder with a `report.json` or a
-    `tables/`) that is not what its manifest records (fp8rl.report.publish.verify_publication)."""
-    from fp8rl.report.publish import PublishError, verify_publication
+    `tables/`) that is not what its manifest records (fp8rl.publication.publish.verify_publication)."""
+    from fp8rl.publication.publish import PublishError, verify_publication
 
     for tier in (
         sorted(p for p in Path(published).iterdir() if p.is_dir()) if Path(published).is_dir() else []

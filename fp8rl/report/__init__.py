@@ -33,7 +33,8 @@ from `{results_dir}/{tier}/runs/` and writes, with `R = {results_dir}/{tier}`:
 The report is built in a temp folder and moved into place with report.json last (`build.py`).
 `fp8rl publish --config FILE` copies tables/, plots/, report.html and a provenance.json into
 `{results_dir}/published/{TIER}/` if every output has the hash report.json records, and swaps the copy
-in whole (see `publish.py`).
+in whole (fp8rl.publication.publish); the figures README.md and docs/ quote are read off the
+publications by fp8rl.quotes. Neither is imported by the report.
 
 Modules: `paths` (file names), `load` (run directories → tidy frames), `endpoints` (one row per run:
 every per-run value the other tables aggregate over seeds), `pipeline` (the runs loaded once, one builder
@@ -41,9 +42,9 @@ per part of the report), `writer` (the one table writer), `control` (the bf16 co
 (every interval and test: t-intervals over seeds, Welch, Holm, exact intervals and Fisher's test of
 counts; the range of each metric), `binomial` (the dose-response fit of divergence counts), `summaries`
 (eval keys, the entropy peak over its baseline), `comparison`, `throughput_table`, `mechanism` (tables),
-`markdown` (formatted views), `summary_page` (SUMMARY.md) and `findings` (what it and the quoted blocks
-of README.md and docs/ both say), `quotes` (those blocks), `plots`, `html`, `build` (`build_report`),
-`publish` (`publish_tier`).
+`markdown` (formatted views), `formats` (how a figure is printed), `summary_page` (SUMMARY.md) and
+`findings` (what it and the quoted blocks of README.md and docs/ both say), `plots`, `html`, `build`
+(`build_report`).
 """
 
 from fp8rl.report.paths import PLOTS, TABLES, ReportPaths, report_outputs

@@ -32,7 +32,7 @@ dl { max-width: 60em; font-size: 14px; } dt { font-weight: bold; margin-top: 0.6
 """
 
 
-# The page's renderings of what report.json also records: fp8rl.report.publish checks that the two agree.
+# The page's renderings of what report.json also records: fp8rl.publication.publish checks that the two agree.
 def header_row(key: str, value: object) -> str:
     return f"<tr><th>{html.escape(key)}</th><td>{html.escape(str(value))}</td></tr>"
 

@@ -179,7 +179,7 @@ def test_the_control_check_recomputes_and_is_in_report_json(study_tier):
 
 
 def test_publish_carries_the_endpoints_and_the_control(study_tier, tmp_path):
-    from fp8rl.report.publish import publish_tier
+    from fp8rl.publication.publish import publish_tier
 
     cfg, paths = study_tier
     dest = publish_tier(cfg.tier, cfg.results_dir, cfg, dest=tmp_path / "published" / cfg.tier)
@@ -235,8 +235,8 @@ def test_the_summary_page_says_what_the_tables_say(study_tier, tmp_path):
     """SUMMARY.md quotes the control and every planned contrast with the numbers of their tables, says
     the comparison is void exactly when the control did not learn, links only tables that exist, and is
     hashed by report.json and published with the tables."""
+    from fp8rl.publication.publish import publish_tier
     from fp8rl.report.formats import interval, num
-    from fp8rl.report.publish import publish_tier
 
     cfg, paths = study_tier
     page = paths.summary.read_text()

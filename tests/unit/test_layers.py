@@ -1,7 +1,7 @@
 """The floor plan of docs/architecture.md ("Pieces and layering"), checked on every import in fp8rl/,
 those inside functions included:
 
-    commands / cli  ->  quotes  ->  report
+    commands / cli  ->  quotes  ->  publication  ->  report
     commands / cli  ->  engine | adapters | evaluate | report  ->  rl, fp8, config, io  ->  torch
 
 `ALLOWED` lists, per area (a sub-package or a top-level module of fp8rl), the areas it may import; a
@@ -78,7 +78,9 @@ ALLOWED: dict[str, set[str]] = {
         *CORE,
     },  # loader: quotes read the study; evaluate: the eval suites a config turns on (suites registry)
     # the figures docs quote: read off the published tables with the report's own views and formats
-    "quotes": {"report", *CORE},
+    "quotes": {"report", "publication", *CORE},
+    # a report copied whole with its provenance and checked against its manifest; bands of a publication
+    "publication": {"report", "config", "provenance", "locks", "numerics", *CORE},
     "validation": {"config", "config_loader", "engine", "adapters", "evaluate"},
     "commands": {
         "adapters",
@@ -90,6 +92,7 @@ ALLOWED: dict[str, set[str]] = {
         "evaluate",
         "provenance",
         "quiet",
+        "publication",
         "quotes",
         "report",
         "rl",

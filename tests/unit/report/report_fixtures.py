@@ -279,7 +279,7 @@ def consistent_manifest(tier: Path, **fields) -> dict:
     report.html written first, agreeing with `fields`' recorded values as a built page does), and the
     fields verification checks against that page."""
     from fp8rl.io import sha256_file
-    from fp8rl.report.publish import page_fragments
+    from fp8rl.publication.publish import page_fragments
 
     manifest = {"config_digest": "0" * 16, "git_commit": None, "generated": "2026-01-01 00:00:00 UTC",
                 "numerics": {"modes": ["reproducible"]}, "status_counts": {"ok": 1}, "problems": []} | fields  # fmt: skip

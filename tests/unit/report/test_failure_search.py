@@ -134,7 +134,7 @@ def _check_published_with_the_report(tmp_path: Path, result: dict) -> None:
         assert f"{r['diverged']} of {r['trained']}" in line
     # published without its config (`fp8rl publish TIER`), the report's parts come from its report.json:
     # the search's table travels, and the publication verifies whole
-    from fp8rl.report.publish import publish_tier, verify_publication
+    from fp8rl.publication.publish import publish_tier, verify_publication
 
     dest = publish_tier("sweep", tmp_path)
     verify_publication(dest)

@@ -19,9 +19,9 @@ import fp8rl.io
 import fp8rl.report.build as build
 from fp8rl.config_loader import load_config
 from fp8rl.io import sha256_file
+from fp8rl.publication.publish import PublishError, check_publishable, publish_tier, verify_outputs
 from fp8rl.report.build import build_report
 from fp8rl.report.paths import ReportPaths
-from fp8rl.report.publish import PublishError, check_publishable, publish_tier, verify_outputs
 from tests.kill_points import run_killed
 
 PINS = ["matrix.algorithms=[grpo]", "matrix.models=[tiny]", "matrix.variants=[bf16, fp8]",

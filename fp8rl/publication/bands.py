@@ -23,9 +23,9 @@ KEYS = ("algo", "model", "granularity", "condition", "variant")
 
 def _read(root: str, *, publication: bool) -> tuple[list[str], dict[tuple, dict[str, str]]]:
     """The comparison table's key columns and rows by cell, after checking the folder against its
-    `report.json` (fp8rl.report.publish.verify_publication): always for a publication, and for a fresh
+    `report.json` (fp8rl.publication.publish.verify_publication): always for a publication, and for a fresh
     report folder when it has one."""
-    from fp8rl.report.publish import verify_publication
+    from fp8rl.publication.publish import verify_publication
 
     if publication or (Path(root) / "report.json").exists():
         verify_publication(root, publication=publication)
