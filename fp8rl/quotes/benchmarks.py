@@ -1,6 +1,6 @@
 """The quoted blocks of the measurements (fp8rl.quotes.files): speed, run time and kernel paths, from the
-published benchmark records (`results/published/benchmarks/*.json`, fp8rl.quotes.registry.RECORDS) and the tiers'
-own record of their kernels.
+published benchmark records (`results/published/benchmarks/*.json`, fp8rl.quotes.registry.RECORDS) and
+the tiers' own record of their kernels.
 
 - `benchmarks/vs_trl.py --json`: per shape, the median step seconds of every run and their ratios (the
   grid against TRL, the packed against the padded layout, the reproducible against the fast bf16 step);

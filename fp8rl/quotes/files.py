@@ -32,9 +32,9 @@ QUOTING_FILES = (
     "README.md", "docs/smoke.md", "docs/learn.md", "docs/clipping.md", "docs/mechanism.md", "docs/numerics.md",
     "docs/performance.md", "docs/mismatch.md", "docs/longform.md",
 )  # fmt: skip
-# The modules whose functions register quoted blocks (`@quoted_block(NAME)`, into fp8rl.quotes.registry.BLOCKS):
-# importing them registers their blocks; a new block is one decorated function (or one more decorator
-# on an existing generator) in one of them.
+# The modules whose functions register quoted blocks (`@quoted_block(NAME)`, into
+# fp8rl.quotes.registry.BLOCKS): importing them registers their blocks; a new block is one decorated
+# function (or one more decorator on an existing generator) in one of them.
 BLOCK_MODULES = (benchmarks, clipping, step, studies, real_stacks)
 
 

@@ -115,8 +115,8 @@ def test_one_generator_serves_a_block_per_tier(tmp_path):
 
 
 def test_a_benchmark_record_is_read_only_as_declared(tmp_path):
-    """A block reads a benchmark record by its name in fp8rl.quotes.registry.RECORDS: an undeclared name, a record
-    not published and one without the entries its script writes are each named."""
+    """A block reads a benchmark record by its name in fp8rl.quotes.registry.RECORDS: an undeclared name, a
+    record not published and one without the entries its script writes are each named."""
     from fp8rl.quotes.registry import record
 
     with pytest.raises(QuoteError, match="'vs_foo': not declared in fp8rl.quotes.registry.RECORDS"):

@@ -1,5 +1,5 @@
-"""The learning tier's quoted findings (block `learn-findings`, fp8rl.quotes.studies): the control's verdict with its
-interval, each planned contrast marked void when the control did not learn, and the divergences."""
+"""The learning tier's quoted findings (block `learn-findings`, fp8rl.quotes.studies): the control's verdict
+with its interval, each planned contrast marked void when the control did not learn, and the divergences."""
 
 from __future__ import annotations
 
