@@ -10,6 +10,11 @@
 from fp8rl.evaluate.suites import eval_jobs
 
 EVAL_JOBS = eval_jobs(CFG, in_image)
+# Snakemake starts the ready jobs of higher priority first, and without one it would run every training
+# before any evaluation. An evaluation is minutes and a training up to hours, so a run is evaluated as
+# soon as it has trained: a study that spans sessions then has each finished run evaluated at a session's
+# stop, so `fp8rl archive save` can keep it (it keeps evaluated runs only).
+EVAL_PRIORITY = 10
 
 
 for _job in EVAL_JOBS:
@@ -41,6 +46,7 @@ for _job in EVAL_JOBS:
             f"{R}/logs/{_job.rule}/{RUN}.log",
         benchmark:
             f"{R}/benchmarks/{_job.rule}/{RUN}.tsv"
+        priority: EVAL_PRIORITY
         threads: threads_for(_job.rule)
         resources:
             **resources_for(_job.rule),
@@ -79,6 +85,7 @@ for _suite in (s for job in EVAL_JOBS for s in job.suites if s.per_base):
             f"{R}/logs/{_suite.rule}/base/{{base}}.log",
         benchmark:
             f"{R}/benchmarks/{_suite.rule}/base/{{base}}.tsv"
+        priority: EVAL_PRIORITY
         threads: threads_for(_suite.rule)
         resources:
             **resources_for(_suite.rule),
