@@ -7,22 +7,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from test_workflow_conventions import TINY
 from workflow_helpers import REPO, snakemake, write_config
 
-THREE_RUNS = [
-    "results_dir=results",
-    "matrix.variants=[bf16]",
-    "matrix.seeds=[0, 1, 2]",
-    "task.n_train=128",
-    "task.n_test=8",
-    "sft.steps=5",
-    "sft.batch_size=16",
-    "schedule.steps=2",
-    "schedule.prompts_per_step=4",
-    "eval.lm_eval_tasks=[]",
-    "eval.agent=[]",
-    "eval.heldout={prompts: 8, samples: 1}",
-]
+# the conventions test's tiny tier with three runs and the held-out endpoint (the eval rule's one suite)
+THREE_RUNS = ["results_dir=results", *TINY, "matrix.seeds=[0, 1, 2]", "eval.heldout={prompts: 8, samples: 1}"]
 JOB_START = re.compile(r"^Job \d+: (?P<rule>\w+): ", re.M)  # the local profile's line as a job starts
 
 
