@@ -2,7 +2,7 @@
 
 A fresh tier run's per-cell metrics (its report's `tables/comparison.csv`: one row per algo / model /
 granularity / [condition] / variant) are compared with the published report's. Each metric that the
-published table gives with a 95 % interval (the t-interval over its per-seed means: fp8rl.report.stats)
+published table gives with a 95 % interval (the t-interval over its per-seed means: fp8rl.stats.intervals)
 has a band: that interval, widened about the published mean by
 `--widen` (1: the interval itself), plus `--atol` for the table's rounding. The fresh mean must lie in it.
 A published cell missing from the fresh table fails too. The output states every band; the exit code is

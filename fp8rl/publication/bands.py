@@ -2,7 +2,7 @@
 (`fp8rl check`, and the README's figure of how far an unpinned machine lands: fp8rl.quotes.files).
 
 Each metric that the published `tables/comparison.csv` gives with a 95 % interval (the t-interval over
-its per-seed means: fp8rl.report.stats) has a band: that interval, widened about the published mean by
+its per-seed means: fp8rl.stats.intervals) has a band: that interval, widened about the published mean by
 `widen` (1: the interval itself), plus `atol` for the table's rounding. The fresh mean must lie in it; a
 published cell missing from the fresh table fails too. The published folder is checked against its
 `report.json` first (a table edited since it was published is refused: ValueError), and so are the

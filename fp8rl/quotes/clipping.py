@@ -22,7 +22,8 @@ import pandas as pd
 from fp8rl.quotes.registry import QuoteError, optional_table, published_table, quoted_block
 from fp8rl.report.findings import void_line
 from fp8rl.report.formats import SIGNIFICANCE_NOTE, ci, excludes_zero, markdown_table, num, pct, pp, pp_point
-from fp8rl.report.stats import holm, p_from_interval
+from fp8rl.stats.intervals import p_from_interval
+from fp8rl.stats.multiplicity import holm
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
 ALPHA = 0.05

@@ -23,8 +23,8 @@ import pandas as pd
 
 from fp8rl.config import ExperimentConfig, arm_cell
 from fp8rl.report.load import RunSet
-from fp8rl.report.stats import t_interval
 from fp8rl.run_files import RunDir, runs_dir
+from fp8rl.stats.intervals import t_interval
 from fp8rl.vocabulary import RESP_LEN_MEAN
 
 

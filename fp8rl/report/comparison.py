@@ -32,16 +32,10 @@ import math
 import pandas as pd
 
 from fp8rl.report.load import STATUSES, RunSet
-from fp8rl.report.stats import (
-    Interval,
-    delta_range,
-    finite,
-    finite_mean,
-    t_interval,
-    value_range,
-    welch_interval,
-)
+from fp8rl.report.methods import delta_range, value_range
 from fp8rl.report.summaries import eval_keys
+from fp8rl.stats.intervals import Interval, finite, finite_mean, t_interval
+from fp8rl.stats.welch import welch_interval
 from fp8rl.vocabulary import (
     CLIP_LOW_NEG,
     MISMATCH_KL_K3,

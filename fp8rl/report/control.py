@@ -29,7 +29,8 @@ import math
 import pandas as pd
 
 from fp8rl.report.endpoints import FIRST_FRAC, LAST_FRAC
-from fp8rl.report.stats import CI_METHOD, t_interval
+from fp8rl.report.methods import CI_METHOD
+from fp8rl.stats.intervals import t_interval
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
 VERDICTS = ("learned", "flat", "fell", "no interval")

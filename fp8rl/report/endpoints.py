@@ -65,8 +65,8 @@ import pandas as pd
 from fp8rl.config import ExperimentConfig, RunSpec, arm_cell, resolve_run
 from fp8rl.io import loads_json
 from fp8rl.report.load import RunSet
-from fp8rl.report.stats import finite_mean
 from fp8rl.report.summaries import eval_keys, peak_over_baseline
+from fp8rl.stats.intervals import finite_mean
 from fp8rl.vocabulary import (
     ACC_MEAN,
     CALIB_FLOOR_BINDS,

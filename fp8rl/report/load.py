@@ -50,7 +50,7 @@ from fp8rl.config import STEPS_MAX, ExperimentConfig
 from fp8rl.config.runs import RunSpec
 from fp8rl.evaluate.suites import enabled_suites
 from fp8rl.io import is_number, loads_json
-from fp8rl.report.stats import is_proportion
+from fp8rl.report.methods import is_proportion
 from fp8rl.rl.ratio_hist import KEYS as HIST_KEYS
 from fp8rl.run_checks import history_problems, nonfinite_problems, owner_problems, summary_problems
 from fp8rl.run_files import EVAL_FILES, RunDir

@@ -15,7 +15,7 @@ import math
 import pandas as pd
 
 from fp8rl.report.comparison import DIAGNOSTICS, PAIRED, STEP_DELTAS, STEP_INTERVALS, USED_STATUSES
-from fp8rl.report.stats import CI_METHOD, DELTA_METHOD, NO_CI_NOTE, RANGE_METHOD, SEED_MEAN_METHOD
+from fp8rl.report.methods import CI_METHOD, DELTA_METHOD, NO_CI_NOTE, RANGE_METHOD, SEED_MEAN_METHOD
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
 COMPARISON_NOTES = [

@@ -45,15 +45,10 @@ from fp8rl.fp8.recipe import get_recipe  # noqa: E402
 from fp8rl.report.comparison import USED_STATUSES  # noqa: E402
 from fp8rl.report.figures import MECHANISM  # noqa: E402
 from fp8rl.report.markdown import ci_cell, fmt  # noqa: E402
+from fp8rl.report.methods import RANGE_METHOD, SEED_MEAN_METHOD, value_range  # noqa: E402
 from fp8rl.report.plot_base import save_figure  # noqa: E402
-from fp8rl.report.stats import (  # noqa: E402
-    RANGE_METHOD,
-    SEED_MEAN_METHOD,
-    holm,
-    one_sample_p,
-    t_interval,
-    value_range,
-)
+from fp8rl.stats.intervals import one_sample_p, t_interval  # noqa: E402
+from fp8rl.stats.multiplicity import holm  # noqa: E402
 from fp8rl.vocabulary import CALIB_FLOOR_BINDS, CALIB_HIGH, CALIB_LOW, REFERENCE_VARIANT, VARIANT_SPECS  # noqa: E402
 
 # Every FP8 variant the matrix runs has a row and a column of the figures, in the vocabulary's order.

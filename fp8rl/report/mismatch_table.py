@@ -21,7 +21,7 @@ import math
 import pandas as pd
 
 from fp8rl.config import ExperimentConfig
-from fp8rl.report.stats import finite_mean
+from fp8rl.stats.intervals import finite_mean
 from fp8rl.vocabulary import MISMATCH_ROLLOUT, MISMATCH_SHADOW, MISMATCH_UNITS, REAL_BF16_KL, VARIANT_SPECS
 
 KEY_COLUMNS = ["variant", "granularity", "format", "condition", "noise", "target_kl"]

@@ -26,7 +26,8 @@ import pandas as pd
 from scipy import stats
 
 from fp8rl.config import ContrastConfig, StudyConfig
-from fp8rl.report.stats import sample_sd
+from fp8rl.stats.intervals import sample_sd
+from fp8rl.stats.power import paired_power
 
 # The columns the base-unit contrast tables add after `n_reference`.
 BASE_COLUMNS = ["bases", "seeds_per_base"]
@@ -51,20 +52,6 @@ def base_means(endpoints: pd.DataFrame, arm: str) -> pd.DataFrame:
     sub = sub[np.isfinite(sub["endpoint"].to_numpy(dtype=float))]
     grouped = sub.groupby("base", sort=False)["endpoint"]
     return pd.DataFrame({"endpoint": grouped.mean().astype(float), "seeds": grouped.size().astype(int)})
-
-
-def paired_power(effect: float, sd: float, n: int, alpha: float) -> float:
-    """Power of the two-sided paired t-test at level `alpha` over `n` pairs whose differences are
-    normal with mean `effect` and SD `sd` (exact: the noncentral t). NaN for fewer than two pairs or no
-    spread."""
-    if n < 2 or not math.isfinite(sd) or sd <= 0.0:
-        return math.nan
-    df = n - 1
-    crit = float(stats.t.ppf(1 - alpha / 2, df))
-    nc = effect * math.sqrt(n) / sd
-    # P(T > crit) + P(T < -crit), the lower tail as the upper tail of -T (noncentrality -nc): scipy's
-    # nct.cdf far in the lower tail returns NaN for some inputs (df 2, crit 7.65, nc 8.92), its sf does not
-    return float(stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc))
 
 
 def _spread(counts: pd.Series) -> str:

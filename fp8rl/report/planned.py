@@ -37,7 +37,10 @@ import pandas as pd
 
 from fp8rl.config import ContrastConfig, ExperimentConfig, StudyConfig, arm_cell
 from fp8rl.report import paired
-from fp8rl.report.stats import ADJUSTMENTS, finite, finite_mean, sample_sd, t_interval, welch, welch_power
+from fp8rl.stats.intervals import finite, finite_mean, sample_sd, t_interval
+from fp8rl.stats.multiplicity import ADJUSTMENTS
+from fp8rl.stats.power import welch_power
+from fp8rl.stats.welch import welch
 from fp8rl.vocabulary import CLIP_LOW_NEG
 
 # what `p_adjusted` is, per study.multiplicity (the planned table's notes)

@@ -16,7 +16,7 @@ it (`study.arms`: `arm_names`). Curves use the seeds whose run is `ok` or `diver
   BF16 shadow pass of the same tokens (dashed), summed over seeds, for all tokens (top row) and A<0
   tokens (bottom row), with the fixed clip bounds; from each FP8 run's `ratio_hist.json`.
 - `eval_scores`: per eval score, bars of the seed mean with the 95 % t-interval (no bar for n = 1), cut to
-  [0, 1] for a proportion (fp8rl.report.stats.is_proportion).
+  [0, 1] for a proportion (fp8rl.report.methods.is_proportion).
 - `throughput`: tokens/s per phase per variant, grouped bars, labelled emulated or hardware.
 """
 
@@ -32,6 +32,7 @@ import pandas as pd
 from fp8rl.report.comparison import USED_STATUSES
 from fp8rl.report.figures import CORE
 from fp8rl.report.load import RunSet
+from fp8rl.report.methods import is_proportion
 from fp8rl.report.plot_base import (
     PANEL,
     Names,
@@ -44,7 +45,6 @@ from fp8rl.report.plot_base import (
     series_groups,
     series_label,
 )
-from fp8rl.report.stats import is_proportion
 from fp8rl.vocabulary import (
     ACC_MEAN,
     CALIB_HIGH,

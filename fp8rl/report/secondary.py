@@ -29,7 +29,7 @@ import pandas as pd
 
 from fp8rl.config import ExperimentConfig
 from fp8rl.report.planned import EXCLUDED, arm_endpoints, contrasts_table
-from fp8rl.report.stats import t_interval
+from fp8rl.stats.intervals import t_interval
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
 # (metric of eval/heldout.json, what it is)

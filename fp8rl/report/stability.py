@@ -17,10 +17,10 @@ One row per run that trained (`run_stability`), its values taken from the per-ru
 Per (algo, model, variant, granularity, dose) group (`stability_table`): runs diverged / total with an
 exact Clopper-Pearson 95 % interval of the fraction, and Fisher's exact test against the variant's
 reference at the same dose (`REFERENCE`: fp8 against bf16, a fixed FP8 variant against plain fp8;
-fp8rl.report.stats); time to divergence as the Kaplan-Meier median (runs that did not diverge are
+fp8rl.stats.exact); time to divergence as the Kaplan-Meier median (runs that did not diverge are
 censored at their last step; blank while fewer than half the runs have diverged) and the range of the
 divergence steps; final and best accuracy, peak relative entropy and gibberish as seed means with 95 %
-t-intervals (fp8rl.report.stats), those of proportions cut to [0, 1].
+t-intervals (fp8rl.stats.intervals), those of proportions cut to [0, 1].
 
 `breaking_dose_table`: per FP8 variant with more than one dose, the ED50, the dose at which half the runs
 diverge, from a logistic fit of divergence on log2(dose) over all its runs, with a profile-likelihood
@@ -42,18 +42,11 @@ import numpy as np
 import pandas as pd
 
 from fp8rl.config import ExperimentConfig, RunSpec, resolve_run
-from fp8rl.report.binomial import ED50_METHOD, dose_response
 from fp8rl.report.endpoints import ACC_WINDOW
-from fp8rl.report.stats import (
-    BINOMIAL_METHOD,
-    CI_METHOD,
-    FISHER_METHOD,
-    RANGE_METHOD,
-    clopper_pearson,
-    fisher_p,
-    t_interval,
-    value_range,
-)
+from fp8rl.report.methods import BINOMIAL_METHOD, CI_METHOD, FISHER_METHOD, RANGE_METHOD, value_range
+from fp8rl.stats.dose_response import ED50_METHOD, dose_response
+from fp8rl.stats.exact import clopper_pearson, fisher_p
+from fp8rl.stats.intervals import t_interval
 from fp8rl.vocabulary import ACC_MEAN, CLIP_LOW_NEG, GIBBERISH_RATE, REFERENCE_VARIANT, REWARD_MEAN
 
 GROUP = ["algo", "model", "variant", "granularity", "noise"]

@@ -30,7 +30,8 @@ from fp8rl.report.comparison import USED_STATUSES
 from fp8rl.report.figures import STUDY_GAP
 from fp8rl.report.load import RunSet
 from fp8rl.report.planned import arm_runs
-from fp8rl.report.stats import t_interval, welch_interval
+from fp8rl.stats.intervals import t_interval
+from fp8rl.stats.welch import welch_interval
 from fp8rl.vocabulary import REWARD_MEAN
 
 COLUMNS = ["arm", "step", "gap", "low", "high", "units"]

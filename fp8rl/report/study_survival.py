@@ -35,8 +35,8 @@ import pandas as pd
 
 from fp8rl.config import ExperimentConfig, arm_cell
 from fp8rl.report.load import RunSet
+from fp8rl.report.methods import BINOMIAL_METHOD
 from fp8rl.report.stability import diverged_fraction, divergence_steps
-from fp8rl.report.stats import BINOMIAL_METHOD
 
 COLUMNS = [
     "arm", "cell", "runs", "trained", "diverged", "diverged_frac", "diverged_low", "diverged_high",

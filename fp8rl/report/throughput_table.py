@@ -22,7 +22,7 @@ import pandas as pd
 
 from fp8rl.report.comparison import has_conditions
 from fp8rl.report.load import RunSet
-from fp8rl.report.stats import finite_mean
+from fp8rl.stats.intervals import finite_mean
 from fp8rl.vocabulary import REFERENCE_VARIANT
 
 PHASES = ("rollout", "logprob", "train", "calib")

@@ -29,7 +29,7 @@ def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
 
 
 ALL = list(commands(build_parser()))
-# What a user's help must not name: the package's modules (`fp8rl.report.stats`, `fp8rl/rl/x.py`),
+# What a user's help must not name: the package's modules (`fp8rl.stats.intervals`, `fp8rl/rl/x.py`),
 # Python files and the workflow's internals.
 INTERNAL = re.compile(r"\bfp8rl\.[a-z_]+|fp8rl/[\w/]*|\b\w+\.py\b|workflows/")
 

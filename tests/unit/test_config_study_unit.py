@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fp8rl.config_loader import ConfigError, load_config
-from fp8rl.report.paired import paired_power
+from fp8rl.stats.power import paired_power
 
 ROOT = Path(__file__).resolve().parents[2]
 ARMS = "{bf16: grpo/tiny/bf16/none, tis: grpo/tiny/fp8_tis/tensorwise}"

@@ -1,7 +1,7 @@
 """The floor plan of docs/architecture.md ("Pieces and layering"), checked on every import in fp8rl/,
 those inside functions included:
 
-    commands / cli  ->  quotes  ->  publication  ->  report
+    commands / cli  ->  quotes  ->  publication  ->  report  ->  stats
     commands / cli  ->  engine | adapters | evaluate | report  ->  rl, fp8, config, io  ->  torch
 
 `ALLOWED` lists, per area (a sub-package or a top-level module of fp8rl), the areas it may import; a
@@ -15,7 +15,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "fp8rl"
 
-BOTTOM = {"vocabulary", "io", "quiet", "locks"}  # import nothing from fp8rl
+BOTTOM = {"vocabulary", "io", "quiet", "locks", "stats"}  # import nothing from fp8rl
 CORE = {"vocabulary", "io", "numerics"}
 # the run directory: its files, its summary and throughput records, its lock, a bf16 run's targets
 RUN_DIR = {"run_files", "run_records", "locks", "calibration_targets"}
@@ -23,6 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "vocabulary": set(),
     "io": set(),
     "quiet": set(),
+    "stats": set(),  # numpy and scipy only: the statistics of every table and study
     "numerics": {"vocabulary", "pinned_blas"},  # pinned_blas: reproducible mode's GEMM route
     "pinned_blas": set(),
     "startup_hook": {"numerics"},  # the interpreter-start hook: writes numerics' OpenBLAS pin into a .pth
@@ -75,10 +76,11 @@ ALLOWED: dict[str, set[str]] = {
         "run_checks",
         "checkpoint_files",
         "evaluate",
+        "stats",
         *CORE,
     },  # loader: quotes read the study; evaluate: the eval suites a config turns on (suites registry)
     # the figures docs quote: read off the published tables with the report's own views and formats
-    "quotes": {"report", "publication", *CORE},
+    "quotes": {"report", "publication", "stats", *CORE},
     # a report copied whole with its provenance and checked against its manifest; bands of a publication
     "publication": {"report", "config", "provenance", "locks", "numerics", *CORE},
     "validation": {"config", "config_loader", "engine", "adapters", "evaluate"},

@@ -1,7 +1,7 @@
 """The published tables' statistics rebuild, byte for byte, from the published per-run endpoints.
 
 `endpoints.csv` carries the one value per run that every interval and test aggregates (fp8rl.report.
-endpoints). Recomputing from it with today's fp8rl.report.stats gives the same bytes as the published
+endpoints). Recomputing from it with today's fp8rl.stats gives the same bytes as the published
 `planned.csv`, `exploratory.csv`, `control.csv`, the arms' intervals and the stability table's exact
 count intervals and Fisher tests: moving a statistic onto scipy did not move a published number. The
 clipping tier's contrasts (the base as the unit) are also recomputed without fp8rl: base means from
@@ -19,7 +19,8 @@ from scipy import stats
 from fp8rl.config_loader import load_config
 from fp8rl.report.control import control_table
 from fp8rl.report.planned import contrasts_table
-from fp8rl.report.stats import clopper_pearson, fisher_p, t_interval
+from fp8rl.stats.exact import clopper_pearson, fisher_p
+from fp8rl.stats.intervals import t_interval
 
 REPO = Path(__file__).resolve().parents[3]
 PUBLISHED = REPO / "results" / "published"

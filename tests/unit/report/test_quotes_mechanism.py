@@ -12,7 +12,8 @@ import pytest
 from scipy import stats
 
 from fp8rl.quotes.clipping import growth, shown, within_20
-from fp8rl.report.stats import holm, p_from_interval
+from fp8rl.stats.intervals import p_from_interval
+from fp8rl.stats.multiplicity import holm
 
 
 def _clip(delta_low: float, delta_high: float, bf16: float = 0.01) -> tuple[pd.Series, pd.Series]:

@@ -10,7 +10,9 @@ import pytest
 
 from fp8rl.config import ContrastConfig, StudyConfig
 from fp8rl.report.planned import contrast_row, contrasts_table
-from fp8rl.report.stats import holm, welch, welch_power
+from fp8rl.stats.multiplicity import holm
+from fp8rl.stats.power import welch_power
+from fp8rl.stats.welch import welch
 
 STUDY = StudyConfig(
     arms={"a": "grpo/m/fp8/tensorwise/s4", "b": "grpo/m/bf16/none/none"},
@@ -83,7 +85,7 @@ def test_planned_table_decides_and_exploratory_does_not():
 
 
 def test_fixed_sequence_by_hand():
-    from fp8rl.report.stats import fixed_sequence
+    from fp8rl.stats.multiplicity import fixed_sequence
 
     # in the listed order: 0.01, then max(0.01, 0.04), then max(0.04, 0.02): a later smaller p cannot
     # pass an earlier larger one

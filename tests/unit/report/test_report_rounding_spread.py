@@ -14,7 +14,8 @@ from fp8rl.config import ContrastConfig, StudyConfig
 from fp8rl.report.control import verdict
 from fp8rl.report.paired import paired_contrast_row
 from fp8rl.report.planned import contrast_row
-from fp8rl.report.stats import one_sample_p, sample_sd, t_interval, welch
+from fp8rl.stats.intervals import one_sample_p, sample_sd, t_interval
+from fp8rl.stats.welch import welch
 
 # each 0.1 or 0.5 up to float rounding, not all the same float
 TENTHS = [0.1, 0.3 - 0.2, 0.7 - 0.6]

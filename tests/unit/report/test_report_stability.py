@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fp8rl.report.binomial import dose_response
 from fp8rl.report.stability import (
     breaking_dose_table,
     breaking_view,
@@ -20,6 +19,7 @@ from fp8rl.report.stability import (
     stability_table,
     stability_view,
 )
+from fp8rl.stats.dose_response import dose_response
 
 
 def test_kaplan_meier_with_censoring():

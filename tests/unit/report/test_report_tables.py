@@ -109,7 +109,7 @@ def test_single_seed_has_no_interval_and_says_so(tier):
 
 def test_intervals_of_proportions_stay_in_their_range(tier):
     """Every interval of a proportion in the table lies in [0, 1], of a difference of two in [-1, 1] (the
-    cut itself: test_report_stats.py)."""
+    cut itself: tests/unit/stats/test_intervals.py)."""
     _, rs, t = tier
     for key in eval_keys(rs):
         low, high = t[f"{key} ci_low"].dropna(), t[f"{key} ci_high"].dropna()

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from fp8rl.report.binomial import _loglik, _profile, dose_response
-from fp8rl.report.stats import clopper_pearson, fisher_p
+from fp8rl.stats.dose_response import _loglik, _profile, dose_response
+from fp8rl.stats.exact import clopper_pearson, fisher_p
 
 CHI2 = stats.chi2.ppf(0.95, 1)
 

@@ -2,7 +2,7 @@
 
 A run diverges or it does not; with 3 seeds per cell the counts are small, so the fit is likelihood-based,
 never a normal approximation (the exact interval of one count and Fisher's test of two are in
-fp8rl.report.stats):
+fp8rl.stats.exact):
 
 - `dose_response(doses, k, n)`: a logistic fit over every run of a variant, P(diverge) =
   1 / (1 + exp(-b (log2 dose - log2 ED50))), slope b >= 0 (divergence does not fall with the dose), by
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, stats
 
-from fp8rl.report.stats import CONFIDENCE
+from fp8rl.stats.intervals import CONFIDENCE
 
 PAD = 8.0  # doublings past the doses run that the profile is searched over
 GRID_STEP = 0.1  # log2 dose; the edges are refined by root finding

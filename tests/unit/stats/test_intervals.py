@@ -10,15 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fp8rl.report.stats import (
-    delta_range,
-    finite_mean,
-    is_proportion,
-    t_interval,
-    value_range,
-    welch,
-    welch_interval,
-)
+from fp8rl.report.methods import delta_range, is_proportion, value_range
+from fp8rl.stats.intervals import finite_mean, t_interval
+from fp8rl.stats.welch import welch, welch_interval
 
 SAMPLES = [
     [0.41, 0.47],
