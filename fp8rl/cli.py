@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "fp8rl.commands.containers",
     "fp8rl.commands.verl",
     "fp8rl.commands.check",
+    "fp8rl.commands.decide",
     "fp8rl.commands.quotes",
     "fp8rl.commands.archive",
 ]

@@ -295,6 +295,37 @@ are not the ones its `report.json` records or the publication has no band at all
 
     fp8rl check results/ci/smoke --against results/published/ci
 """,
+    "decide": """
+Read one of the rules a study tier registers in its config before its runs, and print its figures as
+JSON: whether the testbed is accepted (`acceptance`), or at which mismatch setting the failure search
+decides the comparison runs (`failure-search`). Exit 0 when the rule is met or decided, 1 when it is not
+(yet), 2 when the config has no such section.
+
+    fp8rl decide acceptance --config config/longform.yaml
+    fp8rl decide failure-search --config config/longform.yaml
+""",
+    "decide acceptance": """
+Reads the config's `acceptance` section and the run folders of its acceptance arm (the bf16 runs): each
+run's entropy and response length at step 1, whether a detector flagged it, and the held-out endpoint of
+its base and of its final checkpoint. Prints every figure and the criteria missed as JSON; `fp8rl report`
+writes the same as `tables/acceptance.{csv,md}`. Exits 1 when a criterion is missed (a control that has
+not run yet misses them all), 2 when the config has no `acceptance` section or its arm is no cell of
+the matrix.
+
+    fp8rl decide acceptance --config config/longform.yaml
+""",
+    "decide failure-search": """
+Reads the config's `failure_search` section and the tier's built report (`tables/study_survival.csv`,
+`tables/planned.csv`; `--tables DIR` for another folder). Per condition, in order of its target KL, the
+decisive arm's divergences and its planned held-out contrast, whether it fails by the registered rule,
+and the decision: the lowest-KL setting that fails, or that none does. Prints it as JSON; `fp8rl report`
+writes the same as `tables/failure_search.md`. Exits 0 once decided, 1 while a setting below the
+decision is incomplete (nothing is decided then), 2 when the config has no `failure_search` section or
+the report is not built.
+
+    fp8rl report --config config/longform.yaml
+    fp8rl decide failure-search --config config/longform.yaml
+""",
     "quotes": """
 README.md and docs/ quote result figures in generated blocks (`<!-- fp8rl:results NAME -->`). `--check`
 regenerates each block from the published tables under `results/published/` and exits 1 naming every

@@ -223,29 +223,3 @@ def acceptance_notes(cfg: ExperimentConfig, result: dict) -> list[str]:
         + ("no run flagged by a detector." if a.no_divergence else "flagged runs allowed."),
         verdict_line(result),
     ]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m fp8rl.report.acceptance --config FILE`: print the acceptance figures as JSON; exit 1 when a
-    criterion is missed, 2 on a config without an acceptance section."""
-    import argparse
-    import sys
-
-    from fp8rl.config_loader import load_config
-
-    parser = argparse.ArgumentParser(
-        prog="python -m fp8rl.report.acceptance", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--config", required=True)
-    args = parser.parse_args(argv)
-    try:
-        result = check_acceptance(load_config(args.config))
-    except ValueError as exc:
-        print(f"{args.config}: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, indent=2))
-    return 1 if result["missed"] else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -14,12 +14,11 @@ decides nothing: a failure seen in part of the runs is reported, not acted on.
 
 `fp8rl report` writes the same rows as `tables/failure_search.csv` (the `failure_search_section` of
 fp8rl.report.pipeline, from the frames it has just computed), with the decision in the table's notes and
-on the tier's SUMMARY.md; `python -m fp8rl.report.failure_search` prints them as JSON.
+on the tier's SUMMARY.md; `fp8rl decide failure-search` prints them as JSON.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -185,30 +184,3 @@ def search_notes(cfg: ExperimentConfig, table: pd.DataFrame) -> list[str]:
         "the lowest-KL setting that fails.",
         verdict_of(table)[1],
     ]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m fp8rl.report.failure_search --config FILE [--tables DIR]`: print the search's rows and
-    decision as JSON; exit 0 once decided, 1 while incomplete, 2 on a config or table problem."""
-    import argparse
-    import sys
-
-    from fp8rl.config_loader import load_config
-
-    parser = argparse.ArgumentParser(
-        prog="python -m fp8rl.report.failure_search", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--tables", help="a tables/ folder (default: the tier's, under results_dir)")
-    args = parser.parse_args(argv)
-    try:
-        result = decide(load_config(args.config), args.tables)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"{args.config}: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, indent=2))
-    return 0 if result["complete"] else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

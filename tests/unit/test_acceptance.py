@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from fp8rl.cli import main
 from fp8rl.config import arm_cell
 from fp8rl.config_loader import load_config
-from fp8rl.report.acceptance import check_acceptance, main, verdict_line
+from fp8rl.report.acceptance import check_acceptance, verdict_line
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,10 +98,11 @@ def test_the_command_exits_1_on_a_miss_and_2_without_the_section(tmp_path, capsy
         .replace("results_dir: results", f"results_dir: {tmp_path}")
     )
     cfg_path.write_text(text)
-    assert main(["--config", str(cfg_path)]) == 1
+    assert main(["decide", "acceptance", "--config", str(cfg_path)]) == 1
     assert json.loads(capsys.readouterr().out)["bases"] == 0
     (tmp_path / "none.yaml").write_text(text.split("\nacceptance:")[0])
-    assert main(["--config", str(tmp_path / "none.yaml")]) == 2
+    assert main(["decide", "acceptance", "--config", str(tmp_path / "none.yaml")]) == 2
+    assert "acceptance: not set in this config" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from fp8rl.cli import main
 from fp8rl.config import ExperimentConfig
-from fp8rl.report.failure_search import decide, main
+from fp8rl.report.failure_search import decide
 
 STEPS = 6
 SEEDS = (0, 1, 2, 3)
@@ -186,7 +187,7 @@ def test_the_checker_needs_a_built_report(tmp_path, capsys):
     import yaml
 
     cfg_file.write_text(yaml.safe_dump(_config_dict(tmp_path)))
-    assert main(["--config", str(cfg_file)]) == 2
+    assert main(["decide", "failure-search", "--config", str(cfg_file)]) == 2
     assert "study_survival.csv: missing; build the tier's report first" in capsys.readouterr().err
 
 
