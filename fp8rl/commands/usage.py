@@ -77,8 +77,10 @@ A study longer than one machine's session (the longform failure search: about 24
 over several machines: `save` copies each finished run (every file but its checkpoints) and the base it
 started from into `{results_dir}/published/archive/{tier}/`, to commit; on the next machine the data is
 rebuilt and `restore` puts the bases and runs back, so the DAG trains only what is left. The bases
-travel because CPUs of another vendor train other bases from the same config.
+travel because CPUs of another vendor train other bases from the same config. `status` says where the
+runs stand without reading any result.
 
+    fp8rl archive status --config config/longform.yaml
     fp8rl archive save --config config/longform.yaml
     snakemake --profile profiles/local --configfile config/longform.yaml --until data
     fp8rl archive restore --config config/longform.yaml
@@ -113,6 +115,15 @@ corrections' comparison on the failure search's bases, so starts from the very s
 
     fp8rl archive restore --config config/longform.yaml
     fp8rl archive restore --config config/corrections.yaml --bases-from longform
+""",
+    "archive status": """
+Where a tier's runs and bases stand, read from which files exist and never from a result: per arm of
+the study (or cell of the matrix), how many runs are archived, evaluated, trained, in training or not
+started; each run in training with the steps it has logged; each base archived, built or not built; and
+whether evaluated runs wait for `fp8rl archive save`. No metric, run status (a divergence) or score is
+read or printed, so a pre-registered study can be followed while it runs. `--json` gives every run.
+
+    fp8rl archive status --config config/corrections.yaml
 """,
     "eval": """
 Score one checkpoint and write one result file per suite (the schema of docs/interfaces.md); each

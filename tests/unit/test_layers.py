@@ -38,6 +38,8 @@ ALLOWED: dict[str, set[str]] = {
     "checkpoint_files": {"run_files", *CORE},
     # a tier's finished runs kept in git and put back (`fp8rl archive`): the run directory, the config
     "run_archive": {"config", "provenance", "run_files", *CORE},
+    # a tier's runs by state, from which files exist (`fp8rl archive status`): the archive's manifest
+    "run_progress": {"config", "run_archive", "run_files", *CORE},
     "tracking": {"config"},
     "containers": {"config"},
     "fp8": {"vocabulary", "numerics"},  # never rl; numerics: fast-mode kernels only where asked
@@ -100,6 +102,7 @@ ALLOWED: dict[str, set[str]] = {
         "rl",
         "run_archive",
         "run_checks",
+        "run_progress",
         *RUN_DIR,
         "tracking",
         "validation",

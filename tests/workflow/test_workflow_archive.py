@@ -51,10 +51,17 @@ def test_archived_runs_come_back_on_a_fresh_results_folder(tmp_path):
         before
     )
 
+    def states() -> dict[str, str]:
+        got = fp8rl(tmp_path, "archive", "status", "--config", str(cfg), "--json")
+        assert got.returncode == 0, got.stderr
+        return {r["run_id"]: r["state"] for r in loads_json(got.stdout.encode())["runs"]}
+
+    assert set(states().values()) == {"evaluated"}  # trained and evaluated: what `save` takes
     saved = fp8rl(tmp_path, "archive", "save", "--config", str(cfg))
     assert saved.returncode == 0, saved.stderr
     manifest = loads_json((archive / "manifest.json").read_bytes())
     assert sorted(manifest["runs"]) == ["grpo/tiny/bf16/none/seed0", "grpo/tiny/bf16/none/seed1"]
+    assert states() == dict.fromkeys(manifest["runs"], "archived")
     assert (archive / "runs/grpo/tiny/bf16/none/seed0/metrics.jsonl.gz").is_file()
     # the base travels whole; no run checkpoint does
     assert [p.relative_to(archive).as_posix() for p in archive.rglob("*.safetensors")] == [
