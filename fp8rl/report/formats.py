@@ -97,3 +97,20 @@ def interval(est: float, lo: float, hi: float, digits: int = 2) -> str:
     if math.isnan(lo):
         return num(est, digits)
     return f"{num(est, digits)} [{num(lo, digits)}, {num(hi, digits)}]"
+
+
+def cell_num(x: float, digits: int = 3) -> str:
+    """A study table's figure: `digits` decimals, or `digits` significant digits below 1e-3; blank when
+    missing."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return ""
+    return f"{x:.{digits}g}" if x != 0 and abs(x) < 1e-3 else f"{x:.{digits}f}"
+
+
+def cell_interval(est: float, low: float, high: float) -> str:
+    """A study table's `est [low, high]` in `cell_num`'s figures; `est` alone without an interval."""
+    if not math.isfinite(est):
+        return ""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return cell_num(est)
+    return f"{cell_num(est)} [{cell_num(low)}, {cell_num(high)}]"

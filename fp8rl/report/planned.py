@@ -37,6 +37,7 @@ import pandas as pd
 
 from fp8rl.config import ContrastConfig, ExperimentConfig, StudyConfig, arm_cell
 from fp8rl.report import paired
+from fp8rl.report.formats import cell_interval, cell_num
 from fp8rl.stats.intervals import finite, finite_mean, sample_sd, t_interval
 from fp8rl.stats.multiplicity import ADJUSTMENTS
 from fp8rl.stats.power import welch_power
@@ -243,20 +244,6 @@ def contrasts_table(endpoints: pd.DataFrame, study: StudyConfig, *, planned: boo
     return pd.DataFrame(rows, columns=contrast_columns(study))
 
 
-def _f(x: float, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return ""
-    return f"{x:.{digits}g}" if x != 0 and abs(x) < 1e-3 else f"{x:.{digits}f}"
-
-
-def _ci(est: float, low: float, high: float) -> str:
-    if not math.isfinite(est):
-        return ""
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return _f(est)
-    return f"{_f(est)} [{_f(low)}, {_f(high)}]"
-
-
 def arms_view(table: pd.DataFrame) -> pd.DataFrame:
     by_base = "bases" in table
     return pd.DataFrame(
@@ -266,10 +253,10 @@ def arms_view(table: pd.DataFrame) -> pd.DataFrame:
             "n/runs": [f"{n}/{r}" for n, r in zip(table["n"], table["runs"], strict=True)],
             **({"bases": table["bases"].astype(str)} if by_base else {}),
             "diverged": table["diverged"].astype(str),
-            "endpoint [95% CI]": [_ci(*x) for x in zip(table["endpoint"], table["low"], table["high"], strict=True)],
-            "sd": table["sd"].map(_f),
+            "endpoint [95% CI]": [cell_interval(*x) for x in zip(table["endpoint"], table["low"], table["high"], strict=True)],
+            "sd": table["sd"].map(cell_num),
             "mismatch KL step 1": table["mismatch_kl_step1"].map(lambda v: "" if not math.isfinite(v) else f"{v:.3g}"),
-            "entropy step 1": table["entropy_step1"].map(_f),
+            "entropy step 1": table["entropy_step1"].map(cell_num),
             CLIP_LOW_NEG: table["clip_low_neg"].map(lambda v: "" if not math.isfinite(v) else f"{100 * v:.2f} %"),
             "excess clip": table["excess_clip"].map(lambda v: "" if not math.isfinite(v) else f"{100 * v:+.2f} pp"),
         }
@@ -288,15 +275,15 @@ def contrasts_view(table: pd.DataFrame) -> pd.DataFrame:
             "arm − reference": [f"{a} − {b}" for a, b in zip(table["arm"], table["reference"], strict=True)],
             "n": n,
             "difference [95% CI]": [
-                _ci(*x) for x in zip(table["difference"], table["low"], table["high"], strict=True)
+                cell_interval(*x) for x in zip(table["difference"], table["low"], table["high"], strict=True)
             ],
-            ("p (paired t)" if by_base else "p (Welch)"): table["p"].map(_f),
-            "p adjusted": table["p_adjusted"].map(_f),
+            ("p (paired t)" if by_base else "p (Welch)"): table["p"].map(cell_num),
+            "p adjusted": table["p_adjusted"].map(cell_num),
             "decision": table["decision"],
-            "power (observed SD)": table["power_observed"].map(lambda v: _f(v, 2)),
+            "power (observed SD)": table["power_observed"].map(lambda v: cell_num(v, 2)),
             ("power (planned SD of the per-base difference)" if by_base else "power (planned SD)"): table[
                 "power_planned"
-            ].map(lambda v: _f(v, 2)),
+            ].map(lambda v: cell_num(v, 2)),
             "question": table["question"],
         }
     )

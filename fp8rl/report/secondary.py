@@ -95,14 +95,16 @@ def secondary_table(endpoints: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFr
 
 def secondary_view(table: pd.DataFrame, multiplicity: str = "holm") -> pd.DataFrame:
     """The markdown view: estimates with their intervals at three decimals, p at three."""
-    from fp8rl.report.planned import ADJUST_LABEL, _ci, _f
+    from fp8rl.report.formats import cell_interval, cell_num
+    from fp8rl.report.planned import ADJUST_LABEL
 
     view = table[["endpoint", "family", "contrast", "unit", "n_arm", "n_reference"]].copy()
     view["difference [95% CI]"] = [
-        _ci(d, lo, hi) for d, lo, hi in zip(table["difference"], table["low"], table["high"], strict=True)
+        cell_interval(d, lo, hi)
+        for d, lo, hi in zip(table["difference"], table["low"], table["high"], strict=True)
     ]
-    view["p"] = table["p"].map(_f)
-    view[f"p ({ADJUST_LABEL[multiplicity]})"] = table["p_adjusted"].map(_f)
+    view["p"] = table["p"].map(cell_num)
+    view[f"p ({ADJUST_LABEL[multiplicity]})"] = table["p_adjusted"].map(cell_num)
     return view
 
 

@@ -63,7 +63,9 @@ def sample_sd(values: Iterable[float]) -> float:
     return 0.0 if sd <= SPREAD_RTOL * float(np.abs(x).max()) else sd
 
 
-def _within(est: float, low: float, high: float, n: int, bounds: tuple[float, float] | None) -> Interval:
+def within_bounds(
+    est: float, low: float, high: float, n: int, bounds: tuple[float, float] | None
+) -> Interval:
     """The interval intersected with `bounds` (NaN bounds stay NaN)."""
     if bounds is not None and not (math.isnan(low) or math.isnan(high)):
         low, high = max(low, bounds[0]), min(high, bounds[1])
@@ -83,10 +85,10 @@ def t_interval(
     if n < 2:
         return Interval(mean, math.nan, math.nan, n)
     if sample_sd(x) == 0.0:
-        return _within(mean, mean, mean, n, bounds)
+        return within_bounds(mean, mean, mean, n, bounds)
     sem = float(stats.sem(x))
     low, high = stats.t.interval(confidence, n - 1, loc=mean, scale=sem)
-    return _within(mean, float(low), float(high), n, bounds)
+    return within_bounds(mean, float(low), float(high), n, bounds)
 
 
 def one_sample_p(values: Iterable[float]) -> float:

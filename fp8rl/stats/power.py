@@ -7,7 +7,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from fp8rl.stats.welch import _welch_ttest
+from fp8rl.stats.welch import welch_ttest
 
 POWER_DRAWS = 20_000
 POWER_SEED = 20250126
@@ -35,7 +35,7 @@ def welch_power(
     rng = np.random.default_rng(seed)
     a = rng.normal(effect, sd_a, (draws, n_a)) if sd_a > 0 else np.full((draws, n_a), float(effect))
     b = rng.normal(0.0, sd_b, (draws, n_b)) if sd_b > 0 else np.zeros((draws, n_b))
-    return float(np.mean(_welch_ttest(a, b, axis=1).pvalue < alpha))
+    return float(np.mean(welch_ttest(a, b, axis=1).pvalue < alpha))
 
 
 def paired_power(effect: float, sd: float, n: int, alpha: float) -> float:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from fp8rl.stats.intervals import CONFIDENCE, Interval, _within, finite, sample_sd
+from fp8rl.stats.intervals import CONFIDENCE, Interval, finite, sample_sd, within_bounds
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Welch:
     df: float
 
 
-def _welch_ttest(a: np.ndarray, b: np.ndarray, axis: int = 0):
+def welch_ttest(a: np.ndarray, b: np.ndarray, axis: int = 0):
     """`scipy.stats.ttest_ind(a, b, equal_var=False)`. A group without spread (seeds that agree exactly,
     a simulated group of SD 0) is no loss of precision: scipy's warning that the values are nearly
     identical is silenced."""
@@ -61,10 +61,10 @@ def welch(
     if n < 2:
         return Welch(Interval(diff, math.nan, math.nan, n), *no_test)
     if sample_sd(a) == 0.0 and sample_sd(b) == 0.0:
-        return Welch(_within(diff, diff, diff, n, bounds), *no_test)
-    res = _welch_ttest(a, b)
+        return Welch(within_bounds(diff, diff, diff, n, bounds), *no_test)
+    res = welch_ttest(a, b)
     ci = res.confidence_interval(confidence)
-    delta = _within(diff, float(ci.low), float(ci.high), n, bounds)
+    delta = within_bounds(diff, float(ci.low), float(ci.high), n, bounds)
     return Welch(delta, float(res.statistic), float(res.pvalue), float(res.df))
 
 
