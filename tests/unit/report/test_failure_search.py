@@ -212,3 +212,26 @@ def test_the_config_refuses_a_search_it_cannot_decide(tmp_path, edit, message):
         d["study"]["planned"] = [c for c in d["study"]["planned"] if c["arm"] != "fp8_tis_kl_lo"]
     with pytest.raises(ValueError, match=message):
         ExperimentConfig.model_validate(d)
+
+
+def test_the_command_decides_the_published_search_as_its_table_does(capsys):
+    """`fp8rl decide failure-search` on the longform publication's own tables: exit 0 (decided), and the
+    rows and decision its published failure_search.csv and SUMMARY.md carry."""
+    import pandas as pd
+
+    root = Path(__file__).resolve().parents[3]
+    tables = root / "results" / "published" / "longform" / "tables"
+    args = [
+        "decide",
+        "failure-search",
+        "--config",
+        str(root / "config" / "longform.yaml"),
+        "--tables",
+        str(tables),
+    ]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    published = pd.read_csv(tables / "failure_search.csv", keep_default_na=False, na_values=[""])
+    assert [r["condition"] for r in out["rows"]] == published["condition"].tolist()
+    assert [r["fails"] for r in out["rows"]] == published["fails"].tolist()
+    assert f"**Decision**: {out['decision']}." in (tables.parent / "SUMMARY.md").read_text()
