@@ -34,20 +34,11 @@ and pooling them would overstate the sample size. Then:
 - the base as the unit (a study's contrasts, paired over bases): `paired_power`, the exact power of the
   paired t.
 
-The one-sample interval is `t.interval` about the mean rather than `ttest_1samp(...).confidence_interval`
-because the latter takes the standard error as sqrt(var / n), which differs from sd / sqrt(n) in the last
-bit, and report.json carries the bf16 control's interval at full precision.
-
 With three seeds the t-interval is the interval whose coverage holds: it is exact for normal seed
 values, and a unit test (tests/unit/stats/test_intervals.py) simulates its coverage at n = 3 and
 n = 5 with correlated steps nested in seeds. The hierarchical bootstrap over seeds × steps used before
 covered 76-86 % at n = 3 and 84-91 % at n = 5 for a nominal 95 % in such simulations (at n = 3 its
 intervals were 0.4× the t width): resampling 3 seeds cannot show the spread of a t with 2 df.
 
-With fewer than two seeds no interval exists: the bounds are NaN (a blank cell in the tables) and the
-tables carry a note. Values that are NaN (a metric missing from a run) are left out before counting n.
-A sample without spread gets a zero-width interval and no test (NaN t, p and df). Spread below
-`SPREAD_RTOL` of the sample's largest magnitude is float rounding, not spread (`sample_sd`): three seed
-means of 0.1 computed from different numbers have an SD of about 1e-17, on which a t-test would report
-p ~ 1e-31 and an interval that excludes 0 by nothing.
+The details of one mean (the interval's exact formula, NaN and zero spread, rounding) are in `intervals`.
 """
