@@ -198,6 +198,11 @@ class SaveResult:
     unevaluated: list[str] = field(default_factory=list)  # finished, but an eval result is missing
 
 
+def has_eval_results(run: Path, eval_suites: tuple[str, ...]) -> bool:
+    """Whether the run directory `run` holds the result file of every suite in `eval_suites`."""
+    return all((run / EVAL_DIR / f"{s}.json").is_file() for s in eval_suites)
+
+
 def save_archive(cfg: ExperimentConfig, eval_suites: tuple[str, ...] = ()) -> SaveResult:
     """Add every finished run of the tier that has the result file of each suite in `eval_suites` (the
     suites the config turns on: a run restored without its checkpoint cannot be evaluated later), and
@@ -208,8 +213,7 @@ def save_archive(cfg: ExperimentConfig, eval_suites: tuple[str, ...] = ()) -> Sa
     old = Manifest.read(dest, cfg.tier)
     verify_archive(dest, old)
     finished = finished_runs(cfg)
-    unevaluated = [r for r in finished if not all((tier / RUNS_DIR / r / EVAL_DIR / f"{s}.json").is_file()
-                                                  for s in eval_suites)]  # fmt: skip
+    unevaluated = [r for r in finished if not has_eval_results(tier / RUNS_DIR / r, eval_suites)]
     local = [r for r in finished if r not in unevaluated]
     if not local:
         raise ArchiveError(

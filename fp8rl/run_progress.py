@@ -28,8 +28,8 @@ from pathlib import Path
 
 from fp8rl.config import ExperimentConfig, arm_cell
 from fp8rl.config.runs import expand_matrix
-from fp8rl.run_archive import Manifest, archive_dir, tier_dir
-from fp8rl.run_files import EVAL_FILES, METRICS_FILE, RUNS_DIR, SFT_RECORD, SUMMARY_FILE
+from fp8rl.run_archive import Manifest, archive_dir, has_eval_results, tier_dir
+from fp8rl.run_files import METRICS_FILE, RUNS_DIR, SFT_RECORD, SUMMARY_FILE
 
 STATES = ("archived", "evaluated", "trained", "training", "not started")
 BASE_STATES = ("archived", "built", "not built")
@@ -87,8 +87,7 @@ def tier_progress(cfg: ExperimentConfig, eval_suites: tuple[str, ...]) -> Progre
         if spec.run_id in manifest.runs:
             state = "archived"
         elif (run / SUMMARY_FILE).is_file():
-            evaluated = all((run / EVAL_FILES[s]).is_file() for s in eval_suites)
-            state = "evaluated" if evaluated else "trained"
+            state = "evaluated" if has_eval_results(run, eval_suites) else "trained"
         elif (run / METRICS_FILE).is_file():
             state, steps = "training", _lines(run / METRICS_FILE)
         else:
