@@ -17,15 +17,19 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 RECORD = REPO / "tests" / "unit" / "report" / "metric_keys.json"
-VARIANTS = ("bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib")
+# the smoke tier's variants, then the corrections comparison's (config/corrections.yaml)
+VARIANTS = ("bf16", "fp8", "fp8_tis", "fp8_calib", "fp8_tis_calib",
+            "fp8_scorecenter", "fp8_tis_scorecenter", "fp8_qurl", "fp8_icepop", "fp8_icepop_adaptive")  # fmt: skip
 ALGOS = ("grpo", "dapo")
 
 
 def smoke_overrides() -> dict:
-    """The smoke tier's objective and FP8 settings on the tiny model (they decide which keys exist)."""
+    """The smoke tier's objective and FP8 settings on the tiny model (they decide which keys exist), with
+    every recorded variant in its matrix."""
     smoke = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
     fp8 = {**smoke["fp8"], "optimizer": "blockwise"}
-    return {"algorithms": smoke["algorithms"], "fp8": fp8, "tis": smoke["tis"], "calib": smoke["calib"]}
+    return {"algorithms": smoke["algorithms"], "fp8": fp8, "tis": smoke["tis"], "calib": smoke["calib"],
+            "matrix.variants": list(VARIANTS)}  # fmt: skip
 
 
 def record(train, out: Path) -> dict:
