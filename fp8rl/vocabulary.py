@@ -243,8 +243,9 @@ REAL_BF16_KL = 2e-3
 REFERENCE_TASKS = ("arithmetic", "word_problems", "longform", "gsm8k")
 VERL_TASKS = ("dapo-math-17k",)
 # The evaluation suites: `eval.lm_eval_tasks` -> eval/lm_eval.json, `eval.agent` -> eval/agent.json,
-# `eval.heldout` -> eval/heldout.json (the bf16 sampler on held-out prompts, fp8rl.engine.heldout).
-_SHIPPED_EVAL_SUITES = ("lm_eval", "agent", "heldout")
+# `eval.heldout` -> eval/heldout.json (the bf16 sampler on held-out prompts, fp8rl.engine.heldout), and with
+# `schedule.keep_every` too -> eval/heldout_history.json (the same at every kept checkpoint).
+_SHIPPED_EVAL_SUITES = ("lm_eval", "agent", "heldout", "heldout_history")
 # A new suite is one file: a module of fp8rl/evaluate/suites/ that registers its `EvalSuite` under the
 # module's own name (modules named `_*` are helpers), plus its test; found here by its file name, not
 # imported, and checked at import of fp8rl.evaluate.suites. Its result file is eval/<name>.json.

@@ -132,11 +132,12 @@ suite is a subcommand, and `run` runs several in one process (what the DAG does 
     fp8rl eval lm-eval --config FILE --checkpoint DIR --data DIR --out eval/lm_eval.json
     fp8rl eval agent   --config FILE --checkpoint DIR --data DIR --out eval/agent.json
     fp8rl eval heldout --config FILE --checkpoint DIR --data DIR --out eval/heldout.json
+    fp8rl eval heldout-history --config FILE --checkpoint DIR --data DIR --out eval/heldout_history.json
     fp8rl eval run lm_eval agent --config FILE --checkpoint DIR --data DIR --out-dir eval/
 """,
     "eval run": """
-Runs the suites named (`lm_eval`, `agent`, `heldout`: the result files' names) on one checkpoint in one
-process, in the order given, and writes `<out-dir>/<suite>.json` for each: the config is read and the
+Runs the suites named (`lm_eval`, `agent`, `heldout`, `heldout_history`: the result files' names) on
+one checkpoint in one process, in the order given, and writes `<out-dir>/<suite>.json` for each: the config is read and the
 libraries imported once, where `fp8rl eval <suite>` once per suite would pay that per suite. Inputs,
 exit codes and `--on-failure` (for the suites that take it) as each suite's own subcommand.
 

@@ -6,7 +6,8 @@ conditions (fp8rl.report.mechanism), `STABILITY` ones in tiers with a noise-dose
 (fp8rl.report.stability_plots), `STUDY_SURVIVAL` and `STUDY_GAP` in study tiers without one (a survival
 curve per arm, fp8rl.report.study_survival; each arm's reward gap to the control per step,
 fp8rl.report.study_gap), `STUDY_ENDPOINT` in every study tier (each arm's endpoint,
-fp8rl.report.study_endpoint). `ReportPaths` lists the files from here and the HTML report takes the
+fp8rl.report.study_endpoint), `HELDOUT_CURVE` in tiers that score their kept checkpoints
+(fp8rl.report.heldout_curve). `ReportPaths` lists the files from here and the HTML report takes the
 captions from here; the drawing modules key their builders by these names. No matplotlib: the DAG reads
 this to know a report's outputs.
 """
@@ -51,7 +52,19 @@ STUDY_ENDPOINT = {
     "study_endpoint": "Each arm's pre-registered endpoint: mean over the units with its 95% t-interval, each "
     "unit's value a dot; shaded: the bf16 control's interval",
 }
-CAPTIONS = {**CORE, **MECHANISM, **STABILITY, **STUDY_SURVIVAL, **STUDY_GAP, **STUDY_ENDPOINT}
+HELDOUT_CURVE = {
+    "heldout_curve": "The held-out bf16 endpoint over training: each arm's mean over the units at its base "
+    "(step 0), every kept checkpoint and the final one, with its 95% t-interval",
+}
+CAPTIONS = {
+    **CORE,
+    **MECHANISM,
+    **STABILITY,
+    **STUDY_SURVIVAL,
+    **STUDY_GAP,
+    **STUDY_ENDPOINT,
+    **HELDOUT_CURVE,
+}
 
 
 def caption(name: str, axis: str | None = None) -> str:

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fp8rl.report.figures import CORE, MECHANISM, STABILITY, STUDY_ENDPOINT, STUDY_GAP, STUDY_SURVIVAL
+from fp8rl.report.figures import (
+    CORE,
+    HELDOUT_CURVE,
+    MECHANISM,
+    STABILITY,
+    STUDY_ENDPOINT,
+    STUDY_GAP,
+    STUDY_SURVIVAL,
+)
 from fp8rl.run_files import RUNS_DIR, RootPath
 from fp8rl.vocabulary import NO_CONDITION
 
@@ -53,6 +61,10 @@ ACCEPTANCE_TABLES = ("acceptance",)
 # only for a study with a `failure_search` section: the search's rule read off its tables per setting
 # (fp8rl.report.failure_search)
 FAILURE_SEARCH_TABLES = ("failure_search",)
+# only for a tier that keeps checkpoints (`schedule.keep_every`) and has the held-out endpoint: the held-out
+# endpoint over training per arm (fp8rl.report.heldout_curve)
+HISTORY_TABLES = ("heldout_curve",)
+HISTORY_PLOTS = tuple(HELDOUT_CURVE)
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,7 @@ class ReportPaths:
     acceptance: bool = False  # the config has an `acceptance` section: its table too
     samples: bool = False  # the runs log samples: the text at failure too
     failure_search: bool = False  # the study is a failure search: its rule per setting and decision too
+    history: bool = False  # kept checkpoints scored on the held-out endpoint: its curve per arm too
 
     @classmethod
     def for_tier(
@@ -81,6 +94,7 @@ class ReportPaths:
         acceptance: bool = False,
         samples: bool = False,
         failure_search: bool = False,
+        history: bool = False,
     ) -> ReportPaths:
         return cls(
             Path(results_dir) / tier,
@@ -91,6 +105,7 @@ class ReportPaths:
             acceptance,
             samples,
             failure_search and study,
+            history,
         )
 
     @classmethod
@@ -134,6 +149,7 @@ class ReportPaths:
             + (ACCEPTANCE_TABLES if self.acceptance else ())
             + (SAMPLES_TABLES if self.samples else ())
             + (FAILURE_SEARCH_TABLES if self.failure_search else ())
+            + (HISTORY_TABLES if self.history else ())
         )
         plots = (
             PLOTS
@@ -141,6 +157,7 @@ class ReportPaths:
             + (STABILITY_PLOTS if self.stability else ())
             + (SURVIVAL_PLOTS if self.survival else ())
             + (STUDY_PLOTS if self.study else ())
+            + (HISTORY_PLOTS if self.history else ())
         )
         out = [self.table(t, ext) for t in tables for ext in ("csv", "md")]
         out += [self.plot(p, ext) for p in plots for ext in PLOT_FORMATS]
@@ -169,7 +186,8 @@ def report_flags(cfg: ExperimentConfig) -> dict[str, bool]:
     conditions matrix has only its bf16 runs), `stability` (those conditions are a noise axis:
     `noise_axis`), `study` (a pre-registered study section, with its survival per arm), `heldout` (a
     study with the held-out endpoint), `acceptance` (a testbed's acceptance section), `samples` (the runs
-    log samples: the text at failure), `failure_search` (a study with a failure rule)."""
+    log samples: the text at failure), `failure_search` (a study with a failure rule), `history` (the
+    held-out endpoint of every kept checkpoint: `eval.heldout` and `schedule.keep_every`)."""
     mechanism = any(r.condition not in (None, NO_CONDITION) for r in cfg.runs())
     return {
         "mechanism": mechanism,
@@ -182,6 +200,7 @@ def report_flags(cfg: ExperimentConfig) -> dict[str, bool]:
         "acceptance": cfg.acceptance is not None,
         "samples": bool(cfg.schedule.log_samples),
         "failure_search": cfg.study is not None and cfg.failure_search is not None,
+        "history": cfg.eval.heldout is not None and cfg.schedule.keep_every is not None,
     }
 
 
@@ -196,6 +215,7 @@ def report_outputs(
     acceptance: bool = False,
     samples: bool = False,
     failure_search: bool = False,
+    history: bool = False,
 ) -> list[str]:
     """The report rule's output paths as strings (for a Snakefile); `mechanism`: the matrix has FP8
     conditions; `stability`: they are a noise axis (`noise_axis`); `study`: the config has a `study`
@@ -210,5 +230,6 @@ def report_outputs(
         acceptance=acceptance,
         samples=samples,
         failure_search=failure_search,
+        history=history,
     )
     return [str(p) for p in paths.outputs()]

@@ -23,6 +23,7 @@ from fp8rl.report.control import control_summary, control_table, control_view, n
 from fp8rl.report.endpoints import FLOAT_FORMAT, endpoints_table, endpoints_view
 from fp8rl.report.endpoints import notes as endpoint_notes
 from fp8rl.report.figures import caption
+from fp8rl.report.heldout_curve import heldout_curve_section
 from fp8rl.report.load import STATUSES, RunSet, load_tier
 from fp8rl.report.markdown import (
     COMPARISON_NOTES,
@@ -379,6 +380,7 @@ BUILDERS: tuple[Callable[[ReportData], Section], ...] = (
     study_section,
     secondary_section,
     survival_section,
+    heldout_curve_section,
     failure_search_section,
     stability_section,
     failure_text_section,

@@ -256,9 +256,9 @@ def _caveats(
 
 
 # The figures the arms section shows, in its order: the endpoint per arm, then (where drawn) the time to
-# divergence per arm and the fraction diverged along the noise axis (a target-KL sweep's
-# stability-vs-mismatch curve).
-ARMS_FIGURES = ("study_endpoint", "study_survival", "breaking_dose")
+# divergence per arm, the fraction diverged along the noise axis (a target-KL sweep's
+# stability-vs-mismatch curve) and the held-out endpoint over training (a tier that keeps checkpoints).
+ARMS_FIGURES = ("study_endpoint", "study_survival", "breaking_dose", "heldout_curve")
 LEADERBOARD_LEAD = (
     "The arms ranked by the pre-registered endpoint (tables/arms.md), highest first: a rank is not a test "
     "(the planned contrasts above are); `diverged`: runs flagged by a detector (tables/study_survival.md)."

@@ -124,3 +124,35 @@ def test_heldout_cli_scores_history_and_endpoints(tier, train, tmp_path, restore
     assert ends.loc[spec.run_id, "endpoint"] == scores["sampled_reward"]["value"]
     with pytest.raises(Exception, match="held-out endpoint: it needs eval.heldout"):
         load_config(write_config(tmp_path / "t.yaml", {"study": study}))
+
+    # the history suite scores every kept checkpoint as `fp8rl eval heldout` scores one: step 1 as the
+    # mid-run score above, step 3 (the final weights) as the final checkpoint's
+    kept_cfg = write_config(tmp_path / "k.yaml", {**HELDOUT, "schedule.keep_every": 1})
+    hist_out = out / "eval" / "heldout_history.json"
+    history_args = ["eval", "heldout-history", "--config", str(kept_cfg), "--data", str(root / "data")]
+    assert main([*history_args, "--checkpoint", str(out / "checkpoint"), "--out", str(hist_out)]) == 0
+    history = json.loads(hist_out.read_text())
+    assert history["suite"] == "heldout_history" and history["results"] == []
+    assert [e["step"] for e in history["history"]] == [1, 2, 3]
+    by_step = {e["step"]: {r["metric"]: r["value"] for r in e["results"]} for e in history["history"]}
+    assert by_step[1] == {r["metric"]: r["value"] for r in json.loads(mid.read_text())["results"]}
+    assert by_step[3] == {m: r["value"] for m, r in scores.items()}
+    assert "heldout step 1" in capsys.readouterr().out
+    # without keep_every the suite refuses before loading a model
+    assert main([*history_args[:3], str(config), *history_args[4:], "--checkpoint", str(out / "checkpoint"),
+                 "--out", str(tmp_path / "no.json")]) == 2  # fmt: skip
+    assert not (tmp_path / "no.json").exists()
+
+    # the report's curve for the run: its base at step 0, then each kept step (the last one the final's)
+    from fp8rl.report.heldout_curve import curve_points
+
+    kcfg = load_config(kept_cfg)
+    ends = endpoints_table(load_tier(kcfg, tmp_path / "runs"), kcfg, tmp_path / "runs")
+    points, problems = curve_points(ends, kcfg, tmp_path / "runs")
+    assert problems == []
+    mine = points[points["run_id"] == spec.run_id]
+    assert list(mine["step"]) == [0, 1, 2, 3]
+    assert list(mine["value"]) == [
+        base_doc["sampled_reward"],
+        *(by_step[s]["sampled_reward"] for s in (1, 2, 3)),
+    ]

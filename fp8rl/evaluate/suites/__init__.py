@@ -1,5 +1,6 @@
 """The evaluation suites, one module each, registered by name (`_registry`): `lm_eval` (lm-eval tasks),
-`agent` (the function-calling benchmark), `heldout` (the held-out bf16 endpoint).
+`agent` (the function-calling benchmark), `heldout` (the held-out bf16 endpoint), `heldout_history` (that
+endpoint at every checkpoint `schedule.keep_every` kept).
 
 Adding a suite is one module here, named after it, that registers an `EvalSuite` under the module's own
 name, plus its test (CONTRIBUTING.md): every module of this package is imported below, and

@@ -121,7 +121,7 @@ def test_a_new_suite_is_one_file(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got["suites"] == ["lm_eval", "agent", "heldout", "echo"] and got["registered"]
+    assert got["suites"] == ["lm_eval", "agent", "heldout", "heldout_history", "echo"] and got["registered"]
     assert got["file"] == "eval/echo.json"
     assert got["jobs"] == [["eval", ["lm_eval", "agent", "echo"]]]
     assert "eval.suites.echo" in got["bad"] and "scale" in got["bad"]
