@@ -16,7 +16,8 @@ What verl cannot run is refused here, in one place, with an `AdapterError` namin
 refusal comes before any job starts): `rowwise` (Megatron has no per-row recipe), `fp8.format: e5m2` on
 a tensor-scaled recipe (Megatron takes e4m3 or hybrid), `fp8.noise_scale` other than 1 (the reference
 trainer's emulation only), `calib.reference: shadow` (verl's actor exposes no unquantized re-scoring
-pass to the loss; use `run`), a correction verl cannot run (`matrix.variants`: score centering, whose
+pass to the loss; use `run`), the reference trainer's own schedule keys (`schedule.sampler_draw` other
+than `multinomial`, `schedule.keep_every`), a correction verl cannot run (`matrix.variants`: score centering, whose
 top-k inputs verl 0.9.1 neither collects nor hands a loss; fp8rl.adapters.verl_corrections), and a model
 without a size or GPUs.
 """
@@ -158,6 +159,13 @@ def _run_problems(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> list[Ad
             "rollout draws its tokens in vLLM's sampler, which this key cannot set (leave it at "
             "'multinomial' with backend 'verl')",
             key=("schedule", "sampler_draw"),
+        ))  # fmt: skip
+    if cfg.schedule.keep_every is not None:
+        out.append(AdapterError(
+            "schedule.keep_every: the checkpoint history (`checkpoints/step{N}/`, the held-out curve's "
+            "input) is the reference trainer's; verl keeps its own sharded checkpoints (trainer.save_freq), "
+            "which fp8rl does not convert (leave it unset with backend 'verl')",
+            key=("schedule", "keep_every"),
         ))  # fmt: skip
     refused = check_corrections(cfg, spec.spec)
     if refused:

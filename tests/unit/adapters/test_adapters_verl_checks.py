@@ -69,6 +69,7 @@ def test_a_conditions_refusal_names_the_condition_key():
         ("matrix.granularities=[rowwise]", "matrix.granularities: 'rowwise'"),
         ("calib.reference=shadow", "calib.reference: 'shadow'"),
         ("schedule.sampler_draw=inverse_cdf", "schedule.sampler_draw: 'inverse_cdf' is the reference"),
+        ("schedule.keep_every=50", "schedule.keep_every: the checkpoint history"),
     ],
 )
 def test_config_validate_refuses_what_verl_refuses(override, needle, capsys):
