@@ -1,7 +1,7 @@
 """Every check of an experiment config beyond its schema, in one list.
 
 What the task needs of the config (fp8rl.engine.tasks, fp8rl.adapters.math_data), what its backend
-can run (the verl backend's refusals, fp8rl.adapters.verl_overrides), whether bfcl-eval can prompt
+can run (the verl backend's refusals, fp8rl.adapters.verl_support), whether bfcl-eval can prompt
 its models (fp8rl.evaluate.bfcl), whether the eval tasks exist (fp8rl.evaluate.eval_tasks) and whether the math evals can be asked in the training format
 (fp8rl.evaluate.answer_format), and the options of the eval suites `eval.suites` names
 (fp8rl.evaluate.suites). `fp8rl config validate`, the
@@ -22,7 +22,7 @@ from pathlib import Path
 from fp8rl.adapters.hub import read_record
 from fp8rl.adapters.math_data import task_problems
 from fp8rl.adapters.preflight import exclusion_problems, meta_weight_modules, report
-from fp8rl.adapters.verl_overrides import verl_problems
+from fp8rl.adapters.verl_support import verl_problems
 from fp8rl.config_loader import ConfigError, load_config
 from fp8rl.engine.tasks import config_problems
 from fp8rl.evaluate.answer_format import answer_format_problems

@@ -1,6 +1,8 @@
 """The cluster path: run the paper matrix through verl (Ray, Megatron/Transformer Engine, vLLM).
 
 - `verl_overrides`: one matrix cell of the typed config -> verl's Hydra overrides (`ppo_megatron_trainer`).
+- `verl_support`: what the verl backend can run of a config, refused by key before any job starts.
+- `verl_fp8`: a run's Megatron / Transformer Engine FP8 recipe (`MEGATRON_RECIPES`).
 - `verl_model`: a model's size and its parallel layout on the GPUs; `AdapterError`, the backend's refusal.
 - `verl_sizing`: how long, how big and how often: the training jobs sized from the model and the schedule.
 - `verl_policy`: what every fp8rl policy loss in verl shares (`verl_policy_loss`: verl's signature, checked

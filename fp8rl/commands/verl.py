@@ -33,7 +33,7 @@ from fp8rl.commands.common import (
 
 def _setup(args: argparse.Namespace):
     from fp8rl.adapters.verl_model import AdapterError
-    from fp8rl.adapters.verl_overrides import check_verl_support
+    from fp8rl.adapters.verl_support import check_verl_support
     from fp8rl.config.runs import find_run
     from fp8rl.config_loader import load_config
 
@@ -128,8 +128,8 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
 
     from fp8rl.adapters.rehearse_jobs import Context, planned, rehearse_jobs
     from fp8rl.adapters.verl_model import AdapterError
-    from fp8rl.adapters.verl_overrides import check_verl_support
     from fp8rl.adapters.verl_rehearse import job_types
+    from fp8rl.adapters.verl_support import check_verl_support
     from fp8rl.config.runs import find_run
     from fp8rl.config_loader import load_config
 

@@ -164,7 +164,7 @@ class ExperimentConfig(Strict):
         unknown = [k for k in self.limits if k not in LIMITS]
         if unknown:
             raise ValueError(f"limits.{unknown[0]}: unknown key; allowed keys here: {', '.join(LIMITS)}")
-        # What the verl backend can run is checked by fp8rl.adapters.verl_overrides.verl_problems, one of
+        # What the verl backend can run is checked by fp8rl.adapters.verl_support.verl_problems, one of
         # the checks `fp8rl config validate` and the Snakefile run (fp8rl.validation.CONFIG_CHECKS).
         self._check_mini_batches()
         if self.sft.bases is not None:

@@ -1,6 +1,6 @@
 """On an FP8 GPU: Transformer Engine's FP8 linear per recipe vs fp8rl's emulation of the same recipe.
 
-The verl backend trains with TE's recipes (verl_overrides.MEGATRON_RECIPES); the smoke/cpu tiers emulate
+The verl backend trains with TE's recipes (verl_fp8.MEGATRON_RECIPES); the smoke/cpu tiers emulate
 them (fp8rl.fp8). On the same inputs and weights, TE's output and gradients must sit much closer to the
 emulation than either sits to the unquantized fp32 result: they make the same quantization error.
 Skipped without CUDA, Transformer Engine, or the compute capability the recipe needs.

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fp8rl.adapters.verl_model import AdapterError
-from fp8rl.adapters.verl_overrides import check_verl_support, verl_problems
+from fp8rl.adapters.verl_support import check_verl_support, verl_problems
 from fp8rl.cli import main
 from fp8rl.commands.config import CONFIG_CHECKS
 from fp8rl.config_loader import ConfigError, load_config

@@ -12,7 +12,8 @@ from fp8rl.adapters.verl_data import verl_rows, write_parquet
 from fp8rl.adapters.verl_launch import render_script
 from fp8rl.adapters.verl_metrics import convert_row, import_log, import_rows, run_status
 from fp8rl.adapters.verl_model import AdapterError, parallelism
-from fp8rl.adapters.verl_overrides import VerlPaths, check_verl_support, deviations, loss_spec, verl_overrides
+from fp8rl.adapters.verl_overrides import VerlPaths, deviations, loss_spec, verl_overrides
+from fp8rl.adapters.verl_support import check_verl_support
 from fp8rl.commands.config import CONFIG_CHECKS
 from fp8rl.config import StabilityConfig
 from fp8rl.config.runs import RunSpec

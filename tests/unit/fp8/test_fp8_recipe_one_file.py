@@ -38,7 +38,7 @@ def block64(fmt: str, delayed_kw: dict) -> Recipe:
 PROBE = """
 import json, sys
 import torch
-from fp8rl.adapters.verl_overrides import verl_problems
+from fp8rl.adapters.verl_support import verl_problems
 from fp8rl.config_loader import load_config
 from fp8rl import vocabulary
 from fp8rl.config import ExperimentConfig, expand_matrix
@@ -98,5 +98,5 @@ def test_a_new_recipe_is_one_file(tmp_path):
     assert out["run_ids"] == ["grpo/tiny/bf16/none/seed0", "grpo/tiny/fp8/block64/seed0"]
     assert out["blocks"] == [64, 64] and out["finite"]
     assert (out["layer"], out["layer_recipe"]) == ("FP8Linear", "block64")
-    # the verl backend refuses it by name until fp8rl.adapters.verl_overrides maps it to a TE recipe
+    # the verl backend refuses it by name until fp8rl.adapters.verl_fp8 maps it to a TE recipe
     assert any("'block64' has no Megatron/Transformer Engine recipe" in m for m in out["verl"]), out["verl"]

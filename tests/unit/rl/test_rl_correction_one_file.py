@@ -41,7 +41,7 @@ from fp8rl import vocabulary
 from fp8rl.config import ExperimentConfig, expand_matrix
 from fp8rl.rl.corrections import REGISTRY, rollout_correction
 from fp8rl.report.mechanism import FP8_VARIANTS
-from fp8rl.adapters.verl_overrides import verl_problems
+from fp8rl.adapters.verl_support import verl_problems
 from fp8rl.config_loader import load_config
 
 cfg = ExperimentConfig.model_validate({
