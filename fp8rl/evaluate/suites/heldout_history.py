@@ -84,7 +84,8 @@ def run(job: SuiteJob) -> None:
             scores = score_checkpoint(cfg, folder, rows)
             results = [TaskResult("heldout", s.metric, s.value, s.stderr, s.n) for s in scores]
             history.append(history_entry(step, folder, results, checkpoint_digest(folder)))
-            print("heldout step " + f"{step:<6} " + "  ".join(f"{r.metric} {r.value:.4f}" for r in results))
+            scored = "  ".join(f"{r.metric} {r.value:.4f}" for r in results)
+            print(f"heldout step {step:<6} {scored}")
         prov = provenance(config_digest=cfg.digest())
         prov["eval"] = {
             "sampler": "bf16-emulated",
