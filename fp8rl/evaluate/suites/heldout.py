@@ -10,12 +10,25 @@ from fp8rl.evaluate.eval_tasks import EvalInputError
 from fp8rl.evaluate.suites._registry import EvalSuite, SuiteJob, register_suite
 
 
+def heldout_provenance(cfg) -> dict:
+    """A held-out result's provenance: the run's and, under `eval`, how the endpoint sampled."""
+    from fp8rl.provenance import provenance
+
+    prov = provenance(config_digest=cfg.digest())
+    prov["eval"] = {
+        "sampler": "bf16-emulated",
+        **cfg.eval.heldout.model_dump(),
+        "temperature": cfg.schedule.temperature,
+        "max_new_tokens": cfg.schedule.max_new_tokens,
+    }
+    return prov
+
+
 def run(job: SuiteJob) -> None:
     from fp8rl.checkpoint_files import CheckpointError, checkpoint_digest, verify_files
     from fp8rl.engine.heldout import heldout_rows, score_checkpoint
     from fp8rl.evaluate.schema import TaskResult, write_eval
     from fp8rl.locks import hold_lock
-    from fp8rl.provenance import provenance
 
     cfg, checkpoint, out = job.cfg, job.checkpoint, job.out
     if cfg.eval.heldout is None:
@@ -30,13 +43,7 @@ def run(job: SuiteJob) -> None:
     with hold_lock(out.with_name(f".{out.name}.lock"), "wait for that evaluation to end"):
         scores = score_checkpoint(cfg, checkpoint, rows)
         results = [TaskResult("heldout", s.metric, s.value, s.stderr, s.n) for s in scores]
-        prov = provenance(config_digest=cfg.digest())
-        prov["eval"] = {
-            "sampler": "bf16-emulated",
-            **cfg.eval.heldout.model_dump(),
-            "temperature": cfg.schedule.temperature,
-            "max_new_tokens": cfg.schedule.max_new_tokens,
-        }
+        prov = heldout_provenance(cfg)
         write_eval(out, checkpoint, "heldout", results, prov, checkpoint_digest=checkpoint_digest(checkpoint))
     for r in results:
         print(f"heldout  {r.metric:<16} {r.value:.4f} ± {r.stderr:.4f}  (n={r.n})")

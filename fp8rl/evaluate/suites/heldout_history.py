@@ -62,8 +62,8 @@ def run(job: SuiteJob) -> None:
     from fp8rl.checkpoint_files import CheckpointError, checkpoint_digest, verify_files
     from fp8rl.engine.heldout import heldout_rows, score_checkpoint
     from fp8rl.evaluate.schema import TaskResult
+    from fp8rl.evaluate.suites.heldout import heldout_provenance
     from fp8rl.locks import hold_lock
-    from fp8rl.provenance import provenance
 
     cfg, checkpoint, out = job.cfg, job.checkpoint, job.out
     if cfg.eval.heldout is None or cfg.schedule.keep_every is None:
@@ -86,14 +86,8 @@ def run(job: SuiteJob) -> None:
             history.append(history_entry(step, folder, results, checkpoint_digest(folder)))
             scored = "  ".join(f"{r.metric} {r.value:.4f}" for r in results)
             print(f"heldout step {step:<6} {scored}")
-        prov = provenance(config_digest=cfg.digest())
-        prov["eval"] = {
-            "sampler": "bf16-emulated",
-            **cfg.eval.heldout.model_dump(),
-            "keep_every": cfg.schedule.keep_every,
-            "temperature": cfg.schedule.temperature,
-            "max_new_tokens": cfg.schedule.max_new_tokens,
-        }
+        prov = heldout_provenance(cfg)
+        prov["eval"]["keep_every"] = cfg.schedule.keep_every
         write_history(out, checkpoint, history, prov)
     if not kept:
         print(f"heldout history: {checkpoint.parent} kept no checkpoint (it stopped before step "
