@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -28,6 +29,9 @@ from fp8rl.report.endpoints import read_json_object
 from fp8rl.report.figures import HELDOUT_CURVE
 from fp8rl.run_files import RunDir
 from fp8rl.stats.intervals import sample_sd, t_interval
+
+if TYPE_CHECKING:
+    from fp8rl.report.pipeline import ReportData, Section
 
 COLUMNS = ["arm", "step", "units", "mean", "low", "high", "sd"]
 USED = ("ok", "diverged")
@@ -168,7 +172,7 @@ def write_heldout_curve_plot(
     return out
 
 
-def heldout_curve_section(data) -> tuple[list, list]:
+def heldout_curve_section(data: ReportData) -> Section:
     """The report's section (fp8rl.report.pipeline): the table and its figure, where the tier scores its
     kept checkpoints (`ReportPaths.history`)."""
     if not data.paths.history:
