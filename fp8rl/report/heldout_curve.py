@@ -27,6 +27,7 @@ import pandas as pd
 from fp8rl.config import ExperimentConfig
 from fp8rl.report.endpoints import read_json_object
 from fp8rl.report.figures import HELDOUT_CURVE
+from fp8rl.report.methods import value_range
 from fp8rl.run_files import RunDir
 from fp8rl.stats.intervals import sample_sd, t_interval
 
@@ -108,7 +109,9 @@ def curve_points(
 
 def curve_table(points: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
     """Per arm (in the study's order, else first seen) and step: the units with a score there, their
-    mean with its 95 % t-interval and SD (units: base means with `study.unit: base`, else runs)."""
+    mean with its 95 % t-interval, cut to [0, 1] (a held-out score is a proportion), and SD (units: base
+    means with `study.unit: base`, else runs)."""
+    metric = curve_metric(cfg)
     by_base = cfg.study is not None and cfg.study.unit == "base"
     order = list(cfg.study.arms) if cfg.study is not None else list(dict.fromkeys(points["arm"]))
     rows = []
@@ -116,7 +119,7 @@ def curve_table(points: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
         sub = points[points["arm"] == arm]
         for step, at in sub.groupby("step", sort=True):
             units = at.groupby("base", sort=False)["value"].mean() if by_base else at["value"]
-            ci = t_interval(units)
+            ci = t_interval(units, bounds=value_range(f"heldout/{metric}"))
             rows.append({"arm": arm, "step": int(step), "units": ci.n, "mean": ci.estimate, "low": ci.low,
                          "high": ci.high, "sd": sample_sd(units)})  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -22,6 +22,7 @@ from fp8rl.vocabulary import (
     CLIP_LOW_ALL,
     CLIP_LOW_NEG,
     GIBBERISH_RATE,
+    HELDOUT_METRICS,
     MISMATCH_KL_K3,
     RESP_LEN_MEAN,
 )
@@ -76,6 +77,7 @@ EVAL_PROPORTIONS = frozenset(
         "name_accuracy",
         "parse_rate",
         "math_verify",
+        *HELDOUT_METRICS,  # `heldout/{metric}`: means of a 0/1 verifier reward or format check
     }
 )
 # metrics that cannot be negative (k3 = (r - 1) - log r >= 0 per token; entropy, lengths, KL penalty)

@@ -141,7 +141,8 @@ def test_the_tables_intervals_cover_95_percent_at_few_seeds(seeds):
 
 def test_proportions_are_declared_and_their_intervals_stay_in_0_1():
     for name in ("clip/low_neg", "phantom/missed_neg", "acc/mean", "gibberish/rate", "tool_call/name_accuracy",
-                 "arith_gen/exact_match", "gsm8k/exact_match,flexible-extract", "aime24/avg@16"):  # fmt: skip
+                 "arith_gen/exact_match", "gsm8k/exact_match,flexible-extract", "aime24/avg@16",
+                 "heldout/greedy_acc", "heldout/sampled_reward", "heldout/sampled_format"):  # fmt: skip
         assert is_proportion(name) and value_range(name) == (0.0, 1.0) and delta_range(name) == (-1.0, 1.0)
     for name in ("mismatch/kl_k3", "reward/mean", "calib/low", "entropy", "loss/pg"):
         assert not is_proportion(name)
