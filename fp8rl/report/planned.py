@@ -38,6 +38,7 @@ import pandas as pd
 from fp8rl.config import ContrastConfig, ExperimentConfig, StudyConfig, arm_cell
 from fp8rl.report import paired
 from fp8rl.report.formats import cell_interval, cell_num
+from fp8rl.report.methods import value_range
 from fp8rl.stats.intervals import finite, finite_mean, sample_sd, t_interval
 from fp8rl.stats.multiplicity import ADJUSTMENTS
 from fp8rl.stats.power import welch_power
@@ -177,7 +178,7 @@ def arm_endpoints(endpoints: pd.DataFrame, cfg: ExperimentConfig, column: str = 
 
 def arms_table(cfg: ExperimentConfig, per_arm: pd.DataFrame, endpoints: pd.DataFrame) -> pd.DataFrame:
     """One row per arm: the endpoint over its units (seeds, or base means with `unit: base`) from
-    `per_arm` (`arm_endpoints`), and the seed means of the descriptive per-run values (`DESCRIPTIVE`) of
+    `per_arm` (`arm_endpoints`), its interval cut to the metric's range (a held-out score's to [0, 1]), and the seed means of the descriptive per-run values (`DESCRIPTIVE`) of
     its runs that trained, from endpoints.csv's frame."""
     by_base = cfg.study.unit == "base"
     rows = []
@@ -189,7 +190,7 @@ def arms_table(cfg: ExperimentConfig, per_arm: pd.DataFrame, endpoints: pd.DataF
         if by_base:
             units, n_bases = paired.arm_units(per_arm, arm)
             bases = {"bases": n_bases}
-        ci = t_interval(units)
+        ci = t_interval(units, bounds=value_range(cfg.study.endpoint.metric))
         rows.append(
             {
                 "arm": arm,
