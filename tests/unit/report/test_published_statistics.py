@@ -109,6 +109,24 @@ def test_arm_intervals_rebuild_from_the_published_endpoints():
             assert FLOAT % ours == FLOAT % theirs
 
 
+def test_held_out_arm_intervals_are_base_mean_t_intervals_cut_to_0_1():
+    """The longform tier's arms (a held-out score, the base as the unit), without fp8rl's statistics:
+    each base's mean over its runs, scipy's t-interval over the bases, cut to [0, 1]; two arms' intervals
+    reach below 0 before the cut, so the cut is what the published bounds show."""
+    arms = published("longform", "arms")
+    ep = study_endpoints("longform")
+    cut = 0
+    for r in arms.itertuples(index=False):
+        means = ep[ep["arm"] == r.arm].dropna(subset=["endpoint"]).groupby("base")["endpoint"].mean()
+        low, high = stats.t.interval(0.95, len(means) - 1, loc=means.mean(), scale=stats.sem(means))
+        if means.nunique() == 1:  # every base alike (e.g. all at 0): a zero-width interval, not scipy's NaN
+            low = high = means.iloc[0]
+        cut += low < 0
+        assert (r.bases, FLOAT % r.endpoint) == (len(means), FLOAT % means.mean())
+        assert (FLOAT % r.low, FLOAT % r.high) == (FLOAT % max(low, 0.0), FLOAT % min(high, 1.0)), r.arm
+    assert cut == 2
+
+
 @pytest.mark.parametrize("tier", ["smoke", "ci", "learn", "mechanism", "clipping"])
 def test_control_rebuilds_from_the_published_endpoints(tier):
     ep = published(tier, "endpoints")
