@@ -6,6 +6,8 @@ published tables, each a template bound to a tier:
   and noise dose (`stability.csv`) or per arm (`study_survival.csv`), said as the tier's SUMMARY.md says
   them (fp8rl.report.findings), and for the clipping tier what calibration did to the clipping itself
   (`arms.csv`, `endpoints.csv`);
+- a study's leaderboard with each arm's cost per step (`arms.csv`, `study_survival.csv`, `throughput.csv`),
+  bound to the corrections' comparison, whose README quote it becomes once that tier is published;
 - a dose sweep's divergence table (`stability.csv`, `breaking_dose.csv`);
 - the measurement re-read: where each FP8 setting sits in the field's units (`mismatch.csv`,
   fp8rl.report.mismatch_table) and the study on the held-out bf16 endpoint (`secondary.csv`,
@@ -121,6 +123,49 @@ def entropy_line(published: Path, tier: str) -> str | None:
     return (
         f"- Entropy after the baseline steps, over its baseline (a surge would be several times it): each "
         f"arm's median run {medians}; the highest run {num(top['peak_entropy_rel'])} ({top['arm']})."
+    )
+
+
+@quoted_block("corrections-leaderboard", tier="corrections", reference="tis")
+def leaderboard_quote(published: Path, tier: str, reference: str) -> str:
+    """A study tier's arms ranked by the endpoint as its SUMMARY.md ranks them (`arms.csv`,
+    `study_survival.csv`; fp8rl.report.study_endpoint.leaderboard), then each arm's cost per step in the
+    study's order (`throughput.csv`, the mean over the arm's runs): seconds, the ratio to the `reference`
+    arm's step and to the bf16 one, and the BF16 shadow's passes as a share of the other phases (the
+    calibration's, and the diagnostic pass every FP8 arm runs on a sample of rows). Descriptive."""
+    from fp8rl.report.study_endpoint import leaderboard
+
+    arms = published_table(published, tier, "arms")
+    cost = published_table(published, tier, "throughput").fillna({"condition": "none"})
+    cost.index = [
+        "/".join(map(str, k)) for k in cost[["algo", "model", "variant", "granularity", "condition"]].values
+    ]
+    missing = sorted(set(arms["cell"]) - set(cost.index))
+    if missing:
+        raise QuoteError(f"{published / tier}/tables/throughput.csv: no row for the arms' cells {missing}")
+    step = dict(zip(arms["arm"], cost.loc[arms["cell"], "step_time_s"], strict=True))
+    if reference not in step:
+        raise QuoteError(f"{published / tier}/tables/arms.csv: no arm {reference!r} to compare the cost with")
+    rows = [
+        [f"`{r['arm']}`", num(step[r["arm"]], 2), f"{num(step[r['arm']] / step[reference], 2)}×",
+         f"{num(1 / cost.loc[r['cell'], 'speedup_vs_bf16'], 2)}×", g(cost.loc[r["cell"], "calib_overhead_pct"])]
+        for r in arms.to_dict("records")
+    ]  # fmt: skip
+    header = [
+        "arm",
+        "step (s)",
+        f"step ÷ {reference}'s",
+        "step ÷ bf16's",
+        "BF16 shadow, % of the other phases",
+    ]
+    execution = " and ".join(sorted(set(cost.loc[arms["cell"], "execution"].dropna().astype(str))))
+    return (
+        leaderboard(arms, optional_table(published, tier, "study_survival"))
+        + f"\n\nCost per step (`tables/throughput.md`; the mean over each arm's runs, execution: {execution}; "
+        + "measured beside the tier's other runs). The shadow's share counts the calibration's passes and "
+        + "the diagnostic pass every FP8 arm runs on a sample of rows, so what a correction costs is what "
+        + f"its step adds over `{reference}`'s.\n\n"
+        + markdown_table(header, rows)
     )
 
 

@@ -15,6 +15,7 @@ condition, the reference of the family) shows before the 72 runs end, not after 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -230,3 +231,38 @@ def test_the_cost_per_step_counts_the_shadow_passes_per_arm(tier):
         > table.loc["tis_calib_every20", "step_time_s"]
         > table.loc["tis", "step_time_s"]
     )
+
+
+def test_the_leaderboard_quote_ranks_the_arms_and_prices_their_steps_from_the_tables(tier):
+    """The README's quoted leaderboard (`corrections-leaderboard`) read from the tier's tables as the report
+    wrote them: the arms in the leaderboard's order, then each arm's step against TIS's and bf16's and the
+    shadow's share, each recomputed from the phase times the fixture wrote."""
+    import fp8rl.quotes.studies  # noqa: F401  (registers the block)
+    from fp8rl.quotes.registry import BLOCKS
+    from fp8rl.report.formats import g, num
+
+    cfg, _ = tier
+    text = BLOCKS["corrections-leaderboard"](Path(cfg.results_dir))
+    board, cost = text.split("Cost per step", 1)
+    means = {arm: np.mean([heldout(arm, b) for b in range(BASES) if (arm, b) != FAILED]) for arm in SHIFT}
+    ranked = [
+        line.split(" | ")[1].strip("`")
+        for line in board.splitlines()
+        if line.startswith("| ") and "`" in line
+    ]
+    assert ranked == sorted(means, key=means.get, reverse=True)
+    assert "execution: emulated" in cost
+
+    def mean_step(arm):
+        return np.mean([sum(phase_s(arm, s)) for s in range(1, cfg.schedule.steps + 1)])
+
+    rows = {r[0].strip("| `"): [c.strip(" |") for c in r[1:]] for r in
+            (line.split(" | ") for line in cost.splitlines() if line.startswith("| `"))}  # fmt: skip
+    assert list(rows) == list(cfg.study.arms)  # the study's order
+    for arm, cells in rows.items():
+        per_step = [phase_s(arm, s) for s in range(1, cfg.schedule.steps + 1)]
+        share = 100 * sum(x[3] for x in per_step) / sum(sum(x[:3]) for x in per_step)
+        assert cells == [
+            num(mean_step(arm), 2), f"{num(mean_step(arm) / mean_step('tis'), 2)}×",
+            f"{num(mean_step(arm) / mean_step('bf16'), 2)}×", g(share) if arm != "bf16" else "–",
+        ], arm  # fmt: skip
