@@ -61,6 +61,13 @@ def clipping_per_arm(published: Path, tier: str) -> str:
 @quoted_block("learn-findings", tier="learn")
 @quoted_block("clipping-findings", tier="clipping", clipping=True)
 @quoted_block(
+    "corrections-findings",
+    tier="corrections",
+    endpoint="held-out sampled reward, bf16 sampler",
+    adjusted="Holm",
+    axis="target_kl",
+)
+@quoted_block(
     "longform-findings",
     tier="longform",
     endpoint="held-out sampled reward, bf16 sampler",

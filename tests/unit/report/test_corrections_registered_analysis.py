@@ -8,7 +8,8 @@ Every registered number is recomputed here from the values the fixture wrote, ne
 own tables: the seven planned contrasts against TIS (paired t over bases, scipy.stats.ttest_rel; Holm by
 hand), the four exploratory ones unadjusted, the leaderboard's order, time to instability per arm, the
 bf16 control's verdict, and the cost per step with its calibration share (the per-update arm and the
-every-20-steps one apart). So a mistake in how the report reads this config (an arm's cell, the second
+every-20-steps one apart); and the two README blocks that will quote the tier (its findings, its
+leaderboard with the cost per step) read those tables. So a mistake in how the report reads this config (an arm's cell, the second
 condition, the reference of the family) shows before the 72 runs end, not after their results are read.
 """
 
@@ -266,3 +267,32 @@ def test_the_leaderboard_quote_ranks_the_arms_and_prices_their_steps_from_the_ta
             num(mean_step(arm), 2), f"{num(mean_step(arm) / mean_step('tis'), 2)}×",
             f"{num(mean_step(arm) / mean_step('bf16'), 2)}×", g(share) if arm != "bf16" else "–",
         ], arm  # fmt: skip
+
+
+def test_the_findings_quote_gives_each_planned_decision_holm_makes_and_each_arms_divergences(tier):
+    """The README's quoted findings (`corrections-findings`): the control's verdict, the seven planned
+    contrasts in the registered order with the decision Holm makes over paired t-tests recomputed here,
+    the exploratory ones marked unadjusted, and each arm's divergences as the fixture wrote them."""
+    import fp8rl.quotes.studies  # noqa: F401  (registers the block)
+    from fp8rl.quotes.registry import BLOCKS
+
+    cfg, _ = tier
+    lines = BLOCKS["corrections-findings"](Path(cfg.results_dir)).splitlines()
+    assert lines[0].startswith("- bf16 control") and lines[0].endswith("**learned**.")
+    p = {c.name: stats.ttest_rel(*_paired(c.arm, c.reference)).pvalue for c in cfg.study.planned}
+    rejected, running = set(), 0.0
+    for rank, name in enumerate(sorted(p, key=p.get)):
+        running = max(running, min(1.0, (len(p) - rank) * p[name]))
+        rejected |= {name} if running < cfg.study.alpha else set()
+    planned = lines[1 : 1 + len(p)]
+    assert [line.split(" ", 2)[1] for line in planned] == [c.name for c in cfg.study.planned]
+    for c, line in zip(cfg.study.planned, planned, strict=True):
+        assert "(held-out sampled reward, bf16 sampler, paired t over bases, Holm)" in line
+        assert line.endswith("reject H0: no difference." if c.name in rejected else "not rejected."), line
+    assert sum("Exploratory, not a planned test" in line and "unadjusted" in line for line in lines) == len(
+        cfg.study.exploratory
+    )
+    survival = lines[-1]
+    for arm in SHIFT:
+        trained = BASES - (arm == FAILED[0])
+        assert f" {arm} {sum(a == arm for a, _ in DIVERGED)}/{trained}" in survival, arm
