@@ -9,8 +9,9 @@ own tables: the seven planned contrasts against TIS (paired t over bases, scipy.
 hand), the four exploratory ones unadjusted, the leaderboard's order, time to instability per arm, the
 bf16 control's verdict, and the cost per step with its calibration share (the per-update arm and the
 every-20-steps one apart); and the two README blocks that will quote the tier (its findings, its
-leaderboard with the cost per step) read those tables. So a mistake in how the report reads this config (an arm's cell, the second
-condition, the reference of the family) shows before the 72 runs end, not after their results are read.
+leaderboard with the cost per step) read those tables. So a mistake in how the report reads this
+config (an arm's cell, the second condition, the reference of the family) shows before the 72 runs
+end, not after their results are read.
 """
 
 from __future__ import annotations
