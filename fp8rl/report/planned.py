@@ -178,8 +178,9 @@ def arm_endpoints(endpoints: pd.DataFrame, cfg: ExperimentConfig, column: str = 
 
 def arms_table(cfg: ExperimentConfig, per_arm: pd.DataFrame, endpoints: pd.DataFrame) -> pd.DataFrame:
     """One row per arm: the endpoint over its units (seeds, or base means with `unit: base`) from
-    `per_arm` (`arm_endpoints`), its interval cut to the metric's range (a held-out score's to [0, 1]), and the seed means of the descriptive per-run values (`DESCRIPTIVE`) of
-    its runs that trained, from endpoints.csv's frame."""
+    `per_arm` (`arm_endpoints`), its interval cut to the metric's range (a held-out score's to [0, 1]),
+    and the seed means of the descriptive per-run values (`DESCRIPTIVE`) of its runs that trained, from
+    endpoints.csv's frame."""
     by_base = cfg.study.unit == "base"
     rows = []
     for arm, prefix in cfg.study.arms.items():
