@@ -118,9 +118,10 @@ def test_held_out_arm_intervals_are_base_mean_t_intervals_cut_to_0_1():
     cut = 0
     for r in arms.itertuples(index=False):
         means = ep[ep["arm"] == r.arm].dropna(subset=["endpoint"]).groupby("base")["endpoint"].mean()
-        low, high = stats.t.interval(0.95, len(means) - 1, loc=means.mean(), scale=stats.sem(means))
         if means.nunique() == 1:  # every base alike (e.g. all at 0): a zero-width interval, not scipy's NaN
             low = high = means.iloc[0]
+        else:
+            low, high = stats.t.interval(0.95, len(means) - 1, loc=means.mean(), scale=stats.sem(means))
         cut += low < 0
         assert (r.bases, FLOAT % r.endpoint) == (len(means), FLOAT % means.mean())
         assert (FLOAT % r.low, FLOAT % r.high) == (FLOAT % max(low, 0.0), FLOAT % min(high, 1.0)), r.arm
