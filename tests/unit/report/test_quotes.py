@@ -227,3 +227,37 @@ def test_every_block_the_docs_quote_is_registered_where_it_is_defined():
     assert {fn.__module__ for fn in BLOCKS.values()} <= homes
     with pytest.raises(ValueError, match="smoke-clipping"):
         quoted_block("smoke-clipping")(lambda published: "")
+
+
+def test_the_leaderboard_block_prices_each_arm_against_its_reference_from_a_real_publication(tmp_path):
+    """The corrections' leaderboard generator on the published longform tier (arms, survival and
+    throughput tables as `fp8rl report` wrote them): each arm in the study's order with its step from
+    throughput.csv, the reference arm at exactly 1.00x of itself and bf16 at 1.00x of bf16; a reference
+    that is not an arm of the tier is named."""
+    from fp8rl.quotes.studies import leaderboard_quote
+    from fp8rl.report.formats import num
+
+    published = REPO / "results" / "published"
+    text = leaderboard_quote(published, "longform", reference="tis_kl1e-2")
+    arms = pd.read_csv(published / "longform" / "tables" / "arms.csv")
+    cost = pd.read_csv(published / "longform" / "tables" / "throughput.csv").fillna({"condition": "none"})
+    cells = cost.assign(
+        cell=cost[["algo", "model", "variant", "granularity", "condition"]].agg("/".join, axis=1)
+    )
+    step = dict(zip(cells["cell"], cells["step_time_s"], strict=True))
+    rows = [
+        line.split(" | ") for line in text.split("Cost per step", 1)[1].splitlines() if line.startswith("| `")
+    ]
+    assert [r[0].strip("| `") for r in rows] == list(arms["arm"])
+    for r, cell in zip(rows, arms["cell"], strict=True):
+        assert r[1] == num(step[cell], 2), cell
+    by_arm = {r[0].strip("| `"): r for r in rows}
+    assert by_arm["tis_kl1e-2"][2] == "1.00×" and by_arm["bf16"][3] == "1.00×"
+    with pytest.raises(QuoteError, match="no arm 'tis' to compare the cost with"):
+        leaderboard_quote(published, "longform", reference="tis")
+    shutil.copytree(published / "longform" / "tables", tmp_path / "longform" / "tables")
+    cost[cost["variant"] != "bf16"].to_csv(tmp_path / "longform" / "tables" / "throughput.csv", index=False)
+    with pytest.raises(
+        QuoteError, match=r"throughput.csv: no row for the arms' cells \['grpo/story/bf16/none/none'\]"
+    ):
+        leaderboard_quote(tmp_path, "longform", reference="tis_kl1e-2")
