@@ -96,3 +96,11 @@ def checkpoint_digest(ckpt_dir: str | Path) -> str | None:
                 fh.seek(size - (1 << 20))
                 h.update(fh.read())
     return h.hexdigest()
+
+
+def scored_another_checkpoint(result: dict, checkpoint: Path) -> bool:
+    """Whether an eval result file (`result`, its JSON) scored another checkpoint than `checkpoint`'s
+    files hold now (its `checkpoint_digest` differs: retrained since); False where either digest is
+    unknown (a file written before the digest was recorded, a checkpoint without files)."""
+    scored = result.get("checkpoint_digest")
+    return scored is not None and (now := checkpoint_digest(checkpoint)) is not None and scored != now

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from fp8rl.checkpoint_files import scored_another_checkpoint
 from fp8rl.config import ExperimentConfig
 from fp8rl.report.endpoints import read_json_object
 from fp8rl.report.figures import HELDOUT_CURVE
@@ -62,16 +63,13 @@ def _arm_of(endpoints: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
 def _history(run: RunDir, metric: str, problems: list[str]) -> dict[int, float]:
     """step -> score of the run's kept checkpoints; empty (and a problem) for a history that scored
     another final checkpoint than the run's, or is unreadable."""
-    from fp8rl.checkpoint_files import checkpoint_digest
-
     path = run.eval_file("heldout_history")
     if not path.is_file():
         problems.append(f"{path}: missing; the run has no held-out curve past its base")
         return {}
     try:
         doc = read_json_object(path)
-        scored, now = doc.get("checkpoint_digest"), checkpoint_digest(run.checkpoint)
-        if scored is not None and now is not None and scored != now:
+        if scored_another_checkpoint(doc, run.checkpoint):
             problems.append(f"{path}: scored another checkpoint than the run's (retrained since?); ignored")
             return {}
         out = {}

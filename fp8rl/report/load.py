@@ -45,7 +45,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fp8rl.checkpoint_files import CheckpointError, checkpoint_digest, verify_files
+from fp8rl.checkpoint_files import CheckpointError, scored_another_checkpoint, verify_files
 from fp8rl.config import STEPS_MAX, ExperimentConfig
 from fp8rl.config.runs import RunSpec
 from fp8rl.evaluate.suites import enabled_suites
@@ -174,8 +174,7 @@ def _eval_values(
             f"{path}: the run's checkpoint is damaged ({damage}); scores ignored, retrain the run"
         )
         return []
-    scored = obj.get("checkpoint_digest")  # absent in result files written before it was recorded
-    if scored is not None and (now := checkpoint_digest(checkpoint)) is not None and scored != now:
+    if scored_another_checkpoint(obj, checkpoint):
         problems.append(
             f"{path}: scored another checkpoint than the run's {checkpoint} (checkpoint_digest differs: "
             "retrained since?); scores ignored, evaluate the run again"
