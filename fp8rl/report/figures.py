@@ -14,6 +14,8 @@ this to know a report's outputs.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 CORE = {
     "reward": "Reward and accuracy vs step",
     "resp_len": "Response length vs step",
@@ -73,3 +75,9 @@ def caption(name: str, axis: str | None = None) -> str:
     text = CAPTIONS[name]
     swept = axis not in (None, "noise_scale") and name in STABILITY
     return text.replace("fp8.noise_scale dose", f"fp8.{axis}") if swept else text
+
+
+def captioned(figures: dict[str, list[Path]], axis: str | None = None) -> list[tuple[Path, str]]:
+    """Each written figure (name -> its files, the PNG first) as (PNG, `caption`): what a report section
+    returns for report.html."""
+    return [(files[0], caption(name, axis)) for name, files in figures.items()]

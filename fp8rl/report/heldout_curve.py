@@ -179,7 +179,7 @@ def heldout_curve_section(data: ReportData) -> Section:
     if not data.paths.history:
         return [], []
     from fp8rl.report.endpoints import FLOAT_FORMAT
-    from fp8rl.report.figures import caption
+    from fp8rl.report.figures import captioned
     from fp8rl.report.writer import ReportTable
 
     cfg = data.cfg
@@ -189,4 +189,4 @@ def heldout_curve_section(data: ReportData) -> Section:
     tables = [ReportTable("heldout_curve", "Held-out endpoint over training", "held-out curve", view,
                           notes(cfg, problems), table, float_format=FLOAT_FORMAT)]  # fmt: skip
     figures = write_heldout_curve_plot(table, cfg, data.paths.plots_dir)
-    return tables, [(files[0], caption(name)) for name, files in figures.items()]
+    return tables, captioned(figures)

@@ -22,7 +22,7 @@ from fp8rl.report.control import NOTES as CONTROL_NOTES
 from fp8rl.report.control import control_summary, control_table, control_view, never_ran, void_notes
 from fp8rl.report.endpoints import FLOAT_FORMAT, endpoints_table, endpoints_view
 from fp8rl.report.endpoints import notes as endpoint_notes
-from fp8rl.report.figures import caption
+from fp8rl.report.figures import captioned
 from fp8rl.report.heldout_curve import heldout_curve_section
 from fp8rl.report.load import STATUSES, RunSet, load_tier
 from fp8rl.report.markdown import (
@@ -114,10 +114,6 @@ def load_report_data(cfg: ExperimentConfig, runs_dir: Path, paths: ReportPaths, 
     )
 
 
-def _captions(figures: dict[str, list[Path]], axis: str | None = None) -> list[Figure]:
-    return [(files[0], caption(name, axis)) for name, files in figures.items()]
-
-
 def control_section(data: ReportData) -> Section:
     """Did the bf16 control learn (fp8rl.report.control)."""
     notes = [data.control_info["statement"], *CONTROL_NOTES]
@@ -175,7 +171,7 @@ def study_section(data: ReportData) -> Section:
     tables = study_report_tables(data.cfg, data.endpoints, data.control_info)
     arms = next(t.frame for t in tables if t.name == "arms")
     per_arm = arm_endpoints(data.endpoints, data.cfg)
-    return tables, _captions(write_study_endpoint_plot(arms, per_arm, data.cfg, data.paths.plots_dir))
+    return tables, captioned(write_study_endpoint_plot(arms, per_arm, data.cfg, data.paths.plots_dir))
 
 
 def secondary_section(data: ReportData) -> Section:
@@ -212,7 +208,7 @@ def survival_section(data: ReportData) -> Section:
                           NOTES, table)]  # fmt: skip
     figures = write_study_survival_plot(per_arm, list(cfg.study.arms), plots_dir)
     figures |= write_study_gap_plot(reward_gaps(data.runset, cfg), cfg, plots_dir)
-    return tables, _captions(figures)
+    return tables, captioned(figures)
 
 
 def failure_search_section(data: ReportData) -> Section:
@@ -265,7 +261,7 @@ def stability_section(data: ReportData) -> Section:
                     void_notes(void, [*BREAKING_NOTES, *axis_notes]), breaking),
     ]  # fmt: skip
     figures = write_stability_plots(data.runset, per_run, table, data.paths.plots_dir, axis)
-    return tables, _captions(figures, axis)
+    return tables, captioned(figures, axis)
 
 
 def failure_text_section(data: ReportData) -> Section:
@@ -334,7 +330,7 @@ def comparison_section(data: ReportData) -> Section:
     figures = write_plots(
         data.runset, data.comparison, data.keys, data.throughput, data.paths.plots_dir, clip_bounds, names
     )
-    return tables, _captions(figures)
+    return tables, captioned(figures)
 
 
 def mechanism_section(data: ReportData) -> Section:
@@ -356,7 +352,7 @@ def mechanism_section(data: ReportData) -> Section:
         ReportTable("mechanism", "Mechanism: excess clipping vs FP8 condition", "mechanism",
                     mechanism_view(mechanism), notes, mechanism),
     ]  # fmt: skip
-    return tables, _captions(mechanism_plots(mechanism, data.paths.plots_dir))
+    return tables, captioned(mechanism_plots(mechanism, data.paths.plots_dir))
 
 
 def closing_section(data: ReportData) -> Section:
