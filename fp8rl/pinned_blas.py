@@ -6,7 +6,7 @@ CPU that has the instructions: `OPENBLAS_CORETYPE=Haswell` selects the AVX2 + FM
 x86-64 machine of the project has (Intel or AMD; OpenBLAS's Zen target is the same code). Measured on an
 Intel Xeon (AVX-512, AMX), numpy's bundled OpenBLAS 0.3.31: the Haswell kernel's fp32 GEMMs run 2.3-2.8x
 faster than MKL's COMPATIBLE branch and as fast as MKL's Intel-only AVX2 branch
-(`benchmarks/pinned_blas.py`); the cache sizes OpenBLAS reads (`OPENBLAS_L2_SIZE`) do not change its
+(`benchmarks/gemm_paths.py`); the cache sizes OpenBLAS reads (`OPENBLAS_L2_SIZE`) do not change its
 results; the thread count does between 1 and 2 threads (not between 2, 3 and 8), so, as with MKL's
 conditional reproducibility, the results hold for a fixed thread count (the config's `resources`).
 

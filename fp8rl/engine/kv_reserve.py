@@ -9,7 +9,7 @@ and `update` writes the new states into the next free positions and returns view
 
 Attention therefore sees exactly the tensors it saw before — the same values, the same shape (the
 filled length, not the reserved one), only with the buffer's strides — so the sampled tokens and
-log-probs are the same bit for bit (tests/unit/engine/test_kv_reserve.py compares both caches on the
+log-probs are the same bit for bit (tests/unit/engine/test_engine_kv_reserve.py compares both caches on the
 bf16, FP8 and FP8-KV-cache rollouts of both numerics modes). The cache classes on top (`FP8DynamicCache`
 quantizes states before they reach the layers) are unchanged.
 """
