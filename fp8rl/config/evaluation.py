@@ -29,10 +29,18 @@ class EvalConfig(Strict):
 
     OMIT_AT_DEFAULT = ("answer_format", "heldout", "suites")
 
-    lm_eval_tasks: list[TaskName] = []
-    agent: list[TaskName] = []
+    lm_eval_tasks: list[TaskName] = Field(
+        [],
+        description="lm-eval tasks (evals/lm_eval/ YAMLs, or gsm8k, math500, aime24, aime25) scored on each "
+        "run's final checkpoint -> eval/lm_eval.json",
+    )
+    agent: list[TaskName] = Field(
+        [], description="function-calling tasks (evals/agent/ YAMLs or BFCL categories) -> eval/agent.json"
+    )
     limit: int | None = Field(None, gt=0, description="examples per task; None = all")
-    batch_size: int = Field(16, gt=0)
+    batch_size: int = Field(
+        16, gt=0, description="lm-eval's batch size for the transformers (hf) model; vLLM batches on its own"
+    )
     max_gen_toks: int | None = Field(None, gt=0, description="generation length of every generative task")
     temperature: float | None = Field(None, ge=0.0, description="sampling temperature; 0 = greedy")
     top_p: float | None = Field(None, gt=0.0, le=1.0, description="nucleus sampling (needs temperature > 0)")

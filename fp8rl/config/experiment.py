@@ -78,7 +78,7 @@ class ExperimentConfig(Strict):
         "reproducible",
         description="reproducible: one pinned kernel path on every x86 CPU; fast: the machine's best kernels",
     )
-    models: list[ModelConfig] = Field(min_length=1)
+    models: list[ModelConfig] = Field(min_length=1, description="the base models; matrix.models names them")
     algorithms: AlgorithmsConfig = AlgorithmsConfig()
     matrix: MatrixConfig
     fp8: FP8Config = FP8Config()

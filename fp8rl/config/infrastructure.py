@@ -12,12 +12,23 @@ from fp8rl.config.base import PATH_PART_MAX, Strict, is_safe_path, long_path_par
 
 
 class Resources(Strict):
+    """What one job of a rule asks for (`resources.<rule>`; a rule without its own entry takes
+    `resources.default`): threads, memory, runtime and GPUs, and on Slurm its partition, account and
+    retries."""
+
     OMIT_AT_DEFAULT = ("account",)  # added after configs were published: their digests stay
 
-    threads: int = Field(1, gt=0)
-    mem_mb: int = Field(2000, gt=0)
+    threads: int = Field(
+        1, gt=0, description="CPU threads of one job (also torch's threads in sft and train)"
+    )
+    mem_mb: int = Field(2000, gt=0, description="memory of one job, MB")
     runtime: int = Field(30, gt=0, description="minutes")
-    gpus: int = Field(0, ge=0)
+    gpus: int = Field(
+        0,
+        ge=0,
+        description="GPUs of one job; resources.train.gpus > 0 trains on CUDA (verl trains on models[].nodes "
+        "x gpus_per_node)",
+    )
     partition: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.-]+$", description="Slurm partition; None = the site default"
     )
@@ -49,9 +60,15 @@ class ContainersConfig(Strict):
     """How rules get their software: on the host (`none`, the smoke/CI default), images built by the
     DAG from `containers/` (`build`), or prebuilt images pulled from `registry` (`prebuilt`)."""
 
-    mode: Literal["none", "build", "prebuilt"] = "none"
-    engine: Literal["docker", "podman"] = "docker"
-    registry: str = "ghcr.io/fp8rl"
+    mode: Literal["none", "build", "prebuilt"] = Field(
+        "none",
+        description="none: the host's software; build: images built from containers/; prebuilt: pulled "
+        "from `registry` by digest",
+    )
+    engine: Literal["docker", "podman"] = Field("docker", description="the engine that builds the images")
+    registry: str = Field(
+        "ghcr.io/fp8rl", description="image registry path: images are {registry}/fp8rl-{name}:{tag}"
+    )
     tag: str = Field("local", description="tag of images built here; `prebuilt` needs a sha256: digest")
     apptainer: bool = Field(True, description="convert images to Apptainer .sif files for clusters")
 
@@ -92,18 +109,20 @@ class WandbConfig(Strict):
     """Weights & Biases: `offline` writes the run under `{run}/wandb/` with no network (`wandb sync`
     uploads it later); `online` needs a login."""
 
-    enabled: bool = False
-    mode: Literal["offline", "online"] = "offline"
-    project: str = "fp8rl"
-    entity: str | None = None
+    enabled: bool = Field(False, description="log each training run to W&B (needs fp8rl[tracking])")
+    mode: Literal["offline", "online"] = Field(
+        "offline", description="offline: files under {run}/wandb/, `wandb sync` later; online: needs a login"
+    )
+    project: str = Field("fp8rl", description="the W&B project of the runs")
+    entity: str | None = Field(None, description="the W&B entity (user or team); None: the login's default")
 
 
 class MlflowConfig(Strict):
     """MLflow tracking: `tracking_uri` None is a local file store, `{results_dir}/{tier}/mlruns`."""
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="log each training run to MLflow (needs fp8rl[tracking])")
     tracking_uri: str | None = Field(None, description="e.g. file:///abs/mlruns or http://host:5000")
-    experiment: str = "fp8rl"
+    experiment: str = Field("fp8rl", description="the MLflow experiment the runs are logged under")
 
 
 class TrackingConfig(Strict):

@@ -23,7 +23,11 @@ class ConditionConfig(Strict):
     # of those configs stay as they were.
     OMIT_AT_DEFAULT = ("calib",)
 
-    name: str = Field(pattern=NAME_PATTERN, max_length=NAME_MAX)
+    name: str = Field(
+        pattern=NAME_PATTERN,
+        max_length=NAME_MAX,
+        description="the condition's name, a part of its runs' ids ({granularity}/{name}/seed{seed})",
+    )
     fp8: dict[str, Any] = Field({}, description="overrides of the `fp8` section")
     calib: dict[str, Any] = Field(
         {},
@@ -70,11 +74,21 @@ def _check_calib_keys(calib: dict[str, Any]) -> None:
 class MatrixConfig(Strict):
     """The axes whose product is the run matrix."""
 
-    algorithms: list[AlgoName] = Field(min_length=1)
-    models: list[str] = Field(min_length=1)
-    variants: list[VariantName] = Field(min_length=1)
-    granularities: list[GranularityName] = Field(["tensorwise"], min_length=1)
-    seeds: list[Annotated[int, Field(strict=True, ge=0, le=SEED_MAX)]] = Field(min_length=1)
+    algorithms: list[AlgoName] = Field(
+        min_length=1, description="RL algorithms (settings: algorithms.<name>)"
+    )
+    models: list[str] = Field(min_length=1, description="the models to train (names of `models` entries)")
+    variants: list[VariantName] = Field(
+        min_length=1, description="precision variants (bf16, fp8, fp8_tis, ...)"
+    )
+    granularities: list[GranularityName] = Field(
+        ["tensorwise"],
+        min_length=1,
+        description="FP8 scaling granularities of the fp8 variants' runs (the others run `none`)",
+    )
+    seeds: list[Annotated[int, Field(strict=True, ge=0, le=SEED_MAX)]] = Field(
+        min_length=1, description="RL seeds: every cell runs once per seed"
+    )
     conditions: list[ConditionConfig] = Field(
         [], description="named fp8 settings; each fp8 run is repeated under each (its run id gains the name)"
     )

@@ -13,12 +13,18 @@ from fp8rl.config.base import NAME_MAX, NAME_PATTERN, Strict, is_hub_id
 class ArchConfig(Strict):
     """Llama-architecture shape, used when a model is built from scratch (the smoke tier)."""
 
-    hidden_size: int = Field(128, gt=0)
-    num_layers: int = Field(4, gt=0)
-    num_heads: int = Field(4, gt=0)
-    num_kv_heads: int | None = Field(None, gt=0)
-    intermediate_size: int = Field(344, gt=0)
-    max_position_embeddings: int = Field(64, gt=0)
+    hidden_size: int = Field(128, gt=0, description="hidden (residual stream) width")
+    num_layers: int = Field(4, gt=0, description="decoder layers")
+    num_heads: int = Field(
+        4, gt=0, description="attention heads; hidden_size / num_heads must be even (rotary embeddings)"
+    )
+    num_kv_heads: int | None = Field(
+        None, gt=0, description="key/value heads (grouped-query attention); None: num_heads"
+    )
+    intermediate_size: int = Field(344, gt=0, description="MLP inner width")
+    max_position_embeddings: int = Field(
+        64, gt=0, description="positions (tokens) the model takes: every prompt plus schedule.max_new_tokens"
+    )
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ArchConfig:
@@ -41,10 +47,16 @@ class ModelConfig(Strict):
 
     OMIT_AT_DEFAULT = ("think_end_token",)
 
-    name: str = Field(pattern=NAME_PATTERN, max_length=NAME_MAX)
-    source: Literal["scratch", "hf", "package"]
-    arch: ArchConfig | None = None
-    hf_id: str | None = None
+    name: str = Field(
+        pattern=NAME_PATTERN, max_length=NAME_MAX, description="the name matrix.models and run ids use"
+    )
+    source: Literal["scratch", "hf", "package"] = Field(
+        description="scratch: built from `arch`; hf: the hub model `hf_id`; package: weights from `package`"
+    )
+    arch: ArchConfig | None = Field(
+        None, description="a scratch model's Llama shape; unset: ArchConfig's defaults"
+    )
+    hf_id: str | None = Field(None, description="an `hf` model's Hugging Face hub id, org/name")
     package: str | None = Field(
         None,
         pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$",
@@ -57,7 +69,12 @@ class ModelConfig(Strict):
     )
     params: str | None = Field(None, description="human-readable size, e.g. '8B'")
     nodes: int = Field(1, gt=0, description="cluster nodes for one training run")
-    gpus_per_node: int = Field(0, ge=0)
+    gpus_per_node: int = Field(
+        0,
+        ge=0,
+        description="GPUs per node of one training run (verl backend; the reference trainer "
+        "reads resources.train.gpus)",
+    )
     revision: str | None = Field(
         None, pattern=r"^[0-9a-f]{40}$", description="hub commit an `hf` model is pinned to (40 hex digits)"
     )

@@ -28,9 +28,15 @@ class FP8Config(Strict):
 
     OMIT_AT_DEFAULT = ("rollout_noise_scale", "ratio_noise", "target_kl")
 
-    gemms: bool = True
-    optimizer_state: bool = True
-    rollout: bool = True
+    gemms: bool = Field(
+        True, description="the policy's linears run their forward and both backward GEMMs in FP8 (the recipe)"
+    )
+    optimizer_state: bool = Field(
+        True, description="AdamW keeps its moments in FP8 (implementation: `optimizer`; verl: bf16 moments)"
+    )
+    rollout: bool = Field(
+        True, description="the rollout copy quantizes its weights and activations to FP8 (verl: vLLM's fp8)"
+    )
     kv_cache: bool = Field(
         True, description="the rollout copy keeps its KV cache in FP8, as an FP8 rollout engine does"
     )
@@ -38,7 +44,9 @@ class FP8Config(Strict):
         "hybrid", description="tensorwise/delayed operand formats; blockwise and mxfp8 are always e4m3"
     )
     amax_history_len: int = Field(16, gt=0, description="delayed scaling history length")
-    amax_compute_algo: Literal[AMAX_ALGOS] = "max"
+    amax_compute_algo: Literal[AMAX_ALGOS] = Field(
+        "max", description="delayed scaling: the scale's amax is the history's max or its most recent entry"
+    )
     noise_scale: float = Field(
         1.0,
         gt=0.0,
@@ -117,7 +125,9 @@ class TISConfig(Strict):
 
     OMIT_AT_DEFAULT = ("mis", "icepop_mask_frac")
 
-    cap: float = Field(2.0, gt=0.0)
+    cap: float = Field(
+        2.0, gt=0.0, description="truncation cap C: importance weight min(pi_old / pi_rollout, C)"
+    )
     level: Literal[TIS_LEVELS] = Field("token", description="*_tis variants: token or sequence (= *_seqtis)")
     icepop: tuple[float, float] | None = Field(
         None,
@@ -157,8 +167,14 @@ class CalibConfig(Strict):
     population: Literal[CALIB_POPULATIONS] = Field(
         "neg", description="tokens that set the target and the lower quantile: A<0 ones ('neg') or all"
     )
-    upper: Literal[CALIB_UPPER_MODES] = "proportional"
-    low_range: tuple[float, float] = (0.5, 1.0)
+    upper: Literal[CALIB_UPPER_MODES] = Field(
+        "proportional",
+        description="the upper bound: proportional (U = 1 + clip_high * (1 - L) / clip_low), quantile "
+        "(the reference's upper-tail fraction) or fixed (U = 1 + clip_high)",
+    )
+    low_range: tuple[float, float] = Field(
+        (0.5, 1.0), description="[low, high] the calibrated lower bound L is clamped to"
+    )
     # 0 (the default): each update's target comes from its own shadow tokens, so it tracks the reference
     # without lag. > 0 pools the counts as an EMA over ~1/(1-m) updates: more tokens per target, but it
     # lags a clip fraction that moves over the run (fp8rl.rl.calibration, step 4).

@@ -42,9 +42,9 @@ class EndpointConfig(Strict):
 class ContrastConfig(Strict):
     """`arm` minus `reference`, each the mean of its runs' endpoints."""
 
-    name: str = Field(pattern=_NAME)
-    arm: str
-    reference: str
+    name: str = Field(pattern=_NAME, description="the contrast's name in the report's tables")
+    arm: str = Field(description="the arm compared (a key of study.arms)")
+    reference: str = Field(description="the arm it is compared with (a key of study.arms)")
     question: str = Field("", description="what the contrast decides, in words")
 
 
@@ -69,8 +69,13 @@ class StudyConfig(Strict):
         description="welch_t: Welch's t-test on the per-seed endpoints (unequal variances, unpaired; unit "
         "run); paired_t: a paired t-test on the per-base differences (unit base, its default)",
     )
-    sides: Literal["two-sided"] = "two-sided"
-    alpha: float = Field(0.05, gt=0.0, lt=0.5)
+    sides: Literal["two-sided"] = Field("two-sided", description="the tests' sides (two-sided only)")
+    alpha: float = Field(
+        0.05,
+        gt=0.0,
+        lt=0.5,
+        description="significance level of the planned contrasts' decisions (p adjusted by `multiplicity`)",
+    )
     multiplicity: Literal["holm", "fixed_sequence", "none"] = Field(
         "holm",
         description="how the planned contrasts' p-values are adjusted as a family: holm (Holm's step-down), "
@@ -89,8 +94,12 @@ class StudyConfig(Strict):
         description="units every arm of a planned contrast must have: seeds (unit run), or bases both "
         "arms share (unit base)",
     )
-    planned: list[ContrastConfig] = Field(min_length=1)
-    exploratory: list[ContrastConfig] = []
+    planned: list[ContrastConfig] = Field(
+        min_length=1, description="the contrasts tested as a family, each with a decision at alpha"
+    )
+    exploratory: list[ContrastConfig] = Field(
+        [], description="further contrasts, reported unadjusted and without a decision"
+    )
 
     @model_validator(mode="before")
     @classmethod

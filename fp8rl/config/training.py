@@ -16,19 +16,34 @@ STEPS_MAX = (
 
 
 class ScheduleConfig(Strict):
+    """The RL schedule of every training run: steps, batch, optimizer, rollout sampling and
+    checkpoints."""
+
     OMIT_AT_DEFAULT = ("remove_padding", "keep_every", "log_samples", "sampler_draw")
 
     steps: int = Field(20, gt=0, le=STEPS_MAX, description="RL optimizer steps (one rollout batch each)")
-    prompts_per_step: int = Field(8, gt=0)
-    ppo_epochs: int = Field(1, gt=0)
+    prompts_per_step: int = Field(
+        8, gt=0, description="prompts per step, each sampled group_size times (DAPO keeps at most this many)"
+    )
+    ppo_epochs: int = Field(
+        1,
+        gt=0,
+        description="passes over each step's rollout batch (updates per step: ppo_epochs x mini_batches)",
+    )
     mini_batches: int = Field(2, gt=0, description="optimizer updates per epoch")
-    lr: float = Field(1e-4, gt=0.0)
-    weight_decay: float = Field(0.0, ge=0.0)
-    grad_clip: float = Field(1.0, gt=0.0)
-    warmup_steps: int = Field(0, ge=0)
-    max_new_tokens: int = Field(8, gt=0)
-    temperature: float = Field(1.0, gt=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate of the policy (after the warm-up)")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
+    grad_clip: float = Field(1.0, gt=0.0, description="clip the gradient's global L2 norm to this")
+    warmup_steps: int = Field(
+        0, ge=0, description="linear learning-rate warm-up over the first N steps; 0: lr from the start"
+    )
+    max_new_tokens: int = Field(
+        8, gt=0, description="response length limit, tokens (rollout, DAPO's overlong limit, held-out eval)"
+    )
+    temperature: float = Field(
+        1.0, gt=0.0, description="sampling temperature of the rollout; the trainer scores log-probs at it too"
+    )
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling of the rollout; 1: off")
     sampler_draw: Literal["multinomial", "inverse_cdf"] = Field(
         "multinomial",
         description="how the training rollout draws each token from its distribution "
@@ -37,7 +52,11 @@ class ScheduleConfig(Strict):
         "against the row's fp64 cumulative sums: the same distribution, other tokens for a seed, much "
         "cheaper over a large vocabulary). The held-out evaluation always draws by `multinomial`",
     )
-    checkpoint_every: int = Field(5, gt=0)
+    checkpoint_every: int = Field(
+        5,
+        gt=0,
+        description="checkpoint every N steps and at the last one (verl: at most N steps between saves)",
+    )
     keep_every: int | None = Field(
         None,
         gt=0,
@@ -74,12 +93,26 @@ class TaskConfig(Strict):
 
     OMIT_AT_DEFAULT = ("tokenizer",)
 
-    name: str = "arithmetic"
-    levels: list[str] = ["add2"]
-    n_train: int = Field(2000, gt=0)
-    n_test: int = Field(200, gt=0)
-    seed: int = Field(1234, ge=0, le=SEED_MAX)
-    tokenizer: SubwordTokenizerConfig | None = None
+    name: str = Field(
+        "arithmetic",
+        description="the task: arithmetic, word_problems, longform or gsm8k (reference trainer); "
+        "dapo-math-17k (verl)",
+    )
+    levels: list[str] = Field(
+        ["add2"],
+        description="a generated task's levels, cycled through (fp8rl.engine.tasks); a hub dataset: [all]",
+    )
+    n_train: int = Field(2000, gt=0, description="training problems (a dataset task: at most this many)")
+    n_test: int = Field(200, gt=0, description="test problems, none of them in training")
+    seed: int = Field(
+        1234,
+        ge=0,
+        le=SEED_MAX,
+        description="seed of the data splits (generation, shuffle); the SFT's seeds derive from it",
+    )
+    tokenizer: SubwordTokenizerConfig | None = Field(
+        None, description="the subword tokenizer `fp8rl data` trains for `tokenizer: bpe` models; None: none"
+    )
 
 
 class SFTConfig(Strict):
@@ -91,9 +124,13 @@ class SFTConfig(Strict):
     # Added after configs were published: left out of the dump at their defaults.
     OMIT_AT_DEFAULT = ("bases", "stop_at_accuracy", "check_every", "check_prompts", "on_unmet_stop")
 
-    steps: int = Field(300, ge=0)
-    batch_size: int = Field(64, gt=0)
-    lr: float = Field(3e-3, gt=0.0)
+    steps: int = Field(
+        300, ge=0, description="SFT optimizer steps (the most it trains with stop_at_accuracy)"
+    )
+    batch_size: int = Field(64, gt=0, description="training rows per SFT step (drawn with replacement)")
+    lr: float = Field(
+        3e-3, gt=0.0, description="peak AdamW learning rate: warm-up over steps/20, cosine decay to 10 %"
+    )
     per_seed: bool = Field(
         False,
         description="one base model per RL seed (its SFT seeded from the run's seed), so that intervals "
@@ -148,8 +185,8 @@ class StabilityConfig(Strict):
     for m consecutive steps), an entropy collapse, gibberish and reward collapse (each for `patience`
     consecutive steps; None turns a detector off), and what a run does once it has diverged."""
 
-    entropy_spike_k: float = Field(3.0, gt=1.0)
-    entropy_spike_m: int = Field(3, gt=0)
+    entropy_spike_k: float = Field(3.0, gt=1.0, description="entropy above k x the baseline is a spike")
+    entropy_spike_m: int = Field(3, gt=0, description="consecutive spike steps that diverge")
     baseline_steps: int = Field(5, gt=0, description="steps whose median entropy is the baseline")
     entropy_collapse_frac: float | None = Field(
         0.01, gt=0.0, lt=1.0, description="entropy below this fraction of the baseline is a collapse"
