@@ -136,6 +136,16 @@ def verl_loggers(cfg: ExperimentConfig) -> list[str]:
     return ["console", "file", *extra]
 
 
+def verl_project_name(cfg: ExperimentConfig) -> str:
+    """verl's `trainer.project_name`: its W&B logger's project and its MLflow logger's experiment (one
+    name for both): `tracking.wandb.project` when W&B is on, else `tracking.mlflow.experiment` when MLflow
+    is, else `fp8rl`. With both on under two names, MLflow gets the W&B project's (`deviations`)."""
+    t = cfg.tracking
+    if t.wandb.enabled:
+        return t.wandb.project
+    return t.mlflow.experiment if t.mlflow.enabled else "fp8rl"
+
+
 def verl_tracking_env(cfg: ExperimentConfig, out: str) -> dict[str, str]:
     """The environment verl's loggers read (TENSORBOARD_DIR, WANDB_MODE/WANDB_DIR,
     MLFLOW_TRACKING_URI), passed to its Ray workers; paths inside the run directory `out`."""
@@ -178,7 +188,7 @@ def verl_overrides(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun, paths: Ve
         "trainer.total_epochs": 1000,
         "trainer.nnodes": model.nodes,
         "trainer.n_gpus_per_node": model.gpus_per_node,
-        "trainer.project_name": "fp8rl",
+        "trainer.project_name": verl_project_name(cfg),
         "trainer.experiment_name": spec.run_id.replace("/", "-"),
         "trainer.logger": verl_loggers(cfg),
         "trainer.default_local_dir": f"{paths.out}/verl_checkpoints",
@@ -287,11 +297,23 @@ def deviations(cfg: ExperimentConfig, spec: RunSpec | ResolvedRun) -> list[str]:
         out.append(f"rollout FP8 format e4m3 (vLLM), not fp8.format {fp8.format!r}")
     if variant.fp8 and fp8.optimizer_state:
         out.append("optimizer moments in bf16: verl's Megatron optimizer config exposes no FP8 Adam state")
+    t = cfg.tracking
+    if t.wandb.enabled and t.mlflow.enabled and t.wandb.project != t.mlflow.experiment:
+        out.append(
+            f"MLflow experiment {t.wandb.project!r}, not tracking.mlflow.experiment {t.mlflow.experiment!r}: "
+            f"verl names the W&B project and the MLflow experiment alike (trainer.project_name)"
+        )
     if isinstance(algo, DAPOConfig) and algo.dynamic_sampling:
         out.append(
             f"dynamic sampling refills dropped groups without a round cap: verl's v1 trainer bounds the "
             f"generation batches in flight ({algo.max_resample_rounds + 1}), not max_resample_rounds"
         )
+        if algo.overlong_buffer_len > 0:
+            out.append(
+                "dynamic sampling drops the groups of one accuracy (verl's filter_groups.metric acc, the DAPO "
+                "paper's rule); the reference trainer drops those of one shaped reward (accuracy plus the "
+                "overlong penalty), so it keeps a group of one accuracy whose lengths differ"
+            )
     return out
 
 

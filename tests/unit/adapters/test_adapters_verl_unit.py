@@ -119,6 +119,11 @@ def test_loss_spec_and_deviations(paper):
         "run_id": "grpo/qwen3-8b/bf16/none/seed0", "clip_c": None, "calib": None,
     }  # fmt: skip
     assert any("bf16" in d for d in deviations(paper, spec))
+    assert any("filter_groups.metric acc" in d for d in deviations(paper, spec))  # DAPO: acc vs shaped
+    assert not any(
+        "filter_groups" in d
+        for d in deviations(paper, RunSpec("grpo", "qwen3-8b", "fp8_calib", "blockwise", 2))
+    )
     assert deviations(paper, RunSpec("grpo", "qwen3-8b", "bf16", "none", 0)) == []
 
 
@@ -247,6 +252,7 @@ def test_verl_plugins_entry_point_names_the_loss_module():
 def test_config_trackers_join_verls_own_logger(paper):
     spec = RunSpec("grpo", "qwen3-14b", "bf16", "none", 1)
     env = "+ray_kwargs.ray_init.runtime_env.env_vars"
+    paper = paper.model_copy(deep=True)  # the module's config stays as loaded for the other tests
     default = _ov(verl_overrides(paper, spec, PATHS))
     assert default["trainer.logger"] == "[console,file,tensorboard]"  # TensorBoard is on by default
     assert default[f"{env}.TENSORBOARD_DIR"] == "'/out dir/verl_tb'"
@@ -261,3 +267,20 @@ def test_config_trackers_join_verls_own_logger(paper):
     # Ray's runtime_env takes strings only: every value quoted, so Hydra never reads a bool or an int
     assert ov[f"{env}.MLFLOW_ALLOW_FILE_STORE"] == "'true'"
     assert f"{env}.TENSORBOARD_DIR" not in ov
+
+
+def test_verls_project_is_the_configured_wandb_project_or_mlflow_experiment(paper):
+    """verl's loggers take `trainer.project_name` as the W&B project and the MLflow experiment: the
+    config's names reach them, and a clash of the two is a recorded deviation."""
+    spec = RunSpec("grpo", "qwen3-14b", "bf16", "none", 1)
+    paper = paper.model_copy(deep=True)
+    assert _ov(verl_overrides(paper, spec, PATHS))["trainer.project_name"] == "fp8rl"
+    paper.tracking.mlflow.enabled, paper.tracking.mlflow.experiment = True, "fp8-sweep"
+    assert _ov(verl_overrides(paper, spec, PATHS))["trainer.project_name"] == "fp8-sweep"
+    assert deviations(paper, spec) == []
+    paper.tracking.wandb.enabled, paper.tracking.wandb.project = True, "fp8-wandb"
+    assert _ov(verl_overrides(paper, spec, PATHS))["trainer.project_name"] == "fp8-wandb"
+    assert deviations(paper, spec) == [
+        "MLflow experiment 'fp8-wandb', not tracking.mlflow.experiment 'fp8-sweep': verl names the W&B "
+        "project and the MLflow experiment alike (trainer.project_name)"
+    ]
