@@ -101,7 +101,10 @@ def _bounds_now(
     config: Any, ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
 ) -> tuple[ClipBounds, dict[str, float]]:
     """The calibrated bounds of the update verl is in, and their `calib/*` metrics, from the update's
-    ratios (`mask` selects its valid tokens)."""
+    ratios (`mask` selects its valid tokens). With a cadence (`calib.every`: N) the bounds are computed
+    in steps 1, N + 1, 2N + 1, ... and held in between, as the reference trainer's `UpdateBounds` holds
+    them (`Calibrator.due`, `hold`); a worker that resumed from a save holds nothing yet, so it
+    recalibrates in its first step."""
     cal = calibrator(config)
     calib = load_spec()["calib"]
     pos = verl_update.POSITION
@@ -110,15 +113,19 @@ def _bounds_now(
             "calibrated_clip: no training step is known in this process (fp8rl.adapters.verl_update "
             "keeps it in verl's actor workers, where verl calls the loss)"
         )
+    if not cal.due(pos.step):
+        return cal.held_bounds()
     q = q_high = None
     if cal.reference.mode == "run":
         if calib.get("targets") is None:
             raise RuntimeError(f"calibrated_clip: calib.reference is 'run' but {SPEC_ENV} holds no targets")
         targets = {int(k): (v[0], v[1]) for k, v in calib["targets"].items()}
         q, q_high = step_targets(targets, pos.step, int(calib["updates_per_step"]))
-    return cal.bounds(
+    bounds, metrics = cal.bounds(
         ratio, advantages, mask, target_q=q, target_q_high=q_high, ref_unchanged=pos.first_update
     )
+    cal.hold(bounds, first_update=pos.first_update)
+    return bounds, metrics
 
 
 def _calibrated_bounds(call: LossCall) -> tuple[ClipBounds, dict[str, float]]:

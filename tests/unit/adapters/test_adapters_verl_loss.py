@@ -261,6 +261,48 @@ def test_calibrated_clip_sets_the_reference_trainers_bounds_for_each_update(regi
         assert not bool(((ratio < low) & (adv < 0) & mask.bool()).any())
 
 
+def test_calibrated_clip_holds_its_bounds_between_recalibrations_as_the_reference_trainer(registry):
+    """`calib.every: 2`: over steps 1-5 of two updates each, the verl loss computes bounds in steps 1, 3
+    and 5 and holds the last update's bounds through steps 2 and 4, exactly as the reference trainer's
+    UpdateBounds does on the same ratios; without the cadence step 2's bounds would differ."""
+    from types import SimpleNamespace
+
+    import fp8rl.adapters.verl_loss as vl
+    from fp8rl.config import CalibConfig
+    from fp8rl.engine.phase_timer import PhaseTimer
+    from fp8rl.engine.update_bounds import UpdateBounds
+    from fp8rl.rl import Calibrator, ClipBounds
+
+    core_algos, set_spec = registry
+    targets = {s: (0.01 * s, 0.02) for s in range(1, 6)}
+    options = {"reference": "run", "population": "neg", "upper": "proportional", "low_range": [0.5, 1.0],
+               "momentum": 0.0, "every": 2}  # fmt: skip
+    set_spec({"clip_c": 10.0, "calib": {**options, "targets": {str(k): list(v) for k, v in targets.items()},
+                                        "updates_per_step": 2}})  # fmt: skip
+    reference = UpdateBounds(
+        ClipBounds.fixed(0.2, 0.28), calibrator=Calibrator.from_config(CalibConfig.model_validate(options),
+                                                                       clip_low=0.2, clip_high=0.28),
+        shadow=None, reference="run", run_targets=targets, updates_per_step=2, timer=PhaseTimer(),
+    )  # fmt: skip
+    got, want = [], []
+    for step in range(1, 6):
+        for update in (1, 2):
+            old, new, adv, mask, w = _batch(seed=10 * step + update, b=16, t=16, noise=0.3)
+            vl.verl_update.POSITION.step, vl.verl_update.POSITION.update = step, update
+            _, metrics = core_algos.get_policy_loss_fn("calibrated_clip")(
+                old, new, adv, mask.bool(), "token-mean", _actor_config(clip_low=0.2, clip_high=0.28, clip_c=10.0),
+                w,
+            )  # fmt: skip
+            metrics = _fold(metrics)
+            got.append((metrics["calib/low"], metrics["calib/high"]))
+            mb = SimpleNamespace(advantages=adv, mask=mask.bool(), first_update=update == 1)
+            (low, high), _ = reference.for_update(step, mb, torch.exp(new.detach() - old))
+            want.append((float(low), float(high)))
+    assert [b for pair in got for b in pair] == pytest.approx([b for pair in want for b in pair])
+    assert got[2] == got[3] == got[1] and got[6] == got[7] == got[5]  # steps 2 and 4 hold the last bounds
+    assert got[4] != got[1]  # step 3 recalibrated
+
+
 def test_the_update_position_follows_verls_actor_worker(verl_site):
     """verl's TrainingWorker has the methods fp8rl.adapters.verl_update wraps; a resumed worker counts
     steps from its save, and mini-batch updates within a step from 1."""
