@@ -11,8 +11,8 @@ pooled target, the `calib/*` metrics and checkpointable state.
    toward the matched fraction without being clipped).
 2. Lower bound `L`: the q-quantile of the FP8 ratios over the same population, clamped to `low_range`.
    "Quantile" is read as: among the bounds that clip exactly round(q * n) tokens (an interval between
-   two order statistics) take `1 - clip_low` when it is one of them (so R = R_ref gives back the fixed
-   bound), else the interval's midpoint. With q = 0 nothing is clipped below: L sits just under min(R)
+   two order statistics) take `1 - clip_low` when it is one of them (so R = R_ref clips what the fixed
+   bound clips, and gives it back whenever a token lies below it), else the interval's midpoint. With q = 0 nothing is clipped below: L sits just under min(R)
    (a relative 1e-6, so the same ratios recomputed a few float32 ulps apart are not clipped either),
    below the clamp floor if min(R) is, and at most the clamp ceiling.
 3. Upper bound: `proportional`: `U = 1 + clip_high * (1 - L) / clip_low` with the clamped L, and
@@ -319,8 +319,8 @@ class Calibrator:
     update's own counts set its target, or a pool of them with `momentum` > 0; step 4 of the module
     docstring), `run` (pass the BF16 run's clip fractions of the
     same step as `target_q`, and `target_q_high` for `upper="quantile"`: its `clip/low_all` /
-    `clip/high_all` for population `all`, `clip/low_neg` / `clip/high_pos` for `neg`; already means over
-    every token of that step, used as given), or `static:<q>` (a fixed target; proportional upper only).
+    `clip/high_all` for population `all`, `clip/low_neg` / `clip/high_pos` for `neg`: that step's means
+    over its updates, with the first-update correction of `step_targets`), or `static:<q>` (a fixed target; proportional upper only).
 
     `momentum` m (shadow only; default 0: each update's counts alone, no lag): after each update with
     reference tokens, `num = m * num + k` and `den = m * den + n` for the lower and the upper population;

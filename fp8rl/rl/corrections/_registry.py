@@ -147,8 +147,9 @@ def rollout_correction(
     rollout_logits: torch.Tensor | None = None,
 ) -> Correction:
     """The correction `kind` (vocabulary `CORRECTIONS`) of one batch, with its metrics: `tis/mean` (mean
-    weight over valid tokens, after masking), `tis/clipped` (fraction of valid tokens whose weight was
-    truncated at `cap`), `tis/masked` (fraction of valid tokens zeroed or dropped: `icepop`, `mis`) and
+    weight over valid tokens, after masking: `icepop` counts its zeroed tokens, `mis` only the tokens of the
+    sequences it kept), `tis/clipped` (fraction of those tokens whose weight was truncated at `cap`; not
+    `icepop`), `tis/masked` (fraction of valid tokens zeroed or dropped: `icepop`, `mis`) and
     `tis/seq_masked` (fraction of sequences dropped: `mis`), plus each new correction's own. `level`
     applies to `tis` only; the logits are read by a correction that `needs_distributions` only."""
     fn = "rollout_correction"
