@@ -17,15 +17,20 @@ def cmd_quotes(args: argparse.Namespace) -> int:
     root, published = Path(args.root), Path(args.published or Path(args.root) / "results" / "published")
     try:
         if args.write:
+            from fp8rl.io import atomic_write_text
+
             verify_publications(published)
+            changed = {}  # every file rendered before any is written: a bad block leaves all as they were
             for name in QUOTING_FILES:
                 path = root / name
                 if path.is_file():
                     text = path.read_text(encoding="utf-8")
                     new = render(text, published, name)
                     if new != text:
-                        path.write_text(new, encoding="utf-8")
-                        print(f"updated {name}")
+                        changed[name] = new
+            for name, new in changed.items():
+                atomic_write_text(root / name, new)
+                print(f"updated {name}")
             return 0
         stale = stale_blocks(root, published)
     except QuoteError as exc:

@@ -18,7 +18,13 @@ class HeldoutConfig(Strict):
     the bf16 sampler on prompts no split holds: greedy accuracy, and the mean reward of `samples` samples
     per prompt at the training temperature."""
 
-    prompts: int = Field(512, ge=1, le=100_000, description="held-out prompts, drawn beside train and test")
+    prompts: int = Field(
+        512,
+        ge=2,
+        le=100_000,
+        description="held-out prompts, drawn beside train and test (at least two: a score's standard "
+        "error needs two)",
+    )
     samples: int = Field(4, ge=1, le=64, description="samples per prompt for the sampled reward")
     seed: int = Field(0, ge=0, description="the sampling generator's seed (the same for every checkpoint)")
 

@@ -289,10 +289,13 @@ def acceptance_quote(published: Path, tier: str) -> str:
     header = ["bf16 run", "entropy, step 1 (nats/token)", "response, step 1 (tokens)", "flagged",
               "held-out, base", "held-out, final", "rise"]  # fmt: skip
     notes = (published / tier / "tables" / "acceptance.md").read_text(encoding="utf-8")
-    verdict = next(line for line in notes.splitlines() if "ccepted**" in line).removeprefix("- ")
+    verdict = next((line for line in notes.splitlines() if "ccepted**" in line), None)
+    if verdict is None:
+        raise QuoteError(f"{tier}/tables/acceptance.md: no verdict line (**accepted** / **not accepted**)")
+    verdict = verdict.removeprefix("- ")
     return (
         markdown_table(header, rows)
-        + f"\n\nMean rise over the {len(runs)} bases {interval(mean['rise'], mean['low'], mean['high'], 3)} "
+        + f"\n\nMean rise over the {runs['base'].nunique()} bases {interval(mean['rise'], mean['low'], mean['high'], 3)} "
         + f"(95 % t-interval; held-out sampled reward, the bf16 sampler). {verdict}"
     )
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from fp8rl.config import ExperimentConfig, arm_cell
+from fp8rl.report.endpoints import base_folder
 from fp8rl.report.load import RunSet
 from fp8rl.run_files import RunDir, runs_dir
 from fp8rl.stats.intervals import t_interval
@@ -111,7 +112,7 @@ def check_acceptance(cfg: ExperimentConfig) -> dict:
     runs = []
     for spec in specs:
         run = RunDir.of(runs_dir(cfg.results_dir, cfg.tier), spec.run_id)
-        base = cfg.base_of(spec.model, spec.seed)
+        base = base_folder(cfg, spec)  # a pretrained model is its own one base, scored under its name
         first = _first_step(run)
         summary = json.loads(run.summary.read_text()) if run.summary.is_file() else None
         runs.append(

@@ -37,6 +37,11 @@ VERDICTS = ("learned", "flat", "fell", "no interval")
 VOID = "the comparison is void: the bf16 control did not learn"
 # every control group that did not learn had no run to check (all failed or missing): it never ran
 UNCHECKED = "the comparison is void: no bf16 control run finished, so whether it learns is unknown"
+# some group's control ran (and learned), another group's never did
+UNCHECKED_SOME = (
+    "the comparison is void: the bf16 control of some groups has no finished run, so whether it learns "
+    "there is unknown"
+)
 GROUP = ["algo", "model", "condition"]
 COLUMNS = [
     *GROUP, "runs", "used", "diverged", "unit", "n", "reward_first", "reward_last", "rise", "low", "high",
@@ -64,8 +69,17 @@ def never_ran(groups) -> bool:
 
 
 def void_text(groups) -> str:
-    """The void notice that fits the control groups: UNCHECKED where `never_ran`, else VOID."""
-    return UNCHECKED if never_ran(groups) else VOID
+    """The void notice that fits the control groups: UNCHECKED where `never_ran` and no group ran at all,
+    UNCHECKED_SOME where another group's control did run, else VOID."""
+    if not never_ran(groups):
+        return VOID
+    return UNCHECKED_SOME if any_ran(groups) else UNCHECKED
+
+
+def any_ran(groups) -> bool:
+    """Whether some control group had a run to check (`n` > 0)."""
+    groups = groups.to_dict("records") if isinstance(groups, pd.DataFrame) else groups or []
+    return any(g["n"] for g in groups)
 
 
 def verdict(low: float, high: float) -> str:

@@ -221,8 +221,13 @@ def _mismatch_columns(m: pd.DataFrame, steps: int) -> dict:
 def base_heldout(runs_dir: str | Path, cfg: ExperimentConfig, spec: RunSpec) -> dict[str, float]:
     """The held-out scores of the base `spec` starts from (`base/{base}/eval/heldout.json` beside the runs
     folder), metric -> value; empty when there is none or it cannot be read."""
-    base = base_of(cfg, spec) if cfg.model(spec.model).source == "scratch" else spec.model
-    return read_heldout(Path(runs_dir).parent / "base" / base / "eval" / "heldout.json")
+    return read_heldout(Path(runs_dir).parent / "base" / base_folder(cfg, spec) / "eval" / "heldout.json")
+
+
+def base_folder(cfg: ExperimentConfig, spec: RunSpec) -> str:
+    """The folder under `{tier}/base/` of the base `spec` starts from, where the DAG scores it: the
+    scratch base's name (`base_of`), or a pretrained model's own name (its one checkpoint)."""
+    return base_of(cfg, spec) if cfg.model(spec.model).source == "scratch" else spec.model
 
 
 def read_heldout(path: Path) -> dict[str, float]:

@@ -16,7 +16,7 @@ import math
 
 import pandas as pd
 
-from fp8rl.report.control import UNCHECKED, VOID, never_ran, void_text
+from fp8rl.report.control import VOID, never_ran, void_text
 from fp8rl.report.formats import interval, num
 
 
@@ -40,14 +40,15 @@ def control_lines(
     unchecked = never_ran(control)
     if void and short is not None and not unchecked:
         return [*lines, short]
-    text = UNCHECKED if unchecked else VOID
+    text = void_text(control) if unchecked else VOID
     return [*lines, f"- {text[0].upper()}{text[1:]}."] if void else lines
 
 
 def planned_lines(
     planned: pd.DataFrame | None, void: bool, unchecked: bool = False, how: str = ""
 ) -> list[str]:
-    """Each pre-registered contrast with its interval, Holm-adjusted p and decision, marked void (the
+    """Each pre-registered contrast with its interval, adjusted p (by the study's `multiplicity`: Holm,
+    the fixed sequence, or none, where it equals the raw p) and decision, marked void (the
     control never ran, or did not learn) where the comparison is; `how` after the contrast's name (the
     quoted blocks name the endpoint and the test)."""
     if planned is None or planned.empty:

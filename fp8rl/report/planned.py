@@ -211,6 +211,11 @@ def arms_table(cfg: ExperimentConfig, per_arm: pd.DataFrame, endpoints: pd.DataF
     return pd.DataFrame(rows, columns=columns)
 
 
+# a contrast of a fixed sequence after one that could not be tested: it has its own p, but the sequence
+# stopped before it (fp8rl.stats.multiplicity.fixed_sequence)
+SEQUENCE_ENDED = "no decision (the fixed sequence ended at an earlier contrast without a test)"
+
+
 def untested(row: dict) -> str:
     """Why a contrast row has no p: fewer than two units (bases that both arms have, or seeds of either
     arm), or units that all gave one value (a paired difference, or both arms' seeds, without spread)."""
@@ -237,7 +242,7 @@ def contrasts_table(endpoints: pd.DataFrame, study: StudyConfig, *, planned: boo
         for r, pa in zip(rows, adj, strict=True):
             r["p_adjusted"] = pa
             r["decision"] = (
-                untested(r) if not math.isfinite(pa)
+                (untested(r) if not math.isfinite(r["p"]) else SEQUENCE_ENDED) if not math.isfinite(pa)
                 else ("reject H0: no difference" if pa < study.alpha else "not rejected")
             )  # fmt: skip
     else:

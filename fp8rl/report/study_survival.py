@@ -55,8 +55,9 @@ NOTES = [
     "`divergence steps`: their range.",
     "`kinds`: how the runs first diverged (fp8rl.rl.stability kinds), with counts. `censored at`: the "
     "last step of the runs that did not diverge (their number first).",
-    "`entropy peak`: each run's highest entropy ÷ the median of its first stability.baseline_steps steps; "
-    "the median and the highest over the arm's runs (descriptive; a surge would be several times 1).",
+    "`entropy peak`: each run's highest entropy after its first stability.baseline_steps steps ÷ their "
+    "median (so a run whose entropy only falls reads below 1); the median and the highest over the arm's "
+    "runs (descriptive; a surge would be several times 1).",
 ]
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from fp8rl.report.base_models import numerics_line
-from fp8rl.report.control import never_ran
+from fp8rl.report.control import any_ran, never_ran
 from fp8rl.report.findings import control_lines, planned_lines, stability_lines, survival_lines
 from fp8rl.report.formats import SIGNIFICANCE_NOTE, ci, markdown_table, num, plural, pp
 from fp8rl.report.paths import noise_axis
@@ -33,7 +33,7 @@ from fp8rl.vocabulary import REFERENCE_VARIANT, VARIANT_SPECS
 TABLE_GUIDE = (
     ("acceptance", "the testbed's acceptance on its bf16 runs (held-out rise per base, with its interval)"),
     ("control", "did the bf16 control learn (reward rise per base, with its interval)"),
-    ("planned", "the pre-registered contrasts, their test, Holm-adjusted p and power"),
+    ("planned", "the pre-registered contrasts, their test, {adjusted} p and power"),
     ("exploratory", "contrasts outside the plan (no claim is drawn from them)"),
     ("secondary", "the study re-read on the held-out bf16 endpoint (secondary, not pre-registered)"),
     ("mismatch", "every FP8 setting's mismatch in the units real stacks report"),
@@ -206,7 +206,9 @@ def _caveats(
     elif void:
         planned = sum(r.variant == "bf16" for r in cfg.runs())
         why = (
-            f"no bf16 control run finished (of the {planned} the matrix plans)"
+            "the bf16 control of some groups has no finished run (the control table names them)"
+            if unchecked and any_ran(control)
+            else f"no bf16 control run finished (of the {planned} the matrix plans)"
             if unchecked
             else "the control did not learn"
         )
@@ -224,8 +226,9 @@ def _caveats(
         out.append("- Every run starts from one base model: results are conditional on that base.")
     if len(cfg.matrix.seeds) < 2:
         out.append("- One seed per cell: no interval over seeds, so no difference here is tested.")
-    n = control["n"].min() if control is not None and not control.empty else math.nan
-    if not math.isnan(n) and 1 <= n < 3:  # n 0: the control never ran, said above
+    ran = control[control["n"] > 0] if control is not None and not control.empty else None
+    n = ran["n"].min() if ran is not None and not ran.empty else math.nan  # groups with no run: said above
+    if not math.isnan(n) and 1 <= n < 3:
         out.append(f"- The control is judged over {int(n)} unit(s): too few for a useful interval.")
     if bases is not None and "stop_met" in bases:
         missed = bases[bases["stop_met"].astype(str) == "False"]
@@ -310,6 +313,14 @@ def _search_section(cfg, tables: Path) -> list[str]:
     return ["## The failure search\n\n" + lead + "\n\n" + search_markdown(table)[1]]
 
 
+def _adjusted(cfg) -> str:
+    """How the planned table's p is adjusted for the study's `multiplicity` (fp8rl.report.planned)."""
+    method = cfg.study.multiplicity if cfg.study is not None else "holm"
+    return {"holm": "Holm-adjusted", "fixed_sequence": "fixed-sequence-adjusted", "none": "unadjusted"}[
+        method
+    ]
+
+
 def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
     """The page's markdown, from the tables already written under `tables`."""
     names = ("runs", "control", "planned", "study_survival", "stability", "comparison", "secondary")
@@ -346,7 +357,7 @@ def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
         if not any(VARIANT_SPECS[v].fp8 for v in cfg.matrix.variants):
             ask = ACCEPTANCE_ONLY
     guide = [
-        f"- [{name}](tables/{name}.md): {what}"
+        f"- [{name}](tables/{name}.md): {what.format(adjusted=_adjusted(cfg))}"
         for name, what in TABLE_GUIDE
         if (tables / f"{name}.md").is_file()
     ]

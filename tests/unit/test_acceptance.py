@@ -78,6 +78,30 @@ def test_each_missed_criterion_is_named(tmp_path, kw, rises, missed):
     assert any(re.search(missed, m) for m in result["missed"]), result["missed"]
 
 
+def test_a_pretrained_model_is_one_base_scored_under_its_own_name(tmp_path):
+    """A pretrained model's base is its one checkpoint, which the DAG scores under `base/{model}/` (not
+    under its source, `hf`): its score is read from there, and its runs count as one base."""
+    cfg = load_config(
+        ROOT / "config" / "longform.yaml",
+        [f"results_dir={tmp_path}", "models=[{name: story, source: hf, hf_id: org/story}]", "study=null",
+         "failure_search=null"],
+    )  # fmt: skip
+    tier = tmp_path / cfg.tier
+    for spec in [s for s in cfg.runs() if arm_cell(cfg.acceptance.arm, s.run_id)]:
+        run = tier / "runs" / spec.run_id
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text(
+            json.dumps({"step": 1, "entropy": 0.5, "resp_len/mean": 60.0}) + "\n"
+        )
+        _heldout(run / "eval" / "heldout.json", 0.5)
+    _heldout(tier / "base" / "story" / "eval" / "heldout.json", 0.3)
+    result = check_acceptance(cfg)
+    assert {r["base"] for r in result["runs"]} == {"story"}
+    assert all(r["base_endpoint"] == 0.3 for r in result["runs"])
+    assert result["bases"] == 1 and result["mean_rise"] == pytest.approx(0.2)
+    assert "bases with a held-out rise: 1 < acceptance.min_bases 4" in result["missed"]
+
+
 def test_a_tier_whose_control_has_not_run_says_only_that(tmp_path):
     """No bf16 run has a step yet (a study resumed on another machine): each is "not finished", with no
     entropy or length of a step that does not exist, and no mean or interval of no base."""

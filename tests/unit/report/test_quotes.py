@@ -261,3 +261,27 @@ def test_the_leaderboard_block_prices_each_arm_against_its_reference_from_a_real
         QuoteError, match=r"throughput.csv: no row for the arms' cells \['grpo/story/bf16/none/none'\]"
     ):
         leaderboard_quote(tmp_path, "longform", reference="tis_kl1e-2")
+
+
+def test_write_leaves_every_file_as_it_was_when_one_block_cannot_be_rendered(tmp_path, capsys):
+    """`fp8rl quotes --write` renders every quoting file before it writes any: a stale block in README.md
+    is not rewritten while a later file's block is unknown, and once that is fixed README.md is rewritten
+    whole (atomically: no temp file left beside it)."""
+    from fp8rl.cli import main
+
+    published = tmp_path / "results" / "published"
+    shutil.copytree(REPO / "results" / "published" / "smoke", published / "smoke")
+    stale = "<!-- fp8rl:results smoke-verdicts -->\nstale\n<!-- /fp8rl:results -->\n"
+    (tmp_path / "README.md").write_text(stale)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "smoke.md").write_text(
+        "<!-- fp8rl:results no-such-block -->\nx\n<!-- /fp8rl:results -->\n"
+    )
+    assert main(["quotes", "--write", "--root", str(tmp_path)]) == 2
+    assert "unknown block 'no-such-block'" in capsys.readouterr().err
+    assert (tmp_path / "README.md").read_text() == stale
+    (tmp_path / "docs" / "smoke.md").write_text("no quoted block\n")
+    assert main(["quotes", "--write", "--root", str(tmp_path)]) == 0
+    assert "stale" not in (tmp_path / "README.md").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "docs", "results"]
+    assert main(["quotes", "--check", "--root", str(tmp_path)]) == 0

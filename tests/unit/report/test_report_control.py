@@ -180,7 +180,16 @@ def test_an_all_failed_control_is_not_said_to_have_not_learned():
     mixed = pd.concat(
         [_endpoints({("b", 0): 0.2, ("b", 1): 0.21, ("b", 2): 0.19}), failed.assign(algo="dapo")]
     )
-    assert "did not learn" not in control_summary(control_table(mixed))["statement"]
+    mixed_table = control_table(mixed)
+    assert "did not learn" not in control_summary(mixed_table)["statement"]
+    # ... and not one of which no run finished: the grpo control ran and learned
+    from fp8rl.report.control import UNCHECKED_SOME
+
+    said = [control_summary(mixed_table)["statement"], *control_lines(mixed_table, True)]
+    said += _caveats(_smoke_two_seeds(), mixed_table, True, None)
+    assert not [s for s in said if "no bf16 control run finished" in s], said
+    assert UNCHECKED_SOME in control_summary(mixed_table)["statement"].lower()
+    assert any("the bf16 control of some groups has no finished run" in s for s in said[2:]), said
     flat = control_table(_endpoints({("b", 0): 0.1, ("b", 1): -0.1}))
     assert VOID[1:] in control_summary(flat)["statement"]  # a control that ran and stayed flat
 

@@ -94,6 +94,30 @@ def test_fixed_sequence_by_hand():
     assert out[0] == pytest.approx(0.01) and math.isnan(out[1]) and math.isnan(out[2])
 
 
+def test_a_fixed_sequence_names_why_the_contrasts_after_an_untested_one_have_no_decision():
+    """The first contrast's arm gave one value on every seed (no spread: no test), which ends a fixed
+    sequence: the second keeps its own p but gets no decision, and says the sequence ended, not that it
+    could not be tested."""
+    from fp8rl.report.planned import SEQUENCE_ENDED
+
+    arms = {
+        "flat": "grpo/m/fp8/tensorwise/flat",
+        "hi": "grpo/m/fp8/tensorwise/hi",
+        "ref": "grpo/m/bf16/none/none",
+    }
+    planned = [ContrastConfig(name=f"{x}_vs_ref", arm=x, reference="flat") for x in ("ref", "hi")]
+    study = StudyConfig(arms=arms, min_effect=0.3, planning_sd=0.1, min_seeds=3, planned=planned,
+                        multiplicity="fixed_sequence")  # fmt: skip
+    endpoints = pd.DataFrame(
+        {"arm": ["flat"] * 4 + ["ref"] * 4 + ["hi"] * 4,
+         "endpoint": [0.5] * 4 + [0.5] * 4 + [0.35, 0.41, 0.33, 0.43]}
+    )  # fmt: skip
+    table = contrasts_table(endpoints, study, planned=True)
+    assert math.isnan(table.loc[0, "p"]) and table.loc[0, "decision"] == "no test (no spread among the units)"
+    assert math.isfinite(table.loc[1, "p"]) and math.isnan(table.loc[1, "p_adjusted"])
+    assert table.loc[1, "decision"] == SEQUENCE_ENDED
+
+
 def test_a_fixed_sequence_family_tests_at_the_full_alpha_in_its_listed_order():
     """Three contrasts of which Holm rejects one at 0.05 while a fixed sequence from the strongest effect
     down rejects the first two and stops at the third."""

@@ -60,3 +60,18 @@ def test_runs_at_a_searched_noise_scale_carry_the_noise_multiplier_caveat(tmp_pa
     ).to_csv(tmp_path / "t" / "runs.csv", index=False)  # fmt: skip
     page = summary_page(cfg, tmp_path / "t", void=False, numerics={})
     assert EMULATED in page and "noise multiplier" not in page
+
+
+@pytest.mark.parametrize(
+    ("config", "adjusted"),
+    [("longform.yaml", "fixed-sequence-adjusted p"), ("corrections.yaml", "Holm-adjusted p")],
+)
+def test_the_table_guide_names_the_studys_own_p_adjustment(tmp_path, config, adjusted):
+    """SUMMARY.md's guide to the planned table names how its p is adjusted: the longform failure search
+    registered a fixed sequence, the corrections' comparison Holm."""
+    _page(tmp_path, config, ["emulated"] * 2)  # writes tables/runs.csv
+    (tmp_path / "tables" / "planned.md").write_text("| contrast |\n")
+    cfg = load_config(ROOT / "config" / config)
+    page = summary_page(cfg, tmp_path / "tables", void=False, numerics={})
+    line = next(x for x in page.splitlines() if x.startswith("- [planned]"))
+    assert adjusted in line
