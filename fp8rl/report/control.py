@@ -35,7 +35,7 @@ from fp8rl.vocabulary import REFERENCE_VARIANT
 
 VERDICTS = ("learned", "flat", "fell", "no interval")
 VOID = "the comparison is void: the bf16 control did not learn"
-# every control group that did not learn had no run to check (all failed or missing): it never ran
+# every control group that did not learn had no run to check, and no group had one: it never ran
 UNCHECKED = "the comparison is void: no bf16 control run finished, so whether it learns is unknown"
 # some group's control ran (and learned), another group's never did
 UNCHECKED_SOME = (

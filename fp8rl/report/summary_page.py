@@ -313,12 +313,13 @@ def _search_section(cfg, tables: Path) -> list[str]:
     return ["## The failure search\n\n" + lead + "\n\n" + search_markdown(table)[1]]
 
 
+# the planned table's p, by the study's `multiplicity` (fp8rl.report.planned)
+ADJUSTED_P = {"holm": "Holm-adjusted", "fixed_sequence": "fixed-sequence-adjusted", "none": "unadjusted"}
+
+
 def _adjusted(cfg) -> str:
-    """How the planned table's p is adjusted for the study's `multiplicity` (fp8rl.report.planned)."""
-    method = cfg.study.multiplicity if cfg.study is not None else "holm"
-    return {"holm": "Holm-adjusted", "fixed_sequence": "fixed-sequence-adjusted", "none": "unadjusted"}[
-        method
-    ]
+    """How the planned table's p is adjusted (`ADJUSTED_P`; Holm for a tier without a study)."""
+    return ADJUSTED_P[cfg.study.multiplicity if cfg.study is not None else "holm"]
 
 
 def summary_page(cfg, tables: Path, void: bool, numerics: dict) -> str:
