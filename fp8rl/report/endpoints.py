@@ -308,8 +308,10 @@ def _value_columns(m: pd.DataFrame) -> dict:
 def study_endpoint(cfg: ExperimentConfig, status: str, m: pd.DataFrame | None, row: dict) -> float:
     """A study run's endpoint (`study.endpoint`, fp8rl.report.planned): the mean of its metric over the
     steps after `from_frac` of the planned steps (`m`: the run's step × metric frame), or, for a held-out
-    metric, its final checkpoint's score (the eval column of `row`); NaN for a failed or missing run, and
-    0 for a diverged run that stopped before the window (it earned no reward there)."""
+    metric, its final checkpoint's score (the eval column of `row`); NaN for a failed or missing run. A
+    diverged run whose window holds no finite value (it stopped before it, or went NaN) scores 0 on a
+    reward or accuracy endpoint (it earned nothing there) and NaN on any other metric (an entropy or a
+    gibberish rate has no value that stands for "stopped": the run is left out, not imputed)."""
     e = cfg.study.endpoint
     if status not in USED:
         return math.nan
@@ -317,7 +319,8 @@ def study_endpoint(cfg: ExperimentConfig, status: str, m: pd.DataFrame | None, r
         return row.get(e.metric, math.nan)
     s = m[e.metric] if m is not None and e.metric in m else pd.Series(dtype=float)
     value = finite_mean(s[s.index > e.from_frac * cfg.schedule.steps])
-    return 0.0 if math.isnan(value) and status == "diverged" else value
+    earned_nothing = math.isnan(value) and status == "diverged" and e.metric in (REWARD_MEAN, ACC_MEAN)
+    return 0.0 if earned_nothing else value
 
 
 def endpoints_table(

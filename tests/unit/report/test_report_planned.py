@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -13,6 +14,8 @@ from fp8rl.report.planned import contrast_row, contrasts_table
 from fp8rl.stats.multiplicity import holm
 from fp8rl.stats.power import welch_power
 from fp8rl.stats.welch import welch
+
+ROOT = Path(__file__).resolve().parents[3]
 
 STUDY = StudyConfig(
     arms={"a": "grpo/m/fp8/tensorwise/s4", "b": "grpo/m/bf16/none/none"},
@@ -143,3 +146,24 @@ def test_a_fixed_sequence_family_tests_at_the_full_alpha_in_its_listed_order():
         table.loc[0, "power_planned"]
         > contrasts_table(endpoints, holm_study, planned=True).loc[0, "power_planned"]
     )
+
+
+@pytest.mark.parametrize(
+    ("metric", "want"),
+    [("reward/mean", 0.0), ("acc/mean", 0.0), ("entropy", math.nan), ("gibberish/rate", math.nan)],
+)
+def test_a_diverged_run_without_a_window_scores_0_only_on_a_reward_endpoint(metric, want):
+    """A diverged run that stopped before the endpoint's window earned no reward there (0), but has no
+    entropy or gibberish rate that stands for "stopped" (NaN: left out, never imputed); a run that
+    reached the window keeps its mean, and a failed run has no endpoint."""
+    from fp8rl.config_loader import load_config
+    from fp8rl.report.endpoints import study_endpoint
+
+    cfg = load_config(ROOT / "config" / "learn.yaml", [f"study.endpoint.metric={metric}"])
+    stopped = pd.DataFrame({metric: [0.4, 0.5]}, index=[1, 2])  # 2 of the planned steps: before the window
+    got = study_endpoint(cfg, "diverged", stopped, {})
+    assert (math.isnan(got) and math.isnan(want)) or got == want
+    late = cfg.schedule.steps
+    reached = pd.DataFrame({metric: [0.4, 0.3]}, index=[late - 1, late])
+    assert study_endpoint(cfg, "diverged", reached, {}) == pytest.approx(0.35)
+    assert math.isnan(study_endpoint(cfg, "failed", reached, {}))
