@@ -7,7 +7,7 @@ published tables, each a template bound to a tier:
   them (fp8rl.report.findings), and for the clipping tier what calibration did to the clipping itself
   (`arms.csv`, `endpoints.csv`);
 - a study's leaderboard with each arm's cost per step (`arms.csv`, `study_survival.csv`, `throughput.csv`),
-  bound to the corrections' comparison, whose README quote it becomes once that tier is published;
+  bound to the corrections' comparison, whose README and docs/longform.md quote it;
 - a dose sweep's divergence table (`stability.csv`, `breaking_dose.csv`);
 - the measurement re-read: where each FP8 setting sits in the field's units (`mismatch.csv`,
   fp8rl.report.mismatch_table) and the study on the held-out bf16 endpoint (`secondary.csv`,
