@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 from fp8rl.config import ExperimentConfig
@@ -38,6 +40,21 @@ from fp8rl.config_loader import load_config
 from fp8rl.io import atomic_write_json, atomic_write_text
 
 REPO = Path(__file__).resolve().parents[3]
+
+
+def fold(name: str) -> str:
+    """A repository page's prose with its line breaks and blockquote marks folded away, so that a claims
+    test finds a sentence wherever the text wraps."""
+    text = (REPO / name).read_text(encoding="utf-8")
+    return " ".join(re.sub(r"^> ?", "", text, flags=re.M).split())
+
+
+def published_csv(tier: str, name: str) -> pd.DataFrame:
+    """One table of a published tier (`results/published/{tier}/tables/{name}.csv`), blanks as NaN."""
+    path = REPO / "results" / "published" / tier / "tables" / f"{name}.csv"
+    return pd.read_csv(path, keep_default_na=False, na_values=[""])
+
+
 STEPS = 12
 DIVERGED = "dapo/tiny/fp8/tensorwise/seed1"
 FAILED = "dapo/tiny/fp8_tis/tensorwise/seed0"

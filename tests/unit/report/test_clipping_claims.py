@@ -6,32 +6,19 @@ are rewritten."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pandas as pd
 import pytest
+from report_fixtures import REPO, fold, published_csv
 from scipy import stats
 
 from fp8rl.config_loader import load_config
-
-REPO = Path(__file__).resolve().parents[3]
-TABLES = REPO / "results" / "published" / "clipping" / "tables"
-
-
-def fold(name: str) -> str:
-    """A page's prose with line breaks and quote markers folded, so that a claim is found wherever the
-    text wraps."""
-    text = (REPO / name).read_text(encoding="utf-8")
-    return " ".join(re.sub(r"^> ?", "", text, flags=re.M).split())
-
 
 README, PAGE = fold("README.md"), fold("docs/clipping.md")
 LEARN, ATTRIBUTION = fold("docs/learn.md"), fold("docs/attribution.md")
 
 
 def table(name: str) -> pd.DataFrame:
-    return pd.read_csv(TABLES / f"{name}.csv", keep_default_na=False, na_values=[""])
+    return published_csv("clipping", name)
 
 
 @pytest.fixture(scope="module")

@@ -7,30 +7,23 @@ answer fails this test until the words are rewritten."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from report_fixtures import REPO, fold, published_csv
 
 from fp8rl.config_loader import load_config
 
-REPO = Path(__file__).resolve().parents[3]
-TABLES = REPO / "results" / "published" / "corrections" / "tables"
 CONFIG = REPO / "config" / "corrections.yaml"
 CORRECTIONS = ("tis_calib", "tis_calib_every20", "scorecenter", "tis_scorecenter", "qurl", "icepop",
                "icepop_adaptive")  # fmt: skip
-
-
-def fold(name: str) -> str:
-    """A page's prose with its line breaks folded, so that a claim is found wherever the text wraps."""
-    return " ".join((REPO / name).read_text(encoding="utf-8").split())
 
 
 README, PAGE = fold("README.md"), fold("docs/longform.md")
 
 
 def table(name: str) -> pd.DataFrame:
-    return pd.read_csv(TABLES / f"{name}.csv", keep_default_na=False, na_values=[""])
+    return published_csv("corrections", name)
 
 
 @pytest.fixture(scope="module")

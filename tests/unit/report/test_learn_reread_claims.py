@@ -5,26 +5,16 @@ changes an answer fails until the words are rewritten."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pandas as pd
+from report_fixtures import REPO, fold, published_csv
 
 from fp8rl.vocabulary import REAL_BF16_KL
-
-REPO = Path(__file__).resolve().parents[3]
-TABLES = REPO / "results" / "published" / "learn" / "tables"
-
-
-def fold(name: str) -> str:
-    return " ".join(re.sub(r"^> ?", "", (REPO / name).read_text(encoding="utf-8"), flags=re.M).split())
-
 
 README, LEARN, MISMATCH = fold("README.md"), fold("docs/learn.md"), fold("docs/mismatch.md")
 
 
 def table(name: str) -> pd.DataFrame:
-    return pd.read_csv(TABLES / f"{name}.csv", keep_default_na=False, na_values=[""])
+    return published_csv("learn", name)
 
 
 def by_tmpe_median(fp8: pd.DataFrame, dose: float) -> float:

@@ -7,28 +7,21 @@ are rewritten."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from report_fixtures import REPO, fold, published_csv
 
 from fp8rl.config_loader import load_config
 
-REPO = Path(__file__).resolve().parents[3]
-TABLES = REPO / "results" / "published" / "longform" / "tables"
 KLS = ("kl1e-3", "kl3e-3", "kl1e-2", "kl3e-2", "kl1e-1")
-
-
-def fold(name: str) -> str:
-    """A page's prose with its line breaks folded, so that a claim is found wherever the text wraps."""
-    return " ".join((REPO / name).read_text(encoding="utf-8").split())
 
 
 README, PAGE = fold("README.md"), fold("docs/longform.md")
 
 
 def table(name: str) -> pd.DataFrame:
-    return pd.read_csv(TABLES / f"{name}.csv", keep_default_na=False, na_values=[""])
+    return published_csv("longform", name)
 
 
 @pytest.fixture(scope="module")
